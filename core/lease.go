@@ -1,0 +1,38 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// Lease is a grant of permits on a key to one holder, kept alive in the background until it is
+// released or lost. Its methods are safe for concurrent use.
+type Lease interface {
+	// Key returns the resource key.
+	Key() string
+	// Holder returns the holder id: the identity the store knows this lease by. Another process
+	// can take the lease over with Adopt and this id.
+	Holder() string
+	// Permits returns the number of permits held.
+	Permits() int
+	// Fence returns the fencing token: strictly greater than the token of every earlier grant on
+	// the key, so a downstream system can reject writes from a stale holder.
+	Fence() uint64
+	// Deadline returns the conservative local deadline: the lease is certainly held until then,
+	// measured on this machine's clock from before the latest successful acquire or refresh was
+	// sent, less an allowance for clock drift.
+	Deadline() time.Time
+	// Done returns a channel that is closed when the lease ends, by release or loss.
+	Done() <-chan struct{}
+	// Err returns nil while the lease is held and after a clean Release, and an error wrapping
+	// ErrLost once it has been lost.
+	Err() error
+	// Release ends the lease and frees its permits. The first call releases; later calls return
+	// nil. If the lease had been lost (before or during this call), Release returns an error
+	// wrapping ErrLost, so the caller learns its critical section ran unprotected. It costs one
+	// store round trip.
+	Release(ctx context.Context) error
+	// StopRefresh stops the background refresh. The lease stays valid until its deadline, and is
+	// reported lost then unless released before.
+	StopRefresh()
+}

@@ -1,0 +1,24 @@
+package core
+
+import "context"
+
+// Notifier is an optional Store capability: notifications that permits on a key may have been
+// freed. The primitives discover it by type assertion; a Store without it still works, its
+// waiters retrying at the retry interval or the store's RetryAfter, whichever comes first.
+type Notifier interface {
+	// Register enrolls a waiter for permits on key. Register before trying to acquire, so a
+	// release that happens between the try and the wait is not missed. The waiter must be
+	// closed when its caller stops waiting.
+	Register(ctx context.Context, key string, permits int) (Waiter, error)
+}
+
+// Waiter is one caller's enrollment for notifications on one key.
+type Waiter interface {
+	// C receives a value when permits on the key may have been freed for this waiter. A waiter
+	// that receives from C should try to acquire promptly: the wake was meant for it alone.
+	C() <-chan struct{}
+	// Close ends the enrollment. A wake still pending in C is passed on to the next waiter;
+	// so is a wake already received from C when unused is true, meaning the caller gave up
+	// without trying to acquire.
+	Close(unused bool)
+}

@@ -1,0 +1,122 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the driver contract: the atomic operations every storage backend supplies. The
+// portable layer (package primitives) checks every argument before calling a Store, so a driver
+// may assume valid input: a non-empty key and holder, 1 <= Permits <= Limit, TTL >= 1ms.
+//
+// The model is a key with a limit of permits. A grant is a lease: (key, holder, permits, fence,
+// expiry). Expiry is decided by the store's own clock, never the caller's; a lease with expiry E
+// is held while the store's time is before E, and expired leases free their permits without any
+// action of their holder. Each operation is atomic with respect to every other operation on the
+// same key, from this or any other process sharing the backend.
+//
+// Errors: an operation that fails for a reason other than the ones documented below returns an
+// error describing it (a network error, say); if ctx ended, the error satisfies
+// errors.Is(err, ctx.Err()). After Close, operations return an error wrapping ErrClosed.
+//
+// Implementations must be safe for concurrent use. Package conformance defines a correct Store
+// by test: a driver proves itself with one conformance.Run call.
+type Store interface {
+	// Acquire grants the request if the holder already holds a lease on the key, or if the
+	// permits held by unexpired leases plus req.Permits fit in req.Limit; otherwise it refuses
+	// and reports in RetryAfter when, by expiry alone, there would be room.
+	//
+	// A new grant gets a fence strictly greater than every fence granted before on the key.
+	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
+	// lease is granted again with its fence unchanged and its expiry moved to now+TTL, so a
+	// request retried after a lost reply is safe. When the holder holds a different number of
+	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing.
+	//
+	// The limit is not stored with the key: each request is admitted against its own req.Limit,
+	// so clients that disagree on the limit each see theirs (Inspect reports the latest one).
+	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
+
+	// Extend moves the expiry of the holder's lease to now+TTL and reports the lease. If the
+	// holder holds no unexpired lease on the key, it returns an error wrapping ErrLost and
+	// changes nothing: an expired lease is never silently acquired again.
+	Extend(ctx context.Context, req ExtendRequest) (ExtendResult, error)
+
+	// Release ends the holder's lease on the key, frees its permits, and notifies waiters. It
+	// reports whether the holder held an unexpired lease; releasing a lease that is not held is
+	// not an error and changes nothing.
+	Release(ctx context.Context, key, holder string) (bool, error)
+
+	// Inspect reports the unexpired leases on the key. It changes nothing.
+	Inspect(ctx context.Context, key string) (Snapshot, error)
+}
+
+// AcquireRequest asks for Permits of Limit on Key for Holder, to expire TTL after the store
+// grants it.
+type AcquireRequest struct {
+	Key     string
+	Holder  string
+	Permits int
+	Limit   int
+	TTL     time.Duration
+}
+
+// AcquireResult is a grant or a refusal.
+type AcquireResult struct {
+	// Granted reports whether the lease was granted.
+	Granted bool
+	// Fence is the grant's fencing token; zero when refused.
+	Fence uint64
+	// RetryAfter, on refusal, is how long until the leases now on the key would, by expiring
+	// alone, leave room for the request. A waiter uses it instead of polling blindly.
+	RetryAfter time.Duration
+}
+
+// ExtendRequest asks to move the expiry of Holder's lease on Key to TTL from now.
+type ExtendRequest struct {
+	Key    string
+	Holder string
+	TTL    time.Duration
+}
+
+// ExtendResult describes the extended lease.
+type ExtendResult struct {
+	Permits int
+	Fence   uint64
+}
+
+// Snapshot is what Inspect reports about a key.
+type Snapshot struct {
+	// Limit is the limit of the latest grant on the key, or 0 if the store has none recorded.
+	Limit int
+	// Leases are the unexpired leases, ordered by fence.
+	Leases []LeaseInfo
+}
+
+// InUse returns the number of permits the snapshot's leases hold.
+func (s Snapshot) InUse() int {
+	n := 0
+	for _, l := range s.Leases {
+		n += l.Permits
+	}
+	return n
+}
+
+// LeaseInfo describes one lease in a Snapshot.
+type LeaseInfo struct {
+	Holder  string
+	Permits int
+	Fence   uint64
+	// TTL is the time the lease has left by the store's clock.
+	TTL time.Duration
+}
+
+// NextFence returns the fence to grant after last at time now: max(last+1, now in microseconds
+// since the Unix epoch). Taking the clock into account keeps fences increasing even when a store
+// restarts without its data, as long as its clock does not move back.
+func NextFence(last uint64, now time.Time) uint64 {
+	next := last + 1
+	if us := now.UnixMicro(); us > 0 && uint64(us) > next {
+		next = uint64(us)
+	}
+	return next
+}

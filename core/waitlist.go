@@ -1,0 +1,146 @@
+package core
+
+import (
+	"context"
+	"sync"
+)
+
+// Waitlist is the in-process half of a Notifier, for drivers to build on: it keeps the waiters of
+// each key in arrival order and, when permits are freed, wakes as many of them as the freed
+// permits can serve, not all of them. A driver calls Notify when its own release, or a message
+// from its backend, reports freed permits.
+//
+// The zero value is ready to use. A Waitlist is safe for concurrent use.
+type Waitlist struct {
+	mu   sync.Mutex
+	keys map[string]*waitQueue
+}
+
+type waitQueue struct {
+	head, tail *listWaiter
+}
+
+type listWaiter struct {
+	wl         *Waitlist
+	key        string
+	permits    int
+	ch         chan struct{}
+	prev, next *listWaiter
+	closed     bool
+}
+
+var _ Notifier = (*Waitlist)(nil)
+
+// Register enrolls a waiter for permits on key at the back of the key's line. It never fails;
+// ctx is unused.
+func (wl *Waitlist) Register(_ context.Context, key string, permits int) (Waiter, error) {
+	w := &listWaiter{wl: wl, key: key, permits: permits, ch: make(chan struct{}, 1)}
+	wl.mu.Lock()
+	if wl.keys == nil {
+		wl.keys = make(map[string]*waitQueue)
+	}
+	q := wl.keys[key]
+	if q == nil {
+		q = &waitQueue{}
+		wl.keys[key] = q
+	}
+	if q.tail == nil {
+		q.head, q.tail = w, w
+	} else {
+		w.prev = q.tail
+		q.tail.next = w
+		q.tail = w
+	}
+	wl.mu.Unlock()
+	return w, nil
+}
+
+// Notify reports that permits were freed on key. It wakes waiters in arrival order, skipping
+// those already woken and not yet served, charging each woken waiter's request against the freed
+// permits until none are left. The first waiter in line is woken even if it asks for more than
+// was freed (other permits may be free too); a later one that does not fit stops the wake-ups,
+// so a large request is not starved by small ones behind it. Notify does not block.
+func (wl *Waitlist) Notify(key string, permits int) {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	q := wl.keys[key]
+	if q == nil {
+		return
+	}
+	budget := permits
+	woke := false
+	for w := q.head; w != nil && budget > 0; w = w.next {
+		if len(w.ch) > 0 {
+			continue // already woken for earlier permits and not yet served
+		}
+		if woke && w.permits > budget {
+			break
+		}
+		w.ch <- struct{}{}
+		woke = true
+		budget -= w.permits
+	}
+}
+
+// WakeAll wakes every waiter on every key, for a store that is closing.
+func (wl *Waitlist) WakeAll() {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	for _, q := range wl.keys {
+		for w := q.head; w != nil; w = w.next {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// Len returns the number of waiters enrolled on key.
+func (wl *Waitlist) Len(key string) int {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	n := 0
+	if q := wl.keys[key]; q != nil {
+		for w := q.head; w != nil; w = w.next {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *listWaiter) C() <-chan struct{} { return w.ch }
+
+func (w *listWaiter) Close(unused bool) {
+	wl := w.wl
+	wl.mu.Lock()
+	if w.closed {
+		wl.mu.Unlock()
+		return
+	}
+	w.closed = true
+	q := wl.keys[w.key]
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	if q.head == nil {
+		delete(wl.keys, w.key)
+	}
+	select {
+	case <-w.ch:
+		unused = true
+	default:
+	}
+	wl.mu.Unlock()
+	if unused {
+		// The wake was meant to let this waiter try; it will not, so the next one should.
+		wl.Notify(w.key, w.permits)
+	}
+}

@@ -1,0 +1,142 @@
+package primitives
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// Defaults for the options.
+const (
+	DefaultTTL            = 10 * time.Second
+	DefaultAcquireTimeout = 10 * time.Second
+	DefaultRetryInterval  = 10 * time.Millisecond
+)
+
+// Option configures a Mutex or a Semaphore. Options are checked once, by NewMutex or
+// NewSemaphore.
+type Option func(*config)
+
+type config struct {
+	ttl             time.Duration
+	acquireTimeout  time.Duration
+	attempts        int // 0: unlimited
+	retryInterval   time.Duration
+	refreshInterval time.Duration // 0: TTL/3
+	refresh         bool
+	onLost          func(core.Lease, error)
+	holder          string
+	holderSet       bool
+	err             error // the first invalid option
+}
+
+func (c *config) invalid(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("%w: %s", core.ErrInvalid, fmt.Sprintf(format, args...))
+	}
+}
+
+// WithTTL sets how long a lease lives without a refresh (default 10s). It must be at least 1ms.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) {
+		if ttl < time.Millisecond {
+			c.invalid("ttl %v: must be at least 1ms", ttl)
+		}
+		c.ttl = ttl
+	}
+}
+
+// WithAcquireTimeout sets how long Acquire waits before giving up with ErrNotAcquired (default
+// 10s). The deadline of the ctx passed to Acquire applies as well.
+func WithAcquireTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.invalid("acquire timeout %v: must be > 0", d)
+		}
+		c.acquireTimeout = d
+	}
+}
+
+// WithAttempts limits how many times Acquire tries the store before giving up with
+// ErrNotAcquired (default: unlimited, bounded by the acquire timeout).
+func WithAttempts(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.invalid("attempts %d: must be >= 1", n)
+		}
+		c.attempts = n
+	}
+}
+
+// WithRetryInterval sets the longest a waiter sleeps with no notification before trying again
+// (default 10ms). A waiter wakes earlier when notified of a release, or when the store reports
+// that a lease expires sooner.
+func WithRetryInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.invalid("retry interval %v: must be > 0", d)
+		}
+		c.retryInterval = d
+	}
+}
+
+// WithRefreshInterval sets how often a held lease is refreshed (default TTL/3). It must be
+// shorter than the TTL.
+func WithRefreshInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.invalid("refresh interval %v: must be > 0", d)
+		}
+		c.refreshInterval = d
+		c.refresh = true
+	}
+}
+
+// WithoutRefresh turns the background refresh off: a lease lives for one TTL unless the caller
+// releases it first, and is reported lost when its deadline passes.
+func WithoutRefresh() Option {
+	return func(c *config) { c.refresh = false }
+}
+
+// WithOnLost sets a callback run once, on its own goroutine, when a lease is lost; err wraps
+// core.ErrLost and says why.
+func WithOnLost(f func(core.Lease, error)) Option {
+	return func(c *config) { c.onLost = f }
+}
+
+// WithHolder sets the holder id that leases are acquired under, instead of a fresh 128-bit
+// random id per lease. Two acquires with one holder id share one lease (a store grants a lease
+// again to its holder), so use it to adopt or re-enter a lease on purpose, not to name a process.
+func WithHolder(id string) Option {
+	return func(c *config) {
+		if id == "" {
+			c.invalid("holder: must not be empty")
+		}
+		c.holder, c.holderSet = id, true
+	}
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		ttl:            DefaultTTL,
+		acquireTimeout: DefaultAcquireTimeout,
+		retryInterval:  DefaultRetryInterval,
+		refresh:        true,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.err != nil {
+		return c, c.err
+	}
+	if c.refreshInterval == 0 {
+		c.refreshInterval = c.ttl / 3
+	}
+	if c.refresh && c.refreshInterval >= c.ttl {
+		return c, fmt.Errorf("%w: refresh interval %v: must be shorter than ttl %v", core.ErrInvalid, c.refreshInterval, c.ttl)
+	}
+	return c, nil
+}

@@ -1,0 +1,130 @@
+package primitives
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// Semaphore is a distributed weighted semaphore: at most Limit permits on one key are held at a
+// time, across every process that shares the store. Each acquire takes n permits at once,
+// 1 <= n <= Limit, as one lease. A Semaphore is safe for concurrent use; it holds no state of its
+// own between calls, so any number of them may exist for one key.
+type Semaphore struct {
+	store    core.Store
+	notifier core.Notifier // nil when the store has no notifications
+	key      string
+	limit    int
+	cfg      config
+}
+
+// NewSemaphore returns a Semaphore of limit permits on key. It checks its arguments and options
+// and returns an error wrapping core.ErrInvalid that names the bad one; it does not touch the
+// store.
+func NewSemaphore(store core.Store, key string, limit int, opts ...Option) (*Semaphore, error) {
+	return newSemaphore("semaphore", store, key, limit, opts)
+}
+
+func newSemaphore(kind string, store core.Store, key string, limit int, opts []Option) (*Semaphore, error) {
+	fail := func(err error) (*Semaphore, error) {
+		return nil, fmt.Errorf("leasehold: new %s %q: %w", kind, key, err)
+	}
+	switch {
+	case store == nil:
+		return fail(fmt.Errorf("%w: store: must not be nil", core.ErrInvalid))
+	case key == "":
+		return fail(fmt.Errorf("%w: key: must not be empty", core.ErrInvalid))
+	case limit < 1:
+		return fail(fmt.Errorf("%w: limit %d: must be >= 1", core.ErrInvalid, limit))
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return fail(err)
+	}
+	s := &Semaphore{store: store, key: key, limit: limit, cfg: cfg}
+	s.notifier, _ = store.(core.Notifier)
+	return s, nil
+}
+
+// Key returns the resource key.
+func (s *Semaphore) Key() string { return s.key }
+
+// Limit returns the number of permits.
+func (s *Semaphore) Limit() int { return s.limit }
+
+// Acquire takes n permits, waiting until they are free, the acquire timeout passes (an error
+// wrapping core.ErrNotAcquired), the attempts run out (likewise), or ctx ends (an error for which
+// errors.Is(err, ctx.Err()) holds). On failure nothing is held.
+//
+// While it waits, it is woken by a release notification (one waiter per freed permit in this
+// process), by the time the store says the current leases expire, or by the retry interval,
+// whichever comes first. Cost: one store round trip per try; an uncontended acquire is one.
+func (s *Semaphore) Acquire(ctx context.Context, n int) (core.Lease, error) {
+	return s.acquire(ctx, n, s.cfg.attempts)
+}
+
+// TryAcquire makes exactly one attempt to take n permits: one store round trip. When they are
+// not free it returns an error wrapping core.ErrNotAcquired.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int) (core.Lease, error) {
+	return s.acquire(ctx, n, 1)
+}
+
+// Adopt takes over the lease that holder holds on the key, acquired elsewhere (another process,
+// or a lease handed over by id), by extending it: one store round trip. The returned lease is
+// refreshed and released like any other. If holder holds no lease on the key, Adopt returns an
+// error wrapping core.ErrNotHeld.
+func (s *Semaphore) Adopt(ctx context.Context, holder string) (core.Lease, error) {
+	if holder == "" {
+		return nil, fmt.Errorf("leasehold: adopt %q: %w: holder: must not be empty", s.key, core.ErrInvalid)
+	}
+	start := time.Now()
+	res, err := s.store.Extend(ctx, core.ExtendRequest{Key: s.key, Holder: holder, TTL: s.cfg.ttl})
+	if err != nil {
+		if errors.Is(err, core.ErrLost) {
+			return nil, fmt.Errorf("leasehold: adopt %q: %w", s.key, core.ErrNotHeld)
+		}
+		return nil, fmt.Errorf("leasehold: adopt %q: %w", s.key, err)
+	}
+	return s.newLease(holder, res.Permits, res.Fence, start), nil
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, error) {
+	if n < 1 || n > s.limit {
+		return nil, fmt.Errorf("leasehold: acquire %q: %w: permits %d: must be in [1, %d]", s.key, core.ErrInvalid, n, s.limit)
+	}
+	holder := s.cfg.holder
+	if !s.cfg.holderSet {
+		holder = newHolder()
+	}
+	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl}
+	w := waiter{s: s, req: req, attempts: attempts}
+	defer w.close()
+	for {
+		start := time.Now()
+		res, err := w.try(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
+		}
+		if res.Granted {
+			return s.newLease(holder, n, res.Fence, start), nil
+		}
+		if err := w.wait(ctx, res.RetryAfter); err != nil {
+			return nil, fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
+		}
+	}
+}
+
+func (s *Semaphore) newLease(holder string, permits int, fence uint64, start time.Time) *lease {
+	return startLease(leaseParams{
+		store:   s.store,
+		key:     s.key,
+		holder:  holder,
+		permits: permits,
+		fence:   fence,
+		start:   start,
+		cfg:     &s.cfg,
+	})
+}

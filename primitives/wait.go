@@ -1,0 +1,115 @@
+package primitives
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// waiter is the state of one Acquire call: its tries, its enrollment for notifications, and its
+// acquire timeout.
+type waiter struct {
+	s        *Semaphore
+	req      core.AcquireRequest
+	attempts int // 0: unlimited
+	tries    int
+
+	enrolled   bool        // registration with the notifier was attempted
+	w          core.Waiter // nil when not registered
+	woken      bool        // a wake was received and not yet acted on by a try
+	timeout    *time.Timer // acquire timeout, started at the first wait
+	retryTimer *time.Timer
+}
+
+// try makes one attempt. An error is final; a refusal is not.
+func (w *waiter) try(ctx context.Context) (core.AcquireResult, error) {
+	w.tries++
+	res, err := w.s.store.Acquire(ctx, w.req)
+	if err != nil {
+		if ctx.Err() != nil && !w.s.cfg.holderSet {
+			// The store may have granted the lease just as ctx ended; don't leave it to expire.
+			// A caller-chosen holder id may name a lease held elsewhere, so that one is left be.
+			w.abandon()
+		}
+		return res, err
+	}
+	w.woken = false
+	if !res.Granted && w.attempts > 0 && w.tries >= w.attempts {
+		if w.attempts == 1 {
+			return res, fmt.Errorf("%w: busy", core.ErrNotAcquired)
+		}
+		return res, fmt.Errorf("%w: %d attempts exhausted", core.ErrNotAcquired, w.attempts)
+	}
+	return res, nil
+}
+
+// wait returns when the next try is due: at once after first enrolling as a waiter (so a release
+// between the refused try and the enrollment is not missed), else on a wake, after retryAfter
+// capped by the retry interval, or with an error when the acquire timeout passes or ctx ends.
+func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
+	if !w.enrolled && w.s.notifier != nil {
+		w.enrolled = true
+		nw, err := w.s.notifier.Register(ctx, w.req.Key, w.req.Permits)
+		if err == nil {
+			w.w = nw
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Without notifications the waiter still works, at the retry interval.
+	}
+	if w.timeout == nil {
+		w.timeout = time.NewTimer(w.s.cfg.acquireTimeout)
+	}
+	d := w.s.cfg.retryInterval
+	if retryAfter > 0 && retryAfter < d {
+		d = retryAfter
+	}
+	if w.retryTimer == nil {
+		w.retryTimer = time.NewTimer(d)
+	} else {
+		w.retryTimer.Reset(d)
+	}
+	var wake <-chan struct{}
+	if w.w != nil {
+		wake = w.w.C()
+	}
+	select {
+	case <-wake:
+		w.woken = true
+		return nil
+	case <-w.retryTimer.C:
+		return nil
+	case <-w.timeout.C:
+		return fmt.Errorf("%w: acquire timeout %v exceeded", core.ErrNotAcquired, w.s.cfg.acquireTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close ends the enrollment, passing an unused wake on to the next waiter, and stops the timers.
+func (w *waiter) close() {
+	if w.w != nil {
+		w.w.Close(w.woken)
+	}
+	if w.timeout != nil {
+		w.timeout.Stop()
+	}
+	if w.retryTimer != nil {
+		w.retryTimer.Stop()
+	}
+}
+
+// abandon releases, in the background and bounded in time, a lease the store may have granted
+// after the caller stopped waiting for the answer.
+func (w *waiter) abandon() {
+	timeout := min(w.s.cfg.ttl, 2*time.Second)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		w.s.store.Release(ctx, w.req.Key, w.req.Holder)
+	}()
+}
