@@ -1,3 +1,8 @@
 module github.com/leasehold/leasehold
 
 go 1.26.8
+
+require (
+	go.uber.org/goleak v1.3.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
+)

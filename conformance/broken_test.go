@@ -1,0 +1,136 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/core"
+)
+
+// broken wraps a correct memory store with one deliberate fault.
+type broken struct {
+	*memory.Store
+	fault string
+
+	mu        sync.Mutex
+	lastFence uint64
+	grants    int
+}
+
+func (b *broken) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	switch b.fault {
+	case "ignoresLimit":
+		req.Limit = 1 << 30
+	case "neverExpires":
+		req.TTL = 100 * 365 * 24 * time.Hour
+	}
+	res, err := b.Store.Acquire(ctx, req)
+	if b.fault == "repeatsFence" && res.Granted {
+		b.mu.Lock()
+		// Every third grant repeats the fence of the grant before it.
+		if b.grants++; b.grants%3 == 0 && b.lastFence != 0 {
+			res.Fence = b.lastFence
+		}
+		b.lastFence = res.Fence
+		b.mu.Unlock()
+	}
+	return res, err
+}
+
+func (b *broken) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	if b.fault == "neverExpires" {
+		req.TTL = 100 * 365 * 24 * time.Hour
+	}
+	return b.Store.Extend(ctx, req)
+}
+
+// Release by anyone ends the first lease on the key.
+func (b *broken) Release(ctx context.Context, key, holder string) (bool, error) {
+	if b.fault == "anyoneReleases" {
+		if snap, err := b.Store.Inspect(ctx, key); err == nil && len(snap.Leases) > 0 {
+			holder = snap.Leases[0].Holder
+		}
+	}
+	return b.Store.Release(ctx, key, holder)
+}
+
+// silent is a waiter that is never woken.
+type silent struct{}
+
+func (silent) C() <-chan struct{} { return nil }
+func (silent) Close(bool)         {}
+
+func (b *broken) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+	if b.fault == "forgetsToNotify" {
+		return silent{}, nil
+	}
+	return b.Store.Register(ctx, key, permits)
+}
+
+type brokenHarness struct {
+	clock *core.ManualClock
+	store *broken
+}
+
+func (h brokenHarness) NewStore(*testing.T) core.Store { return h.store }
+func (h brokenHarness) Advance(d time.Duration) bool {
+	h.clock.Advance(d)
+	return true
+}
+
+// faults maps each deliberate fault to the suite tests that must catch it: the behaviour test
+// written for it and, for faults of the store's state, the state machine on its own.
+var faults = map[string][]string{
+	"ignoresLimit":    {"AcquireGrantsUpToLimit", "StateMachine"},
+	"anyoneReleases":  {"ReleaseOnlyByHolder", "StateMachine"},
+	"neverExpires":    {"ExpiryFreesPermits", "StateMachine"},
+	"repeatsFence":    {"FencesStrictlyIncrease", "StateMachine"},
+	"forgetsToNotify": {"ReleaseWakesWaiter"},
+}
+
+// TestBrokenStore runs the suite against the store named by LEASEHOLD_BROKEN. It is run, and
+// expected to fail, by TestSuiteCatchesBrokenStores in a child process.
+func TestBrokenStore(t *testing.T) {
+	fault := os.Getenv("LEASEHOLD_BROKEN")
+	if fault == "" {
+		t.Skip("run by TestSuiteCatchesBrokenStores")
+	}
+	c := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	conformance.Run(t, brokenHarness{clock: c, store: &broken{Store: memory.New(memory.WithClock(c)), fault: fault}})
+}
+
+func TestSuiteCatchesBrokenStores(t *testing.T) {
+	if os.Getenv("LEASEHOLD_BROKEN") != "" {
+		t.Skip("in a child process")
+	}
+	for fault, catchers := range faults {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStore$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "LEASEHOLD_BROKEN="+fault)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("conformance.Run passed a store that %s:\n%s", fault, out)
+			}
+			for _, catcher := range catchers {
+				if want := "--- FAIL: TestBrokenStore/" + catcher + " "; !strings.Contains(string(out), want) {
+					t.Errorf("conformance.Run failed a store that %s, but not in %s:\n%s", fault, catcher, out)
+				}
+			}
+			var failed []string
+			for _, line := range strings.Split(string(out), "\n") {
+				if s := strings.TrimSpace(line); strings.HasPrefix(s, "--- FAIL: TestBrokenStore/") {
+					failed = append(failed, strings.Fields(strings.TrimPrefix(s, "--- FAIL: TestBrokenStore/"))[0])
+				}
+			}
+			t.Logf("a store that %s fails: %s", fault, strings.Join(failed, ", "))
+		})
+	}
+}

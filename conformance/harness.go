@@ -1,0 +1,34 @@
+// Package conformance defines what a correct core.Store is, by test. A driver — ours or a third
+// party's — proves itself with one call in its tests:
+//
+//	func TestConformance(t *testing.T) { conformance.Run(t, myHarness{}) }
+//
+// The suite has deterministic behaviour tests named after the behaviour they check, a
+// pgregory.net/rapid state machine that drives random acquire, extend, release, inspect and
+// advance-time steps for several holders against a pure model, and a concurrent stress test that
+// counts simultaneous holders. Its own tests run it against deliberately broken stores and check
+// that each one fails.
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// Harness connects the suite to a backend.
+type Harness interface {
+	// NewStore returns a Store on the harness's backend. Every Store one harness returns must
+	// reach the same backend state, as two processes sharing one server do; a backend that lives
+	// in its Store (like the memory store) returns the same Store each time. The harness closes
+	// what it opens, for example with t.Cleanup. The suite uses fresh random keys in every test,
+	// so the backend need not be emptied between tests.
+	NewStore(t *testing.T) core.Store
+
+	// Advance moves the backend's clock forward by d and reports true, or reports false if the
+	// backend runs on real time only. The suite probes it with Advance(0). On real time the
+	// suite waits where a test needs time to pass (a few hundred milliseconds in all) and the
+	// state machine uses TTLs long enough that nothing expires.
+	Advance(d time.Duration) bool
+}

@@ -1,0 +1,241 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// modelLease is the model's view of one lease.
+type modelLease struct {
+	permits int
+	fence   uint64
+	expiry  time.Duration // on the model's clock
+}
+
+// model is a pure description of a correct store: keys of leases on a clock of its own.
+type model struct {
+	now       time.Duration
+	leases    map[string]map[string]modelLease // key → holder → lease
+	lastFence map[string]uint64
+}
+
+// live returns the key's unexpired leases, dropping expired ones.
+func (m *model) live(key string) map[string]modelLease {
+	ls := m.leases[key]
+	if ls == nil {
+		ls = make(map[string]modelLease)
+		m.leases[key] = ls
+	}
+	for h, l := range ls {
+		if l.expiry <= m.now {
+			delete(ls, h)
+		}
+	}
+	return ls
+}
+
+func inUse(ls map[string]modelLease) int {
+	n := 0
+	for _, l := range ls {
+		n += l.permits
+	}
+	return n
+}
+
+// retryAfter is when, by expiry alone, need more permits would be free.
+func (m *model) retryAfter(ls map[string]modelLease, need int) time.Duration {
+	exp := make([]modelLease, 0, len(ls))
+	for _, l := range ls {
+		exp = append(exp, l)
+	}
+	sort.Slice(exp, func(i, j int) bool { return exp[i].expiry < exp[j].expiry })
+	for _, l := range exp {
+		if need -= l.permits; need <= 0 {
+			return l.expiry - m.now
+		}
+	}
+	return 0
+}
+
+// machine drives a Store and the model with the same random steps.
+type machine struct {
+	s      *suite
+	stores []core.Store
+	keys   []string
+	limit  map[string]int
+	m      model
+	maxTTL time.Duration
+}
+
+func (s *suite) testStateMachine(t *testing.T) {
+	stores := []core.Store{s.h.NewStore(t), s.h.NewStore(t)}
+	rapid.Check(t, func(rt *rapid.T) {
+		mc := &machine{s: s, stores: stores, limit: map[string]int{}, maxTTL: time.Hour,
+			m: model{leases: map[string]map[string]modelLease{}, lastFence: map[string]uint64{}}}
+		if s.manual {
+			mc.maxTTL = 5 * time.Second
+		}
+		for i := range 2 {
+			k := newKey(t) + fmt.Sprint(i)
+			mc.keys = append(mc.keys, k)
+			mc.limit[k] = rapid.IntRange(1, 4).Draw(rt, "limit")
+		}
+		actions := map[string]func(*rapid.T){
+			"acquire": mc.acquire,
+			"extend":  mc.extend,
+			"release": mc.release,
+			"inspect": mc.inspect,
+			"":        mc.check,
+		}
+		if s.manual {
+			actions["advance"] = mc.advance
+		}
+		rt.Repeat(actions)
+	})
+}
+
+var holderIDs = []string{"h0", "h1", "h2", "h3"}
+
+func (mc *machine) draw(rt *rapid.T) (core.Store, string, string) {
+	st := rapid.SampledFrom(mc.stores).Draw(rt, "store")
+	return st, rapid.SampledFrom(mc.keys).Draw(rt, "key"), rapid.SampledFrom(holderIDs).Draw(rt, "holder")
+}
+
+func (mc *machine) drawTTL(rt *rapid.T) time.Duration {
+	if !mc.s.manual {
+		return mc.maxTTL
+	}
+	return time.Duration(rapid.IntRange(1, int(mc.maxTTL/(100*time.Millisecond))).Draw(rt, "ttl/100ms")) * 100 * time.Millisecond
+}
+
+func (mc *machine) acquire(rt *rapid.T) {
+	st, key, holder := mc.draw(rt)
+	limit := mc.limit[key]
+	n := rapid.IntRange(1, limit).Draw(rt, "permits")
+	ttl := mc.drawTTL(rt)
+	res, err := st.Acquire(rt.Context(), core.AcquireRequest{Key: key, Holder: holder, Permits: n, Limit: limit, TTL: ttl})
+	ls := mc.m.live(key)
+	if cur, ok := ls[holder]; ok {
+		if cur.permits != n {
+			if !errors.Is(err, core.ErrInvalid) {
+				rt.Fatalf("re-acquire by %s with %d permits (holds %d): err = %v, want ErrInvalid", holder, n, cur.permits, err)
+			}
+			return
+		}
+		if err != nil || !res.Granted || res.Fence != cur.fence {
+			rt.Fatalf("re-acquire by holder %s: %+v, %v; want granted again with fence %d", holder, res, err, cur.fence)
+		}
+		cur.expiry = mc.m.now + ttl
+		ls[holder] = cur
+		return
+	}
+	if err != nil {
+		rt.Fatalf("Acquire: %v", err)
+	}
+	if used := inUse(ls); used+n > limit {
+		if res.Granted {
+			rt.Fatalf("Acquire of %d by %s granted with %d of %d in use", n, holder, used, limit)
+		}
+		want := mc.m.retryAfter(ls, used+n-limit)
+		if mc.s.manual && res.RetryAfter != want || res.RetryAfter <= 0 || res.RetryAfter > want {
+			rt.Fatalf("refusal RetryAfter = %v, want %v", res.RetryAfter, want)
+		}
+		return
+	}
+	if !res.Granted {
+		rt.Fatalf("Acquire of %d by %s refused with %d of %d in use", n, holder, inUse(ls), limit)
+	}
+	if res.Fence <= mc.m.lastFence[key] {
+		rt.Fatalf("fence %d is not above the key's previous %d", res.Fence, mc.m.lastFence[key])
+	}
+	mc.m.lastFence[key] = res.Fence
+	ls[holder] = modelLease{permits: n, fence: res.Fence, expiry: mc.m.now + ttl}
+}
+
+func (mc *machine) extend(rt *rapid.T) {
+	st, key, holder := mc.draw(rt)
+	ttl := mc.drawTTL(rt)
+	res, err := st.Extend(rt.Context(), core.ExtendRequest{Key: key, Holder: holder, TTL: ttl})
+	ls := mc.m.live(key)
+	cur, ok := ls[holder]
+	if !ok {
+		if !errors.Is(err, core.ErrLost) {
+			rt.Fatalf("Extend by non-holder %s: %+v, %v; want ErrLost", holder, res, err)
+		}
+		return
+	}
+	if err != nil || res.Permits != cur.permits || res.Fence != cur.fence {
+		rt.Fatalf("Extend by holder %s: %+v, %v; want permits %d, fence %d", holder, res, err, cur.permits, cur.fence)
+	}
+	cur.expiry = mc.m.now + ttl
+	ls[holder] = cur
+}
+
+func (mc *machine) release(rt *rapid.T) {
+	st, key, holder := mc.draw(rt)
+	ok, err := st.Release(rt.Context(), key, holder)
+	if err != nil {
+		rt.Fatalf("Release: %v", err)
+	}
+	ls := mc.m.live(key)
+	if _, held := ls[holder]; ok != held {
+		rt.Fatalf("Release by %s = %v, want %v", holder, ok, held)
+	}
+	delete(ls, holder)
+}
+
+func (mc *machine) advance(rt *rapid.T) {
+	d := time.Duration(rapid.IntRange(0, 30).Draw(rt, "advance/100ms")) * 100 * time.Millisecond
+	if !mc.s.h.Advance(d) {
+		rt.Fatalf("Advance(%v) reported false after Advance(0) reported true", d)
+	}
+	mc.m.now += d
+}
+
+// inspect compares one key's Inspect with the model.
+func (mc *machine) inspect(rt *rapid.T) {
+	mc.compare(rt, rapid.SampledFrom(mc.keys).Draw(rt, "key"))
+}
+
+// check runs after every step: every key agrees with the model and is within its limit.
+func (mc *machine) check(rt *rapid.T) {
+	for _, key := range mc.keys {
+		mc.compare(rt, key)
+	}
+}
+
+func (mc *machine) compare(rt *rapid.T, key string) {
+	snap, err := mc.stores[0].Inspect(rt.Context(), key)
+	if err != nil {
+		rt.Fatalf("Inspect: %v", err)
+	}
+	ls := mc.m.live(key)
+	if snap.InUse() > mc.limit[key] {
+		rt.Fatalf("%d permits in use, limit %d", snap.InUse(), mc.limit[key])
+	}
+	if len(snap.Leases) != len(ls) {
+		rt.Fatalf("Inspect: %d leases %+v, model has %d %+v", len(snap.Leases), snap.Leases, len(ls), ls)
+	}
+	for i, got := range snap.Leases {
+		want, ok := ls[got.Holder]
+		switch {
+		case !ok:
+			rt.Fatalf("Inspect: lease of %s, which the model says holds none", got.Holder)
+		case got.Permits != want.permits || got.Fence != want.fence:
+			rt.Fatalf("Inspect: %s holds %d permits with fence %d, model %d with %d", got.Holder, got.Permits, got.Fence, want.permits, want.fence)
+		case mc.s.manual && got.TTL != want.expiry-mc.m.now:
+			rt.Fatalf("Inspect: %s has %v left, model %v", got.Holder, got.TTL, want.expiry-mc.m.now)
+		case got.TTL <= 0 || got.TTL > want.expiry-mc.m.now:
+			rt.Fatalf("Inspect: %s has %v left, model at most %v", got.Holder, got.TTL, want.expiry-mc.m.now)
+		case i > 0 && snap.Leases[i-1].Fence >= got.Fence:
+			rt.Fatalf("Inspect: leases not ordered by fence: %+v", snap.Leases)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// register enrolls a waiter, skipping the test when the store has no notifications.
+func register(t *testing.T, st core.Store, key string, permits int) core.Waiter {
+	t.Helper()
+	n, ok := st.(core.Notifier)
+	if !ok {
+		t.Skip("the store does not implement core.Notifier")
+	}
+	w, err := n.Register(ctxFor(t), key, permits)
+	if err != nil {
+		t.Fatalf("Register(%q): %v", key, err)
+	}
+	t.Cleanup(func() { w.Close(false) })
+	return w
+}
+
+// woken waits up to wakeTimeout for any of ws to be woken, then lets stray wakes arrive for a
+// moment, and returns which were woken.
+func woken(ws ...core.Waiter) []bool {
+	got := make([]bool, len(ws))
+	deadline := time.After(wakeTimeout)
+	first := false
+	for !first {
+		for i, w := range ws {
+			select {
+			case <-w.C():
+				got[i], first = true, true
+			default:
+			}
+		}
+		if first {
+			break
+		}
+		select {
+		case <-deadline:
+			return got
+		case <-time.After(time.Millisecond):
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a wake that should not come has had time to
+	for i, w := range ws {
+		select {
+		case <-w.C():
+			got[i] = true
+		default:
+		}
+	}
+	return got
+}
+
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *suite) testReleaseWakesWaiter(t *testing.T) {
+	st, other, key := s.h.NewStore(t), s.h.NewStore(t), newKey(t)
+	mustGrant(t, st, key, "a", 1, 1, time.Minute)
+	w := register(t, other, key, 1)
+	mustRefuse(t, other, key, "b", 1, 1, time.Minute)
+	release(t, st, key, "a")
+	if !woken(w)[0] {
+		t.Fatalf("a waiter registered on one Store was not woken within %v of a release through another", wakeTimeout)
+	}
+	mustGrant(t, other, key, "b", 1, 1, time.Minute)
+}
+
+func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
+	st, key := s.h.NewStore(t), newKey(t)
+	mustGrant(t, st, key, "a", 1, 3, time.Minute)
+	mustGrant(t, st, key, "b", 2, 3, time.Minute)
+	ws := []core.Waiter{register(t, st, key, 1), register(t, st, key, 1), register(t, st, key, 1), register(t, st, key, 1)}
+	release(t, st, key, "a")
+	got := woken(ws...)
+	if count(got) != 1 || !got[0] {
+		t.Fatalf("releasing 1 permit woke waiters %v, want only the first in line", got)
+	}
+	mustGrant(t, st, key, "c", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
+	ws[0].Close(false)
+	release(t, st, key, "b")
+	got = woken(ws[1:]...)
+	if count(got) != 2 || !got[0] || !got[1] {
+		t.Fatalf("releasing 2 permits woke waiters %v of those still waiting, want the first two in line", got)
+	}
+}
+
+func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
+	st, key := s.h.NewStore(t), newKey(t)
+	mustGrant(t, st, key, "a", 1, 1, time.Minute)
+	first := register(t, st, key, 1)
+	second := register(t, st, key, 1)
+	release(t, st, key, "a")
+	if got := woken(first, second); !got[0] || got[1] {
+		t.Fatalf("release woke %v, want the first waiter alone", got)
+	}
+	first.Close(true) // gave up without trying
+	if !woken(second)[0] {
+		t.Fatalf("a wake given up unused was not passed on to the next waiter")
+	}
+}
