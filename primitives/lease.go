@@ -183,6 +183,11 @@ func (l *lease) refresh() {
 			return
 		case <-t.C:
 		}
+		select {
+		case <-l.stop: // stopped while the timer fired
+			return
+		default:
+		}
 		start := time.Now()
 		ctx, cancel := context.WithDeadline(l.ctx, l.Deadline())
 		res, err := l.p.store.Extend(ctx, req)

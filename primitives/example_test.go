@@ -1,0 +1,92 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+func ExampleNewMutex() {
+	ctx := context.Background()
+	store := memory.New()
+	mu, err := primitives.NewMutex(store, "report:daily", primitives.WithTTL(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	lease, err := mu.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("holding", lease.Key(), "with", lease.Permits(), "permit")
+	if err := lease.Release(ctx); err != nil {
+		fmt.Println("the lease was lost before release:", err)
+	}
+	// Output: holding report:daily with 1 permit
+}
+
+func ExampleMutex_TryAcquire() {
+	ctx := context.Background()
+	store := memory.New()
+	mu, _ := primitives.NewMutex(store, "report:daily")
+	first, _ := mu.Acquire(ctx)
+	defer first.Release(ctx)
+
+	_, err := mu.TryAcquire(ctx)
+	fmt.Println(errors.Is(err, core.ErrNotAcquired))
+	// Output: true
+}
+
+func ExampleNewSemaphore() {
+	ctx := context.Background()
+	store := memory.New()
+	gpus, err := primitives.NewSemaphore(store, "gpu-pool", 4)
+	if err != nil {
+		panic(err)
+	}
+	training, _ := gpus.Acquire(ctx, 3) // weighted: three permits as one lease
+	defer training.Release(ctx)
+
+	_, err = gpus.TryAcquire(ctx, 2)
+	fmt.Println("two more:", errors.Is(err, core.ErrNotAcquired))
+	inference, _ := gpus.TryAcquire(ctx, 1)
+	defer inference.Release(ctx)
+	fmt.Println("one more:", inference.Permits())
+	// Output:
+	// two more: true
+	// one more: 1
+}
+
+func ExampleSemaphore_Adopt() {
+	ctx := context.Background()
+	store := memory.New()
+	sem, _ := primitives.NewSemaphore(store, "import", 2)
+	lease, _ := sem.Acquire(ctx, 2)
+	holder := lease.Holder() // hand this id to the process taking over
+	lease.StopRefresh()
+
+	taken, err := sem.Adopt(ctx, holder)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(taken.Permits(), taken.Fence() == lease.Fence())
+	taken.Release(ctx)
+	// Output: 2 true
+}
+
+func ExampleWithOnLost() {
+	ctx := context.Background()
+	store := memory.New()
+	lost := make(chan error, 1)
+	mu, _ := primitives.NewMutex(store, "leader",
+		primitives.WithTTL(50*time.Millisecond), primitives.WithoutRefresh(),
+		primitives.WithOnLost(func(l core.Lease, err error) { lost <- err }))
+	lease, _ := mu.Acquire(ctx)
+	<-lease.Done() // no refresh: the lease ends at its deadline
+	fmt.Println(errors.Is(<-lost, core.ErrLost), errors.Is(lease.Release(ctx), core.ErrLost))
+	// Output: true true
+}

@@ -1,0 +1,473 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+func mustMutex(t *testing.T, store core.Store, opts ...primitives.Option) *primitives.Mutex {
+	t.Helper()
+	m, err := primitives.NewMutex(store, "job", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func mustAcquire(t *testing.T, m *primitives.Mutex) core.Lease {
+	t.Helper()
+	l, err := m.Acquire(t.Context())
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return l
+}
+
+func mustRelease(t *testing.T, l core.Lease) {
+	t.Helper()
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func TestTryAcquireReportsBusy(t *testing.T) {
+	rec := newRecorder()
+	m := mustMutex(t, rec)
+	l := mustAcquire(t, m)
+	defer mustRelease(t, l)
+	before := rec.acquires.Load()
+	_, err := m.TryAcquire(t.Context())
+	if !errors.Is(err, core.ErrNotAcquired) || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("TryAcquire of a held mutex: err = %v, want ErrNotAcquired saying busy", err)
+	}
+	if n := rec.acquires.Load() - before; n != 1 {
+		t.Errorf("TryAcquire made %d store calls, want 1", n)
+	}
+}
+
+func TestReleaseWakesWaiterWithoutPolling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		m := mustMutex(t, store, primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(2*time.Hour))
+		l := mustAcquire(t, m)
+		got := make(chan core.Lease)
+		go func() {
+			l2, err := m.Acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l2
+		}()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		start := time.Now()
+		mustRelease(t, l)
+		l2 := <-got
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("the waiter took %v of fake time after the release: it was not woken by notification", waited)
+		}
+		if l2.Fence() <= l.Fence() {
+			t.Errorf("next holder's fence %d is not above %d", l2.Fence(), l.Fence())
+		}
+		mustRelease(t, l2)
+	})
+}
+
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		store := notifying{rec}
+		m := mustMutex(t, store, primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(2*time.Hour))
+		l := mustAcquire(t, m)
+		const waiters = 5
+		leases := make(chan core.Lease, waiters)
+		for range waiters {
+			go func() {
+				l, err := m.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				leases <- l
+			}()
+		}
+		synctest.Wait()
+		before := rec.acquires.Load()
+		mustRelease(t, l)
+		next := <-leases
+		synctest.Wait()
+		if n := rec.acquires.Load() - before; n != 1 {
+			t.Errorf("one release led to %d acquire calls, want 1 (no thundering herd)", n)
+		}
+		// Hand the lock down the line; every waiter gets it in turn.
+		for range waiters - 1 {
+			mustRelease(t, next)
+			next = <-leases
+		}
+		mustRelease(t, next)
+	})
+}
+
+func TestWaiterRetriesWhenLeaseExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		holder := mustMutex(t, store, primitives.WithTTL(5*time.Second), primitives.WithoutRefresh())
+		waiter := mustMutex(t, store, primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(time.Hour))
+		l := mustAcquire(t, holder)
+		start := time.Now()
+		l2 := mustAcquire(t, waiter)
+		if waited := time.Since(start); waited != 5*time.Second {
+			t.Errorf("waiter got the lease after %v, want 5s (when the store said it expires)", waited)
+		}
+		<-l.Done()
+		if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) {
+			t.Errorf("Release of an expired lease: %v, want ErrLost", err)
+		}
+		mustRelease(t, l2)
+	})
+}
+
+func TestStoreWithoutNotifierFallsBackToRetryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder() // no Notifier
+		m := mustMutex(t, rec, primitives.WithRetryInterval(100*time.Millisecond))
+		l := mustAcquire(t, m)
+		done := make(chan core.Lease)
+		go func() {
+			l2, err := m.Acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			done <- l2
+		}()
+		time.Sleep(time.Second)
+		mustRelease(t, l)
+		start := time.Now()
+		l2 := <-done
+		if waited := time.Since(start); waited > 100*time.Millisecond {
+			t.Errorf("waiter took %v after release, want at most the retry interval", waited)
+		}
+		mustRelease(t, l2)
+	})
+}
+
+func TestAcquireTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		m := mustMutex(t, store, primitives.WithAcquireTimeout(3*time.Second))
+		l := mustAcquire(t, m)
+		start := time.Now()
+		_, err := m.Acquire(context.Background())
+		if !errors.Is(err, core.ErrNotAcquired) || !strings.Contains(err.Error(), "timeout") {
+			t.Errorf("err = %v, want ErrNotAcquired naming the timeout", err)
+		}
+		if waited := time.Since(start); waited != 3*time.Second {
+			t.Errorf("gave up after %v, want 3s", waited)
+		}
+		mustRelease(t, l)
+	})
+}
+
+func TestAttemptsExhausted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithAttempts(4))
+		l := mustAcquire(t, m)
+		before := rec.acquires.Load()
+		_, err := m.Acquire(context.Background())
+		if !errors.Is(err, core.ErrNotAcquired) || !strings.Contains(err.Error(), "4 attempts") {
+			t.Errorf("err = %v, want ErrNotAcquired naming 4 attempts", err)
+		}
+		if n := rec.acquires.Load() - before; n != 4 {
+			t.Errorf("made %d attempts, want 4", n)
+		}
+		mustRelease(t, l)
+	})
+}
+
+func TestAcquireHonoursContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		m := mustMutex(t, store)
+		l := mustAcquire(t, m)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := m.Acquire(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want one wrapping context.DeadlineExceeded", err)
+		}
+		ctx, cancel = context.WithCancel(context.Background())
+		cancel()
+		if _, err := m.TryAcquire(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want one wrapping context.Canceled", err)
+		}
+		mustRelease(t, l)
+	})
+}
+
+func TestGrantRacingCancellationIsReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec)
+		ctx, cancel := context.WithCancel(context.Background())
+		rec.onAcquire = func(context.Context) { cancel() } // ctx ends while the request is in flight
+		_, err := m.Acquire(ctx)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		synctest.Wait()
+		snap, _ := rec.inner.Inspect(context.Background(), "job")
+		if len(snap.Leases) != 0 {
+			t.Errorf("a lease granted as ctx ended was left behind: %+v", snap.Leases)
+		}
+	})
+}
+
+func TestRefreshKeepsLeaseAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		time.Sleep(time.Minute)
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease lost while refreshed: %v", err)
+		}
+		if n := rec.extends.Load(); n < 59 || n > 60 {
+			t.Errorf("%d refreshes in a minute at TTL/3 = 1s, want 60", n)
+		}
+		if _, err := m.TryAcquire(context.Background()); !errors.Is(err, core.ErrNotAcquired) {
+			t.Errorf("TryAcquire of a refreshed lease: err = %v, want ErrNotAcquired", err)
+		}
+		if want := time.Now().Add(3*time.Second - 30*time.Millisecond); l.Deadline().After(want) || l.Deadline().Before(want.Add(-time.Second)) {
+			t.Errorf("Deadline %v, want within the last refresh interval of %v", l.Deadline(), want)
+		}
+		mustRelease(t, l)
+		select {
+		case <-l.Done():
+		default:
+			t.Error("Done not closed after Release")
+		}
+		if err := l.Err(); err != nil {
+			t.Errorf("Err after a clean release = %v, want nil", err)
+		}
+	})
+}
+
+func TestLeaseTakenIsReportedLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		var calls atomic.Int32
+		lostErr := make(chan error, 2)
+		m := mustMutex(t, store, primitives.WithTTL(3*time.Second), primitives.WithOnLost(func(l core.Lease, err error) {
+			calls.Add(1)
+			lostErr <- err
+		}))
+		l := mustAcquire(t, m)
+		// Someone with the holder id ends the lease behind our back.
+		if ok, _ := store.Release(context.Background(), "job", l.Holder()); !ok {
+			t.Fatal("store did not hold the lease")
+		}
+		start := time.Now()
+		<-l.Done()
+		if waited := time.Since(start); waited > time.Second {
+			t.Errorf("loss noticed after %v, want within one refresh interval (1s)", waited)
+		}
+		if err := <-lostErr; !errors.Is(err, core.ErrLost) {
+			t.Errorf("OnLost err = %v, want ErrLost", err)
+		}
+		if !errors.Is(l.Err(), core.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", l.Err())
+		}
+		if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) {
+			t.Errorf("Release of a lost lease = %v, want ErrLost", err)
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Errorf("second Release = %v, want nil", err)
+		}
+		synctest.Wait()
+		if n := calls.Load(); n != 1 {
+			t.Errorf("OnLost ran %d times, want once", n)
+		}
+	})
+}
+
+func TestRefreshFailuresLoseLeaseAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		deadline := l.Deadline()
+		rec.failExtends(errNetwork)
+		<-l.Done()
+		if now := time.Now(); now.Before(deadline) || now.After(deadline.Add(time.Millisecond)) {
+			t.Errorf("lost at %v, want at the deadline %v", now, deadline)
+		}
+		if err := l.Err(); !errors.Is(err, core.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", err)
+		}
+		if n := rec.extends.Load(); n < 2 {
+			t.Errorf("%d refresh attempts before the deadline, want retries", n)
+		}
+		if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) {
+			t.Errorf("Release = %v, want ErrLost", err)
+		}
+	})
+}
+
+func TestPassingRefreshFaultIsSurvived(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		rec.failExtends(errNetwork)
+		time.Sleep(2 * time.Second) // one refresh fails; the deadline is 3s − 30ms after acquire
+		rec.failExtends(nil)
+		time.Sleep(time.Minute)
+		if err := l.Err(); err != nil {
+			t.Errorf("lease lost after a passing fault: %v", err)
+		}
+		mustRelease(t, l)
+	})
+}
+
+func TestWithoutRefreshLeaseExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(2*time.Second), primitives.WithoutRefresh())
+		l := mustAcquire(t, m)
+		<-l.Done()
+		if rec.extends.Load() != 0 {
+			t.Errorf("a lease without refresh was refreshed")
+		}
+		if !errors.Is(l.Err(), core.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", l.Err())
+		}
+	})
+}
+
+func TestStopRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		time.Sleep(5500 * time.Millisecond)
+		l.StopRefresh()
+		n := rec.extends.Load()
+		<-l.Done()
+		if rec.extends.Load() != n {
+			t.Errorf("refreshed after StopRefresh")
+		}
+		if !errors.Is(l.Err(), core.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", l.Err())
+		}
+	})
+}
+
+func TestAdopt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		m := mustMutex(t, store)
+		l := mustAcquire(t, m)
+		l.StopRefresh() // the first process goes away without releasing
+		adopted, err := m.Adopt(context.Background(), l.Holder())
+		if err != nil {
+			t.Fatalf("Adopt: %v", err)
+		}
+		if adopted.Fence() != l.Fence() || adopted.Permits() != 1 || adopted.Holder() != l.Holder() {
+			t.Errorf("adopted lease %d/%d/%s, want the original's fence %d", adopted.Fence(), adopted.Permits(), adopted.Holder(), l.Fence())
+		}
+		time.Sleep(time.Minute)
+		if err := adopted.Err(); err != nil {
+			t.Errorf("adopted lease lost: %v", err)
+		}
+		mustRelease(t, adopted)
+		if _, err := m.Adopt(context.Background(), "nobody"); !errors.Is(err, core.ErrNotHeld) {
+			t.Errorf("Adopt of no lease: err = %v, want ErrNotHeld", err)
+		}
+		<-l.Done()
+	})
+}
+
+func TestWithHolderAcquiresUnderThatID(t *testing.T) {
+	store := memory.New()
+	m := mustMutex(t, store, primitives.WithHolder("worker-7"))
+	l := mustAcquire(t, m)
+	defer mustRelease(t, l)
+	snap, _ := store.Inspect(t.Context(), "job")
+	if len(snap.Leases) != 1 || snap.Leases[0].Holder != "worker-7" || l.Holder() != "worker-7" {
+		t.Errorf("leases %+v, want one of holder worker-7", snap.Leases)
+	}
+}
+
+func TestHolderIDsAreRandom(t *testing.T) {
+	store := memory.New()
+	m := mustMutex(t, store)
+	seen := map[string]bool{}
+	for range 100 {
+		l := mustAcquire(t, m)
+		if len(l.Holder()) != 32 || seen[l.Holder()] {
+			t.Fatalf("holder id %q: want 128 random bits, never repeated", l.Holder())
+		}
+		seen[l.Holder()] = true
+		mustRelease(t, l)
+	}
+}
+
+func TestClosedStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		m := mustMutex(t, store, primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(2*time.Hour))
+		l := mustAcquire(t, m)
+		errc := make(chan error)
+		go func() {
+			_, err := m.Acquire(context.Background())
+			errc <- err
+		}()
+		synctest.Wait()
+		store.Close()
+		if err := <-errc; !errors.Is(err, core.ErrClosed) {
+			t.Errorf("waiting Acquire after Close: err = %v, want ErrClosed", err)
+		}
+		<-l.Done()
+		if !errors.Is(l.Err(), core.ErrLost) || !errors.Is(l.Err(), core.ErrClosed) {
+			t.Errorf("lease on a closed store: Err = %v, want ErrLost and ErrClosed", l.Err())
+		}
+	})
+}
+
+func TestConcurrentMutexExcludes(t *testing.T) {
+	store := memory.New()
+	m := mustMutex(t, store, primitives.WithRetryInterval(time.Millisecond))
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				l, err := m.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n := inside.Add(1); n > maxInside.Load() {
+					maxInside.Store(n)
+				}
+				inside.Add(-1)
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if maxInside.Load() != 1 {
+		t.Errorf("%d holders inside at once", maxInside.Load())
+	}
+}

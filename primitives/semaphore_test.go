@@ -1,0 +1,154 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+func mustSemaphore(t *testing.T, store core.Store, limit int, opts ...primitives.Option) *primitives.Semaphore {
+	t.Helper()
+	s, err := primitives.NewSemaphore(store, "pool", limit, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSemaphoreWeightedPermitsShareKeySpace(t *testing.T) {
+	store := memory.New()
+	s := mustSemaphore(t, store, 4)
+	ctx := t.Context()
+	big, err := s.Acquire(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if big.Permits() != 3 {
+		t.Errorf("Permits = %d, want 3", big.Permits())
+	}
+	if _, err := s.TryAcquire(ctx, 2); !errors.Is(err, core.ErrNotAcquired) {
+		t.Errorf("TryAcquire(2) with 1 free: err = %v, want ErrNotAcquired", err)
+	}
+	small, err := s.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("TryAcquire(1) with 1 free: %v", err)
+	}
+	// A Mutex on the same key is a Semaphore of limit 1 in the same key space: no room.
+	m := mustMutexOn(t, store, "pool")
+	if _, err := m.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		t.Errorf("Mutex on a full semaphore's key: err = %v, want ErrNotAcquired", err)
+	}
+	snap, _ := store.Inspect(ctx, "pool")
+	if snap.InUse() != 4 || snap.Limit != 4 {
+		t.Errorf("Inspect: %d in use of %d, want 4 of 4", snap.InUse(), snap.Limit)
+	}
+	mustRelease(t, big)
+	mustRelease(t, small)
+}
+
+func mustMutexOn(t *testing.T, store core.Store, key string) *primitives.Mutex {
+	t.Helper()
+	m, err := primitives.NewMutex(store, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestSemaphoreLargeRequestIsNotStarved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		s := mustSemaphore(t, store, 3, primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(2*time.Hour))
+		held, err := s.Acquire(context.Background(), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bigDone := make(chan core.Lease, 1)
+		go func() {
+			l, err := s.Acquire(context.Background(), 3)
+			if err != nil {
+				t.Error(err)
+			}
+			bigDone <- l
+		}()
+		synctest.Wait() // the large request is first in line
+		smallDone := make(chan core.Lease, 1)
+		go func() {
+			l, err := s.Acquire(context.Background(), 1)
+			if err != nil {
+				t.Error(err)
+			}
+			smallDone <- l
+		}()
+		synctest.Wait()
+		mustRelease(t, held)
+		big := <-bigDone
+		synctest.Wait()
+		select {
+		case <-smallDone:
+			t.Fatal("the small request got in while the large one held everything")
+		default:
+		}
+		mustRelease(t, big)
+		mustRelease(t, <-smallDone)
+	})
+}
+
+func TestSemaphoreNeverExceedsLimit(t *testing.T) {
+	store := memory.New()
+	const limit = 5
+	s := mustSemaphore(t, store, limit, primitives.WithRetryInterval(time.Millisecond))
+	var inUse, peak atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 10 {
+		wg.Go(func() {
+			for r := range 30 {
+				n := 1 + (w+r)%3
+				l, err := s.Acquire(context.Background(), n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				cur := inUse.Add(int64(n))
+				for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+				}
+				inUse.Add(-int64(n))
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit {
+		t.Errorf("peak %d permits in use, limit %d", p, limit)
+	}
+}
+
+func TestSemaphoreAdoptKeepsPermits(t *testing.T) {
+	store := memory.New()
+	s := mustSemaphore(t, store, 4, primitives.WithoutRefresh())
+	l, err := s.Acquire(t.Context(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopted, err := s.Adopt(t.Context(), l.Holder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adopted.Permits() != 3 || adopted.Fence() != l.Fence() {
+		t.Errorf("adopted %d permits with fence %d, want 3 with %d", adopted.Permits(), adopted.Fence(), l.Fence())
+	}
+	mustRelease(t, adopted)
+	if err := l.Release(t.Context()); !errors.Is(err, core.ErrLost) {
+		t.Errorf("releasing the original after the adopter released: %v, want ErrLost", err)
+	}
+}

@@ -1,0 +1,90 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/core"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a Store that counts the calls reaching it and can inject faults.
+type recorder struct {
+	inner    *memory.Store
+	acquires atomic.Int64
+	extends  atomic.Int64
+	releases atomic.Int64
+	inspects atomic.Int64
+
+	mu        sync.Mutex
+	extendErr error                   // returned by Extend instead of extending
+	onAcquire func(context.Context)   // runs before each Acquire reaches the store
+	afterAcq  func(core.AcquireResult) // runs after
+}
+
+// notifying is a recorder that passes on the memory store's notifications.
+type notifying struct{ *recorder }
+
+func (n notifying) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+	return n.inner.Register(ctx, key, permits)
+}
+
+func newRecorder() *recorder { return &recorder{inner: memory.New()} }
+
+func (r *recorder) calls() int64 {
+	return r.acquires.Load() + r.extends.Load() + r.releases.Load() + r.inspects.Load()
+}
+
+func (r *recorder) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	r.acquires.Add(1)
+	r.mu.Lock()
+	before, after := r.onAcquire, r.afterAcq
+	r.mu.Unlock()
+	if before != nil {
+		before(ctx)
+	}
+	res, err := r.inner.Acquire(context.WithoutCancel(ctx), req)
+	if after != nil {
+		after(res)
+	}
+	if err == nil && ctx.Err() != nil {
+		return core.AcquireResult{}, ctx.Err() // the reply was lost as ctx ended
+	}
+	return res, err
+}
+
+func (r *recorder) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	r.extends.Add(1)
+	r.mu.Lock()
+	err := r.extendErr
+	r.mu.Unlock()
+	if err != nil {
+		return core.ExtendResult{}, err
+	}
+	return r.inner.Extend(ctx, req)
+}
+
+func (r *recorder) Release(ctx context.Context, key, holder string) (bool, error) {
+	r.releases.Add(1)
+	return r.inner.Release(ctx, key, holder)
+}
+
+func (r *recorder) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	r.inspects.Add(1)
+	return r.inner.Inspect(ctx, key)
+}
+
+func (r *recorder) failExtends(err error) {
+	r.mu.Lock()
+	r.extendErr = err
+	r.mu.Unlock()
+}
+
+var errNetwork = errors.New("network unreachable")
