@@ -100,7 +100,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 		holder = newHolder()
 	}
 	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl}
-	w := waiter{s: s, req: req, attempts: attempts}
+	w := waiter{s: s, req: req, attempts: attempts, begin: time.Now()}
 	defer w.close()
 	for {
 		start := time.Now()

@@ -15,6 +15,7 @@ type waiter struct {
 	req      core.AcquireRequest
 	attempts int // 0: unlimited
 	tries    int
+	begin    time.Time // when Acquire started: the acquire timeout counts from here
 
 	enrolled   bool        // registration with the notifier was attempted
 	w          core.Waiter // nil when not registered
@@ -61,8 +62,8 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 		}
 		// Without notifications the waiter still works, at the retry interval.
 	}
-	if w.timeout == nil {
-		w.timeout = time.NewTimer(w.s.cfg.acquireTimeout)
+	if w.timeout == nil { // started on the first wait, so an uncontended acquire makes no timer
+		w.timeout = time.NewTimer(w.s.cfg.acquireTimeout - time.Since(w.begin))
 	}
 	d := w.s.cfg.retryInterval
 	if retryAfter > 0 && retryAfter < d {
