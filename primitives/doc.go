@@ -8,5 +8,7 @@
 //
 // Costs, in store round trips: TryAcquire 1; Acquire 1 when the key has room, otherwise 1 per try
 // (plus registering as a waiter once, free on the memory store); a refresh 1 per refresh interval;
-// Release 1; Adopt 1. A held lease runs one goroutine (its refresher) until it ends.
+// Release 1; Adopt 1. A held lease keeps one timer, which fires at its next refresh or its
+// deadline; a refresh runs on the timer's goroutine, so a lease costs no goroutine between
+// refreshes and none once it has ended.
 package primitives

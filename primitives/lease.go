@@ -20,26 +20,27 @@ type leaseParams struct {
 	cfg     *config
 }
 
-// lease is the core.Lease the primitives return. Its refresher goroutine, if any, starts with it
-// and ends on Release, loss, or StopRefresh; its expiry timer declares it lost when the deadline
-// passes without a successful refresh.
+// lease is the core.Lease the primitives return. One timer drives it: it fires at the next
+// refresh or at the deadline, whichever comes first. A refresh runs on the timer's goroutine, so
+// a lease costs no goroutine between refreshes, and none at all once it ends; Release waits for
+// a refresh in flight, so nothing of the lease outlives it.
 type lease struct {
 	p    leaseParams
 	done chan struct{}
+	req  core.ExtendRequest
 
-	// ctx is canceled to abort an in-flight refresh; stop is closed to end the refresher.
-	ctx     context.Context
-	cancel  context.CancelFunc
-	stop    chan struct{}
+	// running counts refreshes in flight; Add happens under mu only while !stopped.
 	running sync.WaitGroup
 
-	mu       sync.Mutex
-	deadline time.Time
-	expiry   *time.Timer
-	stopped  bool // stop is closed
-	ended    bool // done is closed
-	released bool // Release was called
-	err      error
+	mu          sync.Mutex
+	timer       *time.Timer
+	deadline    time.Time
+	nextRefresh time.Time
+	cancel      context.CancelFunc // aborts the refresh in flight, if any
+	stopped     bool               // no more refreshes
+	ended       bool               // done is closed
+	released    bool               // Release was called
+	err         error
 }
 
 var _ core.Lease = (*lease)(nil)
@@ -47,20 +48,30 @@ var _ core.Lease = (*lease)(nil)
 // drift is the allowance for the rate difference between the local clock and the store's.
 func drift(ttl time.Duration) time.Duration { return ttl / 100 }
 
+var errDeadline = errors.New("deadline passed without a successful refresh")
+
 func startLease(p leaseParams) *lease {
-	l := &lease{p: p, done: make(chan struct{}), stop: make(chan struct{})}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.deadline = p.start.Add(p.cfg.ttl - drift(p.cfg.ttl))
+	l := &lease{
+		p:        p,
+		done:     make(chan struct{}),
+		req:      core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
+		deadline: p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
+		stopped:  !p.cfg.refresh,
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.expiry = time.AfterFunc(time.Until(l.deadline), l.expire)
-	if p.cfg.refresh {
-		l.running.Add(1)
-		go l.refresh()
-	} else {
-		l.stopLocked()
-	}
+	l.nextRefresh = p.start.Add(p.cfg.refreshInterval)
+	l.timer = time.AfterFunc(l.nextWakeLocked(time.Now()), l.tick)
 	return l
+}
+
+// nextWakeLocked returns how long until the timer should next fire. l.mu must be held.
+func (l *lease) nextWakeLocked(now time.Time) time.Duration {
+	at := l.deadline
+	if !l.stopped && l.nextRefresh.Before(at) {
+		at = l.nextRefresh
+	}
+	return at.Sub(now)
 }
 
 func (l *lease) Key() string    { return l.p.key }
@@ -88,11 +99,11 @@ func (l *lease) StopRefresh() {
 	l.mu.Unlock()
 }
 
-// stopLocked ends the refresher without waiting for it. l.mu must be held.
+// stopLocked ends refreshing and aborts a refresh in flight; the timer then fires only at the
+// deadline. l.mu must be held.
 func (l *lease) stopLocked() {
-	if !l.stopped {
-		l.stopped = true
-		close(l.stop)
+	l.stopped = true
+	if l.cancel != nil {
 		l.cancel()
 	}
 }
@@ -101,7 +112,8 @@ func (l *lease) stopLocked() {
 func (l *lease) endLocked() {
 	if !l.ended {
 		l.ended = true
-		l.expiry.Stop()
+		l.stopLocked()
+		l.timer.Stop()
 		close(l.done)
 	}
 }
@@ -114,6 +126,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	l.released = true
 	l.stopLocked()
+	l.timer.Stop()
 	l.mu.Unlock()
 	l.running.Wait() // no refresh may race the release
 
@@ -135,91 +148,75 @@ func (l *lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// lose ends the lease as lost and runs the OnLost callback on a goroutine of its own (so that the
-// callback may call Release).
-func (l *lease) lose(cause error) {
-	l.mu.Lock()
-	if l.ended {
-		l.mu.Unlock()
-		return
+// loseLocked ends the lease as lost and returns the OnLost call to make, if any, once l.mu is
+// released. l.mu must be held.
+func (l *lease) loseLocked(cause error) func() {
+	if l.ended || l.released {
+		return nil
 	}
 	l.err = fmt.Errorf("%w: %q: %w", core.ErrLost, l.p.key, cause)
-	l.stopLocked()
 	l.endLocked()
-	err := l.err
-	l.mu.Unlock()
-	if f := l.p.cfg.onLost; f != nil {
-		go f(l, err)
+	f, err := l.p.cfg.onLost, l.err
+	if f == nil {
+		return nil
 	}
+	// On a goroutine of its own, so that the callback may call Release.
+	return func() { go f(l, err) }
 }
 
-// expire runs when the deadline timer fires.
-func (l *lease) expire() {
+// tick runs when the timer fires: it declares the lease lost at its deadline, or refreshes it.
+// After a failed refresh it retries sooner, so that a passing fault costs no loss.
+func (l *lease) tick() {
 	l.mu.Lock()
-	if l.ended {
+	now := time.Now()
+	if l.ended || l.released {
 		l.mu.Unlock()
 		return
 	}
-	if d := time.Until(l.deadline); d > 0 { // a refresh moved the deadline just now
-		l.expiry.Reset(d)
+	if !now.Before(l.deadline) {
+		notify := l.loseLocked(errDeadline)
+		l.mu.Unlock()
+		if notify != nil {
+			notify()
+		}
+		return
+	}
+	if l.stopped || now.Before(l.nextRefresh) {
+		l.timer.Reset(l.nextWakeLocked(now))
 		l.mu.Unlock()
 		return
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), l.deadline)
+	l.cancel = cancel
+	l.running.Add(1)
 	l.mu.Unlock()
-	l.lose(errors.New("deadline passed without a successful refresh"))
-}
 
-// refresh extends the lease every refresh interval until stopped. After a failed refresh it
-// retries sooner, so that a passing fault costs no loss; the expiry timer decides loss.
-func (l *lease) refresh() {
-	defer l.running.Done()
-	every := l.p.cfg.refreshInterval
-	t := time.NewTimer(every)
-	defer t.Stop()
-	req := core.ExtendRequest{Key: l.p.key, Holder: l.p.holder, TTL: l.p.cfg.ttl}
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
-		select {
-		case <-l.stop: // stopped while the timer fired
-			return
-		default:
-		}
-		start := time.Now()
-		ctx, cancel := context.WithDeadline(l.ctx, l.Deadline())
-		res, err := l.p.store.Extend(ctx, req)
-		cancel()
-		switch {
-		case err == nil && res.Fence != l.p.fence:
-			l.lose(fmt.Errorf("the holder now holds a newer grant (fence %d)", res.Fence))
-			return
-		case err == nil:
-			l.extended(start)
-			t.Reset(every)
-		case errors.Is(err, core.ErrLost), errors.Is(err, core.ErrClosed):
-			l.lose(fmt.Errorf("refresh: %w", err))
-			return
-		default:
-			if l.ctx.Err() != nil {
-				return
-			}
-			t.Reset(max(min(every, time.Until(l.Deadline())/2), time.Millisecond))
-		}
-	}
-}
+	res, err := l.p.store.Extend(ctx, l.req)
+	cancel()
 
-// extended moves the deadline after a successful refresh sent at start.
-func (l *lease) extended(start time.Time) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
-		return
+	l.cancel = nil
+	var notify func()
+	switch {
+	case err == nil && res.Fence != l.p.fence:
+		notify = l.loseLocked(fmt.Errorf("the holder now holds a newer grant (fence %d)", res.Fence))
+	case err == nil:
+		if d := now.Add(l.p.cfg.ttl - drift(l.p.cfg.ttl)); d.After(l.deadline) {
+			l.deadline = d
+		}
+		l.nextRefresh = now.Add(l.p.cfg.refreshInterval)
+	case errors.Is(err, core.ErrLost), errors.Is(err, core.ErrClosed):
+		notify = l.loseLocked(fmt.Errorf("refresh: %w", err))
+	default:
+		after := time.Now()
+		l.nextRefresh = after.Add(max(min(l.p.cfg.refreshInterval, l.deadline.Sub(after)/2), time.Millisecond))
 	}
-	if d := start.Add(l.p.cfg.ttl - drift(l.p.cfg.ttl)); d.After(l.deadline) {
-		l.deadline = d
-		l.expiry.Reset(time.Until(d))
+	if !l.ended && !l.released {
+		l.timer.Reset(l.nextWakeLocked(time.Now()))
+	}
+	l.mu.Unlock()
+	l.running.Done()
+	if notify != nil {
+		notify()
 	}
 }

@@ -27,7 +27,10 @@ func TestBadInputIsRefusedBeforeTheStore(t *testing.T) {
 		{"limit -1", func() error { _, err := primitives.NewSemaphore(store, "k", -1); return err }, "limit"},
 		{"ttl 0", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithTTL(0)); return err }, "ttl"},
 		{"ttl negative", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithTTL(-time.Second)); return err }, "ttl"},
-		{"ttl below 1ms", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithTTL(time.Microsecond)); return err }, "ttl"},
+		{"ttl below 1ms", func() error {
+			_, err := primitives.NewMutex(store, "k", primitives.WithTTL(time.Microsecond))
+			return err
+		}, "ttl"},
 		{"refresh equal to ttl", func() error {
 			_, err := primitives.NewMutex(store, "k", primitives.WithTTL(time.Second), primitives.WithRefreshInterval(time.Second))
 			return err

@@ -24,8 +24,8 @@ type recorder struct {
 	inspects atomic.Int64
 
 	mu        sync.Mutex
-	extendErr error                   // returned by Extend instead of extending
-	onAcquire func(context.Context)   // runs before each Acquire reaches the store
+	extendErr error                    // returned by Extend instead of extending
+	onAcquire func(context.Context)    // runs before each Acquire reaches the store
 	afterAcq  func(core.AcquireResult) // runs after
 }
 

@@ -107,10 +107,12 @@ func (w *waiter) close() {
 // abandon releases, in the background and bounded in time, a lease the store may have granted
 // after the caller stopped waiting for the answer.
 func (w *waiter) abandon() {
+	// Copies, so that w itself does not escape to the heap on the hot path.
+	store, key, holder := w.s.store, w.req.Key, w.req.Holder
 	timeout := min(w.s.cfg.ttl, 2*time.Second)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		w.s.store.Release(ctx, w.req.Key, w.req.Holder)
+		store.Release(ctx, key, holder)
 	}()
 }

@@ -9,9 +9,10 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -139,7 +140,7 @@ func retryAfter(ks *keyState, now time.Time, need int) time.Duration {
 	for _, e := range ks.leases {
 		exp = append(exp, e)
 	}
-	sort.Slice(exp, func(i, j int) bool { return exp[i].expiry.Before(exp[j].expiry) })
+	slices.SortFunc(exp, func(a, b entry) int { return a.expiry.Compare(b.expiry) })
 	for _, e := range exp {
 		need -= e.permits
 		if need <= 0 {
@@ -202,13 +203,13 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		return core.Snapshot{}, nil
 	}
 	now := s.clock.Now()
-	snap := core.Snapshot{Limit: ks.limit}
+	snap := core.Snapshot{Limit: ks.limit, Leases: make([]core.LeaseInfo, 0, len(ks.leases))}
 	for h, e := range ks.leases {
 		if now.Before(e.expiry) {
 			snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: h, Permits: e.permits, Fence: e.fence, TTL: e.expiry.Sub(now)})
 		}
 	}
-	sort.Slice(snap.Leases, func(i, j int) bool { return snap.Leases[i].Fence < snap.Leases[j].Fence })
+	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
 	return snap, nil
 }
 
