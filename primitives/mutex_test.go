@@ -33,6 +33,26 @@ func mustAcquire(t *testing.T, m *primitives.Mutex) core.Lease {
 	return l
 }
 
+// acquireAsync starts s.Acquire(ctx, n) on a goroutine and returns where its lease will arrive.
+func acquireAsync(t *testing.T, s interface {
+	Acquire(context.Context, int) (core.Lease, error)
+}, n int) <-chan core.Lease {
+	got := make(chan core.Lease, 1)
+	go func() {
+		l, err := s.Acquire(context.Background(), n)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	return got
+}
+
+// asSem adapts a Mutex to acquireAsync.
+type asSem struct{ m *primitives.Mutex }
+
+func (a asSem) Acquire(ctx context.Context, _ int) (core.Lease, error) { return a.m.Acquire(ctx) }
+
 func mustRelease(t *testing.T, l core.Lease) {
 	t.Helper()
 	if err := l.Release(context.Background()); err != nil {
@@ -60,14 +80,7 @@ func TestReleaseWakesWaiterWithoutPolling(t *testing.T) {
 		store := memory.New()
 		m := mustMutex(t, store, primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(2*time.Hour))
 		l := mustAcquire(t, m)
-		got := make(chan core.Lease)
-		go func() {
-			l2, err := m.Acquire(context.Background())
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l2
-		}()
+		got := acquireAsync(t, asSem{m}, 1)
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		start := time.Now()
@@ -92,13 +105,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		const waiters = 5
 		leases := make(chan core.Lease, waiters)
 		for range waiters {
-			go func() {
-				l, err := m.Acquire(context.Background())
-				if err != nil {
-					t.Error(err)
-				}
-				leases <- l
-			}()
+			go func() { leases <- <-acquireAsync(t, asSem{m}, 1) }()
 		}
 		synctest.Wait()
 		before := rec.acquires.Load()
@@ -141,14 +148,7 @@ func TestStoreWithoutNotifierFallsBackToRetryInterval(t *testing.T) {
 		rec := newRecorder() // no Notifier
 		m := mustMutex(t, rec, primitives.WithRetryInterval(100*time.Millisecond))
 		l := mustAcquire(t, m)
-		done := make(chan core.Lease)
-		go func() {
-			l2, err := m.Acquire(context.Background())
-			if err != nil {
-				t.Error(err)
-			}
-			done <- l2
-		}()
+		done := acquireAsync(t, asSem{m}, 1)
 		time.Sleep(time.Second)
 		mustRelease(t, l)
 		start := time.Now()

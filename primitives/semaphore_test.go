@@ -71,23 +71,9 @@ func TestSemaphoreLargeRequestIsNotStarved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bigDone := make(chan core.Lease, 1)
-		go func() {
-			l, err := s.Acquire(context.Background(), 3)
-			if err != nil {
-				t.Error(err)
-			}
-			bigDone <- l
-		}()
+		bigDone := acquireAsync(t, s, 3)
 		synctest.Wait() // the large request is first in line
-		smallDone := make(chan core.Lease, 1)
-		go func() {
-			l, err := s.Acquire(context.Background(), 1)
-			if err != nil {
-				t.Error(err)
-			}
-			smallDone <- l
-		}()
+		smallDone := acquireAsync(t, s, 1)
 		synctest.Wait()
 		mustRelease(t, held)
 		big := <-bigDone
