@@ -65,6 +65,7 @@ func (b *broken) Release(ctx context.Context, key, holder string) (bool, error) 
 type silent struct{}
 
 func (silent) C() <-chan struct{} { return nil }
+func (silent) Reliable() bool     { return true }
 func (silent) Close(bool)         {}
 
 func (b *broken) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {

@@ -17,6 +17,13 @@ type Waiter interface {
 	// C receives a value when permits on the key may have been freed for this waiter. A waiter
 	// that receives from C should try to acquire promptly: the wake was meant for it alone.
 	C() <-chan struct{}
+	// Reliable reports whether every release on the key will reach the waiters that it should
+	// wake, as long as they stay enrolled: true for an in-process store, and for a Redis store
+	// while its subscription is up. A caller whose waiter is reliable waits for a wake or for
+	// the store's RetryAfter and sends nothing in between; otherwise it also retries at its
+	// retry interval. A store whose reliability changes wakes every waiter, so that each one
+	// looks again.
+	Reliable() bool
 	// Close ends the enrollment. A wake still pending in C is passed on to the next waiter;
 	// so is a wake already received from C when unused is true, meaning the caller gave up
 	// without trying to acquire.

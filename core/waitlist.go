@@ -14,6 +14,7 @@ import (
 type Waitlist struct {
 	mu   sync.Mutex
 	keys map[string]*waitQueue
+	down bool // notifications may be missed: waiters are not Reliable
 }
 
 type waitQueue struct {
@@ -82,7 +83,22 @@ func (wl *Waitlist) Notify(key string, permits int) {
 	}
 }
 
-// WakeAll wakes every waiter on every key, for a store that is closing.
+// SetReliable says whether notifications can be missed (false, say while a subscription is
+// down) or not (true, the zero value's state). A change wakes every waiter, so that each one
+// tries again and looks at Reliable: going down, it starts retrying at its retry interval; coming
+// back, it makes up for a release it may have missed.
+func (wl *Waitlist) SetReliable(reliable bool) {
+	wl.mu.Lock()
+	changed := wl.down == reliable
+	wl.down = !reliable
+	wl.mu.Unlock()
+	if changed {
+		wl.WakeAll()
+	}
+}
+
+// WakeAll wakes every waiter on every key, for a store that is closing or that may have missed
+// notifications.
 func (wl *Waitlist) WakeAll() {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
@@ -110,6 +126,12 @@ func (wl *Waitlist) Len(key string) int {
 }
 
 func (w *listWaiter) C() <-chan struct{} { return w.ch }
+
+func (w *listWaiter) Reliable() bool {
+	w.wl.mu.Lock()
+	defer w.wl.mu.Unlock()
+	return !w.wl.down
+}
 
 func (w *listWaiter) Close(unused bool) {
 	wl := w.wl

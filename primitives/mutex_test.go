@@ -471,3 +471,23 @@ func TestConcurrentMutexExcludes(t *testing.T) {
 		t.Errorf("%d holders inside at once", maxInside.Load())
 	}
 }
+
+func TestReliableWaiterSendsNothingBetweenWakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		store := notifying{rec}
+		m := mustMutex(t, store, primitives.WithTTL(30*time.Second), primitives.WithRetryInterval(10*time.Millisecond), primitives.WithAcquireTimeout(time.Hour))
+		l := mustAcquire(t, m)
+		got := acquireAsync(t, asSem{m}, 1)
+		time.Sleep(10 * time.Second) // the holder refreshes; the waiter should stay quiet
+		synctest.Wait()
+		if n := rec.acquires.Load(); n != 3 {
+			t.Errorf("%d acquire calls in 10s of waiting, want 3: the holder's, the waiter's try and its retry after enrolling", n)
+		}
+		mustRelease(t, l)
+		mustRelease(t, <-got)
+		if n := rec.acquires.Load(); n != 4 {
+			t.Errorf("%d acquire calls after the release, want 4", n)
+		}
+	})
+}

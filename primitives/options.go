@@ -70,8 +70,9 @@ func WithAttempts(n int) Option {
 }
 
 // WithRetryInterval sets the longest a waiter sleeps with no notification before trying again
-// (default 10ms). A waiter wakes earlier when notified of a release, or when the store reports
-// that a lease expires sooner.
+// when the store cannot promise notifications (default 10ms): a store without them, or a Redis
+// store while its subscription is down. With reliable notifications a waiter tries only when
+// woken by a release or when the store said the leases in its way expire.
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

@@ -48,7 +48,8 @@ func (w *waiter) try(ctx context.Context) (core.AcquireResult, error) {
 
 // wait returns when the next try is due: at once after first enrolling as a waiter (so a release
 // between the refused try and the enrollment is not missed), else on a wake, after retryAfter
-// capped by the retry interval, or with an error when the acquire timeout passes or ctx ends.
+// (capped by the retry interval unless notifications are reliable), or with an error when the
+// acquire timeout passes or ctx ends.
 func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if !w.enrolled && w.s.notifier != nil {
 		w.enrolled = true
@@ -65,8 +66,12 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if w.timeout == nil { // started on the first wait, so an uncontended acquire makes no timer
 		w.timeout = time.NewTimer(w.s.cfg.acquireTimeout - time.Since(w.begin))
 	}
+	// With reliable notifications a waiter sends nothing until a wake or until the store said
+	// the leases in its way expire; otherwise it also retries at the retry interval.
 	d := w.s.cfg.retryInterval
-	if retryAfter > 0 && retryAfter < d {
+	switch {
+	case retryAfter <= 0:
+	case w.w != nil && w.w.Reliable(), retryAfter < d:
 		d = retryAfter
 	}
 	if w.retryTimer == nil {
