@@ -19,6 +19,19 @@ func register(t *testing.T, st core.Store, key string, permits int) core.Waiter 
 		t.Fatalf("Register(%q): %v", key, err)
 	}
 	t.Cleanup(func() { w.Close(false) })
+	// A store may need a moment to confirm a subscription; its waiters are woken then. Wait
+	// for that, and clear the wake, so that the test sees only the wakes it causes.
+	deadline := time.Now().Add(wakeTimeout)
+	for !w.Reliable() {
+		if time.Now().After(deadline) {
+			t.Fatalf("a waiter on %q did not become Reliable within %v", key, wakeTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-w.C():
+	default:
+	}
 	return w
 }
 

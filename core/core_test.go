@@ -139,3 +139,32 @@ func TestWaitlistWakeAll(t *testing.T) {
 		t.Errorf("WakeAll woke %v", got)
 	}
 }
+
+func TestWaitlistWakeOneKey(t *testing.T) {
+	var wl core.Waitlist
+	a, b, c := register(t, &wl, "k", 1), register(t, &wl, "k", 1), register(t, &wl, "j", 1)
+	wl.Wake("k")
+	if got := pending(a, b, c); !got[0] || !got[1] || got[2] {
+		t.Errorf("Wake(k) woke %v, want both waiters on k and none on j", got)
+	}
+}
+
+func TestWaitlistReliability(t *testing.T) {
+	var wl core.Waitlist
+	a := register(t, &wl, "k", 1)
+	if !a.Reliable() {
+		t.Fatal("a new Waitlist's waiter is not reliable")
+	}
+	wl.SetReliable(false)
+	if got := pending(a); !got[0] || a.Reliable() {
+		t.Errorf("going down: woken %v, reliable %v; want woken and unreliable", got[0], a.Reliable())
+	}
+	wl.SetReliable(false)
+	if got := pending(a); got[0] {
+		t.Errorf("no change in reliability woke the waiter")
+	}
+	wl.SetReliable(true)
+	if got := pending(a); !got[0] || !a.Reliable() {
+		t.Errorf("coming back: woken %v, reliable %v; want woken and reliable", got[0], a.Reliable())
+	}
+}

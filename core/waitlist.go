@@ -97,18 +97,32 @@ func (wl *Waitlist) SetReliable(reliable bool) {
 	}
 }
 
+// Wake wakes every waiter on key, for a store that may have missed notifications on it (for
+// example until its subscription to the key was confirmed).
+func (wl *Waitlist) Wake(key string) {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	if q := wl.keys[key]; q != nil {
+		q.wakeAll()
+	}
+}
+
+func (q *waitQueue) wakeAll() {
+	for w := q.head; w != nil; w = w.next {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // WakeAll wakes every waiter on every key, for a store that is closing or that may have missed
 // notifications.
 func (wl *Waitlist) WakeAll() {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
 	for _, q := range wl.keys {
-		for w := q.head; w != nil; w = w.next {
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-		}
+		q.wakeAll()
 	}
 }
 

@@ -1,0 +1,35 @@
+-- ARGV: holder, permits, limit, ttl_ms
+-- Returns {1, fence} granted; {0, retry_after_ms} refused; {-1, permits_held} when the holder
+-- already holds a different number of permits.
+local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+purge()
+local cur, cur_fence = held(holder)
+if cur then
+  if cur ~= n then return {-1, cur} end
+  redis.call('ZADD', leases, now_ms + ttl, holder)
+  redis.call('HSET', meta, 'limit', limit)
+  keepalive()
+  return {1, cur_fence}
+end
+local used = 0
+local vals = redis.call('HVALS', holders)
+for i = 1, #vals do
+  used = used + tonumber(string.match(vals[i], '^%d+'))
+end
+if used + n > limit then
+  local need = used + n - limit
+  local by_expiry = redis.call('ZRANGE', leases, 0, -1, 'WITHSCORES')
+  for i = 1, #by_expiry, 2 do
+    need = need - held(by_expiry[i])
+    if need <= 0 then return {0, tonumber(by_expiry[i + 1]) - now_ms} end
+  end
+  return {0, 0}
+end
+local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
+redis.call('HSET', meta, 'fence', int(fence), 'limit', limit)
+-- The counter outlives the leases by a week; after that the server clock carries the order.
+redis.call('PEXPIRE', meta, ttl + 604800000)
+redis.call('ZADD', leases, now_ms + ttl, holder)
+redis.call('HSET', holders, holder, n .. ' ' .. int(fence))
+keepalive()
+return {1, fence}

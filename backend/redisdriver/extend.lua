@@ -1,0 +1,12 @@
+-- ARGV: holder, ttl_ms
+-- Returns {1, permits, fence}, or {0} when the holder holds no unexpired lease.
+local holder, ttl = ARGV[1], tonumber(ARGV[2])
+purge()
+local n, fence = held(holder)
+if not n then
+  keepalive()
+  return {0}
+end
+redis.call('ZADD', leases, 'XX', now_ms + ttl, holder)
+keepalive()
+return {1, n, fence}

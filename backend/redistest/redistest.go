@@ -1,0 +1,204 @@
+// Package redistest starts throwaway redis-server processes for tests: a standalone server, or a
+// Redis Cluster of several masters. Each listens on a free loopback port, keeps nothing on disk,
+// and is stopped by pid when the test ends.
+//
+// It needs redis-server (and redis-cli for a cluster) on PATH. Without them the test is skipped
+// with a message saying so, except under CI=true, where a missing server fails it.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary returns the path of name on PATH, or skips (fails under CI=true) when it is missing.
+func binary(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		msg := fmt.Sprintf("redistest: %s not found on PATH; install it (apt-get install -y redis-server) to run this test", name)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return path
+}
+
+// freePort returns a loopback port that is free, with port+10000 (a cluster bus) free too.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if port+10000 > 65535 {
+			continue
+		}
+		if bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
+			bus.Close()
+			return port
+		}
+	}
+	t.Fatal("redistest: no free port pair")
+	return 0
+}
+
+// Server is a running redis-server.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+	dir  string
+	args []string
+}
+
+// StartServer starts a standalone redis-server and returns it; it is stopped when t ends.
+func StartServer(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	return start(t, extra...)
+}
+
+func start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin := binary(t, "redis-server")
+	dir := t.TempDir()
+	port := freePort(t)
+	args := append([]string{
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no", "--dir", dir,
+		"--daemonize", "no", "--logfile", "",
+	}, extra...)
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, args: args}
+	s.run(t, bin)
+	return s
+}
+
+func (s *Server) run(t testing.TB, bin string) {
+	t.Helper()
+	s.cmd = exec.Command(bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("redistest: start redis-server: %v", err)
+	}
+	cmd := s.cmd
+	t.Cleanup(func() { stop(cmd) })
+	if err := waitReady(s.Addr, 10*time.Second); err != nil {
+		t.Fatalf("redistest: redis-server on %s: %v", s.Addr, err)
+	}
+}
+
+// Restart kills the server (SIGKILL: it loses everything, having no persistence) and starts it
+// again, empty, on the same port.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	stop(s.cmd)
+	s.run(t, binary(t, "redis-server"))
+}
+
+// Pid returns the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+func stop(cmd *exec.Cmd) {
+	if cmd.Process == nil || cmd.ProcessState != nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+}
+
+// waitReady waits until the server answers PING.
+func waitReady(addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var last error
+	for time.Now().Before(deadline) {
+		if reply, err := Do(addr, "PING"); err == nil && strings.HasPrefix(reply, "+PONG") {
+			return nil
+		} else if err != nil {
+			last = err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready after %v: %v", within, last)
+}
+
+// Do sends one command in RESP to addr and returns the first line of the reply (for simple
+// status and integer replies), or the bulk string that follows for a bulk reply.
+func Do(addr string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(line, "$") {
+		n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return line, nil
+}
+
+// StartCluster starts a Redis Cluster of masters (at least 3) with no replicas, waits until
+// every node reports cluster_state:ok, and returns the nodes' addresses.
+func StartCluster(t testing.TB, masters int) []string {
+	t.Helper()
+	cli := binary(t, "redis-cli")
+	var addrs []string
+	for range masters {
+		s := start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, a := range addrs {
+		for {
+			info, err := Do(a, "CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster node %s not ok after 30s: %q %v", a, info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return addrs
+}
