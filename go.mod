@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/valkey-io/valkey-go v1.0.79
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.24.0
 	pgregory.net/rapid v1.3.0

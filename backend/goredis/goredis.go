@@ -10,11 +10,8 @@ package goredis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,24 +20,17 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-var (
-	acquireScript = redis.NewScript(redisdriver.AcquireScript)
-	extendScript  = redis.NewScript(redisdriver.ExtendScript)
-	releaseScript = redis.NewScript(redisdriver.ReleaseScript)
-	inspectScript = redis.NewScript(redisdriver.InspectScript)
-)
+var scripts = func() (s [len(redisdriver.Sources)]*redis.Script) {
+	for i, src := range redisdriver.Sources {
+		s[i] = redis.NewScript(src)
+	}
+	return s
+}()
 
-// Store is a core.Store and core.Notifier on Redis through go-redis. Make one with New.
+// Store is a core.Store and core.Notifier on Redis through go-redis: Acquire, Extend, Release,
+// Inspect, Register and Close come from the embedded redisdriver.Base. Make one with New.
 type Store struct {
-	client redis.UniversalClient
-	layout redisdriver.Layout
-	closed atomic.Bool
-
-	mu     sync.Mutex // guards the lazily started subscription
-	subs   *redisdriver.Subscriptions
-	ps     *redis.PubSub
-	cancel context.CancelFunc
-	done   chan struct{}
+	*redisdriver.Base
 }
 
 var (
@@ -61,8 +51,9 @@ func WithPrefix(prefix string) Option {
 	return func(o *options) { o.prefix = prefix }
 }
 
-// New returns a Store over client. It sends nothing until the first operation. The client
-// stays the caller's: Close does not close it. A nil client is an error wrapping core.ErrInvalid.
+// New returns a Store over client. It sends nothing until the first operation; the first
+// waiter opens one subscription connection. The client stays the caller's: Close does not
+// close it. A nil client is an error wrapping core.ErrInvalid.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil || (reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil()) {
 		return nil, fmt.Errorf("leasehold/goredis: new: %w: client: must not be nil", core.ErrInvalid)
@@ -75,156 +66,64 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/goredis: new: %w", err)
 	}
-	return &Store{client: client, layout: layout}, nil
+	return &Store{redisdriver.NewBase("goredis", driver{client}, layout)}, nil
 }
 
-// run calls a script: one round trip (two the first time on a server, to load it).
-func (s *Store) run(ctx context.Context, op, key string, script *redis.Script, args []any) (any, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, fmt.Errorf("leasehold/goredis: %s %q: %w", op, key, err)
-	}
-	r, err := script.Run(ctx, s.client, s.layout.Keys(key), args...).Result()
-	if err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+// driver is the redisdriver.Client over go-redis.
+type driver struct {
+	c redis.UniversalClient
+}
+
+// Run uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT.
+func (d driver) Run(ctx context.Context, s redisdriver.Script, keys []string, args []any) (any, error) {
+	return scripts[s].Run(ctx, d.c, keys, args...).Result()
+}
+
+// Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and
+// resubscribes on the next read; until the server confirms, waiters poll.
+func (d driver) Listen(ctx context.Context, subs *redisdriver.Subscriptions) (redisdriver.PubSub, func()) {
+	ps := d.c.Subscribe(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		backoff := 10 * time.Millisecond
+		for {
+			msg, err := ps.Receive(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				subs.Down()
+				t := time.NewTimer(backoff)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			backoff = 10 * time.Millisecond
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					subs.Confirmed(m.Channel)
+				}
+			case *redis.Message:
+				subs.Message(m.Channel, m.Payload)
+			}
 		}
-		return nil, fmt.Errorf("leasehold/goredis: %s %q: %w", op, key, err)
+	}()
+	stop := context.AfterFunc(ctx, func() { ps.Close() })
+	return pubsub{ps}, func() {
+		<-done
+		stop()
+		ps.Close()
 	}
-	return r, nil
-}
-
-func (s *Store) check(ctx context.Context) error {
-	if s.closed.Load() {
-		return core.ErrClosed
-	}
-	return ctx.Err()
-}
-
-func wrap(op, key string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("leasehold/goredis: %s %q: %w", op, key, err)
-}
-
-// Acquire implements core.Store.Acquire in one round trip.
-func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
-	r, err := s.run(ctx, "acquire", req.Key, acquireScript, redisdriver.AcquireArgs(req))
-	if err != nil {
-		return core.AcquireResult{}, err
-	}
-	res, err := redisdriver.ParseAcquire(r)
-	return res, wrap("acquire", req.Key, err)
-}
-
-// Extend implements core.Store.Extend in one round trip.
-func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
-	r, err := s.run(ctx, "extend", req.Key, extendScript, redisdriver.ExtendArgs(req))
-	if err != nil {
-		return core.ExtendResult{}, err
-	}
-	res, err := redisdriver.ParseExtend(r)
-	return res, wrap("extend", req.Key, err)
-}
-
-// Release implements core.Store.Release in one round trip; the script publishes the freed
-// permits, which wake waiters in every process subscribed to the key.
-func (s *Store) Release(ctx context.Context, key, holder string) (bool, error) {
-	r, err := s.run(ctx, "release", key, releaseScript, s.layout.ReleaseArgs(key, holder))
-	if err != nil {
-		return false, err
-	}
-	held, err := redisdriver.ParseRelease(r)
-	return held, wrap("release", key, err)
-}
-
-// Inspect implements core.Store.Inspect in one round trip.
-func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
-	r, err := s.run(ctx, "inspect", key, inspectScript, nil)
-	if err != nil {
-		return core.Snapshot{}, err
-	}
-	snap, err := redisdriver.ParseInspect(r)
-	return snap, wrap("inspect", key, err)
-}
-
-// Register implements core.Notifier. The first call opens the Store's subscription connection;
-// the first waiter on a key subscribes to its channel.
-func (s *Store) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, wrap("register", key, err)
-	}
-	w, err := s.subscriptions().Register(ctx, key, permits)
-	return w, wrap("register", key, err)
-}
-
-func (s *Store) subscriptions() *redisdriver.Subscriptions {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.subs == nil {
-		s.ps = s.client.Subscribe(context.Background())
-		s.subs = redisdriver.NewSubscriptions(s.layout, pubsub{s.ps})
-		var ctx context.Context
-		ctx, s.cancel = context.WithCancel(context.Background())
-		s.done = make(chan struct{})
-		go s.listen(ctx, s.ps, s.subs)
-	}
-	return s.subs
 }
 
 type pubsub struct{ ps *redis.PubSub }
 
 func (p pubsub) Subscribe(ctx context.Context, ch string) error   { return p.ps.Subscribe(ctx, ch) }
 func (p pubsub) Unsubscribe(ctx context.Context, ch string) error { return p.ps.Unsubscribe(ctx, ch) }
-
-// listen reads the subscription connection until the Store is closed. After an error go-redis
-// reconnects and resubscribes on the next read; until the server confirms, waiters poll.
-func (s *Store) listen(ctx context.Context, ps *redis.PubSub, subs *redisdriver.Subscriptions) {
-	defer close(s.done)
-	backoff := 10 * time.Millisecond
-	for {
-		msg, err := ps.Receive(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			subs.Down()
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		backoff = 10 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				subs.Confirmed(m.Channel)
-			}
-		case *redis.Message:
-			subs.Message(m.Channel, m.Payload)
-		}
-	}
-}
-
-// Close stops the Store's subscription connection and wakes its waiters; later operations
-// return an error wrapping core.ErrClosed. The client is left open. Close is idempotent.
-func (s *Store) Close() error {
-	if s.closed.Swap(true) {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.subs == nil {
-		return nil
-	}
-	s.subs.Close()
-	s.cancel()
-	err := s.ps.Close()
-	<-s.done
-	return err
-}

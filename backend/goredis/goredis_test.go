@@ -63,7 +63,7 @@ type realHarness struct {
 }
 
 func (h realHarness) NewStore(t *testing.T) core.Store { return newStore(t, h.newClient()) }
-func (realHarness) Advance(time.Duration) bool          { return false }
+func (realHarness) Advance(time.Duration) bool         { return false }
 
 func TestConformanceRedisServer(t *testing.T) {
 	srv := redistest.StartServer(t)

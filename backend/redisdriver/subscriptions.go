@@ -30,6 +30,11 @@ type Subscriptions struct {
 	ps     PubSub
 	wl     core.Waitlist
 
+	// sendMu orders what is sent on ps; it is never held by the receiving side, which may need
+	// mu while a send waits for its reply.
+	sendMu sync.Mutex
+	sent   map[string]bool // channel → subscribed on ps, as far as sends go; guarded by sendMu
+
 	mu        sync.Mutex
 	refs      map[string]int    // channel → enrolled waiters
 	keys      map[string]string // channel → resource key
@@ -41,34 +46,71 @@ var _ core.Notifier = (*Subscriptions)(nil)
 
 // NewSubscriptions returns the Subscriptions of a Store with layout, sending over ps.
 func NewSubscriptions(layout Layout, ps PubSub) *Subscriptions {
-	return &Subscriptions{layout: layout, ps: ps, refs: map[string]int{}, keys: map[string]string{}, confirmed: map[string]bool{}}
+	return &Subscriptions{layout: layout, ps: ps, sent: map[string]bool{}, refs: map[string]int{}, keys: map[string]string{}, confirmed: map[string]bool{}}
 }
 
-// Register implements core.Notifier. The first waiter on a key sends SUBSCRIBE for its channel
-// (no round trip is waited for); until the server confirms it, the waiter is not Reliable.
+// Register implements core.Notifier. The first waiter on a key sends SUBSCRIBE for its channel;
+// until the server confirms it, the waiter is not Reliable.
 func (s *Subscriptions) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
 	ch := s.layout.Channel(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil, core.ErrClosed
 	}
 	s.refs[ch]++
-	if s.refs[ch] == 1 {
-		s.keys[ch] = key
-		if err := s.ps.Subscribe(ctx, ch); err != nil {
-			s.dropLocked(ch)
-			return nil, fmt.Errorf("subscribe %q: %w", ch, err)
-		}
+	s.keys[ch] = key
+	s.mu.Unlock()
+	if err := s.sync(ctx, ch); err != nil {
+		s.leave(ch)
+		return nil, fmt.Errorf("subscribe %q: %w", ch, err)
 	}
 	inner, _ := s.wl.Register(ctx, key, permits)
 	return &waiter{Waiter: inner, s: s, ch: ch}, nil
 }
 
-func (s *Subscriptions) dropLocked(ch string) {
-	delete(s.refs, ch)
-	delete(s.keys, ch)
-	delete(s.confirmed, ch)
+// leave drops one waiter's interest in ch and unsubscribes when it was the last.
+func (s *Subscriptions) leave(ch string) {
+	s.mu.Lock()
+	s.refs[ch]--
+	last := s.refs[ch] <= 0
+	if last {
+		delete(s.refs, ch)
+		delete(s.keys, ch)
+		delete(s.confirmed, ch)
+	}
+	closed := s.closed
+	s.mu.Unlock()
+	if last && !closed {
+		// Best effort: a failed UNSUBSCRIBE leaves a subscription whose messages are ignored.
+		s.sync(context.Background(), ch)
+	}
+}
+
+// sync brings ch's subscription on ps in line with whether it has waiters.
+func (s *Subscriptions) sync(ctx context.Context, ch string) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	want := s.refs[ch] > 0
+	s.mu.Unlock()
+	if want == s.sent[ch] {
+		return nil
+	}
+	var err error
+	if want {
+		err = s.ps.Subscribe(ctx, ch)
+	} else {
+		err = s.ps.Unsubscribe(ctx, ch)
+	}
+	if err == nil {
+		if want {
+			s.sent[ch] = true
+		} else {
+			delete(s.sent, ch)
+		}
+	}
+	return err
 }
 
 // Confirmed reports the server's confirmation of a subscription to channel. The key's waiters
@@ -148,19 +190,11 @@ func (w *waiter) Reliable() bool {
 
 func (w *waiter) Close(unused bool) {
 	w.Waiter.Close(unused)
-	s := w.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w.closed {
-		return
-	}
+	w.s.mu.Lock()
+	already := w.closed
 	w.closed = true
-	if s.refs[w.ch]--; s.refs[w.ch] > 0 {
-		return
-	}
-	s.dropLocked(w.ch)
-	if !s.closed {
-		// Best effort: a failed UNSUBSCRIBE leaves a subscription whose messages are ignored.
-		s.ps.Unsubscribe(context.Background(), w.ch)
+	w.s.mu.Unlock()
+	if !already {
+		w.s.leave(w.ch)
 	}
 }

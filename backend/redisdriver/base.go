@@ -1,0 +1,86 @@
+package redisdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Script names one of the scripts.
+type Script int
+
+// The scripts, in the order of Sources.
+const (
+	Acquire Script = iota
+	Extend
+	Release
+	Inspect
+)
+
+// Sources are the scripts' full sources, indexed by Script.
+var Sources = [...]string{Acquire: AcquireScript, Extend: ExtendScript, Release: ReleaseScript, Inspect: InspectScript}
+
+// Client is what a driver supplies: a way to run a script, and to open the Store's
+// subscription connection.
+type Client interface {
+	// Run runs script with keys and args in one round trip (plus a load the first time on a
+	// server) and returns the reply as int64, string and []any values.
+	Run(ctx context.Context, script Script, keys []string, args []any) (any, error)
+	// Listen opens the Store's subscription connection, reports what it receives to subs (and
+	// subs.Down when it breaks) until ctx ends, and returns the PubSub that sends on it and a
+	// function that waits until everything Listen started has ended.
+	Listen(ctx context.Context, subs *Subscriptions) (PubSub, func())
+}
+
+// Base is a complete core.Store and core.Notifier over a driver's Client: drivers embed it.
+// It checks the closed flag and ctx before every call, wraps every error with the driver's
+// name, the operation and the key, and opens the subscription on the first Register.
+type Base struct {
+	name   string
+	client Client
+	layout Layout
+	closed atomic.Bool
+
+	mu     sync.Mutex // guards the lazily opened subscription
+	subs   *Subscriptions
+	cancel context.CancelFunc
+	wait   func()
+}
+
+// NewBase returns the Base of a driver called name (for error messages) over client.
+func NewBase(name string, client Client, layout Layout) *Base {
+	return &Base{name: name, client: client, layout: layout}
+}
+
+// Layout returns the key layout.
+func (b *Base) Layout() Layout { return b.layout }
+
+func (b *Base) run(ctx context.Context, op, key string, script Script, args []any) (any, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, b.wrap(op, key, err)
+	}
+	r, err := b.client.Run(ctx, script, b.layout.Keys(key), args)
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, b.wrap(op, key, err)
+	}
+	return r, nil
+}
+
+func (b *Base) check(ctx context.Context) error {
+	if b.closed.Load() {
+		return errClosed
+	}
+	return ctx.Err()
+}
+
+func (b *Base) wrap(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("leasehold/%s: %s %q: %w", b.name, op, key, err)
+}
