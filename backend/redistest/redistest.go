@@ -107,6 +107,9 @@ func (s *Server) Restart(t testing.TB) {
 	s.run(t, binary(t, "redis-server"))
 }
 
+// Stop kills the server (SIGKILL) and waits for it to exit.
+func Stop(s *Server) { stop(s.cmd) }
+
 // Pid returns the server's process id.
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
 

@@ -1,0 +1,365 @@
+package redisdriver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	vk "github.com/valkey-io/valkey-go"
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/backend/valkey"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"))
+}
+
+// store is a Store of either driver that can be closed.
+type store interface {
+	core.Store
+	core.Notifier
+	Close() error
+}
+
+// drivers make a Store of each driver on the server at addr.
+var drivers = map[string]func(t *testing.T, addr string) store{
+	"goredis": func(t *testing.T, addr string) store {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		s, err := goredis.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(); c.Close() })
+		return s
+	},
+	"valkey": func(t *testing.T, addr string) store {
+		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := valkey.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(); c.Close() })
+		return s
+	},
+}
+
+func TestDriversExcludeEachOther(t *testing.T) {
+	srv := redistest.StartServer(t)
+	a, b := drivers["goredis"](t, srv.Addr), drivers["valkey"](t, srv.Addr)
+	ma, _ := primitives.NewMutex(a, "shared", primitives.WithRetryInterval(time.Millisecond))
+	mb, _ := primitives.NewMutex(b, "shared", primitives.WithRetryInterval(time.Millisecond))
+	var inside, peak, grants atomic.Int32
+	var last atomic.Uint64
+	var wg sync.WaitGroup
+	for i := range 6 {
+		m := ma
+		if i%2 == 1 {
+			m = mb
+		}
+		wg.Go(func() {
+			for range 40 {
+				l, err := m.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n := inside.Add(1); n > peak.Load() {
+					peak.Store(n)
+				}
+				if prev := last.Swap(l.Fence()); l.Fence() <= prev {
+					t.Errorf("fence %d after %d", l.Fence(), prev)
+				}
+				grants.Add(1)
+				inside.Add(-1)
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if peak.Load() != 1 || grants.Load() != 240 {
+		t.Errorf("go-redis and valkey-go stores on one key: %d holders at once, %d grants; want 1 and 240", peak.Load(), grants.Load())
+	}
+}
+
+func TestWakeCrossesDrivers(t *testing.T) {
+	srv := redistest.StartServer(t)
+	a, b := drivers["goredis"](t, srv.Addr), drivers["valkey"](t, srv.Addr)
+	for _, pair := range [][2]store{{a, b}, {b, a}} {
+		holder, waiter := pair[0], pair[1]
+		mh, _ := primitives.NewMutex(holder, "wake")
+		mw, _ := primitives.NewMutex(waiter, "wake", primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(time.Minute))
+		l, err := mh.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Duration)
+		go func() {
+			l2, err := mw.Acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			start := time.Now()
+			l2.Release(context.Background())
+			got <- time.Since(start)
+		}()
+		time.Sleep(200 * time.Millisecond) // the waiter enrolls and its subscription is confirmed
+		l.Release(context.Background())
+		select {
+		case <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a release through one driver did not wake a waiter of the other (retry interval 1h, TTL 10s)")
+		}
+	}
+}
+
+// clientCommands are the commands a client sends per operation; INFO commandstats also counts
+// the commands that scripts run, which are not round trips, and the handshake of each new pooled
+// connection (HELLO, CLIENT) or a client's keep-alive PING, which are not per-operation costs.
+var clientCommands = []string{"cmdstat_eval", "cmdstat_script", "cmdstat_subscribe", "cmdstat_unsubscribe",
+	"cmdstat_ssubscribe", "cmdstat_sunsubscribe", "cmdstat_get", "cmdstat_set"}
+
+// commands returns the number of commands clients have sent the server, INFO excluded.
+func commands(t *testing.T, addr string) int {
+	t.Helper()
+	info, err := redistest.Do(addr, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		if !slices.ContainsFunc(clientCommands, func(p string) bool { return strings.HasPrefix(line, p) }) {
+			continue
+		}
+		i := strings.Index(line, "calls=")
+		j := strings.Index(line[i:], ",")
+		c, _ := strconv.Atoi(line[i+6 : i+j])
+		n += c
+
+	}
+	return n
+}
+
+func TestOneRoundTripPerOperation(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			req := core.AcquireRequest{Key: "rt", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
+			// Warm up: connections, handshakes and script loads are paid once.
+			s.Acquire(ctx, req)
+			s.Extend(ctx, core.ExtendRequest{Key: "rt", Holder: "a", TTL: time.Minute})
+			s.Inspect(ctx, "rt")
+			s.Release(ctx, "rt", "a")
+			ops := []struct {
+				name string
+				do   func() error
+			}{
+				{"Acquire", func() error { _, err := s.Acquire(ctx, req); return err }},
+				{"Acquire refused", func() error {
+					_, err := s.Acquire(ctx, core.AcquireRequest{Key: "rt", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute})
+					return err
+				}},
+				{"Extend", func() error {
+					_, err := s.Extend(ctx, core.ExtendRequest{Key: "rt", Holder: "a", TTL: time.Minute})
+					return err
+				}},
+				{"Inspect", func() error { _, err := s.Inspect(ctx, "rt"); return err }},
+				{"Release", func() error { _, err := s.Release(ctx, "rt", "a"); return err }},
+			}
+			for _, op := range ops {
+				before := commands(t, srv.Addr)
+				if err := op.do(); err != nil {
+					t.Fatalf("%s: %v", op.name, err)
+				}
+				if n := commands(t, srv.Addr) - before; n != 1 {
+					t.Errorf("%s sent %d commands, want 1", op.name, n)
+				}
+			}
+		})
+	}
+}
+
+func TestWaiterIsSilentBetweenNotifications(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			m, _ := primitives.NewMutex(s, "quiet", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+			warm, _ := primitives.NewMutex(s, "warm-up")
+			if l, err := warm.Acquire(context.Background()); err == nil {
+				l.Release(context.Background()) // load the scripts: later counts are steady state
+			}
+			l, err := m.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan core.Lease, 1)
+			go func() {
+				l2, err := m.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l2
+			}()
+			time.Sleep(300 * time.Millisecond) // enrolled, subscribed, confirmed
+			before := commands(t, srv.Addr)
+			time.Sleep(time.Second) // ten default retry intervals... and the holder's refresh is 20s away
+			if n := commands(t, srv.Addr) - before; n != 0 {
+				t.Errorf("a waiter sent %d commands in 1s while its subscription was healthy, want 0", n)
+			}
+			before = commands(t, srv.Addr)
+			l.Release(context.Background())
+			l2 := <-got
+			if n := commands(t, srv.Addr) - before; n > 3 {
+				t.Errorf("one handoff cost %d commands, want at most 3 (release, the waiter's acquire, its unsubscribe)", n)
+			} else {
+				t.Logf("one handoff: %d commands", n)
+			}
+			l2.Release(context.Background())
+		})
+	}
+}
+
+func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+			for i, k := range layout.Keys("theirs") {
+				if _, err := redistest.Do(srv.Addr, "SET", k, fmt.Sprint("their data ", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx := context.Background()
+			_, err := s.Acquire(ctx, core.AcquireRequest{Key: "theirs", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute})
+			if err == nil || !strings.Contains(err.Error(), `"theirs"`) || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("Acquire over foreign data: err = %v, want one naming the key and the wrong type", err)
+			}
+			for _, op := range []func() error{
+				func() error {
+					_, err := s.Extend(ctx, core.ExtendRequest{Key: "theirs", Holder: "a", TTL: time.Minute})
+					return err
+				},
+				func() error { _, err := s.Release(ctx, "theirs", "a"); return err },
+				func() error { _, err := s.Inspect(ctx, "theirs"); return err },
+			} {
+				if err := op(); err == nil || errors.Is(err, core.ErrLost) {
+					t.Errorf("an operation over foreign data: err = %v, want a wrong-type error", err)
+				}
+			}
+			for i, k := range layout.Keys("theirs") {
+				if v, _ := redistest.Do(srv.Addr, "GET", k); v != fmt.Sprint("their data ", i) {
+					t.Errorf("foreign data under %s became %q", k, v)
+				}
+			}
+		})
+	}
+}
+
+func TestServerDownIsReportedWithinDeadline(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			if _, err := s.Inspect(ctx, "down"); err != nil {
+				t.Fatal(err)
+			}
+			redistest.Stop(srv)
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := s.Acquire(ctx, core.AcquireRequest{Key: "down", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute})
+			if err == nil || !strings.Contains(err.Error(), `acquire "down"`) {
+				t.Errorf("Acquire with the server down: err = %v, want an error naming the operation and key", err)
+			}
+			if d := time.Since(start); d > 2500*time.Millisecond {
+				t.Errorf("Acquire with the server down took %v, past its 2s deadline", d)
+			}
+		})
+	}
+}
+
+func TestBracesInKeysStayInOneSlot(t *testing.T) {
+	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+	seen := map[string]string{}
+	for _, key := range []string{"a", "{a}", "a}", "}a", "{", "}", "%7B", "a%7D", "{a}:leases", "x}:leases", "leasehold:{a}"} {
+		for _, k := range append(layout.Keys(key), layout.Channel(key)) {
+			if other, dup := seen[k]; dup {
+				t.Errorf("keys %q and %q share the Redis key %q", key, other, k)
+			}
+			seen[k] = key
+		}
+		keys := layout.Keys(key)
+		tag := func(k string) string {
+			i := strings.Index(k, "{")
+			j := strings.Index(k[i+1:], "}")
+			return k[i+1 : i+1+j]
+		}
+		for _, k := range keys[1:] {
+			if tag(k) != tag(keys[0]) || tag(k) == "" {
+				t.Errorf("key %q: hash tags %q and %q differ or are empty", key, tag(keys[0]), tag(k))
+			}
+		}
+	}
+	if _, err := redisdriver.NewLayout("bad{"); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("prefix with a brace: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestBracesInKeysOnCluster(t *testing.T) {
+	addrs := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close(); c.Close() }()
+	for _, key := range []string{"{a}", "a}b", "}", "{}", "x{y}z"} {
+		m, _ := primitives.NewMutex(s, key)
+		l, err := m.Acquire(context.Background())
+		if err != nil {
+			t.Fatalf("key %q on a cluster: %v", key, err)
+		}
+		if _, err := m.TryAcquire(context.Background()); !errors.Is(err, core.ErrNotAcquired) {
+			t.Errorf("key %q: second TryAcquire err = %v, want ErrNotAcquired", key, err)
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Errorf("key %q: %v", key, err)
+		}
+	}
+}
+
+func TestNilClient(t *testing.T) {
+	if _, err := goredis.New(nil); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("goredis.New(nil): %v", err)
+	}
+	var c *redis.Client
+	if _, err := goredis.New(c); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("goredis.New((*redis.Client)(nil)): %v", err)
+	}
+	if _, err := valkey.New(nil); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("valkey.New(nil): %v", err)
+	}
+}
