@@ -363,3 +363,50 @@ func TestNilClient(t *testing.T) {
 		t.Errorf("valkey.New(nil): %v", err)
 	}
 }
+
+func TestSubscriptionSurvivesReconnect(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			m, _ := primitives.NewMutex(s, "reconnect", primitives.WithTTL(time.Minute),
+				primitives.WithAcquireTimeout(time.Minute), primitives.WithRetryInterval(20*time.Millisecond))
+			l, err := m.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan core.Lease, 1)
+			go func() {
+				l2, err := m.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l2
+			}()
+			time.Sleep(300 * time.Millisecond)
+			if _, err := redistest.Do(srv.Addr, "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // the waiter polls while the subscription is down...
+			// ...then the driver reconnects and resubscribes, and the waiter falls silent again.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				before := commands(t, srv.Addr)
+				time.Sleep(300 * time.Millisecond)
+				if commands(t, srv.Addr) == before {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter kept polling 10s after its subscription was killed: not resubscribed")
+				}
+			}
+			l.Release(context.Background())
+			select {
+			case l2 := <-got:
+				l2.Release(context.Background())
+			case <-time.After(5 * time.Second):
+				t.Fatal("the release did not reach the waiter through the renewed subscription")
+			}
+		})
+	}
+}
