@@ -410,3 +410,67 @@ func TestSubscriptionSurvivesReconnect(t *testing.T) {
 		})
 	}
 }
+
+func TestFencesIncreaseAcrossRestartWithoutPersistence(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			var last uint64
+			for i := range 3 {
+				res, err := s.Acquire(ctx, core.AcquireRequest{Key: "restart", Holder: fmt.Sprint("h", i), Permits: 1, Limit: 1, TTL: time.Minute})
+				if err != nil || !res.Granted {
+					t.Fatalf("acquire after %d restarts: %+v, %v", i, res, err)
+				}
+				if res.Fence <= last {
+					t.Fatalf("fence %d after a restart that lost the data is not above %d", res.Fence, last)
+				}
+				last = res.Fence
+				srv.Restart(t) // SIGKILL: no persistence, the counter is gone
+				deadline := time.Now().Add(5 * time.Second)
+				for time.Now().Before(deadline) { // the client reconnects
+					if _, err := s.Inspect(ctx, "restart"); err == nil {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
+
+func TestCloseLeavesClientOpen(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Register(context.Background(), "k", 1) // opens the subscription
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.C():
+	case <-time.After(time.Second):
+		t.Error("Close did not wake the Store's waiters")
+	}
+	w.Close(false)
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := s.Inspect(context.Background(), "k"); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("Inspect after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.Register(context.Background(), "k", 1); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("Register after Close: %v, want ErrClosed", err)
+	}
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Errorf("the caller's client after Store.Close: %v", err)
+	}
+}
