@@ -106,10 +106,11 @@ type Reply = any
 
 var errReply = errors.New("unexpected script reply")
 
-func ints(r Reply, min int) ([]int64, []any, error) {
+// ints returns the leading int64 values of an array reply, at least least of them.
+func ints(r Reply, least int) ([]int64, error) {
 	arr, ok := r.([]any)
-	if !ok || len(arr) < min {
-		return nil, nil, fmt.Errorf("%w: %v", errReply, r)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", errReply, r)
 	}
 	out := make([]int64, 0, len(arr))
 	for _, v := range arr {
@@ -119,15 +120,15 @@ func ints(r Reply, min int) ([]int64, []any, error) {
 		}
 		out = append(out, n)
 	}
-	if len(out) < min {
-		return nil, nil, fmt.Errorf("%w: %v", errReply, r)
+	if len(out) < least {
+		return nil, fmt.Errorf("%w: %v", errReply, r)
 	}
-	return out, arr, nil
+	return out, nil
 }
 
 // ParseAcquire decodes the acquire script's reply.
 func ParseAcquire(r Reply) (core.AcquireResult, error) {
-	v, _, err := ints(r, 2)
+	v, err := ints(r, 2)
 	if err != nil {
 		return core.AcquireResult{}, err
 	}
@@ -144,7 +145,7 @@ func ParseAcquire(r Reply) (core.AcquireResult, error) {
 // ParseExtend decodes the extend script's reply; a lease not held is an error wrapping
 // core.ErrLost.
 func ParseExtend(r Reply) (core.ExtendResult, error) {
-	v, _, err := ints(r, 1)
+	v, err := ints(r, 1)
 	if err != nil {
 		return core.ExtendResult{}, err
 	}
