@@ -30,6 +30,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseOnlyByHolder", s.testReleaseOnlyByHolder},
 		{"ExpiryFreesPermits", s.testExpiryFreesPermits},
 		{"FencesStrictlyIncrease", s.testFencesStrictlyIncrease},
+		{"MinFenceRaisesFence", s.testMinFenceRaisesFence},
 		{"InspectReportsLeases", s.testInspectReportsLeases},
 		{"KeysAreIndependent", s.testKeysAreIndependent},
 		{"CanceledContextChangesNothing", s.testCanceledContextChangesNothing},
@@ -333,5 +334,30 @@ func (s *suite) testCanceledContextChangesNothing(t *testing.T) {
 	m := holders(inspect(t, st, key))
 	if _, ok := m["a"]; !ok || len(m) != 1 || m["a"].TTL > time.Minute {
 		t.Errorf("after canceled calls: leases %+v, want a's alone, unextended", m)
+	}
+}
+
+func (s *suite) testMinFenceRaisesFence(t *testing.T) {
+	st, key := s.h.NewStore(t), newKey(t)
+	ctx := ctxFor(t)
+	f := mustGrant(t, st, key, "a", 1, 2, time.Minute)
+	res, err := st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute, MinFence: f + 1000})
+	if err != nil || !res.Granted || res.Fence != f+1000 {
+		t.Fatalf("re-acquire with MinFence %d: %+v, %v; want granted with that fence", f+1000, res, err)
+	}
+	if got := holders(inspect(t, st, key))["a"].Fence; got != f+1000 {
+		t.Errorf("Inspect after raising: fence %d, want %d", got, f+1000)
+	}
+	res, err = st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute, MinFence: 1})
+	if err != nil || res.Fence != f+1000 {
+		t.Errorf("re-acquire with a lower MinFence: %+v, %v; want the fence kept at %d", res, err, f+1000)
+	}
+	if g := mustGrant(t, st, key, "b", 1, 2, time.Minute); g <= f+1000 {
+		t.Errorf("grant after a raise: fence %d, want above %d", g, f+1000)
+	}
+	release(t, st, key, "b")
+	res, err = st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "c", Permits: 1, Limit: 2, TTL: time.Minute, MinFence: f + 5000})
+	if err != nil || !res.Granted || res.Fence < f+5000 {
+		t.Errorf("new grant with MinFence %d: %+v, %v", f+5000, res, err)
 	}
 }

@@ -28,8 +28,8 @@ type Store interface {
 	//
 	// A new grant gets a fence strictly greater than every fence granted before on the key.
 	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
-	// lease is granted again with its fence unchanged and its expiry moved to now+TTL, so a
-	// request retried after a lost reply is safe. When the holder holds a different number of
+	// lease is granted again with its fence unchanged (unless req.MinFence raises it) and its
+	// expiry moved to now+TTL, so a request retried after a lost reply is safe. When the holder holds a different number of
 	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing.
 	//
 	// The limit is not stored with the key: each request is admitted against its own req.Limit,
@@ -58,6 +58,11 @@ type AcquireRequest struct {
 	Permits int
 	Limit   int
 	TTL     time.Duration
+	// MinFence, when above the fence the grant would get, raises it: the grant's fence, and the
+	// key's counter, become at least MinFence. A holder that already holds the lease has its
+	// fence raised to MinFence if that is higher. Redlock uses it to carry the order of fences
+	// across its nodes; other callers leave it zero.
+	MinFence uint64
 }
 
 // AcquireResult is a grant or a refusal.

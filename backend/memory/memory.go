@@ -117,6 +117,10 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 				req.Key, core.ErrInvalid, e.permits, req.Permits)
 		}
 		e.expiry = now.Add(req.TTL)
+		if req.MinFence > e.fence {
+			e.fence = req.MinFence
+			ks.fence = max(ks.fence, req.MinFence)
+		}
 		ks.leases[req.Holder] = e
 		ks.limit = req.Limit
 		return core.AcquireResult{Granted: true, Fence: e.fence}, nil
@@ -128,7 +132,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	if used+req.Permits > req.Limit {
 		return core.AcquireResult{RetryAfter: retryAfter(ks, now, used+req.Permits-req.Limit)}, nil
 	}
-	ks.fence = core.NextFence(ks.fence, now)
+	ks.fence = max(core.NextFence(ks.fence, now), req.MinFence)
 	ks.limit = req.Limit
 	ks.leases[req.Holder] = entry{permits: req.Permits, fence: ks.fence, expiry: now.Add(req.TTL)}
 	return core.AcquireResult{Granted: true, Fence: ks.fence}, nil

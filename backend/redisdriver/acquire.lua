@@ -1,13 +1,20 @@
--- ARGV: holder, permits, limit, ttl_ms
+-- ARGV: holder, permits, limit, ttl_ms, min_fence
 -- Returns {1, fence} granted; {0, retry_after_ms} refused; {-1, permits_held} when the holder
 -- already holds a different number of permits.
 local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local min_fence = tonumber(ARGV[5])
+local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
 purge()
 local cur, cur_fence = held(holder)
 if cur then
   if cur ~= n then return {-1, cur} end
   redis.call('ZADD', leases, now_ms + ttl, holder)
   redis.call('HSET', meta, 'limit', limit)
+  if min_fence > cur_fence then
+    cur_fence = min_fence
+    redis.call('HSET', holders, holder, n .. ' ' .. int(cur_fence))
+    redis.call('HSET', meta, 'fence', int(math.max(last, min_fence)))
+  end
   keepalive()
   return {1, cur_fence}
 end
@@ -25,7 +32,7 @@ if used + n > limit then
   end
   return {0, 0}
 end
-local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
+local fence = math.max(last + 1, now_us, min_fence)
 redis.call('HSET', meta, 'fence', int(fence), 'limit', limit)
 -- The counter outlives the leases by a week; after that the server clock carries the order.
 redis.call('PEXPIRE', meta, ttl + 604800000)

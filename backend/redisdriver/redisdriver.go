@@ -88,7 +88,7 @@ func (l Layout) Channel(key string) string { return l.tag(key) + "released" }
 
 // AcquireArgs returns the ARGV of the acquire script.
 func AcquireArgs(req core.AcquireRequest) []any {
-	return []any{req.Holder, req.Permits, req.Limit, req.TTL.Milliseconds()}
+	return []any{req.Holder, req.Permits, req.Limit, req.TTL.Milliseconds(), strconv.FormatUint(req.MinFence, 10)}
 }
 
 // ExtendArgs returns the ARGV of the extend script.
