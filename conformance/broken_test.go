@@ -114,7 +114,8 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 	for fault, catchers := range faults {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStore$", "-test.v", "-test.count=1")
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestBrokenStore$", "-test.v", "-test.count=1",
+				"-test.timeout=2m", "-rapid.nofailfile")
 			cmd.Env = append(os.Environ(), "LEASEHOLD_BROKEN="+fault)
 			out, err := cmd.CombinedOutput()
 			if err == nil {

@@ -166,7 +166,7 @@ func (s *suite) testRefusalReportsRetryAfter(t *testing.T) {
 		}
 		return
 	}
-	if r2 <= 0 || r2 > 4*time.Second || r3 <= 4*time.Second-time.Second || r3 > 10*time.Second {
+	if r2 <= 3*time.Second || r2 > 4*time.Second || r3 <= 9*time.Second || r3 > 10*time.Second {
 		t.Errorf("RetryAfter = %v for 1 permit, %v for 3, want about 4s and 10s", r2, r3)
 	}
 }
@@ -197,8 +197,8 @@ func (s *suite) testExtendOnlyByHolder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Extend by the holder: %v", err)
 	}
-	if res.Permits != 2 || res.Fence != f {
-		t.Errorf("Extend = %+v, want permits 2 and fence %d", res, f)
+	if res.Permits != 2 || res.Fence != f || res.Limit != 2 {
+		t.Errorf("Extend = %+v, want permits 2, fence %d, limit 2", res, f)
 	}
 	if l := holders(inspect(t, st, key))["a"]; l.TTL <= 2*time.Second {
 		t.Errorf("after Extend to 1m, TTL left = %v", l.TTL)

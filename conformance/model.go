@@ -171,8 +171,8 @@ func (mc *machine) extend(rt *rapid.T) {
 		}
 		return
 	}
-	if err != nil || res.Permits != cur.permits || res.Fence != cur.fence {
-		rt.Fatalf("Extend by holder %s: %+v, %v; want permits %d, fence %d", holder, res, err, cur.permits, cur.fence)
+	if err != nil || res.Permits != cur.permits || res.Fence != cur.fence || res.Limit != mc.limit[key] {
+		rt.Fatalf("Extend by holder %s: %+v, %v; want permits %d, fence %d, limit %d", holder, res, err, cur.permits, cur.fence, mc.limit[key])
 	}
 	cur.expiry = mc.m.now + ttl
 	ls[holder] = cur

@@ -88,17 +88,30 @@ func TestWaitlistWakesInOrderWithinFreedPermits(t *testing.T) {
 	}
 }
 
-func TestWaitlistLargeHeadBlocksSmallOnes(t *testing.T) {
+func TestWaitlistWakesWhoFitsFirst(t *testing.T) {
 	var wl core.Waitlist
-	small1, big, small2 := register(t, &wl, "k", 1), register(t, &wl, "k", 3), register(t, &wl, "k", 1)
-	wl.Notify("k", 2)
-	if got := pending(small1, big, small2); !got[0] || got[1] || got[2] {
-		t.Errorf("woke %v, want the first small one only: the big one does not fit and bars the way", got)
+	big, small1, small2 := register(t, &wl, "k", 3), register(t, &wl, "k", 1), register(t, &wl, "k", 1)
+	wl.Notify("k", 1)
+	if got := pending(big, small1, small2); got[0] || !got[1] || got[2] {
+		t.Errorf("1 permit freed woke %v, want the first that fits, not the big one that would be refused", got)
 	}
 	small1.Close(false)
+	small2.Close(false)
 	wl.Notify("k", 1)
-	if got := pending(big, small2); !got[0] || got[1] {
-		t.Errorf("woke %v, want the big one at the head, even though it needs more", got)
+	if got := pending(big); !got[0] {
+		t.Errorf("with nobody fitting, the head was not woken")
+	}
+}
+
+func TestWaitlistCloseForwardsEveryWake(t *testing.T) {
+	var wl core.Waitlist
+	a, b, c := register(t, &wl, "k", 1), register(t, &wl, "k", 1), register(t, &wl, "k", 1)
+	wl.Notify("k", 1)
+	<-a.C()           // a takes its wake and starts trying
+	wl.Notify("k", 1) // a second release: a, first in line and not pending, is woken again
+	a.Close(true)     // a gives up holding one taken and one pending wake
+	if got := pending(b, c); !got[0] || !got[1] {
+		t.Errorf("a's two wakes reached %v, want both b and c", got)
 	}
 }
 

@@ -87,6 +87,8 @@ type ExtendRequest struct {
 type ExtendResult struct {
 	Permits int
 	Fence   uint64
+	// Limit is the limit of the latest grant on the key, as Inspect reports it.
+	Limit int
 }
 
 // Snapshot is what Inspect reports about a key.

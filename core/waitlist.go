@@ -57,10 +57,12 @@ func (wl *Waitlist) Register(_ context.Context, key string, permits int) (Waiter
 }
 
 // Notify reports that permits were freed on key. It wakes waiters in arrival order, skipping
-// those already woken and not yet served, charging each woken waiter's request against the freed
-// permits until none are left. The first waiter in line is woken even if it asks for more than
-// was freed (other permits may be free too); a later one that does not fit stops the wake-ups,
-// so a large request is not starved by small ones behind it. Notify does not block.
+// those already woken and not yet served and those asking for more than is left, charging each
+// woken waiter's request against the freed permits until none are left. When nobody fits, the
+// first waiter not yet woken is woken anyway (other permits may be free too). A waiter that
+// does not fit is passed over rather than left to block the line: the store keeps no queue, so
+// holding smaller waiters back would leave permits idle without serving the large one sooner.
+// Notify does not block.
 func (wl *Waitlist) Notify(key string, permits int) {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
@@ -69,17 +71,23 @@ func (wl *Waitlist) Notify(key string, permits int) {
 		return
 	}
 	budget := permits
-	woke := false
+	var first *listWaiter // the first waiter not yet woken, in case none fits
 	for w := q.head; w != nil && budget > 0; w = w.next {
 		if len(w.ch) > 0 {
 			continue // already woken for earlier permits and not yet served
 		}
-		if woke && w.permits > budget {
-			break
+		if first == nil {
+			first = w
+		}
+		if w.permits > budget {
+			continue // would be refused; one that fits goes first
 		}
 		w.ch <- struct{}{}
-		woke = true
 		budget -= w.permits
+	}
+	if budget == permits && first != nil {
+		// Nobody fits what was freed; other permits may be free, so the head tries anyway.
+		first.ch <- struct{}{}
 	}
 }
 
@@ -169,14 +177,18 @@ func (w *listWaiter) Close(unused bool) {
 	if q.head == nil {
 		delete(wl.keys, w.key)
 	}
+	wakes := 0
+	if unused {
+		wakes++
+	}
 	select {
 	case <-w.ch:
-		unused = true
+		wakes++
 	default:
 	}
 	wl.mu.Unlock()
-	if unused {
-		// The wake was meant to let this waiter try; it will not, so the next one should.
-		wl.Notify(w.key, w.permits)
+	if wakes > 0 {
+		// Each wake was meant to let this waiter try; it will not, so the next ones should.
+		wl.Notify(w.key, wakes*w.permits)
 	}
 }

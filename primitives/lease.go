@@ -45,8 +45,10 @@ type lease struct {
 
 var _ core.Lease = (*lease)(nil)
 
-// drift is the allowance for the rate difference between the local clock and the store's.
-func drift(ttl time.Duration) time.Duration { return ttl / 100 }
+// drift is the allowance for the difference between the local clock and the store's: 1% of
+// the TTL for their rates, and 2ms for the store's millisecond resolution (Redis keeps expiries
+// in whole server milliseconds).
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 var errDeadline = errors.New("deadline passed without a successful refresh")
 
@@ -142,7 +144,10 @@ func (l *lease) Release(ctx context.Context) error {
 		// The store may still hold the lease; it expires by its TTL.
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
 	case !held:
-		l.err = fmt.Errorf("%w: the store no longer held it at release (expired or taken)", core.ErrLost)
+		l.err = fmt.Errorf("%w: %q: the store no longer held it at release (expired or taken)", core.ErrLost, l.p.key)
+		if f := l.p.cfg.onLost; f != nil {
+			go f(l, l.err)
+		}
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, l.err)
 	}
 	return nil

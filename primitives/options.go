@@ -37,11 +37,16 @@ func (c *config) invalid(format string, args ...any) {
 	}
 }
 
-// WithTTL sets how long a lease lives without a refresh (default 10s). It must be at least 1ms.
+// MinTTL is the shortest TTL accepted: below it the drift allowance (1% + 2ms) would leave a
+// lease almost no time.
+const MinTTL = 10 * time.Millisecond
+
+// WithTTL sets how long a lease lives without a refresh (default 10s). It must be at least
+// MinTTL (10ms).
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) {
-		if ttl < time.Millisecond {
-			c.invalid("ttl %v: must be at least 1ms", ttl)
+		if ttl < MinTTL {
+			c.invalid("ttl %v: must be at least %v", ttl, MinTTL)
 		}
 		c.ttl = ttl
 	}
@@ -82,8 +87,9 @@ func WithRetryInterval(d time.Duration) Option {
 	}
 }
 
-// WithRefreshInterval sets how often a held lease is refreshed (default TTL/3). It must be
-// shorter than the TTL.
+// WithRefreshInterval sets how often a held lease is refreshed (default TTL/3). It must be at
+// most half of the TTL less the drift allowance (1% + 2ms), so that a failed refresh has time
+// to be retried before the deadline.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -136,8 +142,9 @@ func newConfig(opts []Option) (config, error) {
 	if c.refreshInterval == 0 {
 		c.refreshInterval = c.ttl / 3
 	}
-	if c.refresh && c.refreshInterval >= c.ttl {
-		return c, fmt.Errorf("%w: refresh interval %v: must be shorter than ttl %v", core.ErrInvalid, c.refreshInterval, c.ttl)
+	if valid := c.ttl - drift(c.ttl); c.refresh && c.refreshInterval > valid/2 {
+		return c, fmt.Errorf("%w: refresh interval %v: must be at most half the lease's validity (%v of ttl %v), so a failed refresh can be retried in time",
+			core.ErrInvalid, c.refreshInterval, valid, c.ttl)
 	}
 	return c, nil
 }

@@ -75,8 +75,9 @@ func TestBadInputIsRefusedBeforeTheStore(t *testing.T) {
 func TestDefaultOptionsAreValid(t *testing.T) {
 	for _, opts := range [][]primitives.Option{
 		nil,
-		{primitives.WithTTL(time.Millisecond), primitives.WithoutRefresh()},
-		{primitives.WithTTL(3 * time.Millisecond)},
+		{primitives.WithTTL(10 * time.Millisecond), primitives.WithoutRefresh()},
+		{primitives.WithTTL(10 * time.Millisecond)},
+		{primitives.WithTTL(time.Second), primitives.WithRefreshInterval(489 * time.Millisecond)},
 		{primitives.WithRefreshInterval(time.Second), primitives.WithoutRefresh(), primitives.WithTTL(time.Second)},
 	} {
 		if _, err := primitives.NewMutex(newRecorder(), "k", opts...); err != nil {

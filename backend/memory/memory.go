@@ -171,7 +171,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	}
 	e.expiry = now.Add(req.TTL)
 	ks.leases[req.Holder] = e
-	return core.ExtendResult{Permits: e.permits, Fence: e.fence}, nil
+	return core.ExtendResult{Permits: e.permits, Fence: e.fence, Limit: ks.limit}, nil
 }
 
 // Release implements core.Store.Release. Waiters in this process are woken before it returns,

@@ -1,5 +1,5 @@
 -- ARGV: holder, ttl_ms
--- Returns {1, permits, fence}, or {0} when the holder holds no unexpired lease.
+-- Returns {1, permits, fence, limit}, or {0} when the holder holds no unexpired lease.
 local holder, ttl = ARGV[1], tonumber(ARGV[2])
 purge()
 local n, fence = held(holder)
@@ -9,4 +9,4 @@ if not n then
 end
 redis.call('ZADD', leases, 'XX', now_ms + ttl, holder)
 keepalive()
-return {1, n, fence}
+return {1, n, fence, tonumber(redis.call('HGET', meta, 'limit') or '0')}

@@ -86,14 +86,18 @@ func (l Layout) Keys(key string) []string {
 // Channel returns the channel the release script publishes freed permits of key on.
 func (l Layout) Channel(key string) string { return l.tag(key) + "released" }
 
+// ms rounds a TTL up to whole milliseconds, the server's resolution: a lease never ends
+// before its TTL.
+func ms(ttl time.Duration) int64 { return int64((ttl + time.Millisecond - 1) / time.Millisecond) }
+
 // AcquireArgs returns the ARGV of the acquire script.
 func AcquireArgs(req core.AcquireRequest) []any {
-	return []any{req.Holder, req.Permits, req.Limit, req.TTL.Milliseconds(), strconv.FormatUint(req.MinFence, 10)}
+	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10)}
 }
 
 // ExtendArgs returns the ARGV of the extend script.
 func ExtendArgs(req core.ExtendRequest) []any {
-	return []any{req.Holder, req.TTL.Milliseconds()}
+	return []any{req.Holder, ms(req.TTL)}
 }
 
 // ReleaseArgs returns the ARGV of the release script.
@@ -152,10 +156,10 @@ func ParseExtend(r Reply) (core.ExtendResult, error) {
 	if v[0] == 0 {
 		return core.ExtendResult{}, core.ErrLost
 	}
-	if len(v) < 3 {
+	if len(v) < 4 {
 		return core.ExtendResult{}, fmt.Errorf("%w: %v", errReply, r)
 	}
-	return core.ExtendResult{Permits: int(v[1]), Fence: uint64(v[2])}, nil
+	return core.ExtendResult{Permits: int(v[1]), Fence: uint64(v[2]), Limit: int(v[3])}, nil
 }
 
 // ParseRelease decodes the release script's reply: whether the holder held the lease.

@@ -240,7 +240,12 @@ func (d *demo) staller(ctx context.Context) string {
 	d.out.Unlock()
 	sleep(context.WithoutCancel(ctx), 2*ttl) // the stall ignores ctx, as a GC pause would
 	err = l.Release(context.WithoutCancel(ctx))
-	at := <-lostAt
+	var at time.Duration
+	select {
+	case at = <-lostAt:
+	case <-time.After(time.Second):
+		return "the stalled lease's loss was never reported to OnLost"
+	}
 	d.out.Lock()
 	d.line(name, "woke", semKey, 1, l.Fence(), "and released: "+errString(err))
 	d.out.Unlock()
