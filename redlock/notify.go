@@ -1,0 +1,91 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"reflect"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// Register implements core.Notifier by enrolling on every node that offers notifications and
+// merging their wakes: a release through any node wakes the waiter. The merged waiter is
+// Reliable only while every node's waiter is: with a node without notifications, or whose
+// subscription is down, waiters fall back to their retry interval. It runs one goroutine, which ends with Close.
+func (s *Store) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+	w := &waiter{n: len(s.nodes), ch: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	var errs []error
+	for _, n := range s.nodes {
+		nt, ok := n.(core.Notifier)
+		if !ok {
+			continue
+		}
+		nw, err := nt.Register(ctx, key, permits)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		w.nodes = append(w.nodes, nw)
+	}
+	if len(w.nodes) == 0 {
+		return nil, wrap("register", key, errors.Join(append(errs, errors.New("no node offers notifications"))...))
+	}
+	go w.merge()
+	return w, nil
+}
+
+type waiter struct {
+	n     int // nodes in the Store
+	nodes []core.Waiter
+	ch    chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// merge forwards any node's wake to ch until stopped.
+func (w *waiter) merge() {
+	defer close(w.done)
+	cases := make([]reflect.SelectCase, 0, len(w.nodes)+1)
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.stop)})
+	for _, n := range w.nodes {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(n.C())})
+	}
+	for {
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			return
+		}
+		select {
+		case w.ch <- struct{}{}:
+		default: // already woken; the wakes coalesce
+		}
+	}
+}
+
+func (w *waiter) C() <-chan struct{} { return w.ch }
+
+func (w *waiter) Reliable() bool {
+	for _, nw := range w.nodes {
+		if !nw.Reliable() {
+			return false
+		}
+	}
+	return len(w.nodes) == w.n
+}
+
+func (w *waiter) Close(unused bool) {
+	select {
+	case <-w.stop:
+		return
+	default:
+	}
+	close(w.stop)
+	<-w.done
+	select {
+	case <-w.ch:
+		unused = true
+	default:
+	}
+	for _, nw := range w.nodes {
+		nw.Close(unused)
+	}
+}

@@ -1,0 +1,143 @@
+package redlock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// The seed library's RedlockMutex and RedlockSemaphore scenarios: with every node up, the
+// primitives behave over Redlock as over one store.
+func TestMutexOverRedlockExcludes(t *testing.T) {
+	_, ss := nodes(core.SystemClock, 3)
+	s := mustNew(t, ss)
+	m, err := primitives.NewMutex(s, "job", primitives.WithRetryInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside, peak atomic.Int32
+	var last atomic.Uint64
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			for range 30 {
+				l, err := m.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n := inside.Add(1); n > peak.Load() {
+					peak.Store(n)
+				}
+				if prev := last.Swap(l.Fence()); l.Fence() <= prev {
+					t.Errorf("fence %d after %d", l.Fence(), prev)
+				}
+				time.Sleep(100 * time.Microsecond)
+				inside.Add(-1)
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if peak.Load() != 1 {
+		t.Errorf("%d holders at once over Redlock", peak.Load())
+	}
+}
+
+func TestSemaphoreOverRedlockKeepsLimit(t *testing.T) {
+	_, ss := nodes(core.SystemClock, 5)
+	s := mustNew(t, ss)
+	sem, err := primitives.NewSemaphore(s, "pool", 3, primitives.WithRetryInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inUse, peak atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for r := range 25 {
+				n := 1 + (w+r)%2
+				l, err := sem.Acquire(context.Background(), n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				cur := inUse.Add(int64(n))
+				for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+				}
+				time.Sleep(200 * time.Microsecond)
+				inUse.Add(-int64(n))
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > 3 || p < 2 {
+		t.Errorf("peak %d permits in use over Redlock(5), limit 3 (and want real overlap)", p)
+	}
+}
+
+func TestLeaseSurvivesMinorityFailure(t *testing.T) {
+	ns, ss := nodes(core.SystemClock, 3)
+	s := mustNew(t, ss)
+	m, _ := primitives.NewMutex(s, "job", primitives.WithTTL(300*time.Millisecond))
+	l, err := m.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns[2].set(true, 0) // one node of three fails mid-lease
+	time.Sleep(time.Second)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost with two of three nodes up: %v", err)
+	}
+	ns[1].set(true, 0) // a second node fails: no majority can be kept
+	select {
+	case <-l.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("lease not reported lost after a majority of nodes failed")
+	}
+	ns[1].set(false, 0)
+	ns[2].set(false, 0)
+	l.Release(context.Background())
+}
+
+// redisHarness runs the suite over Redlock of three real redis-servers through go-redis.
+type redisHarness struct{ addrs []string }
+
+func (h redisHarness) NewStore(t *testing.T) core.Store {
+	var ss []core.Store
+	for _, a := range h.addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		st, err := goredis.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close(); c.Close() })
+		ss = append(ss, st)
+	}
+	return mustNew(t, ss)
+}
+
+func (redisHarness) Advance(time.Duration) bool { return false }
+
+func TestConformanceRedlockRedisServers(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, redistest.StartServer(t).Addr)
+	}
+	conformance.Run(t, redisHarness{addrs})
+}

@@ -1,0 +1,317 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/redlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errDown = errors.New("node down")
+
+// node is a memory store that can be taken down, slowed, or wiped (a restart without
+// persistence), to inject faults into one Redlock node.
+type node struct {
+	clock core.Clock
+
+	mu    sync.Mutex
+	inner *memory.Store
+	down  bool
+	delay time.Duration
+}
+
+func newNode(clock core.Clock) *node {
+	return &node{clock: clock, inner: memory.New(memory.WithClock(clock))}
+}
+
+func (n *node) set(down bool, delay time.Duration) {
+	n.mu.Lock()
+	n.down, n.delay = down, delay
+	n.mu.Unlock()
+}
+
+// wipe replaces the node's data with nothing, as a restart without persistence would.
+func (n *node) wipe() {
+	n.mu.Lock()
+	n.inner = memory.New(memory.WithClock(n.clock))
+	n.mu.Unlock()
+}
+
+func (n *node) get(ctx context.Context) (*memory.Store, error) {
+	n.mu.Lock()
+	inner, down, delay := n.inner, n.down, n.delay
+	n.mu.Unlock()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if down {
+		return nil, errDown
+	}
+	return inner, nil
+}
+
+func (n *node) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	s, err := n.get(ctx)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	return s.Acquire(ctx, req)
+}
+
+func (n *node) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	s, err := n.get(ctx)
+	if err != nil {
+		return core.ExtendResult{}, err
+	}
+	return s.Extend(ctx, req)
+}
+
+func (n *node) Release(ctx context.Context, key, holder string) (bool, error) {
+	s, err := n.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	return s.Release(ctx, key, holder)
+}
+
+func (n *node) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	s, err := n.get(ctx)
+	if err != nil {
+		return core.Snapshot{}, err
+	}
+	return s.Inspect(ctx, key)
+}
+
+func (n *node) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+	n.mu.Lock()
+	inner := n.inner
+	n.mu.Unlock()
+	return inner.Register(ctx, key, permits)
+}
+
+func nodes(clock core.Clock, n int) ([]*node, []core.Store) {
+	var ns []*node
+	var ss []core.Store
+	for range n {
+		nd := newNode(clock)
+		ns = append(ns, nd)
+		ss = append(ss, nd)
+	}
+	return ns, ss
+}
+
+func mustNew(t interface {
+	Helper()
+	Fatal(...any)
+}, stores []core.Store, opts ...redlock.Option) *redlock.Store {
+	t.Helper()
+	s, err := redlock.New(stores, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// harness runs the suite over Redlock of n memory stores sharing a manual clock.
+type harness struct {
+	clock *core.ManualClock
+	store *redlock.Store
+}
+
+func newHarness(t testing.TB, n int) *harness {
+	c := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	_, ss := nodes(c, n)
+	return &harness{clock: c, store: mustNew(t, ss)}
+}
+
+func (h *harness) NewStore(*testing.T) core.Store { return h.store }
+func (h *harness) Advance(d time.Duration) bool {
+	h.clock.Advance(d)
+	return true
+}
+
+func TestConformanceRedlock3(t *testing.T) { conformance.Run(t, newHarness(t, 3)) }
+func TestConformanceRedlock5(t *testing.T) { conformance.Run(t, newHarness(t, 5)) }
+
+func TestNewRefusesBadInput(t *testing.T) {
+	a, b := memory.New(), memory.New()
+	var nilStore *memory.Store
+	tests := []struct {
+		name   string
+		stores []core.Store
+		opts   []redlock.Option
+		want   string
+	}{
+		{"none", nil, nil, "stores"},
+		{"nil store", []core.Store{a, nil, b}, nil, "stores[1]"},
+		{"typed nil store", []core.Store{a, nilStore, b}, nil, "stores[1]"},
+		{"same store twice", []core.Store{a, b, a}, nil, "stores[0] and stores[2]"},
+		{"node timeout", []core.Store{a}, []redlock.Option{redlock.WithNodeTimeout(0)}, "node timeout"},
+		{"drift", []core.Store{a}, []redlock.Option{redlock.WithDrift(1.5, 0)}, "drift"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := redlock.New(tc.stores, tc.opts...)
+			if !errors.Is(err, core.ErrInvalid) || !contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want ErrInvalid naming %q", err, tc.want)
+			}
+		})
+	}
+	if s, err := redlock.New([]core.Store{a, b}); err != nil || s.Quorum(1) != 2 {
+		t.Errorf("even N: %v; want allowed with quorum 2", err)
+	}
+	c, d, e := memory.New(), memory.New(), memory.New()
+	s := mustNew(t, []core.Store{a, b, c, d, e})
+	for limit, want := range map[int]int{1: 3, 2: 4, 3: 4, 4: 5, 100: 5} {
+		if got := s.Quorum(limit); got != want {
+			t.Errorf("Quorum(%d) over 5 nodes = %d, want %d", limit, got, want)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
+
+func TestEveryNodeDownMask(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		for mask := range 1 << n {
+			t.Run(fmt.Sprintf("N=%d/down=%0*b", n, n, mask), func(t *testing.T) {
+				clock := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+				ns, ss := nodes(clock, n)
+				up := 0
+				for i, nd := range ns {
+					down := mask&(1<<i) != 0
+					nd.set(down, 0)
+					if !down {
+						up++
+					}
+				}
+				s := mustNew(t, ss)
+				ctx := context.Background()
+				res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Second})
+				if want := up >= n/2+1; (err == nil && res.Granted) != want {
+					t.Fatalf("%d of %d up: granted %v (%v), want %v", up, n, res.Granted, err, want)
+				}
+				if err == nil && res.Granted {
+					return
+				}
+				for i, nd := range ns {
+					if mask&(1<<i) != 0 {
+						continue
+					}
+					if snap, _ := nd.Inspect(ctx, "k"); len(snap.Leases) != 0 {
+						t.Errorf("node %d kept %+v after a failed acquire", i, snap.Leases)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestForeignLeaseOnOneNode(t *testing.T) {
+	clock := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ns, ss := nodes(clock, 3)
+	ctx := context.Background()
+	ns[0].Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "stranger", Permits: 1, Limit: 1, TTL: time.Hour})
+	s := mustNew(t, ss)
+	res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute})
+	if err != nil || !res.Granted {
+		t.Fatalf("with a foreign lease on one node of three: %+v, %v; want granted by the other two", res, err)
+	}
+	snap, _ := s.Inspect(ctx, "k")
+	if len(snap.Leases) != 1 || snap.Leases[0].Holder != "a" {
+		t.Errorf("Inspect: %+v, want a's lease alone (the stranger holds a minority)", snap.Leases)
+	}
+}
+
+func TestSlowNodesRunOutValidity(t *testing.T) {
+	clock := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ns, ss := nodes(clock, 3)
+	ns[1].set(false, 80*time.Millisecond)
+	ns[2].set(false, 80*time.Millisecond)
+	s := mustNew(t, ss)
+	ctx := context.Background()
+	res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: 50 * time.Millisecond})
+	if err != nil || res.Granted {
+		t.Fatalf("a majority answering after the TTL: %+v, %v; want refused", res, err)
+	}
+	for i, nd := range ns {
+		nd.set(false, 0)
+		if snap, _ := nd.Inspect(ctx, "k"); len(snap.Leases) != 0 {
+			t.Errorf("node %d kept %+v after a refusal for lack of validity", i, snap.Leases)
+		}
+	}
+}
+
+func TestNodeRestartsEmptyDuringLease(t *testing.T) {
+	clock := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ns, ss := nodes(clock, 3)
+	s := mustNew(t, ss)
+	ctx := context.Background()
+	res, _ := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute})
+	ns[0].wipe()
+	clock.Advance(time.Second) // a restart takes a while; the server clock moves on
+	if _, err := s.Extend(ctx, core.ExtendRequest{Key: "k", Holder: "a", TTL: time.Minute}); err != nil {
+		t.Fatalf("Extend with one node of three restarted empty: %v, want kept by the other two", err)
+	}
+	if r, _ := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute}); r.Granted {
+		t.Fatal("a second holder got the lease while a majority still held the first")
+	}
+	if ok, err := s.Release(ctx, "k", "a"); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	r2, _ := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute})
+	if !r2.Granted || r2.Fence <= res.Fence {
+		t.Errorf("grant after the restart: %+v, want a fence above %d", r2, res.Fence)
+	}
+}
+
+// TestFenceOrderCarriesThroughTheSharedNode builds the case the raise exists for: node 0
+// grants every time while nodes 1 and 2 take turns, so node 0's counter runs ahead; then a
+// majority without node 0 grants. Its fence must still be above every earlier one.
+func TestFenceOrderCarriesThroughTheSharedNode(t *testing.T) {
+	clock := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ns, ss := nodes(clock, 3)
+	s := mustNew(t, ss)
+	ctx := context.Background()
+	var last uint64
+	grant := func(holder string, down int) {
+		t.Helper()
+		for i, nd := range ns {
+			nd.set(i == down, 0)
+		}
+		res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute})
+		if err != nil || !res.Granted {
+			t.Fatalf("%s with node %d down: %+v, %v", holder, down, res, err)
+		}
+		if res.Fence <= last {
+			t.Fatalf("%s with node %d down: fence %d is not above the previous %d", holder, down, res.Fence, last)
+		}
+		last = res.Fence
+		if ok, err := s.Release(ctx, "k", holder); err != nil || !ok {
+			t.Fatalf("release %s: %v, %v", holder, ok, err)
+		}
+	}
+	for i := range 6 {
+		grant(fmt.Sprint("a", i), 1+i%2) // nodes 1 and 2 take turns being down
+	}
+	grant("b", 0)
+}
