@@ -456,9 +456,10 @@ func TestConcurrentMutexExcludes(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if n := inside.Add(1); n > maxInside.Load() {
-					maxInside.Store(n)
+				n := inside.Add(1)
+				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
 				}
+				time.Sleep(50 * time.Microsecond) // stay inside a moment, so that a second holder would be seen
 				inside.Add(-1)
 				if err := l.Release(context.Background()); err != nil {
 					t.Error(err)

@@ -57,7 +57,9 @@ func (s *Semaphore) Limit() int { return s.limit }
 
 // Acquire takes n permits, waiting until they are free, the acquire timeout passes (an error
 // wrapping core.ErrNotAcquired), the attempts run out (likewise), or ctx ends (an error for which
-// errors.Is(err, ctx.Err()) holds). On failure nothing is held.
+// errors.Is(err, ctx.Err()) holds). On failure the caller holds nothing: a grant that may have
+// raced the end of ctx is released in the background — except under WithHolder, whose id may
+// name a lease held elsewhere, where such a grant is left to expire.
 //
 // While it waits, it is woken by a release notification (one waiter per freed permit in this
 // process), by the time the store says the current leases expire, or by the retry interval,
