@@ -27,6 +27,7 @@ func Run(t *testing.T, h Harness) {
 		{"RefusalReportsRetryAfter", s.testRefusalReportsRetryAfter},
 		{"AcquireIsIdempotentPerHolder", s.testAcquireIsIdempotentPerHolder},
 		{"ExtendOnlyByHolder", s.testExtendOnlyByHolder},
+		{"ExtendSetsExpiryFromNow", s.testExtendSetsExpiryFromNow},
 		{"ReleaseOnlyByHolder", s.testReleaseOnlyByHolder},
 		{"ExpiryFreesPermits", s.testExpiryFreesPermits},
 		{"FencesStrictlyIncrease", s.testFencesStrictlyIncrease},
@@ -359,5 +360,23 @@ func (s *suite) testMinFenceRaisesFence(t *testing.T) {
 	res, err = st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "c", Permits: 1, Limit: 2, TTL: time.Minute, MinFence: f + 5000})
 	if err != nil || !res.Granted || res.Fence < f+5000 {
 		t.Errorf("new grant with MinFence %d: %+v, %v", f+5000, res, err)
+	}
+}
+
+func (s *suite) testExtendSetsExpiryFromNow(t *testing.T) {
+	st, key := s.h.NewStore(t), newKey(t)
+	mustGrant(t, st, key, "a", 1, 1, time.Hour)
+	if _, err := st.Extend(ctxFor(t), core.ExtendRequest{Key: key, Holder: "a", TTL: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := holders(inspect(t, st, key))["a"].TTL; ttl <= 0 || ttl > 2*time.Second {
+		t.Errorf("after Extend to 2s from a 1h lease, TTL left = %v, want in (0, 2s]", ttl)
+	}
+	s.elapse(2 * time.Second)
+	if !s.manual {
+		return
+	}
+	if _, ok := holders(inspect(t, st, key))["a"]; ok {
+		t.Errorf("the lease outlived the shorter TTL it was extended to")
 	}
 }

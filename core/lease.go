@@ -35,4 +35,12 @@ type Lease interface {
 	// StopRefresh stops the background refresh. The lease stays valid until its deadline, and is
 	// reported lost then unless released before.
 	StopRefresh()
+	// Extend renews the lease now for ttl (at least 10ms), whether or not it is refreshed in the
+	// background, and returns the new deadline; a ttl shorter than the time left shortens it.
+	// If the store no longer holds the lease it is lost: Extend returns an error wrapping ErrLost
+	// and never acquires again. It costs one store round trip.
+	Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
+	// Held asks the store whether it still holds this lease (this holder, this fence): one round
+	// trip, for code that wants certainty before a side effect. Err is the cheap local answer.
+	Held(ctx context.Context) (bool, error)
 }

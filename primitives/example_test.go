@@ -90,3 +90,52 @@ func ExampleWithOnLost() {
 	fmt.Println(errors.Is(<-lost, core.ErrLost), errors.Is(lease.Release(ctx), core.ErrLost))
 	// Output: true true
 }
+
+func ExampleMutex_Inspect() {
+	ctx := context.Background()
+	store := memory.New()
+	sem, _ := primitives.NewSemaphore(store, "gpu-pool", 4)
+	lease, _ := sem.Acquire(ctx, 3)
+	defer lease.Release(ctx)
+
+	mu, _ := primitives.NewMutex(store, "gpu-pool") // any handle on the key can look
+	st, _ := mu.Inspect(ctx)
+	fmt.Println(len(st.Leases), "holder with", st.Leases[0].Permits, "permits;", st.InUse, "in use")
+	// Output: 1 holder with 3 permits; 3 in use
+}
+
+func ExampleSemaphore_Inspect() {
+	ctx := context.Background()
+	sem, _ := primitives.NewSemaphore(memory.New(), "gpu-pool", 4)
+	lease, _ := sem.Acquire(ctx, 1)
+	defer lease.Release(ctx)
+
+	st, _ := sem.Inspect(ctx)
+	fmt.Println(st.InUse, "in use,", st.Free, "free of", st.Limit)
+	// Output: 1 in use, 3 free of 4
+}
+
+func Example_leaseExtend() {
+	ctx := context.Background()
+	mu, _ := primitives.NewMutex(memory.New(), "migration", primitives.WithTTL(time.Minute))
+	lease, _ := mu.Acquire(ctx)
+	defer lease.Release(ctx)
+
+	// A long step ahead: renew now for an hour rather than rely on the background refresh.
+	deadline, err := lease.Extend(ctx, time.Hour)
+	fmt.Println(err == nil, time.Until(deadline) > 59*time.Minute)
+	// Output: true true
+}
+
+func Example_leaseHeld() {
+	ctx := context.Background()
+	mu, _ := primitives.NewMutex(memory.New(), "payout")
+	lease, _ := mu.Acquire(ctx)
+	defer lease.Release(ctx)
+
+	// Before an irreversible side effect, ask the store rather than trust the local view.
+	if held, err := lease.Held(ctx); err == nil && held {
+		fmt.Println("still held: pay out with fence", lease.Fence() > 0)
+	}
+	// Output: still held: pay out with fence true
+}

@@ -31,6 +31,9 @@ type lease struct {
 
 	// running counts refreshes in flight; Add happens under mu only while !stopped.
 	running sync.WaitGroup
+	// extending serialises the lease's Extend calls to the store (background refresh and
+	// Lease.Extend), so the last one to reach the store is the last to set the deadline.
+	extending sync.Mutex
 
 	mu          sync.Mutex
 	timer       *time.Timer
@@ -196,7 +199,10 @@ func (l *lease) tick() {
 	l.running.Add(1)
 	l.mu.Unlock()
 
+	l.extending.Lock()
+	now = time.Now()
 	res, err := l.p.store.Extend(ctx, l.req)
+	l.extending.Unlock()
 	cancel()
 
 	l.mu.Lock()
@@ -206,9 +212,7 @@ func (l *lease) tick() {
 	case err == nil && res.Fence != l.p.fence:
 		notify = l.loseLocked(fmt.Errorf("the holder now holds a newer grant (fence %d)", res.Fence))
 	case err == nil:
-		if d := now.Add(l.p.cfg.ttl - drift(l.p.cfg.ttl)); d.After(l.deadline) {
-			l.deadline = d
-		}
+		l.deadline = now.Add(l.p.cfg.ttl - drift(l.p.cfg.ttl))
 		l.nextRefresh = now.Add(l.p.cfg.refreshInterval)
 	case errors.Is(err, core.ErrLost), errors.Is(err, core.ErrClosed):
 		notify = l.loseLocked(fmt.Errorf("refresh: %w", err))
@@ -224,4 +228,71 @@ func (l *lease) tick() {
 	if notify != nil {
 		notify()
 	}
+}
+
+func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	fail := func(err error) (time.Time, error) {
+		return time.Time{}, fmt.Errorf("leasehold: extend %q: %w", l.p.key, err)
+	}
+	if ttl < MinTTL {
+		return fail(fmt.Errorf("%w: ttl %v: must be at least %v", core.ErrInvalid, ttl, MinTTL))
+	}
+	l.mu.Lock()
+	released, lost := l.released, l.err
+	l.mu.Unlock()
+	switch {
+	case lost != nil:
+		return fail(lost)
+	case released:
+		return fail(fmt.Errorf("%w: the lease was released", core.ErrNotHeld))
+	}
+	l.extending.Lock()
+	start := time.Now()
+	res, err := l.p.store.Extend(ctx, core.ExtendRequest{Key: l.p.key, Holder: l.p.holder, TTL: ttl})
+	l.extending.Unlock()
+	if err == nil && res.Fence != l.p.fence {
+		err = fmt.Errorf("%w: the holder now holds a newer grant (fence %d)", core.ErrLost, res.Fence)
+	}
+	if err != nil {
+		if errors.Is(err, core.ErrLost) {
+			l.mu.Lock()
+			notify := l.loseLocked(err)
+			lost := l.err
+			l.mu.Unlock()
+			if notify != nil {
+				notify()
+			}
+			if lost != nil {
+				return fail(lost)
+			}
+		}
+		return fail(err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || l.released {
+		return fail(fmt.Errorf("%w: the lease ended during the extend", core.ErrNotHeld))
+	}
+	l.deadline = start.Add(ttl - drift(ttl))
+	l.timer.Reset(l.nextWakeLocked(time.Now()))
+	return l.deadline, nil
+}
+
+func (l *lease) Held(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return false, nil
+	}
+	snap, err := l.p.store.Inspect(ctx, l.p.key)
+	if err != nil {
+		return false, fmt.Errorf("leasehold: held %q: %w", l.p.key, err)
+	}
+	for _, info := range snap.Leases {
+		if info.Holder == l.p.holder && info.Fence == l.p.fence {
+			return true, nil
+		}
+	}
+	return false, nil
 }

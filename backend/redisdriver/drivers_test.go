@@ -476,3 +476,19 @@ func TestCloseLeavesClientOpen(t *testing.T) {
 		t.Errorf("the caller's client after Store.Close: %v", err)
 	}
 }
+
+func TestInspectOfUnusedKeyCreatesNothing(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			snap, err := s.Inspect(context.Background(), "never-used")
+			if err != nil || len(snap.Leases) != 0 || snap.Limit != 0 {
+				t.Fatalf("Inspect of an unused key: %+v, %v", snap, err)
+			}
+			if n, _ := redistest.Do(srv.Addr, "DBSIZE"); n != ":0\r\n" {
+				t.Errorf("Inspect created keys: DBSIZE %q", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,35 @@
+package primitives
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// Status is what Inspect reports about a Mutex's or Semaphore's key.
+type Status struct {
+	// Limit is the limit of the Mutex (1) or Semaphore asking.
+	Limit int
+	// InUse is the number of permits held by unexpired leases; Free is Limit − InUse, or 0 when
+	// clients that disagree on the limit have taken more.
+	InUse, Free int
+	// Leases are the unexpired leases, ordered by fence, with their holder ids, permits, fences
+	// and the time they have left by the store's clock.
+	Leases []core.LeaseInfo
+}
+
+// Inspect reports who holds the key: one store round trip that changes nothing (a key never
+// used reports no leases and creates nothing). Expired leases never appear.
+func (s *Semaphore) Inspect(ctx context.Context) (Status, error) {
+	snap, err := s.store.Inspect(ctx, s.key)
+	if err != nil {
+		return Status{}, fmt.Errorf("leasehold: inspect %q: %w", s.key, err)
+	}
+	st := Status{Limit: s.limit, InUse: snap.InUse(), Leases: snap.Leases}
+	st.Free = max(st.Limit-st.InUse, 0)
+	return st, nil
+}
+
+// Inspect reports who holds the lock, as Semaphore.Inspect does.
+func (m *Mutex) Inspect(ctx context.Context) (Status, error) { return m.sem.Inspect(ctx) }
