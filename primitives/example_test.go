@@ -139,3 +139,30 @@ func Example_leaseHeld() {
 	}
 	// Output: still held: pay out with fence true
 }
+
+func ExampleMutex_Do() {
+	ctx := context.Background()
+	mu, _ := primitives.NewMutex(memory.New(), "report:daily")
+	err := mu.Do(ctx, func(ctx context.Context) error {
+		// ctx is canceled, with a cause wrapping core.ErrLost, if the lease is lost meanwhile.
+		fmt.Println("writing the report")
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// writing the report
+	// <nil>
+}
+
+func ExampleLeaseContext() {
+	ctx := context.Background()
+	mu, _ := primitives.NewMutex(memory.New(), "leader")
+	lease, _ := mu.Acquire(ctx)
+	work, cancel := primitives.LeaseContext(ctx, lease)
+	defer cancel()
+
+	lease.Release(ctx)
+	<-work.Done()
+	fmt.Println(context.Cause(work))
+	// Output: context canceled
+}
