@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
@@ -165,4 +167,24 @@ func ExampleLeaseContext() {
 	<-work.Done()
 	fmt.Println(context.Cause(work))
 	// Output: context canceled
+}
+
+func ExampleWithLogger() {
+	// Log every lease event; here to stdout without times, so the output is stable.
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level: slog.LevelDebug,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || a.Key == "holder" || a.Key == "fence" || a.Key == "wait" || a.Key == "held" {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	ctx := context.Background()
+	mu, _ := primitives.NewMutex(memory.New(), "report:daily", primitives.WithLogger(logger))
+	lease, _ := mu.Acquire(ctx)
+	lease.Release(ctx)
+	// Output:
+	// level=DEBUG msg="leasehold: lease acquired" key=report:daily permits=1
+	// level=DEBUG msg="leasehold: lease released" key=report:daily permits=1
 }

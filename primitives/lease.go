@@ -55,6 +55,18 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 
 var errDeadline = errors.New("deadline passed without a successful refresh")
 
+// event reports what happened to the lease to the configured event handlers.
+func (l *lease) event(kind EventKind, err error) {
+	if len(l.p.cfg.events) == 0 {
+		return
+	}
+	e := Event{Kind: kind, Key: l.p.key, Holder: l.p.holder, Permits: l.p.permits, Fence: l.p.fence, Err: err}
+	if kind == EventReleased || kind == EventLost {
+		e.Held = time.Since(l.p.start)
+	}
+	l.p.cfg.emit(e)
+}
+
 func startLease(p leaseParams) *lease {
 	l := &lease{
 		p:        p,
@@ -138,21 +150,27 @@ func (l *lease) Release(ctx context.Context) error {
 	held, err := l.p.store.Release(ctx, l.p.key, l.p.holder)
 
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.endLocked()
+	wasLost := l.err
+	if wasLost == nil && err == nil && !held {
+		l.err = fmt.Errorf("%w: %q: the store no longer held it at release (expired or taken)", core.ErrLost, l.p.key)
+	}
+	lostNow := l.err
+	l.mu.Unlock()
 	switch {
-	case l.err != nil:
-		return fmt.Errorf("leasehold: release %q: %w", l.p.key, l.err)
+	case wasLost != nil:
+		return fmt.Errorf("leasehold: release %q: %w", l.p.key, wasLost)
 	case err != nil:
 		// The store may still hold the lease; it expires by its TTL.
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
-	case !held:
-		l.err = fmt.Errorf("%w: %q: the store no longer held it at release (expired or taken)", core.ErrLost, l.p.key)
+	case lostNow != nil:
+		l.event(EventLost, lostNow)
 		if f := l.p.cfg.onLost; f != nil {
-			go f(l, l.err)
+			go f(l, lostNow)
 		}
-		return fmt.Errorf("leasehold: release %q: %w", l.p.key, l.err)
+		return fmt.Errorf("leasehold: release %q: %w", l.p.key, lostNow)
 	}
+	l.event(EventReleased, nil)
 	return nil
 }
 
@@ -165,11 +183,12 @@ func (l *lease) loseLocked(cause error) func() {
 	l.err = fmt.Errorf("%w: %q: %w", core.ErrLost, l.p.key, cause)
 	l.endLocked()
 	f, err := l.p.cfg.onLost, l.err
-	if f == nil {
-		return nil
+	return func() {
+		l.event(EventLost, err)
+		if f != nil {
+			go f(l, err) // on a goroutine of its own, so that the callback may call Release
+		}
 	}
-	// On a goroutine of its own, so that the callback may call Release.
-	return func() { go f(l, err) }
 }
 
 // tick runs when the timer fires: it declares the lease lost at its deadline, or refreshes it.
@@ -225,6 +244,9 @@ func (l *lease) tick() {
 	}
 	l.mu.Unlock()
 	l.running.Done()
+	if err == nil && notify == nil {
+		l.event(EventRefreshed, nil)
+	}
 	if notify != nil {
 		notify()
 	}

@@ -28,6 +28,7 @@ type config struct {
 	onLost          func(core.Lease, error)
 	holder          string
 	holderSet       bool
+	events          []func(Event)
 	err             error // the first invalid option
 }
 

@@ -39,6 +39,8 @@ func TestBadInputIsRefusedBeforeTheStore(t *testing.T) {
 		{"retry interval 0", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithRetryInterval(0)); return err }, "retry interval"},
 		{"acquire timeout 0", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithAcquireTimeout(0)); return err }, "acquire timeout"},
 		{"attempts 0", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithAttempts(0)); return err }, "attempts"},
+		{"nil events func", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithEvents(nil)); return err }, "events"},
+		{"nil logger", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithLogger(nil)); return err }, "logger"},
 		{"empty holder option", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithHolder("")); return err }, "holder"},
 		{"permits 0", func() error {
 			s, _ := primitives.NewSemaphore(store, "k", 3)

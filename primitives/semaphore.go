@@ -104,17 +104,27 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl}
 	w := waiter{s: s, req: req, attempts: attempts, begin: time.Now()}
 	defer w.close()
+	fail := func(err error) (core.Lease, error) {
+		if len(s.cfg.events) > 0 && errors.Is(err, core.ErrNotAcquired) {
+			s.cfg.emit(Event{Kind: EventRefused, Key: s.key, Holder: holder, Permits: n, Wait: time.Since(w.begin), Err: err})
+		}
+		return nil, fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
+	}
 	for {
 		start := time.Now()
 		res, err := w.try(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
+			return fail(err)
 		}
 		if res.Granted {
-			return s.newLease(holder, n, res.Fence, start), nil
+			l := s.newLease(holder, n, res.Fence, start)
+			if len(s.cfg.events) > 0 {
+				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(w.begin)})
+			}
+			return l, nil
 		}
 		if err := w.wait(ctx, res.RetryAfter); err != nil {
-			return nil, fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
+			return fail(err)
 		}
 	}
 }
