@@ -27,10 +27,12 @@ type Lease interface {
 	// Err returns nil while the lease is held and after a clean Release, and an error wrapping
 	// ErrLost once it has been lost.
 	Err() error
-	// Release ends the lease and frees its permits. The first call releases; later calls return
-	// nil. If the lease had been lost (before or during this call), Release returns an error
-	// wrapping ErrLost, so the caller learns its critical section ran unprotected. It costs one
-	// store round trip.
+	// Release ends the lease and frees its permits. The first call that reaches the store
+	// releases; later calls return nil. If the lease had been lost (before or during this call),
+	// Release returns an error wrapping ErrLost, so the caller learns its critical section ran
+	// unprotected. If the store cannot be reached (or ctx ends first), Release returns that
+	// error and the lease stays, no longer refreshed, until its deadline: call Release again to
+	// retry. It costs one store round trip.
 	Release(ctx context.Context) error
 	// StopRefresh stops the background refresh. The lease stays valid until its deadline, and is
 	// reported lost then unless released before.

@@ -150,6 +150,13 @@ func (l *lease) Release(ctx context.Context) error {
 	held, err := l.p.store.Release(ctx, l.p.key, l.p.holder)
 
 	l.mu.Lock()
+	if err != nil && l.err == nil && !l.ended {
+		// Not released: the lease stays, unrefreshed, until its deadline; Release may be retried.
+		l.released = false
+		l.timer.Reset(l.nextWakeLocked(time.Now()))
+		l.mu.Unlock()
+		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
+	}
 	l.endLocked()
 	wasLost := l.err
 	if wasLost == nil && err == nil && !held {

@@ -492,3 +492,48 @@ func TestReliableWaiterSendsNothingBetweenWakes(t *testing.T) {
 		}
 	})
 }
+
+func TestFailedReleaseCanBeRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		rec.mu.Lock()
+		rec.releaseErr = errNetwork
+		rec.mu.Unlock()
+		if err := l.Release(context.Background()); !errors.Is(err, errNetwork) {
+			t.Fatalf("Release with the store unreachable: %v, want the store's error", err)
+		}
+		select {
+		case <-l.Done():
+			t.Fatal("a lease whose release failed was reported ended")
+		default:
+		}
+		rec.mu.Lock()
+		rec.releaseErr = nil
+		rec.mu.Unlock()
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatalf("retried Release: %v", err)
+		}
+		if snap, _ := rec.inner.Inspect(context.Background(), "job"); len(snap.Leases) != 0 {
+			t.Errorf("the retried Release left %+v", snap.Leases)
+		}
+	})
+}
+
+func TestFailedReleaseLeavesLeaseToItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		rec.mu.Lock()
+		rec.releaseErr = errNetwork
+		rec.mu.Unlock()
+		l.Release(context.Background())
+		extends := rec.extends.Load()
+		<-l.Done() // lost at the deadline, unrefreshed
+		if rec.extends.Load() != extends || !errors.Is(l.Err(), core.ErrLost) {
+			t.Errorf("after a failed release: %d more refreshes, Err %v; want none and ErrLost", rec.extends.Load()-extends, l.Err())
+		}
+	})
+}

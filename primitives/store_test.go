@@ -23,10 +23,11 @@ type recorder struct {
 	releases atomic.Int64
 	inspects atomic.Int64
 
-	mu        sync.Mutex
-	extendErr error                    // returned by Extend instead of extending
-	onAcquire func(context.Context)    // runs before each Acquire reaches the store
-	afterAcq  func(core.AcquireResult) // runs after
+	mu         sync.Mutex
+	extendErr  error                    // returned by Extend instead of extending
+	releaseErr error                    // returned by Release instead of releasing
+	onAcquire  func(context.Context)    // runs before each Acquire reaches the store
+	afterAcq   func(core.AcquireResult) // runs after
 }
 
 // notifying is a recorder that passes on the memory store's notifications.
@@ -73,6 +74,12 @@ func (r *recorder) Extend(ctx context.Context, req core.ExtendRequest) (core.Ext
 
 func (r *recorder) Release(ctx context.Context, key, holder string) (bool, error) {
 	r.releases.Add(1)
+	r.mu.Lock()
+	err := r.releaseErr
+	r.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
 	return r.inner.Release(ctx, key, holder)
 }
 
