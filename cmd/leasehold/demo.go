@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,300 +17,401 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// demoConfig is what the demo's flags set.
-type demoConfig struct {
-	workers  int
-	limit    int
-	duration time.Duration
-	ttl      time.Duration
-	seed     uint64
-}
-
+// The keys of the demo's Semaphore and Mutex.
 const (
-	semKey = "demo:gpu-pool"
-	muKey  = "demo:report"
+	poolKey = "demo:pool"
+	lockKey = "demo:lock"
 )
 
-func runDemoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg := demoConfig{}
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.IntVar(&cfg.workers, "workers", 6, "number of workers sharing the semaphore and the mutex (>= 1)")
-	fs.IntVar(&cfg.limit, "limit", 3, "permits of the semaphore (>= 2: workers take 1 or 2 at once)")
-	fs.DurationVar(&cfg.duration, "duration", 2*time.Second, "how long the workers run (> 0)")
-	fs.DurationVar(&cfg.ttl, "ttl", time.Second, "lease TTL for the workers; leases are refreshed every TTL/3 (>= 10ms)")
-	fs.Uint64Var(&cfg.seed, "seed", 1, "seed for the workers' random work times")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: leasehold demo [flags]
+// demoConfig is what the demo's flags set.
+type demoConfig struct {
+	workers  int           // workers sharing the Semaphore and the Mutex
+	limit    int           // permits of the Semaphore
+	duration time.Duration // how long the workers keep acquiring; the demo's timings scale with it
+	ttl      time.Duration // TTL of the workers' leases, refreshed every ttl/3
 
-Runs workers on the embedded in-memory store. Each worker repeatedly takes 1 or 2 permits of a
-weighted Semaphore, works, and now and then takes a Mutex for a short critical section. Every line
-shows who acquired or released what, with the fencing token of the grant. One extra worker takes a
-permit without refresh and stalls past its TTL, as a long GC pause would: its lease is reported
-lost, its permit goes to the others, and its Release says the critical section ran unprotected.
-The demo ends with the maximum of simultaneous holders against the limit, and exits 1 if the limit
-was ever exceeded or a fence went backwards.
+	// newStore, when set, makes the store instead of memory.New: tests run the demo over a
+	// broken store to see its checks fail.
+	newStore func() core.Store
+}
+
+// defaultDemoConfig returns the configuration the flags default to.
+func defaultDemoConfig() demoConfig {
+	return demoConfig{workers: 6, limit: 3, duration: 2500 * time.Millisecond, ttl: time.Second}
+}
+
+// validate returns an error naming the first flag whose value is out of range.
+func (c demoConfig) validate() error {
+	switch {
+	case c.workers < 1:
+		return fmt.Errorf("-workers %d: must be at least 1", c.workers)
+	case c.limit < 1:
+		return fmt.Errorf("-limit %d: must be at least 1", c.limit)
+	case c.duration <= 0:
+		return fmt.Errorf("-duration %v: must be positive", c.duration)
+	case c.ttl < primitives.MinTTL:
+		return fmt.Errorf("-ttl %v: must be at least %v", c.ttl, primitives.MinTTL)
+	}
+	return nil
+}
+
+// demoHelp is the text of `leasehold demo --help`, before the flags.
+const demoHelp = `Usage: leasehold demo [flags]
+
+Runs a few seconds of contention on the in-memory store (no server needed)
+and checks Leasehold's guarantees while it does:
+
+  - Workers take 1 or 2 permits of a weighted Semaphore on "demo:pool", work
+    a while and release them; now and then one takes the Mutex on "demo:lock"
+    for a short critical section. Their leases are refreshed in the background.
+  - A fifth of the way in, worker w1 takes a permit with no refresh and a TTL
+    of a tenth of the run, then stalls for twice the TTL, as a process in a
+    long GC pause would. The lease is reported lost (OnLost, Done, Err), its
+    permit goes to the others, and its Release returns an error wrapping
+    core.ErrLost. Its fence is older than the ones granted since, which is
+    how a resource can refuse its late writes.
+
+Each line shows the time since the start, the worker, the event, the key,
+the lease's permits and fencing token (in full), and the key's holders and
+permits in use after the event.
+
+The summary compares the most permits held at once with the limit, counted
+twice: by the workers (a counter raised after Acquire and lowered before
+Release; the lease let expire is left out, since from its expiry on its
+holder ran unprotected, which is the point) and by the store (Inspect right
+after each grant). It checks that the Mutex never had two holders and that
+each key's fences increased strictly in the order the store granted them.
+
+Exit status: 0 if every check passed, 1 if one failed, 2 for a bad flag,
+130 if interrupted.
 
 Flags:
-`)
+`
+
+// demoCommand runs `leasehold demo args` and returns the exit status.
+func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := defaultDemoConfig()
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.IntVar(&cfg.workers, "workers", cfg.workers, "number of workers sharing the semaphore and the mutex (at least 1)")
+	fs.IntVar(&cfg.limit, "limit", cfg.limit, "permits of the semaphore; a worker takes 1 or 2 at a time (at least 1)")
+	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "how long the workers keep acquiring; work times and the expiring lease's TTL\nscale with it (positive)")
+	fs.DurationVar(&cfg.ttl, "ttl", cfg.ttl, "TTL of the workers' leases, refreshed every ttl/3 (at least 10ms)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), demoHelp)
 		fs.PrintDefaults()
 	}
 	if ok, code := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	if err := cfg.check(); err != nil {
-		fmt.Fprintf(stderr, "leasehold demo: %v (run 'leasehold demo --help')\n", err)
+	if err := cfg.validate(); err != nil {
+		usageError(stderr, "demo", err.Error())
 		return exitUsage
 	}
-	if err := runDemo(ctx, stdout, cfg); err != nil {
+	if _, err := runDemo(ctx, stdout, cfg); err != nil {
 		fmt.Fprintf(stderr, "leasehold demo: %v\n", err)
+		if errors.Is(err, context.Canceled) {
+			return exitInterrupted
+		}
 		return exitFail
 	}
 	return exitOK
 }
 
-func (c demoConfig) check() error {
-	switch {
-	case c.workers < 1:
-		return fmt.Errorf("-workers %d: must be >= 1", c.workers)
-	case c.limit < 2:
-		return fmt.Errorf("-limit %d: must be >= 2", c.limit)
-	case c.duration <= 0:
-		return fmt.Errorf("-duration %v: must be > 0", c.duration)
-	case c.ttl < 10*time.Millisecond:
-		return fmt.Errorf("-ttl %v: must be >= 10ms", c.ttl)
-	}
-	return nil
-}
-
-// demo is the shared state of one run.
+// demo is the state of one run. Its methods are safe for concurrent use.
 type demo struct {
-	cfg   demoConfig
-	start time.Time
-	store *memory.Store
-	sem   *primitives.Semaphore
-	mu    *primitives.Mutex
+	cfg       demoConfig
+	start     time.Time
+	store     *observedStore
+	pool      *primitives.Semaphore // the workers' semaphore
+	lock      *primitives.Mutex
+	stallPool *primitives.Semaphore // the same key as pool: no refresh, a short TTL, OnLost
+	stallTTL  time.Duration
+	lost      chan error // what OnLost reported for the expiring lease
 
-	out     sync.Mutex // serialises lines and guards the fields below
-	w       io.Writer
-	inUse   int
-	peak    int
-	muIn    int
-	muPeak  int
-	muLast  uint64
-	fenceOK bool
-	grants  map[string]int
-	issues  []string
+	poolInUse    gauge // permits held by the workers' refreshed leases on poolKey
+	lockHolders  gauge // holders of the mutex
+	poolAcquired atomic.Int64
+	lockAcquired atomic.Int64
 
-	storePeak atomic.Int64
+	mu        sync.Mutex // orders the output lines; guards the fields below
+	w         io.Writer
+	nameWidth int
+	shown     map[string]*tally // per key, as the lines tell it
+	stalled   bool              // w1 took the lease to let expire
+	lostAt    time.Duration     // when OnLost ran, since start
+	leaseLost bool              // and every report of its loss was right
+	problems  []string          // failed checks: the demo fails
+	notes     []string          // worth knowing, but no failure
+	closed    bool              // runDemo has returned: late callbacks print nothing
 }
 
-// runDemo runs the demo and returns an error if the run found a violation or could not run.
-// Every goroutine it starts has ended when it returns.
-func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) error {
-	d := &demo{cfg: cfg, start: time.Now(), store: memory.New(), w: w, fenceOK: true, grants: map[string]int{}}
-	var err error
-	if d.sem, err = primitives.NewSemaphore(d.store, semKey, cfg.limit, primitives.WithTTL(cfg.ttl)); err != nil {
-		return err
-	}
-	if d.mu, err = primitives.NewMutex(d.store, muKey, primitives.WithTTL(cfg.ttl)); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "leasehold demo: %d workers share semaphore %q (limit %d) and mutex %q on the in-memory store\n\n",
-		cfg.workers, semKey, cfg.limit, muKey)
+// tally is a key's holders and permits in use, as the printed lines account for them.
+type tally struct{ holders, permits int }
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+// runDemo runs the demo described by cfg, printing to w, and returns what it measured. The error
+// is non-nil if cfg is invalid, if a check failed (limit exceeded, two mutex holders, a fence that
+// did not increase, a loss not reported), or if ctx ended first (then it wraps ctx's error).
+// Every goroutine it starts has ended when it returns.
+func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) (demoReport, error) {
+	if err := cfg.validate(); err != nil {
+		return demoReport{}, err
+	}
+	var base core.Store
+	if cfg.newStore != nil {
+		base = cfg.newStore()
+	} else {
+		base = memory.New()
+	}
+	d := &demo{
+		cfg:       cfg,
+		store:     observe(base),
+		stallTTL:  max(cfg.duration/10, primitives.MinTTL),
+		lost:      make(chan error, 1),
+		w:         w,
+		nameWidth: max(len("worker"), len(workerName(cfg.workers))),
+		shown:     map[string]*tally{poolKey: {}, lockKey: {}},
+	}
+	// The end of the run bounds every wait; the acquire timeout only backs it up.
+	timeout := primitives.WithAcquireTimeout(cfg.duration + time.Minute)
+	var err error
+	if d.pool, err = primitives.NewSemaphore(d.store, poolKey, cfg.limit, primitives.WithTTL(cfg.ttl), timeout); err != nil {
+		return demoReport{}, err
+	}
+	if d.lock, err = primitives.NewMutex(d.store, lockKey, primitives.WithTTL(cfg.ttl), timeout); err != nil {
+		return demoReport{}, err
+	}
+	if d.stallPool, err = primitives.NewSemaphore(d.store, poolKey, cfg.limit, timeout,
+		primitives.WithTTL(d.stallTTL), primitives.WithoutRefresh(), primitives.WithOnLost(d.onLost)); err != nil {
+		return demoReport{}, err
+	}
+
+	fmt.Fprintf(w, "%d workers share semaphore %q (limit %d) and mutex %q on the in-memory store for %v.\n",
+		cfg.workers, poolKey, cfg.limit, lockKey, cfg.duration)
+	fmt.Fprintf(w, "Their leases have TTL %v, refreshed every %v; w1 lets one lease of TTL %v expire.\n\n",
+		cfg.ttl, (cfg.ttl / 3).Round(time.Millisecond), d.stallTTL)
+	d.printRow("time", "worker", "event", "key", "permits", "fence", "holders", "in use", "")
+	d.start = time.Now()
+
+	workCtx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { d.monitor(ctx) })
-	lost := make(chan string, 1)
-	wg.Go(func() { lost <- d.staller(ctx) })
-	for i := range cfg.workers {
-		wg.Go(func() { d.worker(ctx, i) })
+	for id := 1; id <= cfg.workers; id++ {
+		wg.Go(func() { d.worker(workCtx, ctx, id) })
 	}
 	wg.Wait()
-	return d.summary(<-lost)
+
+	rep := d.summary(ctx.Err() != nil)
+	switch {
+	case len(rep.problems) == 1:
+		return rep, fmt.Errorf("check failed: %s", rep.problems[0])
+	case len(rep.problems) > 1:
+		return rep, fmt.Errorf("%d checks failed, the first: %s", len(rep.problems), rep.problems[0])
+	case ctx.Err() != nil:
+		return rep, fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	return rep, nil
 }
 
-// line prints one event; the caller holds d.out.
-func (d *demo) line(who, what, key string, permits int, fence uint64, note string) {
-	fmt.Fprintf(d.w, "%+8.3fs  %-9s  %-9s %-14s %d permit(s)  fence %d  %s\n",
-		time.Since(d.start).Seconds(), who, what, key, permits, fence, note)
-}
+// workerName returns the name of worker id, counting from 1.
+func workerName(id int) string { return fmt.Sprintf("w%d", id) }
 
-func (d *demo) problem(format string, args ...any) {
-	d.issues = append(d.issues, fmt.Sprintf(format, args...))
-}
-
-// worker takes 1 or 2 permits, works, sometimes takes the mutex, and releases, until ctx ends.
-func (d *demo) worker(ctx context.Context, i int) {
-	name := fmt.Sprintf("worker-%d", i+1)
-	rnd := rand.New(rand.NewPCG(d.cfg.seed, uint64(i)))
-	for round := 0; ctx.Err() == nil; round++ {
-		n := 1 + rnd.IntN(2)
-		l, err := d.sem.Acquire(ctx, n)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.out.Lock()
-				d.problem("%s: acquire: %v", name, err)
-				d.out.Unlock()
-			}
-			return
+// worker takes permits and now and then the mutex until workCtx ends. Worker 1 starts a fifth of
+// the way into the run with the lease it lets expire, stalling past its TTL (unless runCtx ends).
+func (d *demo) worker(workCtx, runCtx context.Context, id int) {
+	name := workerName(id)
+	if id == 1 {
+		sleep(workCtx, nil, d.cfg.duration/5)
+		d.stall(workCtx, runCtx, name)
+	}
+	for workCtx.Err() == nil {
+		n := 1 + rand.IntN(min(2, d.cfg.limit))
+		acquire := func(ctx context.Context) (core.Lease, error) { return d.pool.Acquire(ctx, n) }
+		d.hold(workCtx, name, acquire, &d.poolInUse, &d.poolAcquired, between(d.cfg.duration/12, d.cfg.duration/6))
+		if rand.IntN(3) == 0 {
+			d.hold(workCtx, name, d.lock.Acquire, &d.lockHolders, &d.lockAcquired, d.cfg.duration/50)
 		}
-		d.out.Lock()
-		d.inUse += n
-		d.peak = max(d.peak, d.inUse)
-		d.grants[semKey]++
-		if d.inUse > d.cfg.limit {
-			d.problem("%d permits held at once, limit %d", d.inUse, d.cfg.limit)
-		}
-		d.line(name, "acquired", semKey, n, l.Fence(), fmt.Sprintf("workers hold %d/%d", d.inUse, d.cfg.limit))
-		d.out.Unlock()
-
-		sleep(ctx, time.Duration(20+rnd.IntN(100))*time.Millisecond)
-		if round%2 == 1 {
-			d.critical(ctx, name)
-		}
-
-		d.out.Lock()
-		d.inUse -= n
-		d.line(name, "released", semKey, n, l.Fence(), fmt.Sprintf("workers hold %d/%d", d.inUse, d.cfg.limit))
-		d.out.Unlock()
-		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
-			d.out.Lock()
-			d.problem("%s: release: %v", name, err)
-			d.out.Unlock()
-		}
-		sleep(ctx, time.Duration(rnd.IntN(30))*time.Millisecond)
+		sleep(workCtx, nil, between(0, d.cfg.duration/40))
 	}
 }
 
-// critical holds the mutex for a moment and checks that nobody else does and that its fence is
-// above the previous holder's.
-func (d *demo) critical(ctx context.Context, name string) {
-	l, err := d.mu.Acquire(ctx)
+// hold acquires a lease, counts it in held, works under it for work (less if ctx ends or the lease
+// is lost), and releases it. An acquire that fails before ctx ends is a failed check; a lease
+// lost although it was refreshed is noted.
+func (d *demo) hold(ctx context.Context, name string, acquire func(context.Context) (core.Lease, error), held *gauge, acquired *atomic.Int64, work time.Duration) {
+	l, err := acquire(ctx)
 	if err != nil {
-		return // ctx ended
+		if ctx.Err() == nil {
+			d.problem("%s: acquire: %v", name, err)
+		}
+		return
 	}
-	d.out.Lock()
-	d.muIn++
-	d.muPeak = max(d.muPeak, d.muIn)
-	d.grants[muKey]++
-	if l.Fence() <= d.muLast {
-		d.fenceOK = false
-		d.problem("mutex fence %d is not above the previous holder's %d", l.Fence(), d.muLast)
+	held.add(l.Permits())
+	acquired.Add(1)
+	d.event(name, "acquired", l, 1, "")
+	lost := sleep(ctx, l.Done(), work)
+	held.add(-l.Permits())
+	if lost {
+		d.event(name, "LOST", l, -1, l.Err().Error())
+	} else {
+		d.event(name, "released", l, -1, "")
 	}
-	d.muLast = l.Fence()
-	d.line(name, "locked", muKey, 1, l.Fence(), "writes the report, passing its fence along")
-	d.out.Unlock()
-	sleep(ctx, 15*time.Millisecond)
-	d.out.Lock()
-	d.muIn--
-	d.line(name, "unlocked", muKey, 1, l.Fence(), "")
-	d.out.Unlock()
-	if err := l.Release(context.WithoutCancel(ctx)); err != nil {
-		d.out.Lock()
-		d.problem("%s: mutex release: %v", name, err)
-		d.out.Unlock()
-	}
-}
-
-// staller takes a permit without refresh and stalls past its TTL, as a long pause would. It
-// returns a description of what happened, for the summary.
-func (d *demo) staller(ctx context.Context) string {
-	const name = "stalled"
-	ttl := min(d.cfg.duration/4, 400*time.Millisecond)
-	ttl = max(ttl, 10*time.Millisecond)
-	lostAt := make(chan time.Duration, 1)
-	sem, err := primitives.NewSemaphore(d.store, semKey, d.cfg.limit, primitives.WithTTL(ttl), primitives.WithoutRefresh(),
-		primitives.WithOnLost(func(l core.Lease, err error) {
-			at := time.Since(d.start)
-			d.out.Lock()
-			d.line(name, "LOST", semKey, l.Permits(), l.Fence(), "expired while stalled; its permit is free for others")
-			d.out.Unlock()
-			lostAt <- at
-		}))
-	if err != nil {
-		return err.Error()
-	}
-	l, err := sem.Acquire(ctx, 1)
-	if err != nil {
-		return "the stalled worker got no permit: " + err.Error()
-	}
-	d.out.Lock()
-	d.line(name, "acquired", semKey, 1, l.Fence(), fmt.Sprintf("no refresh, TTL %v, then stalls for %v", ttl, 2*ttl))
-	d.out.Unlock()
-	sleep(context.WithoutCancel(ctx), 2*ttl) // the stall ignores ctx, as a GC pause would
 	err = l.Release(context.WithoutCancel(ctx))
-	var at time.Duration
+	switch {
+	case errors.Is(err, core.ErrLost):
+		d.note("%s lost a refreshed lease on %q (fence %d); a TTL of %v may be too short for this machine: %v",
+			name, l.Key(), l.Fence(), d.cfg.ttl, err)
+	case err != nil:
+		d.problem("%s: release %q: %v", name, l.Key(), err)
+	}
+}
+
+// stall takes a permit without refresh and a short TTL, then stalls for twice the TTL without
+// looking at the lease, as a process in a long pause would, and shows what the lease reports when
+// it wakes. The pause ignores the end of the run (workCtx) but not an interrupt (runCtx).
+func (d *demo) stall(workCtx, runCtx context.Context, name string) {
+	l, err := d.stallPool.Acquire(workCtx, 1)
+	if err != nil {
+		if workCtx.Err() == nil {
+			d.problem("%s: acquire the lease to let expire: %v", name, err)
+		}
+		return
+	}
+	d.poolAcquired.Add(1)
+	d.mu.Lock()
+	d.stalled = true
+	d.mu.Unlock()
+	pause := 2 * d.stallTTL
+	d.event(name, "acquired", l, 1, fmt.Sprintf("no refresh, TTL %v; now stalls %v without checking", d.stallTTL, pause))
+	sleep(runCtx, nil, pause)
+
+	// What the lease says when its holder wakes: by now its timer has declared it lost.
+	var doneClosed bool
 	select {
-	case at = <-lostAt:
-	case <-time.After(time.Second):
-		return "the stalled lease's loss was never reported to OnLost"
+	case <-l.Done():
+		doneClosed = true
+	default:
 	}
-	d.out.Lock()
-	d.line(name, "woke", semKey, 1, l.Fence(), "and released: "+errString(err))
-	d.out.Unlock()
-	if !errors.Is(err, core.ErrLost) {
-		d.out.Lock()
-		d.problem("the stalled lease's Release returned %v, want an error wrapping ErrLost", err)
-		d.out.Unlock()
+	errSeen := l.Err()
+	d.event(name, "woke", l, 0, fmt.Sprintf("Done() closed: %v; Err() wraps core.ErrLost: %v", doneClosed, errors.Is(errSeen, core.ErrLost)))
+	relErr := l.Release(context.WithoutCancel(runCtx))
+	if relErr == nil && runCtx.Err() != nil {
+		d.event(name, "released", l, -1, "interrupted before the lease expired")
+		return
 	}
-	return fmt.Sprintf("lease with TTL %v lost at %+.3fs; its Release said %q", ttl, at.Seconds(), errString(err))
+	var lostErr error
+	if errors.Is(relErr, core.ErrLost) {
+		// The loss has been handed to OnLost by now, on a goroutine of its own.
+		lostErr = d.waitLost()
+	}
+	d.event(name, "Release()", l, 0, "returned "+errString(relErr))
+	if latest := d.store.record(poolKey).maxFence; latest > l.Fence() {
+		d.event(name, "fenced", l, 0, fmt.Sprintf("a resource that has seen fence %d refuses this holder's writes", latest))
+	}
+
+	if !doneClosed || errSeen == nil {
+		// Not a failure: the contract only promises that Release reports the loss at the latest.
+		d.note("the expired lease's loss was reported only by Release: its timer ran more than %v late", d.stallTTL)
+	}
+	ok := true
+	check := func(good bool, format string, args ...any) {
+		if !good {
+			ok = false
+			d.problem("the expired lease: "+format, args...)
+		}
+	}
+	check(errors.Is(relErr, core.ErrLost), "Release() = %v, want an error wrapping core.ErrLost", relErr)
+	check(errors.Is(l.Err(), core.ErrLost), "Err() after Release = %v, want an error wrapping core.ErrLost", l.Err())
+	check(errors.Is(lostErr, core.ErrLost), "OnLost got %v, want an error wrapping core.ErrLost", lostErr)
+	d.mu.Lock()
+	d.leaseLost = ok
+	d.mu.Unlock()
 }
 
-// monitor samples the store's own view of the semaphore until ctx ends.
-func (d *demo) monitor(ctx context.Context) {
-	t := time.NewTicker(2 * time.Millisecond)
+// onLost is the OnLost callback of the expiring lease: it prints the loss and hands it to stall.
+func (d *demo) onLost(l core.Lease, err error) {
+	d.mu.Lock()
+	d.lostAt = time.Since(d.start)
+	d.mu.Unlock()
+	d.event(workerName(1), "LOST", l, -1, "OnLost: "+err.Error())
+	select {
+	case d.lost <- err:
+	default: // a second call would be a library bug; stall reports the first
+	}
+}
+
+// waitLost returns the error OnLost reported, or nil if it did not run within a second.
+func (d *demo) waitLost() error {
+	t := time.NewTimer(time.Second)
 	defer t.Stop()
-	for {
-		if snap, err := d.store.Inspect(context.WithoutCancel(ctx), semKey); err == nil {
-			for n := int64(snap.InUse()); n > d.storePeak.Load(); {
-				d.storePeak.Store(n) // only this goroutine writes
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	select {
+	case err := <-d.lost:
+		return err
+	case <-t.C:
+		return nil
 	}
 }
 
-func (d *demo) summary(stalled string) error {
-	d.out.Lock()
-	defer d.out.Unlock()
-	fmt.Fprintf(d.w, "\nsummary after %.1fs\n", time.Since(d.start).Seconds())
-	fmt.Fprintf(d.w, "  semaphore %-14s limit %d: at most %d permits held at once by the workers, %d by the store's count; %d grants\n",
-		semKey, d.cfg.limit, d.peak, d.storePeak.Load(), d.grants[semKey])
-	fmt.Fprintf(d.w, "  mutex     %-14s at most %d holder at once; %d grants, fences strictly increasing: %v\n",
-		muKey, d.muPeak, d.grants[muKey], d.fenceOK)
-	fmt.Fprintf(d.w, "  stalled   %s\n", stalled)
-	if int(d.storePeak.Load()) > d.cfg.limit {
-		d.problem("the store counted %d permits in use, limit %d", d.storePeak.Load(), d.cfg.limit)
+// event prints one line about lease l: the time, the worker, what happened, the lease, and the
+// key's holders and permits once delta holders of the lease's size are counted. After runDemo
+// has returned it prints nothing.
+func (d *demo) event(who, what string, l core.Lease, delta int, note string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
 	}
-	if d.muPeak > 1 {
-		d.problem("%d mutex holders at once", d.muPeak)
+	t := d.shown[l.Key()]
+	t.holders += delta
+	t.permits += delta * l.Permits()
+	limit := d.cfg.limit
+	if l.Key() == lockKey {
+		limit = 1
 	}
-	if len(d.issues) > 0 {
-		for _, p := range d.issues {
-			fmt.Fprintf(d.w, "  VIOLATION: %s\n", p)
-		}
-		return fmt.Errorf("%d violation(s)", len(d.issues))
-	}
-	fmt.Fprintf(d.w, "  OK: the limit held and no fence went backwards\n")
-	return nil
+	d.printRow(fmt.Sprintf("%.3fs", time.Since(d.start).Seconds()), who, what, l.Key(), fmt.Sprint(l.Permits()),
+		fmt.Sprint(l.Fence()), fmt.Sprint(t.holders), fmt.Sprintf("%d/%d", t.permits, limit), note)
 }
 
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
+// printRow prints one line of the event table; d.mu must be held, or no other goroutine running.
+func (d *demo) printRow(at, who, what, key, permits, fence, holders, inUse, note string) {
+	line := fmt.Sprintf("%8s  %-*s  %-9s  %-9s  %7s  %16s  %7s  %6s  %s",
+		at, d.nameWidth, who, what, key, permits, fence, holders, inUse, note)
+	fmt.Fprintln(d.w, strings.TrimRight(line, " "))
+}
+
+// problem records a failed check.
+func (d *demo) problem(format string, args ...any) {
+	d.mu.Lock()
+	d.problems = append(d.problems, fmt.Sprintf(format, args...))
+	d.mu.Unlock()
+}
+
+// note records something worth reporting that is not a failed check.
+func (d *demo) note(format string, args ...any) {
+	d.mu.Lock()
+	d.notes = append(d.notes, fmt.Sprintf(format, args...))
+	d.mu.Unlock()
+}
+
+// sleep waits for d, or until ctx ends or lost is closed; it reports whether lost was closed
+// first. A nil lost is never closed.
+func sleep(ctx context.Context, lost <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
+	case <-lost:
+		return true
 	case <-ctx.Done():
 	case <-t.C:
 	}
+	return false
 }
 
+// between returns a random duration in [lo, hi]; lo <= hi.
+func between(lo, hi time.Duration) time.Duration {
+	return lo + rand.N(hi-lo+1)
+}
+
+// errString returns err's message, or "nil".
 func errString(err error) string {
 	if err == nil {
 		return "nil"

@@ -1,6 +1,6 @@
 // Command leasehold is Leasehold's command-line tool.
 //
-//	leasehold demo [flags]   run workers sharing a Semaphore and a Mutex on the in-memory store
+//	leasehold demo [flags]   workers share a Semaphore and a Mutex on the in-memory store
 //
 // Run `leasehold --help` or `leasehold demo --help` for details.
 package main
@@ -13,58 +13,82 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
-const usage = `leasehold — distributed leases (mutex, weighted semaphore) with fencing tokens.
+// usage is the tool's help text, printed by --help, -h, help, and a bare `leasehold`.
+const usage = `leasehold — distributed leases with fencing tokens: a Mutex and a weighted
+Semaphore over a pluggable store (in memory, Redis, Valkey, Redlock).
 
 Usage:
   leasehold <command> [flags]
 
 Commands:
-  demo    run workers that share a weighted Semaphore and a Mutex on the embedded
-          in-memory store, print every grant with its fence, let one lease expire to
-          show loss detection, and check that the limit was never exceeded
+  demo    run workers that share a weighted Semaphore and a Mutex on the
+          in-memory store, let one lease expire to show how loss is reported,
+          and check that no limit was exceeded and no fence went backwards
 
-Run 'leasehold <command> --help' for a command's flags.
+Run 'leasehold <command> --help' (or 'leasehold help <command>') for a
+command's flags.
 `
 
 // Exit statuses.
 const (
-	exitOK    = 0
-	exitFail  = 1 // the command ran and found a problem
-	exitUsage = 2 // bad command line
+	exitOK          = 0
+	exitFail        = 1   // the command ran and found a problem, or could not run
+	exitUsage       = 2   // bad command line
+	exitInterrupted = 130 // SIGINT or SIGTERM ended the command early, as a shell reports ^C
 )
 
+// main runs the command line and exits with its status. The first SIGINT or SIGTERM cancels the
+// command's context so that it can stop cleanly; a second one kills the process as usual.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop) // after the first signal, the default handling comes back
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run executes the command line args and returns the exit status.
+// run executes the command line args, writing to stdout and stderr, and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
+		// No command is a usage error, as with the go tool: the usage goes to stderr.
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
+	switch cmd := args[0]; cmd {
+	case "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	case "help":
+		if len(args) == 1 {
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		}
+		if args[1] == "help" || strings.HasPrefix(args[1], "-") || len(args) > 2 {
+			fmt.Fprintf(stderr, "leasehold help: takes one command name; run 'leasehold --help' for usage\n")
+			return exitUsage
+		}
+		return run(ctx, []string{args[1], "--help"}, stdout, stderr)
 	case "demo":
-		return runDemoCommand(ctx, args[1:], stdout, stderr)
+		return demoCommand(ctx, args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "leasehold: unknown command %q (run 'leasehold --help')\n", args[0])
+		what := "command"
+		if strings.HasPrefix(cmd, "-") {
+			what = "flag"
+		}
+		fmt.Fprintf(stderr, "leasehold: unknown %s %q; run 'leasehold --help' for usage\n", what, cmd)
 		return exitUsage
 	}
 }
 
-// parseFlags parses args into fs; it prints the usage on --help and one line on a bad flag.
-// The boolean result says whether to go on; when false, the int is the exit status.
-func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (bool, int) {
-	fs.SetOutput(io.Discard)
+// parseFlags parses args into fs. On -h or --help it prints fs's usage to stdout; on a bad flag
+// or a stray argument, one line to stderr. ok reports whether the command should go on; when it
+// is false, code is the exit status.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (ok bool, code int) {
+	fs.SetOutput(io.Discard) // the flag package's own messages are replaced by the ones below
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -72,11 +96,16 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (bool
 		fs.Usage()
 		return false, exitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "leasehold %s: %v (run 'leasehold %s --help')\n", fs.Name(), err, fs.Name())
+		usageError(stderr, fs.Name(), err.Error())
 		return false, exitUsage
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "leasehold %s: unexpected argument %q (run 'leasehold %s --help')\n", fs.Name(), fs.Arg(0), fs.Name())
+		usageError(stderr, fs.Name(), fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 		return false, exitUsage
 	}
 	return true, exitOK
+}
+
+// usageError prints msg about command cmd as one line on stderr, with a hint to its help.
+func usageError(stderr io.Writer, cmd, msg string) {
+	fmt.Fprintf(stderr, "leasehold %s: %s; run 'leasehold %s --help' for usage\n", cmd, msg, cmd)
 }

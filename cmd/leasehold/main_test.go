@@ -3,114 +3,111 @@ package main
 import (
 	"bytes"
 	"context"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 )
 
+// TestMain fails the package's tests if any goroutine outlives them.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func runArgs(t *testing.T, args ...string) (int, string, string) {
+// runArgs runs the command line args and returns its exit status, stdout and stderr.
+func runArgs(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
+	var out, errOut bytes.Buffer
+	code := run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
 }
 
-func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
-		code, out, _ := runArgs(t, args...)
-		if code != exitOK || !strings.Contains(out, "demo") || !strings.Contains(out, "Usage") {
-			t.Errorf("%v: exit %d, output %q; want 0 and the usage", args, code, out)
+func TestHelpPrintsUsage(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-help"}, {"-h"}, {"help"}} {
+		code, out, errOut := runArgs(t, context.Background(), args...)
+		if code != exitOK || out != usage || errOut != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d and the usage on stdout", args, code, out, errOut, exitOK)
 		}
 	}
-	code, _, errOut := runArgs(t)
-	if code != exitUsage || !strings.Contains(errOut, "Usage") {
-		t.Errorf("no arguments: exit %d, stderr %q; want %d and the usage", code, errOut, exitUsage)
+	if !strings.Contains(usage, "demo") {
+		t.Errorf("the usage does not list the demo command:\n%s", usage)
+	}
+}
+
+func TestNoArgumentsPrintsUsageAsAnError(t *testing.T) {
+	code, out, errOut := runArgs(t, context.Background())
+	if code != exitUsage || out != "" || errOut != usage {
+		t.Errorf("no arguments: exit %d, stdout %q, stderr %q; want %d and the usage on stderr", code, out, errOut, exitUsage)
 	}
 }
 
 func TestDemoHelp(t *testing.T) {
-	code, out, _ := runArgs(t, "demo", "--help")
-	if code != exitOK {
-		t.Fatalf("exit %d", code)
-	}
-	for _, want := range []string{"-workers", "-limit", "-duration", "-ttl", "lost"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("demo --help does not mention %q:\n%s", want, out)
+	for _, args := range [][]string{{"demo", "--help"}, {"demo", "-h"}, {"help", "demo"}} {
+		code, out, errOut := runArgs(t, context.Background(), args...)
+		if code != exitOK || errOut != "" {
+			t.Errorf("%q: exit %d, stderr %q; want %d and nothing on stderr", args, code, errOut, exitOK)
+		}
+		for _, want := range []string{
+			"Usage: leasehold demo",
+			"-workers int", "(default 6)",
+			"-limit int", "(default 3)",
+			"-duration duration", "(default 2.5s)",
+			"-ttl duration", "(default 1s)",
+			"core.ErrLost", "Exit status",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%q does not say %q:\n%s", args, want, out)
+			}
 		}
 	}
 }
 
-func TestBadCommandLines(t *testing.T) {
+func TestBadCommandLinesExitWithOneLine(t *testing.T) {
 	tests := []struct {
 		args []string
-		want string
+		want string // in the one line on stderr
 	}{
-		{[]string{"dmeo"}, `unknown command "dmeo"`},
-		{[]string{"demo", "-limit", "0"}, "-limit 0"},
-		{[]string{"demo", "-workers", "0"}, "-workers 0"},
-		{[]string{"demo", "-duration", "-1s"}, "-duration"},
-		{[]string{"demo", "-ttl", "1ms"}, "-ttl 1ms"},
-		{[]string{"demo", "-limit", "many"}, "-limit"},
-		{[]string{"demo", "-nope"}, "-nope"},
-		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
+		{[]string{"dmeo"}, `leasehold: unknown command "dmeo"`},
+		{[]string{"-v"}, `leasehold: unknown flag "-v"`},
+		{[]string{"help", "nope"}, `leasehold: unknown command "nope"`},
+		{[]string{"help", "demo", "extra"}, "leasehold help: takes one command name"},
+		{[]string{"demo", "-limit", "0"}, "leasehold demo: -limit 0: must be at least 1"},
+		{[]string{"demo", "-workers", "0"}, "leasehold demo: -workers 0: must be at least 1"},
+		{[]string{"demo", "-workers", "-3"}, "leasehold demo: -workers -3: must be at least 1"},
+		{[]string{"demo", "-duration", "0s"}, "leasehold demo: -duration 0s: must be positive"},
+		{[]string{"demo", "-ttl", "5ms"}, "leasehold demo: -ttl 5ms: must be at least 10ms"},
+		{[]string{"demo", "-limit", "many"}, `leasehold demo: invalid value "many" for flag -limit`},
+		{[]string{"demo", "-nope"}, "leasehold demo: flag provided but not defined: -nope"},
+		{[]string{"demo", "extra"}, `leasehold demo: unexpected argument "extra"`},
 	}
 	for _, tc := range tests {
-		code, out, errOut := runArgs(t, tc.args...)
+		code, out, errOut := runArgs(t, context.Background(), tc.args...)
 		if code != exitUsage {
-			t.Errorf("%v: exit %d, want %d", tc.args, code, exitUsage)
+			t.Errorf("%q: exit %d, want %d", tc.args, code, exitUsage)
 		}
-		if !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "--help") || strings.Count(errOut, "\n") != 1 {
-			t.Errorf("%v: stderr %q, want one line naming %q with a usage hint", tc.args, errOut, tc.want)
+		if !strings.HasPrefix(errOut, tc.want) || !strings.Contains(errOut, "--help") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%q: stderr %q, want one line starting %q with a hint to --help", tc.args, errOut, tc.want)
 		}
 		if out != "" {
-			t.Errorf("%v: the demo ran: %q", tc.args, out)
+			t.Errorf("%q: stdout %q, want nothing: the command must not run", tc.args, out)
 		}
 	}
 }
 
-func TestDemoHoldsTheLimitAndShowsLoss(t *testing.T) {
-	var out bytes.Buffer
-	err := runDemo(context.Background(), &out, demoConfig{workers: 5, limit: 2, duration: time.Second, ttl: 100 * time.Millisecond, seed: 7})
-	text := out.String()
-	if err != nil {
-		t.Fatalf("runDemo: %v\n%s", err, text)
+func TestDemoCommandPasses(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runArgs(t, context.Background(), "demo", "-duration", "500ms", "-workers", "4", "-limit", "2")
+	if code != exitOK || errOut != "" {
+		t.Fatalf("exit %d, stderr %q; want %d\n%s", code, errOut, exitOK, out)
 	}
-	for _, want := range []string{" LOST ", "leasehold: lease lost", "OK: the limit held"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("output lacks %q:\n%s", want, text)
-		}
-	}
-	m := regexp.MustCompile(`at most (\d+) permits held at once by the workers, (\d+) by the store's count; (\d+) grants`).FindStringSubmatch(text)
-	if m == nil {
-		t.Fatalf("no semaphore summary in:\n%s", text)
-	}
-	for _, s := range m[1:3] {
-		if n, _ := strconv.Atoi(s); n > 2 || n < 1 {
-			t.Errorf("summary reports %d permits at once, limit 2", n)
-		}
-	}
-	if n, _ := strconv.Atoi(m[3]); n < 5 {
-		t.Errorf("only %d grants: the workers hardly ran", n)
-	}
-	mm := regexp.MustCompile(`at most (\d+) holder at once; (\d+) grants`).FindStringSubmatch(text)
-	if mm == nil || mm[1] != "1" || mm[2] == "0" {
-		t.Errorf("mutex summary missing or wrong, want at most 1 holder and some grants:\n%s", text)
+	if !strings.Contains(out, "result                 OK") {
+		t.Errorf("no OK result in:\n%s", out)
 	}
 }
 
-func TestDemoStopsOnCancel(t *testing.T) {
+func TestDemoCommandInterruptedExits130(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var out bytes.Buffer
-	start := time.Now()
-	runDemo(ctx, &out, demoConfig{workers: 3, limit: 2, duration: time.Hour, ttl: time.Second, seed: 1})
-	if time.Since(start) > 10*time.Second {
-		t.Errorf("a canceled demo ran for %v", time.Since(start))
+	code, out, errOut := runArgs(t, ctx, "demo", "-duration", "1h")
+	if code != exitInterrupted || !strings.Contains(errOut, "interrupted") {
+		t.Errorf("exit %d, stderr %q; want %d and a word about the interrupt\n%s", code, errOut, exitInterrupted, out)
 	}
 }

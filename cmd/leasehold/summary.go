@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// demoReport is what a run of the demo measured.
+type demoReport struct {
+	poolAcquired, lockAcquired int // successful Acquire calls on each key, the expiring lease's included
+	maxInUse                   int // most semaphore permits held at once, by the workers' count
+	storeMaxInUse              int // most semaphore permits in use right after a grant, by Inspect
+	maxLockHolders             int // most mutex holders at once, by the workers' count
+	storeMaxLockHolders        int // most mutex holders right after a grant, by Inspect
+	poolGrants, lockGrants     int // grants the store made on each key
+	fencesIncreasing           bool
+	leaseLost                  bool     // the lease let expire was reported lost, and Release said so
+	problems                   []string // failed checks
+}
+
+// summary runs the final checks, prints the summary and returns the report. From then on, lines
+// are no longer printed.
+func (d *demo) summary(interrupted bool) demoReport {
+	pool, lock := d.store.record(poolKey), d.store.record(lockKey)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	rep := demoReport{
+		poolAcquired:        int(d.poolAcquired.Load()),
+		lockAcquired:        int(d.lockAcquired.Load()),
+		maxInUse:            d.poolInUse.max(),
+		storeMaxInUse:       pool.peakInUse,
+		maxLockHolders:      d.lockHolders.max(),
+		storeMaxLockHolders: lock.peakHolders,
+		poolGrants:          pool.grants,
+		lockGrants:          lock.grants,
+		fencesIncreasing:    pool.backwards == 0 && lock.backwards == 0,
+		leaseLost:           d.leaseLost,
+	}
+	problems := slices.Clone(d.problems)
+	if rep.maxInUse > d.cfg.limit {
+		problems = append(problems, fmt.Sprintf("the workers held %d permits of %q at once, limit %d", rep.maxInUse, poolKey, d.cfg.limit))
+	}
+	if rep.storeMaxInUse > d.cfg.limit {
+		problems = append(problems, fmt.Sprintf("the store counted %d permits of %q in use, limit %d", rep.storeMaxInUse, poolKey, d.cfg.limit))
+	}
+	if rep.maxLockHolders > 1 || rep.storeMaxLockHolders > 1 {
+		problems = append(problems, fmt.Sprintf("mutex %q had %d holders at once by the workers' count, %d by the store's",
+			lockKey, rep.maxLockHolders, rep.storeMaxLockHolders))
+	}
+	for _, r := range []keyRecord{pool, lock} {
+		if r.backwards > 0 {
+			problems = append(problems, fmt.Sprintf("%d fence(s) did not increase; %s", r.backwards, r.firstBad))
+		}
+		if r.inspectErr != nil {
+			problems = append(problems, fmt.Sprintf("inspect after a grant: %v", r.inspectErr))
+		}
+	}
+	rep.problems = problems
+
+	w := d.w
+	fmt.Fprintf(w, "\nsummary after %.2fs", time.Since(d.start).Seconds())
+	if interrupted {
+		fmt.Fprint(w, " (interrupted)")
+	}
+	fmt.Fprintf(w, "\n")
+	row := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "  %-22s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	row("acquisitions", "%d on %s, %d on %s", rep.poolAcquired, poolKey, rep.lockAcquired, lockKey)
+	row("most permits at once", "%d of %d on %s by the workers' count, %d by the store's (Inspect after each grant)",
+		rep.maxInUse, d.cfg.limit, poolKey, rep.storeMaxInUse)
+	row("most mutex holders", "%d on %s by the workers' count, %d by the store's", rep.maxLockHolders, lockKey, rep.storeMaxLockHolders)
+	if rep.fencesIncreasing {
+		row("fences", "strictly increasing in grant order (%d grants on %s, %d on %s)", rep.poolGrants, poolKey, rep.lockGrants, lockKey)
+	} else {
+		row("fences", "WENT BACKWARDS (%d grants on %s, %d on %s)", rep.poolGrants, poolKey, rep.lockGrants, lockKey)
+	}
+	switch {
+	case d.leaseLost:
+		row("expired lease", "TTL %v, no refresh: reported lost at %.3fs to OnLost, and by Release() when w1 woke", d.stallTTL, d.lostAt.Seconds())
+	case !d.stalled && interrupted:
+		row("expired lease", "none: interrupted before w1 took it")
+	case !d.stalled:
+		row("expired lease", "none: the run ended before w1 took it")
+	case interrupted && d.lostAt == 0:
+		row("expired lease", "none: interrupted before its TTL ran out")
+	default:
+		row("expired lease", "loss not reported as it should be (see below)")
+	}
+	for _, n := range d.notes {
+		row("note", "%s", n)
+	}
+	if len(problems) == 0 {
+		if interrupted {
+			row("result", "OK as far as it went: no limit exceeded, no fence went backwards")
+		} else {
+			row("result", "OK: no limit exceeded, no fence went backwards")
+		}
+		return rep
+	}
+	row("result", "FAILED")
+	for _, p := range problems {
+		fmt.Fprintf(w, "    - %s\n", p)
+	}
+	return rep
+}
