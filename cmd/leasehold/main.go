@@ -1,6 +1,8 @@
 // Command leasehold is Leasehold's command-line tool.
 //
-//	leasehold demo [flags]   workers share a Semaphore and a Mutex on the in-memory store
+//	leasehold demo [flags]                        workers share a Semaphore and a Mutex in memory
+//	leasehold run -redis URL -key K [flags] -- cmd  run cmd while holding a lease
+//	leasehold inspect -redis URL KEY              show who holds KEY
 //
 // Run `leasehold --help` or `leasehold demo --help` for details.
 package main
@@ -25,9 +27,12 @@ Usage:
   leasehold <command> [flags]
 
 Commands:
-  demo    run workers that share a weighted Semaphore and a Mutex on the
-          in-memory store, let one lease expire to show how loss is reported,
-          and check that no limit was exceeded and no fence went backwards
+  demo     run workers that share a weighted Semaphore and a Mutex on the
+           in-memory store, let one lease expire to show how loss is reported,
+           and check that no limit was exceeded and no fence went backwards
+  run      run a command while holding a lease on a key in Redis (or Redlock
+           over several Redis servers): leasehold run -redis URL -key K -- cmd
+  inspect  show who holds a key in Redis: holders, permits, fences, TTLs
 
 Run 'leasehold <command> --help' (or 'leasehold help <command>') for a
 command's flags.
@@ -74,6 +79,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, []string{args[1], "--help"}, stdout, stderr)
 	case "demo":
 		return demoCommand(ctx, args[1:], stdout, stderr)
+	case "run":
+		return runCommand(ctx, args[1:], stdout, stderr)
+	case "inspect":
+		return inspectCommand(ctx, args[1:], stdout, stderr)
 	default:
 		what := "command"
 		if strings.HasPrefix(cmd, "-") {

@@ -3,14 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the package's tests if any goroutine outlives them.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the package's tests if any goroutine outlives them. Run with
+// LEASEHOLD_AS_CLI=1, the test binary is the leasehold command, for end-to-end tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("LEASEHOLD_AS_CLI") == "1" {
+		main()
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // runArgs runs the command line args and returns its exit status, stdout and stderr.
 func runArgs(t *testing.T, ctx context.Context, args ...string) (int, string, string) {

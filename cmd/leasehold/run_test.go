@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/redistest"
+)
+
+// cli runs the test binary as the leasehold command.
+func cli(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "LEASEHOLD_AS_CLI=1")
+	return cmd
+}
+
+func TestRunNeverOverlapsOnOneKey(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	log := filepath.Join(t.TempDir(), "intervals")
+	script := fmt.Sprintf(`echo start $(date +%%s%%N) >> %s; sleep 0.1; echo end $(date +%%s%%N) >> %s`, log, log)
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Go(func() {
+			for i := range 4 {
+				out, err := cli(t.Context(), "run", "-redis", url, "-key", "e2e", "-wait", "30s", "--", "sh", "-c", script).CombinedOutput()
+				if err != nil {
+					t.Errorf("process %d run %d: %v\n%s", p, i, err, out)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type span struct{ start, end int64 }
+	var spans []span
+	var open int64 = -1
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		ts, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "start":
+			if open >= 0 {
+				t.Fatalf("a command started while another was running:\n%s", data)
+			}
+			open = ts
+		case "end":
+			spans = append(spans, span{open, ts})
+			open = -1
+		}
+	}
+	if len(spans) != 8 {
+		t.Fatalf("%d complete runs, want 8:\n%s", len(spans), data)
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
+	for i := 1; i < len(spans); i++ {
+		if spans[i].start < spans[i-1].end {
+			t.Errorf("runs overlap: %v and %v", spans[i-1], spans[i])
+		}
+	}
+}
+
+func TestRunExitStatuses(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	status := func(cmd *exec.Cmd) (int, string) {
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	if code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "s", "--", "sh", "-c", "exit 7")); code != 7 {
+		t.Errorf("command exiting 7: leasehold exited %d\n%s", code, out)
+	}
+	hctx, stop := context.WithCancel(t.Context())
+	holder := cli(hctx, "run", "-redis", url, "-key", "busy", "--", "sleep", "30")
+	var hout strings.Builder
+	holder.Stdout, holder.Stderr = &hout, &hout
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer stop()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", "--", "true"))
+		if code == exitBusy {
+			if !strings.Contains(out, `"busy" is busy`) || strings.Count(out, "\n") != 1 {
+				t.Errorf("busy: %q, want one clear line", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never busy: %d %s; holder said %q", code, out, hout.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out := status(cli(t.Context(), "run", "-redis", "redis://127.0.0.1:1", "-key", "k", "--", "true"))
+	if code != exitFail || strings.Count(out, "\n") != 1 || !strings.Contains(out, "unreachable") {
+		t.Errorf("unreachable server: exit %d, %q; want %d and one line", code, out, exitFail)
+	}
+	code, out = status(cli(t.Context(), "run", "-redis", url, "-key", "k", "-limit", "0", "--", "true"))
+	if code != exitUsage || !strings.Contains(out, "-limit 0") {
+		t.Errorf("bad flag: exit %d, %q", code, out)
+	}
+}
+
+func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	cmd := cli(t.Context(), "run", "-redis", url, "-key", "lost", "-ttl", "1s", "-grace", "1s", "--", "sleep", "30")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	// Someone deletes the lease's keys behind its back.
+	if _, err := redistest.Do(srv.Addr, "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd.Wait()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the command ran %v after its lease was lost", d)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 128+15 || !strings.Contains(out.String(), "lost") {
+		t.Errorf("exit %d, output %q; want 143 (SIGTERM) and a line saying the lease was lost", code, out.String())
+	}
+}
+
+func TestInspectShowsHolders(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	hctx, stop := context.WithCancel(t.Context())
+	holder := cli(hctx, "run", "-redis", url, "-key", "shown", "-limit", "3", "-permits", "2", "--", "sleep", "30")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer stop()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := cli(t.Context(), "inspect", "-redis", url, "-limit", "3", "shown").CombinedOutput()
+		if err != nil {
+			t.Fatalf("inspect: %v\n%s", err, out)
+		}
+		if strings.Contains(string(out), "1 holder(s), 2 permit(s) in use, 1 free of 3") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inspect never showed the holder:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
