@@ -10,8 +10,6 @@ package goredis
 
 import (
 	"context"
-	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,34 +37,21 @@ var (
 )
 
 // Option configures a Store.
-type Option func(*options)
+type Option = redisdriver.Option
 
-type options struct {
-	prefix string
-}
-
-// WithPrefix sets the prefix of every Redis key and channel the Store uses (default
-// "leasehold:"). It must not contain '{' or '}'.
-func WithPrefix(prefix string) Option {
-	return func(o *options) { o.prefix = prefix }
-}
+// WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
+// It must not contain '{' or '}'.
+func WithPrefix(prefix string) Option { return redisdriver.WithPrefix(prefix) }
 
 // New returns a Store over client. It sends nothing until the first operation; the first
 // waiter opens one subscription connection. The client stays the caller's: Close does not
 // close it. A nil client is an error wrapping core.ErrInvalid.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	if client == nil || (reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil()) {
-		return nil, fmt.Errorf("leasehold/goredis: new: %w: client: must not be nil", core.ErrInvalid)
-	}
-	o := options{prefix: redisdriver.DefaultPrefix}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	layout, err := redisdriver.NewLayout(o.prefix)
+	b, err := redisdriver.NewBase("goredis", client, driver{client}, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/goredis: new: %w", err)
+		return nil, err
 	}
-	return &Store{redisdriver.NewBase("goredis", driver{client}, layout)}, nil
+	return &Store{b}, nil
 }
 
 // driver is the redisdriver.Client over go-redis.

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
+
+	"github.com/leasehold/leasehold/core"
 )
 
 // Script names one of the scripts.
@@ -49,9 +52,47 @@ type Base struct {
 	wait   func()
 }
 
-// NewBase returns the Base of a driver called name (for error messages) over client.
-func NewBase(name string, client Client, layout Layout) *Base {
-	return &Base{name: name, client: client, layout: layout}
+// Option configures a Redis Store; the drivers' options are these.
+type Option func(*options)
+
+type options struct {
+	prefix string
+}
+
+// WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
+// It must not contain '{' or '}'.
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.prefix = prefix }
+}
+
+// NewBase returns the Base of a driver called name (for error messages) over client, after
+// checking its arguments: a nil user client (userClient, the value the caller passed) or a bad
+// option is an error wrapping core.ErrInvalid.
+func NewBase(name string, userClient any, client Client, opts ...Option) (*Base, error) {
+	if isNil(userClient) {
+		return nil, fmt.Errorf("leasehold/%s: new: %w: client: must not be nil", name, core.ErrInvalid)
+	}
+	o := options{prefix: DefaultPrefix}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	layout, err := NewLayout(o.prefix)
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/%s: new: %w", name, err)
+	}
+	return &Base{name: name, client: client, layout: layout}, nil
+}
+
+// isNil reports whether v is nil or a nil pointer, map, func, channel or interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Interface, reflect.Slice:
+		return r.IsNil()
+	}
+	return false
 }
 
 // Layout returns the key layout.

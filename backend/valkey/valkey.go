@@ -12,7 +12,6 @@ package valkey
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -43,34 +42,21 @@ var (
 )
 
 // Option configures a Store.
-type Option func(*options)
-
-type options struct {
-	prefix string
-}
+type Option = redisdriver.Option
 
 // WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
 // It must not contain '{' or '}'.
-func WithPrefix(prefix string) Option {
-	return func(o *options) { o.prefix = prefix }
-}
+func WithPrefix(prefix string) Option { return redisdriver.WithPrefix(prefix) }
 
 // New returns a Store over client. It sends nothing until the first operation; the first
 // waiter opens one dedicated subscription connection. The client stays the caller's: Close
 // does not close it. A nil client is an error wrapping core.ErrInvalid.
 func New(client vk.Client, opts ...Option) (*Store, error) {
-	if client == nil || (reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil()) {
-		return nil, fmt.Errorf("leasehold/valkey: new: %w: client: must not be nil", core.ErrInvalid)
-	}
-	o := options{prefix: redisdriver.DefaultPrefix}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	layout, err := redisdriver.NewLayout(o.prefix)
+	b, err := redisdriver.NewBase("valkey", client, driver{client}, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/valkey: new: %w", err)
+		return nil, err
 	}
-	return &Store{redisdriver.NewBase("valkey", driver{client}, layout)}, nil
+	return &Store{b}, nil
 }
 
 // driver is the redisdriver.Client over valkey-go.
