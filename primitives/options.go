@@ -25,6 +25,7 @@ type config struct {
 	retryInterval   time.Duration
 	refreshInterval time.Duration // 0: TTL/3
 	refresh         bool
+	noRefresh       bool // WithoutRefresh was given: it wins over WithRefreshInterval
 	onLost          func(core.Lease, error)
 	holder          string
 	holderSet       bool
@@ -102,9 +103,10 @@ func WithRefreshInterval(d time.Duration) Option {
 }
 
 // WithoutRefresh turns the background refresh off: a lease lives for one TTL unless the caller
-// releases it first, and is reported lost when its deadline passes.
+// releases or extends it first, and is reported lost when its deadline passes. It wins over
+// WithRefreshInterval, whatever their order.
 func WithoutRefresh() Option {
-	return func(c *config) { c.refresh = false }
+	return func(c *config) { c.noRefresh = true }
 }
 
 // WithOnLost sets a callback run once, on its own goroutine, when a lease is lost; err wraps
@@ -139,6 +141,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.err != nil {
 		return c, c.err
+	}
+	if c.noRefresh {
+		c.refresh = false
 	}
 	if c.refreshInterval == 0 {
 		c.refreshInterval = c.ttl / 3

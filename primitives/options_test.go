@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
@@ -86,4 +87,23 @@ func TestDefaultOptionsAreValid(t *testing.T) {
 			t.Errorf("NewMutex with %d options: %v", len(opts), err)
 		}
 	}
+}
+
+func TestWithoutRefreshWinsInAnyOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m, err := primitives.NewMutex(rec, "k", primitives.WithoutRefresh(), primitives.WithRefreshInterval(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		if n := rec.extends.Load(); n != 0 {
+			t.Errorf("%d refreshes with WithoutRefresh given first, want 0", n)
+		}
+		l.Release(context.Background())
+	})
 }
