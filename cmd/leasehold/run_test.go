@@ -83,7 +83,7 @@ func TestRunExitStatuses(t *testing.T) {
 		t.Errorf("command exiting 7: leasehold exited %d\n%s", code, out)
 	}
 	hctx, stop := context.WithCancel(t.Context())
-	holder := cli(hctx, "run", "-redis", url, "-key", "busy", "--", "sleep", "30")
+	holder := cli(hctx, "run", "-redis", url, "-key", "busy", "-wait", "30s", "--", "sleep", "30")
 	var hout strings.Builder
 	holder.Stdout, holder.Stderr = &hout, &hout
 	if err := holder.Start(); err != nil {
@@ -143,7 +143,7 @@ func TestInspectShowsHolders(t *testing.T) {
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	hctx, stop := context.WithCancel(t.Context())
-	holder := cli(hctx, "run", "-redis", url, "-key", "shown", "-limit", "3", "-permits", "2", "--", "sleep", "30")
+	holder := cli(hctx, "run", "-redis", url, "-key", "shown", "-limit", "3", "-permits", "2", "-wait", "30s", "--", "sleep", "30")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
