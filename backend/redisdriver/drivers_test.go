@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,32 +129,8 @@ func TestWakeCrossesDrivers(t *testing.T) {
 	}
 }
 
-// clientCommands are the commands a client sends per operation; INFO commandstats also counts
-// the commands that scripts run, which are not round trips, and the handshake of each new pooled
-// connection (HELLO, CLIENT) or a client's keep-alive PING, which are not per-operation costs.
-var clientCommands = []string{"cmdstat_eval", "cmdstat_script", "cmdstat_subscribe", "cmdstat_unsubscribe",
-	"cmdstat_ssubscribe", "cmdstat_sunsubscribe", "cmdstat_get", "cmdstat_set"}
-
-// commands returns the number of commands clients have sent the server, INFO excluded.
-func commands(t *testing.T, addr string) int {
-	t.Helper()
-	info, err := redistest.Do(addr, "INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(info, "\n") {
-		if !slices.ContainsFunc(clientCommands, func(p string) bool { return strings.HasPrefix(line, p) }) {
-			continue
-		}
-		i := strings.Index(line, "calls=")
-		j := strings.Index(line[i:], ",")
-		c, _ := strconv.Atoi(line[i+6 : i+j])
-		n += c
-
-	}
-	return n
-}
+// commands returns the number of commands clients have sent the server.
+func commands(t *testing.T, addr string) int { return redistest.ClientCommands(t, addr) }
 
 func TestOneRoundTripPerOperation(t *testing.T) {
 	for name, mk := range drivers {

@@ -3,8 +3,6 @@ package redistest_test
 import (
 	"context"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,26 +39,6 @@ func open(b *testing.B, driver, addr string) (core.Store, func()) {
 		}
 		return s, func() { s.Close(); c.Close() }
 	}
-}
-
-// clientCommands counts the commands clients sent (scripts' inner commands and connection
-// handshakes and keep-alives excluded).
-func clientCommands(b *testing.B, addr string) int {
-	info, err := redistest.Do(addr, "INFO", "commandstats")
-	if err != nil {
-		b.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_eval") && !strings.HasPrefix(line, "cmdstat_subscribe") && !strings.HasPrefix(line, "cmdstat_unsubscribe") {
-			continue
-		}
-		i := strings.Index(line, "calls=")
-		j := strings.Index(line[i:], ",")
-		c, _ := strconv.Atoi(line[i+6 : i+j])
-		n += c
-	}
-	return n
 }
 
 // BenchmarkDriverPairs measures uncontended Mutex Acquire+Release pairs on a local redis-server:
@@ -112,7 +90,7 @@ func BenchmarkDriverHandoff16(b *testing.B) {
 				wg         sync.WaitGroup
 			)
 			left.Store(int64(b.N))
-			before := clientCommands(b, srv.Addr)
+			before := redistest.ClientCommands(b, srv.Addr)
 			b.ResetTimer()
 			for _, m := range mus {
 				wg.Go(func() {
@@ -136,7 +114,7 @@ func BenchmarkDriverHandoff16(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			cmds := clientCommands(b, srv.Addr) - before
+			cmds := redistest.ClientCommands(b, srv.Addr) - before
 			slices.Sort(lat)
 			if len(lat) > 0 {
 				b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns/handoff")

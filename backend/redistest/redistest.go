@@ -205,3 +205,37 @@ func StartCluster(t testing.TB, masters int) []string {
 	}
 	return addrs
 }
+
+// clientCommands are the commands a Leasehold client sends per operation. INFO commandstats
+// also counts the commands that scripts run inside one EVALSHA, which are not round trips, and
+// each new pooled connection's handshake (HELLO, CLIENT) or a client's keep-alive PING, which
+// are not per-operation costs; those are left out.
+var clientCommands = []string{"cmdstat_eval", "cmdstat_script", "cmdstat_subscribe", "cmdstat_unsubscribe",
+	"cmdstat_ssubscribe", "cmdstat_sunsubscribe", "cmdstat_get", "cmdstat_set"}
+
+// ClientCommands returns how many commands clients have sent the server at addr, counted from
+// INFO commandstats as above: take it before and after an operation to count its round trips.
+func ClientCommands(t testing.TB, addr string) int {
+	t.Helper()
+	info, err := Do(addr, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		known := false
+		for _, p := range clientCommands {
+			if strings.HasPrefix(line, p) {
+				known = true
+			}
+		}
+		if !known {
+			continue
+		}
+		i := strings.Index(line, "calls=")
+		j := strings.Index(line[i:], ",")
+		c, _ := strconv.Atoi(line[i+6 : i+j])
+		n += c
+	}
+	return n
+}
