@@ -25,7 +25,22 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// Option configures the middleware.
+// Defaults. A request counts against DefaultPrefix+DefaultKey ("httplimit:httplimit" in the
+// store) unless WithKey and WithPrefix say otherwise; that is the key to Inspect.
+const (
+	DefaultPrefix = "httplimit:"
+	DefaultKey    = "httplimit"
+)
+
+// retryAfter is the Retry-After, in seconds, of a refused request. Slots are freed by releases,
+// which the limiter cannot foresee, so it names the smallest value the header can carry.
+const retryAfter = 1
+
+// maxReleaseTimeout bounds the release sent after a request, detached from the request's
+// context so that a client that went away still frees its slot.
+const maxReleaseTimeout = 5 * time.Second
+
+// Option configures the middleware. Options are checked once, by New.
 type Option func(*config)
 
 type config struct {
@@ -35,7 +50,7 @@ type config struct {
 	wait    time.Duration
 	ttl     time.Duration
 	reject  http.Handler
-	err     error
+	err     error // the first invalid option
 }
 
 func (c *config) invalid(format string, args ...any) {
@@ -44,8 +59,10 @@ func (c *config) invalid(format string, args ...any) {
 	}
 }
 
-// WithKey sets the function that names the key a request counts against (default: one key for
-// all requests). An empty name counts against the default key.
+// WithKey sets the function that names the key a request counts against (default: every
+// request counts against DefaultKey). The name is prefixed (WithPrefix); an empty name counts
+// against DefaultKey. The middleware keeps one Semaphore per distinct name for its lifetime, so
+// f must return a bounded set of names (routes, known tenants), not raw client input.
 func WithKey(f func(*http.Request) string) Option {
 	return func(c *config) {
 		if f == nil {
@@ -55,8 +72,9 @@ func WithKey(f func(*http.Request) string) Option {
 	}
 }
 
-// WithPermits sets how many permits a request takes (default 1); a request asking for fewer
-// than 1 or more than the limit gets 400 Bad Request.
+// WithPermits sets how many permits a request takes (default 1), for requests of different
+// weights. A request for which f returns fewer than 1 or more than the limit gets 400 Bad
+// Request and touches no store.
 func WithPermits(f func(*http.Request) int) Option {
 	return func(c *config) {
 		if f == nil {
@@ -66,10 +84,13 @@ func WithPermits(f func(*http.Request) int) Option {
 	}
 }
 
-// WithPrefix sets the prefix of the keys (default "httplimit:").
+// WithPrefix sets the prefix of the store keys (default DefaultPrefix, "httplimit:"), so that
+// several limiters on one store stay apart.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
-// WithWait sets how long a request may wait for room (default 0: refused at once when full).
+// WithWait sets how long a request may wait for room (default 0: one store round trip, and
+// refused at once when the key is full). While it waits, a request is woken by releases as any
+// Semaphore waiter is; a client that goes away stops its wait.
 func WithWait(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -79,8 +100,9 @@ func WithWait(d time.Duration) Option {
 	}
 }
 
-// WithTTL sets the lease TTL (default primitives.DefaultTTL); leases are refreshed while the
-// request runs, so a server that dies frees its slots after one TTL.
+// WithTTL sets the lease TTL (default primitives.DefaultTTL, 10s; at least primitives.MinTTL).
+// Leases are refreshed every TTL/3 while the request runs, so a server that dies frees its
+// slots after one TTL.
 func WithTTL(d time.Duration) Option {
 	return func(c *config) {
 		if d < primitives.MinTTL {
@@ -91,7 +113,7 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithRejectHandler sets the handler that answers requests turned away because the key is full
-// (default: 503 with Retry-After and a short text body).
+// (default: 503 with Retry-After and a short text body). It does not answer store failures.
 func WithRejectHandler(h http.Handler) Option {
 	return func(c *config) {
 		if h == nil {
@@ -101,13 +123,27 @@ func WithRejectHandler(h http.Handler) Option {
 	}
 }
 
-// New returns the middleware for limit concurrent requests per key over store. It checks its
-// arguments and returns an error wrapping core.ErrInvalid naming a bad one; it calls no store.
-// The middleware is safe for concurrent use; it builds one Semaphore per key, once.
+// New returns middleware that lets at most limit permits' worth of requests per key run at once
+// across every process sharing store. It checks its arguments and options and returns an error
+// wrapping core.ErrInvalid naming the bad one; it sends nothing to the store.
+//
+// Per request the middleware sends one store round trip to acquire (more while waiting, under
+// WithWait), one refresh per TTL/3 while the handler runs, and one to release after the handler
+// returns — also when it panics, before the panic goes on. The handler runs with a context
+// canceled, cause wrapping core.ErrLost, if the lease is lost.
+//
+// Refusals: a full key gets 503 with Retry-After (or the WithRejectHandler). A store error gets
+// 503 too, with a body saying the limiter is unavailable: the limiter fails closed, since
+// letting requests through unlimited is what it exists to prevent. It logs nothing.
+//
+// The middleware is safe for concurrent use and may wrap any number of handlers, which then
+// share its keys.
 func New(store core.Store, limit int, opts ...Option) (func(http.Handler) http.Handler, error) {
-	c := config{prefix: "httplimit:", ttl: primitives.DefaultTTL}
+	c := config{prefix: DefaultPrefix, ttl: primitives.DefaultTTL}
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o(&c)
+		}
 	}
 	switch {
 	case c.err != nil:
@@ -119,15 +155,14 @@ func New(store core.Store, limit int, opts ...Option) (func(http.Handler) http.H
 	if c.err != nil {
 		return nil, fmt.Errorf("leasehold/httplimit: new: %w", c.err)
 	}
-	semOpts := []primitives.Option{primitives.WithTTL(c.ttl)}
+	l := &limiter{store: store, limit: limit, cfg: c, opts: []primitives.Option{primitives.WithTTL(c.ttl)}}
 	if c.wait > 0 {
-		semOpts = append(semOpts, primitives.WithAcquireTimeout(c.wait))
+		l.opts = append(l.opts, primitives.WithAcquireTimeout(c.wait))
 	}
-	// Check the options once, on a probe key, so that a bad combination fails here.
-	if _, err := primitives.NewSemaphore(store, c.prefix+"probe", limit, semOpts...); err != nil {
+	// Building the default key's Semaphore checks the options once, here, and costs no store call.
+	if _, err := l.semaphore(DefaultKey); err != nil {
 		return nil, fmt.Errorf("leasehold/httplimit: new: %w", err)
 	}
-	l := &limiter{store: store, limit: limit, cfg: c, opts: semOpts}
 	return l.wrap, nil
 }
 
@@ -136,7 +171,7 @@ type limiter struct {
 	limit int
 	cfg   config
 	opts  []primitives.Option
-	sems  sync.Map // key → *primitives.Semaphore
+	sems  sync.Map // key name → *primitives.Semaphore
 }
 
 func (l *limiter) semaphore(key string) (*primitives.Semaphore, error) {
@@ -153,7 +188,7 @@ func (l *limiter) semaphore(key string) (*primitives.Semaphore, error) {
 
 func (l *limiter) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := "default"
+		key := DefaultKey
 		if l.cfg.key != nil {
 			if k := l.cfg.key(r); k != "" {
 				key = k
@@ -164,11 +199,11 @@ func (l *limiter) wrap(next http.Handler) http.Handler {
 			n = l.cfg.permits(r)
 		}
 		if n < 1 || n > l.limit {
-			http.Error(w, fmt.Sprintf("request asks for %d permits of %d", n, l.limit), http.StatusBadRequest)
+			http.Error(w, fmt.Sprintf("request asks for %d permits; the limit is %d", n, l.limit), http.StatusBadRequest)
 			return
 		}
 		sem, err := l.semaphore(key)
-		if err != nil {
+		if err != nil { // not reached: New checked the options, and the key is not empty
 			http.Error(w, "concurrency limiter misconfigured", http.StatusInternalServerError)
 			return
 		}
@@ -178,31 +213,41 @@ func (l *limiter) wrap(next http.Handler) http.Handler {
 		} else {
 			lease, err = sem.TryAcquire(r.Context(), n)
 		}
-		switch {
-		case errors.Is(err, core.ErrNotAcquired):
-			if l.cfg.reject != nil {
-				l.cfg.reject.ServeHTTP(w, r)
-				return
-			}
-			w.Header().Set("Retry-After", strconv.Itoa(1))
-			http.Error(w, "too many concurrent requests; retry later", http.StatusServiceUnavailable)
-			return
-		case err != nil:
-			if r.Context().Err() != nil {
-				return // the client went away
-			}
-			w.Header().Set("Retry-After", strconv.Itoa(1))
-			http.Error(w, "concurrency limiter unavailable", http.StatusServiceUnavailable)
+		if err != nil {
+			l.refuse(w, r, err)
 			return
 		}
 		ctx, cancel := primitives.LeaseContext(r.Context(), lease)
 		defer func() {
+			// A plain defer, no recover: a panicking handler's slot is freed here and the panic
+			// goes on to the server. The release is detached from the request's context so that a
+			// client that went away still frees the slot; a lost lease has nothing left to free,
+			// and nobody to tell, so its error is dropped.
 			cancel()
-			// Release even if the client went away; a lost lease has nothing left to free.
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), min(l.cfg.ttl, maxReleaseTimeout))
+			defer rcancel()
 			lease.Release(rctx)
-			rcancel()
 		}()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// refuse answers a request that got no lease.
+func (l *limiter) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, core.ErrNotAcquired):
+		if l.cfg.reject != nil {
+			l.cfg.reject.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		http.Error(w, "too many concurrent requests; retry later", http.StatusServiceUnavailable)
+	case r.Context().Err() != nil:
+		// The client went away while waiting: nobody reads this, but the server's logs should
+		// not show the limiter as unavailable, nor the request as served.
+		http.Error(w, "request canceled while waiting for a slot", http.StatusServiceUnavailable)
+	default:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		http.Error(w, "concurrency limiter unavailable", http.StatusServiceUnavailable)
+	}
 }
