@@ -1,0 +1,19 @@
+module github.com/leasehold/leasehold/bench
+
+go 1.26.8
+
+replace github.com/leasehold/leasehold => ../
+
+require (
+	github.com/bsm/redislock v0.9.4
+	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/leasehold/leasehold v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/valkey-io/valkey-go v1.0.79
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
