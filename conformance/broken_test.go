@@ -68,11 +68,11 @@ func (silent) C() <-chan struct{} { return nil }
 func (silent) Reliable() bool     { return true }
 func (silent) Close(bool)         {}
 
-func (b *broken) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+func (b *broken) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	if b.fault == "forgetsToNotify" {
 		return silent{}, nil
 	}
-	return b.Store.Register(ctx, key, permits)
+	return b.Store.Register(ctx, req)
 }
 
 type brokenHarness struct {

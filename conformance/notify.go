@@ -7,14 +7,19 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// register enrolls a waiter, skipping the test when the store has no notifications.
-func register(t *testing.T, st core.Store, key string, permits int) core.Waiter {
+// waitFor makes holder a waiter the way the primitives do: an Acquire refused with a Wait, then
+// Register with the same request. It skips the test when the store has no notifications.
+func waitFor(t *testing.T, st core.Store, key, holder string, permits, limit int) core.Waiter {
 	t.Helper()
 	n, ok := st.(core.Notifier)
 	if !ok {
 		t.Skip("the store does not implement core.Notifier")
 	}
-	w, err := n.Register(ctxFor(t), key, permits)
+	req := core.AcquireRequest{Key: key, Holder: holder, Permits: permits, Limit: limit, TTL: time.Minute, Wait: time.Minute}
+	if res, err := st.Acquire(ctxFor(t), req); err != nil || res.Granted {
+		t.Fatalf("Acquire(%q, %s) = %+v, %v; want a refusal", key, holder, res, err)
+	}
+	w, err := n.Register(ctxFor(t), req)
 	if err != nil {
 		t.Fatalf("Register(%q): %v", key, err)
 	}
@@ -82,8 +87,7 @@ func count(bs []bool) int {
 func (s *suite) testReleaseWakesWaiter(t *testing.T) {
 	st, other, key := s.h.NewStore(t), s.h.NewStore(t), newKey(t)
 	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	w := register(t, other, key, 1)
-	mustRefuse(t, other, key, "b", 1, 1, time.Minute)
+	w := waitFor(t, other, key, "b", 1, 1)
 	release(t, st, key, "a")
 	if !woken(w)[0] {
 		t.Fatalf("a waiter registered on one Store was not woken within %v of a release through another", wakeTimeout)
@@ -95,13 +99,13 @@ func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	mustGrant(t, st, key, "a", 1, 3, time.Minute)
 	mustGrant(t, st, key, "b", 2, 3, time.Minute)
-	ws := []core.Waiter{register(t, st, key, 1), register(t, st, key, 1), register(t, st, key, 1), register(t, st, key, 1)}
+	ws := []core.Waiter{waitFor(t, st, key, "w0", 1, 3), waitFor(t, st, key, "w1", 1, 3), waitFor(t, st, key, "w2", 1, 3), waitFor(t, st, key, "w3", 1, 3)}
 	release(t, st, key, "a")
 	got := woken(ws...)
 	if count(got) != 1 || !got[0] {
 		t.Fatalf("releasing 1 permit woke waiters %v, want only the first in line", got)
 	}
-	mustGrant(t, st, key, "c", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
+	mustGrant(t, st, key, "w0", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
 	ws[0].Close(false)
 	release(t, st, key, "b")
 	got = woken(ws[1:]...)
@@ -113,8 +117,8 @@ func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	first := register(t, st, key, 1)
-	second := register(t, st, key, 1)
+	first := waitFor(t, st, key, "w0", 1, 1)
+	second := waitFor(t, st, key, "w1", 1, 1)
 	release(t, st, key, "a")
 	if got := woken(first, second); !got[0] || got[1] {
 		t.Fatalf("release woke %v, want the first waiter alone", got)
@@ -123,4 +127,5 @@ func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 	if !woken(second)[0] {
 		t.Fatalf("a wake given up unused was not passed on to the next waiter")
 	}
+	mustGrant(t, st, key, "w1", 1, 1, time.Minute)
 }

@@ -98,17 +98,18 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 // acquireWait acquires, waiting by notification when the store has it and by the store's
 // RetryAfter capped at a millisecond otherwise.
 func acquireWait(t *testing.T, st core.Store, key, holder string, n, limit int) error {
+	req := core.AcquireRequest{Key: key, Holder: holder, Permits: n, Limit: limit, TTL: time.Minute, Wait: 20 * time.Second}
 	var w core.Waiter
 	if nt, ok := st.(core.Notifier); ok {
 		var err error
-		if w, err = nt.Register(ctxFor(t), key, n); err != nil {
+		if w, err = nt.Register(ctxFor(t), req); err != nil {
 			return fmt.Errorf("Register(%q): %v", key, err)
 		}
 		defer w.Close(false)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		res, err := st.Acquire(ctxFor(t), core.AcquireRequest{Key: key, Holder: holder, Permits: n, Limit: limit, TTL: time.Minute})
+		res, err := st.Acquire(ctxFor(t), req)
 		if err != nil {
 			return fmt.Errorf("Acquire(%q): %v", key, err)
 		}

@@ -55,9 +55,14 @@ func TestSnapshotInUse(t *testing.T) {
 
 func register(t *testing.T, wl *core.Waitlist, key string, permits int) core.Waiter {
 	t.Helper()
-	w, err := wl.Register(context.Background(), key, permits)
+	w, err := wl.Register(context.Background(), core.AcquireRequest{Key: key, Permits: permits})
 	if err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-w.C():
+	default:
+		t.Fatal("a new waiter did not start woken: a release just before Register would be missed")
 	}
 	return w
 }

@@ -6,10 +6,12 @@ import "context"
 // freed. The primitives discover it by type assertion; a Store without it still works, its
 // waiters retrying at the retry interval or the store's RetryAfter, whichever comes first.
 type Notifier interface {
-	// Register enrolls a waiter for permits on key. Register before trying to acquire, so a
-	// release that happens between the try and the wait is not missed. The waiter must be
-	// closed when its caller stops waiting.
-	Register(ctx context.Context, key string, permits int) (Waiter, error)
+	// Register enrolls a waiter for the request req, which was just refused and will be tried
+	// again when woken: req.Key, req.Holder and req.Permits say whose wake it is and what would
+	// serve it. A release between the refused try and Register must not be missed: unless the
+	// store can rule that out, the waiter starts woken, so that its caller tries again at once.
+	// The waiter must be closed when its caller stops waiting.
+	Register(ctx context.Context, req AcquireRequest) (Waiter, error)
 }
 
 // Waiter is one caller's enrollment for notifications on one key.

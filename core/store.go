@@ -34,6 +34,13 @@ type Store interface {
 	//
 	// The limit is not stored with the key: each request is admitted against its own req.Limit,
 	// so clients that disagree on the limit each see theirs (Inspect reports the latest one).
+	//
+	// A store may keep a line of waiters: a request refused with req.Wait > 0 may hold a place
+	// in it for that long, and a release may then reserve the freed permits, for a short claim
+	// window, for the waiters at the head of the line it wakes. Reserved permits count as held
+	// for every other request until the waiter's Acquire takes them or the window passes (they
+	// are not leases: Inspect, Extend and Release ignore them). Requests with Wait == 0 never
+	// make a reservation.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 
 	// Extend moves the expiry of the holder's lease to now+TTL and reports the lease. If the
@@ -63,6 +70,10 @@ type AcquireRequest struct {
 	// fence raised to MinFence if that is higher. Redlock uses it to carry the order of fences
 	// across its nodes; other callers leave it zero.
 	MinFence uint64
+	// Wait is how long the caller will go on waiting if this request is refused: a store that
+	// keeps a line of waiters keeps the caller's place that long. Zero means the caller will
+	// not wait (a single attempt).
+	Wait time.Duration
 }
 
 // AcquireResult is a grant or a refusal.

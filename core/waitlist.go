@@ -32,10 +32,13 @@ type listWaiter struct {
 
 var _ Notifier = (*Waitlist)(nil)
 
-// Register enrolls a waiter for permits on key at the back of the key's line. It never fails;
-// ctx is unused.
-func (wl *Waitlist) Register(_ context.Context, key string, permits int) (Waiter, error) {
-	w := &listWaiter{wl: wl, key: key, permits: permits, ch: make(chan struct{}, 1)}
+// Register enrolls a waiter for req.Permits on req.Key at the back of the key's line. The waiter
+// starts woken, as a release since the caller's refused try may have gone unseen. It never
+// fails; ctx is unused.
+func (wl *Waitlist) Register(_ context.Context, req AcquireRequest) (Waiter, error) {
+	key := req.Key
+	w := &listWaiter{wl: wl, key: key, permits: req.Permits, ch: make(chan struct{}, 1)}
+	w.ch <- struct{}{}
 	wl.mu.Lock()
 	if wl.keys == nil {
 		wl.keys = make(map[string]*waitQueue)

@@ -100,8 +100,8 @@ type parkSignal struct {
 	parked atomic.Bool // a registered waiter was refused: it is waiting for a wake
 }
 
-func (p *parkSignal) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
-	w, err := p.Store.Register(ctx, key, permits)
+func (p *parkSignal) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+	w, err := p.Store.Register(ctx, req)
 	p.armed.Store(true)
 	return w, err
 }

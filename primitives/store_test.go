@@ -33,8 +33,8 @@ type recorder struct {
 // notifying is a recorder that passes on the memory store's notifications.
 type notifying struct{ *recorder }
 
-func (n notifying) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
-	return n.inner.Register(ctx, key, permits)
+func (n notifying) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+	return n.inner.Register(ctx, req)
 }
 
 func newRecorder() *recorder { return &recorder{inner: memory.New()} }

@@ -27,6 +27,7 @@ type waiter struct {
 // try makes one attempt. An error is final; a refusal is not.
 func (w *waiter) try(ctx context.Context) (core.AcquireResult, error) {
 	w.tries++
+	w.req.Wait = w.willWait(ctx)
 	res, err := w.s.store.Acquire(ctx, w.req)
 	if err != nil {
 		if ctx.Err() != nil && !w.s.cfg.holderSet {
@@ -46,19 +47,31 @@ func (w *waiter) try(ctx context.Context) (core.AcquireResult, error) {
 	return res, nil
 }
 
-// wait returns when the next try is due: at once after first enrolling as a waiter (so a release
-// between the refused try and the enrollment is not missed), else on a wake, after retryAfter
-// (capped by the retry interval unless notifications are reliable), or with an error when the
-// acquire timeout passes or ctx ends.
+// willWait returns how long the caller would wait after the try about to be made, if refused:
+// zero for a last attempt, else what is left of the acquire timeout and of ctx.
+func (w *waiter) willWait(ctx context.Context) time.Duration {
+	if w.attempts > 0 && w.tries >= w.attempts {
+		return 0
+	}
+	d := w.s.cfg.acquireTimeout - time.Since(w.begin)
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return max(d, 0)
+}
+
+// wait returns when the next try is due: on a wake (a new waiter starts woken unless its store
+// can tell that no release was missed since the refused try), after retryAfter (capped by the
+// retry interval unless notifications are reliable), or with an error when the acquire timeout
+// passes or ctx ends.
 func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if !w.enrolled && w.s.notifier != nil {
 		w.enrolled = true
-		nw, err := w.s.notifier.Register(ctx, w.req.Key, w.req.Permits)
-		if err == nil {
+		nw, err := w.s.notifier.Register(ctx, w.req)
+		switch {
+		case err == nil:
 			w.w = nw
-			return nil
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return ctx.Err()
 		}
 		// Without notifications the waiter still works, at the retry interval.

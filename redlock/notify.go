@@ -12,7 +12,7 @@ import (
 // merging their wakes: a release through any node wakes the waiter. The merged waiter is
 // Reliable only while every node's waiter is: with a node without notifications, or whose
 // subscription is down, waiters fall back to their retry interval. It runs one goroutine, which ends with Close.
-func (s *Store) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	w := &waiter{n: len(s.nodes), ch: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	var errs []error
 	for _, n := range s.nodes {
@@ -20,7 +20,7 @@ func (s *Store) Register(ctx context.Context, key string, permits int) (core.Wai
 		if !ok {
 			continue
 		}
-		nw, err := nt.Register(ctx, key, permits)
+		nw, err := nt.Register(ctx, req)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -28,7 +28,19 @@ func (s *Store) Register(ctx context.Context, key string, permits int) (core.Wai
 		w.nodes = append(w.nodes, nw)
 	}
 	if len(w.nodes) == 0 {
-		return nil, wrap("register", key, errors.Join(append(errs, errors.New("no node offers notifications"))...))
+		return nil, wrap("register", req.Key, errors.Join(append(errs, errors.New("no node offers notifications"))...))
+	}
+	// A node's waiter that starts woken starts the merged one woken, before merge runs, so
+	// the caller sees it at once and sees it once.
+	for _, nw := range w.nodes {
+		select {
+		case <-nw.C():
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		default:
+		}
 	}
 	go w.merge()
 	return w, nil

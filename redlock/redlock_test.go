@@ -99,11 +99,11 @@ func (n *node) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	return s.Inspect(ctx, key)
 }
 
-func (n *node) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+func (n *node) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	n.mu.Lock()
 	inner := n.inner
 	n.mu.Unlock()
-	return inner.Register(ctx, key, permits)
+	return inner.Register(ctx, req)
 }
 
 func nodes(clock core.Clock, n int) ([]*node, []core.Store) {

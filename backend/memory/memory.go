@@ -218,12 +218,12 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 }
 
 // Register implements core.Notifier: the waiter is woken by releases through this Store.
-func (s *Store) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
-	if err := s.lock(ctx, "register", key); err != nil {
+func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+	if err := s.lock(ctx, "register", req.Key); err != nil {
 		return nil, err
 	}
 	s.mu.Unlock()
-	return s.waiters.Register(ctx, key, permits)
+	return s.waiters.Register(ctx, req)
 }
 
 // Close closes the store: every later operation returns an error wrapping core.ErrClosed, and

@@ -20,10 +20,11 @@ const (
 	Extend
 	Release
 	Inspect
+	Leave
 )
 
 // Sources are the scripts' full sources, indexed by Script.
-var Sources = [...]string{Acquire: AcquireScript, Extend: ExtendScript, Release: ReleaseScript, Inspect: InspectScript}
+var Sources = [...]string{Acquire: AcquireScript, Extend: ExtendScript, Release: ReleaseScript, Inspect: InspectScript, Leave: LeaveScript}
 
 // Client is what a driver supplies: a way to run a script, and to open the Store's
 // subscription connection.
@@ -46,10 +47,13 @@ type Base struct {
 	layout Layout
 	closed atomic.Bool
 
-	mu     sync.Mutex // guards the lazily opened subscription
-	subs   *Subscriptions
-	cancel context.CancelFunc
-	wait   func()
+	mu         sync.Mutex // guards the lazily opened subscription
+	subs       *Subscriptions
+	subsLoaded atomic.Pointer[Subscriptions] // subs, once opened, for the hot path
+	cancel     context.CancelFunc
+	wait       func()
+	bgMu       sync.Mutex     // orders leave's bg.Add before Close's bg.Wait
+	bg         sync.WaitGroup // waiters leaving their line
 }
 
 // Option configures a Redis Store; the drivers' options are these.

@@ -424,7 +424,7 @@ func TestCloseLeavesClientOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := s.Register(context.Background(), "k", 1) // opens the subscription
+	w, err := s.Register(context.Background(), core.AcquireRequest{Key: "k", Holder: "h", Permits: 1}) // opens the subscription
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestCloseLeavesClientOpen(t *testing.T) {
 	if _, err := s.Inspect(context.Background(), "k"); !errors.Is(err, core.ErrClosed) {
 		t.Errorf("Inspect after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.Register(context.Background(), "k", 1); !errors.Is(err, core.ErrClosed) {
+	if _, err := s.Register(context.Background(), core.AcquireRequest{Key: "k", Holder: "h", Permits: 1}); !errors.Is(err, core.ErrClosed) {
 		t.Errorf("Register after Close: %v, want ErrClosed", err)
 	}
 	if err := c.Ping(context.Background()).Err(); err != nil {

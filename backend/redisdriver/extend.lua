@@ -1,9 +1,10 @@
 -- ARGV: holder, ttl_ms
--- Returns {1, permits, fence, limit}, or {0} when the holder holds no unexpired lease.
+-- Returns {1, permits, fence, limit}, or {0} when the holder holds no unexpired lease (a
+-- reservation is not one).
 local holder, ttl = ARGV[1], tonumber(ARGV[2])
 purge()
 local n, fence = held(holder)
-if not n then
+if not n or fence == 0 then
   keepalive()
   return {0}
 end

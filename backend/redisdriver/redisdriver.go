@@ -1,16 +1,18 @@
 // Package redisdriver holds what Leasehold's Redis drivers share, whatever client they use: the
 // Lua scripts (one copy, embedded), the key layout, the decoding of script replies into core
-// results, and the subscription bookkeeping that turns release messages into wake-ups. The
-// drivers backend/goredis and backend/valkey only move bytes.
+// results, and the subscription bookkeeping that turns wake messages into wake-ups. The drivers
+// backend/goredis and backend/valkey only move bytes.
 //
 // # Key layout
 //
-// A resource key K under prefix P is stored in three Redis keys, P{K'}:leases (a sorted set of
-// holder → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence") and
-// P{K'}:meta (a hash with the last fence and the latest limit), where K' is K with '%', '{' and
-// '}' percent-encoded. K' is the hash tag, so the three keys (and the release channel
-// P{K'}:released) share one Redis Cluster slot and one script can touch them all; the encoding
-// keeps any user key in one slot and distinct from every other.
+// A resource key K under prefix P is stored in five Redis keys: P{K'}:leases (a sorted set of
+// holder → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence"),
+// P{K'}:meta (a hash with the last fence, the latest limit and the line's counters),
+// P{K'}:queue (a sorted set, the line of waiters in arrival order) and P{K'}:waiting (a hash of
+// waiter → "permits deadline"), where K' is K with '%', '{' and '}' percent-encoded. K' is the
+// hash tag, so the five keys (and the wake channel P{K'}:released) share one Redis Cluster slot
+// and one script can touch them all; the encoding keeps any user key in one slot and distinct
+// from every other.
 //
 // # Scripts
 //
@@ -18,6 +20,16 @@
 // scripts take the time from the server (TIME), purge expired leases, and check the types of the
 // keys before writing anything, so someone else's data under the prefix is reported and left
 // untouched. User values travel only as KEYS and ARGV.
+//
+// # Waking waiters
+//
+// A refused Acquire that will wait (AcquireRequest.Wait > 0) takes a place in the key's line.
+// A release reserves the permits it frees, for ClaimWindow, for the waiters at the head of the
+// line that they serve, and publishes their holder ids on the key's channel: only those waiters
+// wake, in whichever process they are, and only they may take the reserved permits. The
+// releasing Store also wakes its own woken waiters from the script's reply, without waiting for
+// the message. A waiter that gives up leaves the line (one more script call), passing a
+// reservation made for it to the next in line. Idle waiters send nothing.
 package redisdriver
 
 import (
@@ -47,6 +59,8 @@ var (
 	releaseBody string
 	//go:embed inspect.lua
 	inspectBody string
+	//go:embed leave.lua
+	leaveBody string
 )
 
 // The scripts' full sources: the shared prelude followed by each operation.
@@ -55,6 +69,7 @@ var (
 	ExtendScript  = common + extendBody
 	ReleaseScript = common + releaseBody
 	InspectScript = common + inspectBody
+	LeaveScript   = common + leaveBody
 )
 
 // Layout maps resource keys to Redis keys and channels under a prefix.
@@ -80,7 +95,7 @@ func (l Layout) tag(key string) string {
 // Keys returns the Redis keys of a resource key, in the order the scripts take them.
 func (l Layout) Keys(key string) []string {
 	t := l.tag(key)
-	return []string{t + "leases", t + "holders", t + "meta"}
+	return []string{t + "leases", t + "holders", t + "meta", t + "queue", t + "waiting"}
 }
 
 // Channel returns the channel the release script publishes freed permits of key on.
@@ -90,9 +105,14 @@ func (l Layout) Channel(key string) string { return l.tag(key) + "released" }
 // before its TTL.
 func ms(ttl time.Duration) int64 { return int64((ttl + time.Millisecond - 1) / time.Millisecond) }
 
+// ClaimWindow is how long a release reserves the permits it frees for the waiters it wakes.
+// A woken waiter tries again within a round trip or two; the window only bounds how long
+// permits stay idle when the woken waiter's process died before it could try.
+const ClaimWindow = 500 * time.Millisecond
+
 // AcquireArgs returns the ARGV of the acquire script.
 func AcquireArgs(req core.AcquireRequest) []any {
-	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10)}
+	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait)}
 }
 
 // ExtendArgs returns the ARGV of the extend script.
@@ -100,9 +120,10 @@ func ExtendArgs(req core.ExtendRequest) []any {
 	return []any{req.Holder, ms(req.TTL)}
 }
 
-// ReleaseArgs returns the ARGV of the release script.
+// ReleaseArgs returns the ARGV of the release script, and of the leave script (a waiter that
+// gives up its place in the line).
 func (l Layout) ReleaseArgs(key, holder string) []any {
-	return []any{holder, l.Channel(key)}
+	return []any{holder, l.Channel(key), ms(ClaimWindow)}
 }
 
 // Reply is a script reply decoded by a driver: a []any of int64 and string values, or an int64.
@@ -162,13 +183,72 @@ func ParseExtend(r Reply) (core.ExtendResult, error) {
 	return core.ExtendResult{Permits: int(v[1]), Fence: uint64(v[2]), Limit: int(v[3])}, nil
 }
 
-// ParseRelease decodes the release script's reply: whether the holder held the lease.
-func ParseRelease(r Reply) (bool, error) {
-	n, ok := r.(int64)
-	if !ok {
-		return false, fmt.Errorf("%w: %v", errReply, r)
+// ParseRelease decodes the release script's reply: whether the holder held the lease, and the
+// wake it made (see ParseWake).
+func ParseRelease(r Reply) (held bool, wake Wake, err error) {
+	arr, ok := r.([]any)
+	if !ok || len(arr) < 1 {
+		return false, Wake{}, fmt.Errorf("%w: %v", errReply, r)
 	}
-	return n > 0, nil
+	n, ok := arr[0].(int64)
+	if !ok {
+		return false, Wake{}, fmt.Errorf("%w: %v", errReply, r)
+	}
+	wake, err = ParseWake(arr[1:])
+	return n > 0, wake, err
+}
+
+// Wake is what a release (or a waiter giving up its place) reserved permits for: the holders
+// woken, and the wake's number, which orders the wakes on a key so that one reported twice
+// (in the script's reply, then by the channel) wakes its waiter once.
+type Wake struct {
+	ID      int64
+	Holders []string
+}
+
+// ParseWake decodes the wake part of a script's reply: {} or {id, holder...}.
+func ParseWake(r Reply) (Wake, error) {
+	arr, ok := r.([]any)
+	if !ok {
+		return Wake{}, fmt.Errorf("%w: %v", errReply, r)
+	}
+	if len(arr) == 0 {
+		return Wake{}, nil
+	}
+	id, ok := arr[0].(int64)
+	if !ok {
+		return Wake{}, fmt.Errorf("%w: %v", errReply, r)
+	}
+	w := Wake{ID: id, Holders: make([]string, 0, len(arr)-1)}
+	for _, v := range arr[1:] {
+		h, ok := v.(string)
+		if !ok {
+			return Wake{}, fmt.Errorf("%w: %v", errReply, r)
+		}
+		w.Holders = append(w.Holders, h)
+	}
+	return w, nil
+}
+
+// ParseMessage decodes a wake published on a key's channel: "<id> " followed by each holder as
+// a netstring, "<length>:<holder>".
+func ParseMessage(payload string) (Wake, error) {
+	idText, rest, ok := strings.Cut(payload, " ")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if !ok || err != nil {
+		return Wake{}, fmt.Errorf("%w: message %q", errReply, payload)
+	}
+	w := Wake{ID: id}
+	for rest != "" {
+		lenText, tail, ok := strings.Cut(rest, ":")
+		n, err := strconv.Atoi(lenText)
+		if !ok || err != nil || n < 0 || n > len(tail) {
+			return Wake{}, fmt.Errorf("%w: message %q", errReply, payload)
+		}
+		w.Holders = append(w.Holders, tail[:n])
+		rest = tail[n:]
+	}
+	return w, nil
 }
 
 // ParseInspect decodes the inspect script's reply.
@@ -191,15 +271,6 @@ func ParseInspect(r Reply) (core.Snapshot, error) {
 	}
 	sortByFence(snap.Leases)
 	return snap, nil
-}
-
-// ParsePermits decodes a release message's payload: the permits freed.
-func ParsePermits(payload string) int {
-	n, err := strconv.Atoi(payload)
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
 }
 
 func sortByFence(ls []core.LeaseInfo) {

@@ -1,14 +1,16 @@
--- ARGV: holder, channel
--- Returns the permits freed (0 when the holder held none) and publishes them on the channel.
+-- ARGV: holder, channel, claim_ms
+-- Returns {permits freed (0 when the holder held no lease), wake id, woken holder...}: the freed
+-- permits are reserved for the waiters at the head of the line, who are told on the channel.
 local holder = ARGV[1]
 purge()
-local n = held(holder)
-if not n then
+local n, fence = held(holder)
+if not n or fence == 0 then
   keepalive()
-  return 0
+  return {0}
 end
 redis.call('ZREM', leases, holder)
 redis.call('HDEL', holders, holder)
+local out = wake(ARGV[2], tonumber(ARGV[3]))
 keepalive()
-redis.call('PUBLISH', ARGV[2], n)
-return n
+table.insert(out, 1, n)
+return out

@@ -2,6 +2,7 @@ package redisdriver
 
 import (
 	"context"
+	"time"
 
 	"github.com/leasehold/leasehold/core"
 )
@@ -13,14 +14,26 @@ var (
 	_ core.Notifier = (*Base)(nil)
 )
 
-// Acquire implements core.Store.Acquire: one script call.
+// Acquire implements core.Store.Acquire: one script call. A refusal with req.Wait > 0 keeps
+// the holder's place in the key's line of waiters for req.Wait.
 func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	subs := b.loadSubs()
+	var token uint64
+	if subs != nil && req.Wait > 0 {
+		token = subs.BeforeTry(req.Key)
+	}
 	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req))
 	if err != nil {
 		return core.AcquireResult{}, err
 	}
 	res, err := ParseAcquire(r)
-	return res, b.wrap("acquire", req.Key, err)
+	if err != nil {
+		return res, b.wrap("acquire", req.Key, err)
+	}
+	if subs != nil && req.Wait > 0 {
+		subs.AfterTry(req.Key, req.Holder, token, res.Granted)
+	}
+	return res, nil
 }
 
 // Extend implements core.Store.Extend: one script call.
@@ -33,15 +46,51 @@ func (b *Base) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendR
 	return res, b.wrap("extend", req.Key, err)
 }
 
-// Release implements core.Store.Release: one script call, which publishes the freed permits
-// to every process subscribed to the key.
+// Release implements core.Store.Release: one script call, which reserves the freed permits for
+// the waiters at the head of the key's line and wakes them: this Store's own at once, from the
+// reply, and those of other processes by a message on the key's channel.
 func (b *Base) Release(ctx context.Context, key, holder string) (bool, error) {
 	r, err := b.run(ctx, "release", key, Release, b.layout.ReleaseArgs(key, holder))
 	if err != nil {
 		return false, err
 	}
-	held, err := ParseRelease(r)
-	return held, b.wrap("release", key, err)
+	held, wake, err := ParseRelease(r)
+	if err != nil {
+		return false, b.wrap("release", key, err)
+	}
+	b.woken(key, wake)
+	return held, nil
+}
+
+// woken wakes this Store's waiters among those a script's reply says it woke.
+func (b *Base) woken(key string, wake Wake) {
+	if subs := b.loadSubs(); subs != nil && len(wake.Holders) > 0 {
+		subs.Woken(b.layout.Channel(key), wake)
+	}
+}
+
+// leaveTimeout bounds a waiter's leaving the line, which runs in the background.
+const leaveTimeout = 2 * time.Second
+
+// leave takes holder, which gave up waiting, out of key's line in the background, passing a
+// reservation made for it on. Close waits for it.
+func (b *Base) leave(key, holder string) {
+	b.bgMu.Lock()
+	defer b.bgMu.Unlock()
+	if b.closed.Load() {
+		return
+	}
+	b.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		defer cancel()
+		r, err := b.run(ctx, "leave", key, Leave, b.layout.ReleaseArgs(key, holder))
+		if err != nil {
+			return // the place lapses with the waiter's deadline, a reservation with ClaimWindow
+		}
+		if wake, err := ParseWake(r); err == nil {
+			b.woken(key, wake)
+		}
+	})
 }
 
 // Inspect implements core.Store.Inspect: one script call, which writes nothing.
@@ -56,12 +105,12 @@ func (b *Base) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 
 // Register implements core.Notifier. The first call opens the Store's one subscription
 // connection; the first waiter on a key subscribes to the key's channel.
-func (b *Base) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+func (b *Base) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	if err := b.check(ctx); err != nil {
-		return nil, b.wrap("register", key, err)
+		return nil, b.wrap("register", req.Key, err)
 	}
-	w, err := b.subscriptions().Register(ctx, key, permits)
-	return w, b.wrap("register", key, err)
+	w, err := b.subscriptions().Register(ctx, req)
+	return w, b.wrap("register", req.Key, err)
 }
 
 func (b *Base) subscriptions() *Subscriptions {
@@ -71,14 +120,19 @@ func (b *Base) subscriptions() *Subscriptions {
 		var ctx context.Context
 		ctx, b.cancel = context.WithCancel(context.Background())
 		subs := NewSubscriptions(b.layout, nil)
+		subs.leave = b.leave
 		subs.ps, b.wait = b.client.Listen(ctx, subs)
 		if b.closed.Load() {
 			subs.Close()
 		}
 		b.subs = subs
+		b.subsLoaded.Store(subs)
 	}
 	return b.subs
 }
+
+// loadSubs returns the Subscriptions if they were opened, without locking.
+func (b *Base) loadSubs() *Subscriptions { return b.subsLoaded.Load() }
 
 // Close stops the Store's subscription connection and wakes its waiters; later operations
 // return an error wrapping core.ErrClosed. The driver's client is left open. Close is idempotent.
@@ -93,5 +147,8 @@ func (b *Base) Close() error {
 		b.cancel()
 		b.wait()
 	}
+	b.bgMu.Lock() // a leave that saw the Store open has started: Wait follows its Add
+	b.bgMu.Unlock()
+	b.bg.Wait()
 	return nil
 }

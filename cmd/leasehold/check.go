@@ -120,11 +120,11 @@ func (s *observedStore) Release(ctx context.Context, key, holder string) (bool, 
 
 // Register implements core.Notifier with the wrapped store's notifications, or returns
 // errNoNotifier when it has none.
-func (s *observedStore) Register(ctx context.Context, key string, permits int) (core.Waiter, error) {
+func (s *observedStore) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	if s.notifier == nil {
 		return nil, errNoNotifier
 	}
-	return s.notifier.Register(ctx, key, permits)
+	return s.notifier.Register(ctx, req)
 }
 
 // record returns a copy of what was seen of key (the zero keyRecord if it was never granted).
