@@ -128,4 +128,12 @@ func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 		t.Fatalf("a wake given up unused was not passed on to the next waiter")
 	}
 	mustGrant(t, st, key, "w1", 1, 1, time.Minute)
+	// A store that granted the first waiter its lease from a line took it back when it gave up.
+	snap, err := st.Inspect(ctxFor(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs := holders(snap); len(hs) != 1 || hs["w1"].Permits != 1 {
+		t.Fatalf("after the first waiter gave up, leases %+v, want w1's alone", snap.Leases)
+	}
 }

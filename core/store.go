@@ -36,11 +36,9 @@ type Store interface {
 	// so clients that disagree on the limit each see theirs (Inspect reports the latest one).
 	//
 	// A store may keep a line of waiters: a request refused with req.Wait > 0 may hold a place
-	// in it for that long, and a release may then reserve the freed permits, for a short claim
-	// window, for the waiters at the head of the line it wakes. Reserved permits count as held
-	// for every other request until the waiter's Acquire takes them or the window passes (they
-	// are not leases: Inspect, Extend and Release ignore them). Requests with Wait == 0 never
-	// make a reservation.
+	// in it for that long, and a release may then grant the request from the line, before the
+	// waiter asks again. The waiter's next Acquire reports that grant (idempotently, as above),
+	// with Since set when the store learned of it without asking the backend again.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 
 	// Extend moves the expiry of the holder's lease to now+TTL and reports the lease. If the
@@ -85,6 +83,10 @@ type AcquireResult struct {
 	// RetryAfter, on refusal, is how long until the leases now on the key would, by expiring
 	// alone, leave room for the request. A waiter uses it instead of polling blindly.
 	RetryAfter time.Duration
+	// Since, when not zero, is a local time before the grant was made: the grant was handed
+	// to the holder from a line of waiters before this call, and the lease's TTL must be counted
+	// from Since rather than from the call.
+	Since time.Time
 }
 
 // ExtendRequest asks to move the expiry of Holder's lease on Key to TTL from now.

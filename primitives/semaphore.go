@@ -117,6 +117,9 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 			return fail(err)
 		}
 		if res.Granted {
+			if !res.Since.IsZero() && res.Since.Before(start) {
+				start = res.Since // handed over from the store's line before this try
+			}
 			l := s.newLease(holder, n, res.Fence, start)
 			if len(s.cfg.events) > 0 {
 				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(w.begin)})

@@ -26,6 +26,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	res := fanout(ctx, s, nil, func(c context.Context, n core.Store) (core.AcquireResult, error) { return n.Acquire(c, req) })
 	var granted []int
 	answered := 0
+	var since time.Time // the earliest grant handed over from a node's line, counted from there
 	for i, r := range res {
 		if errors.Is(r.err, core.ErrInvalid) {
 			return core.AcquireResult{}, wrap("acquire", req.Key, r.err)
@@ -34,12 +35,15 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 			answered++
 			if r.v.Granted {
 				granted = append(granted, i)
+				if t := r.v.Since; !t.IsZero() && t.Before(start) {
+					start, since = t, t
+				}
 			}
 		}
 	}
 	if len(granted) >= quorum && ctx.Err() == nil {
 		if fence, ok := s.raise(ctx, req, res, granted, quorum); ok && time.Since(start) < req.TTL-s.drift(req.TTL) {
-			return core.AcquireResult{Granted: true, Fence: fence}, nil
+			return core.AcquireResult{Granted: true, Fence: fence, Since: since}, nil
 		}
 	}
 	// No valid majority: give back whatever was granted, on every node (one that timed out may

@@ -1,13 +1,13 @@
 -- ARGV: holder, permits, limit, ttl_ms, min_fence, wait_ms
--- Returns {1, fence} granted; {0, retry_after_ms} refused; {-1, permits_held} when the holder
--- already holds a different number of permits. A refusal with wait_ms > 0 keeps the holder's
--- place in the line of waiters; a grant takes it out, and takes a reservation made for it.
+-- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
+-- the holder already holds a different number of permits. A refusal with wait_ms > 0 keeps the
+-- holder's place in the line of waiters, where a release may grant it the lease.
 local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local min_fence, wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
 purge()
 local cur, cur_fence = held(holder)
-if cur and cur_fence > 0 then
+if cur then
   if cur ~= n then return {-1, cur} end
   redis.call('ZADD', leases, now_ms + ttl, holder)
   redis.call('HSET', meta, 'limit', limit)
@@ -19,33 +19,17 @@ if cur and cur_fence > 0 then
   keepalive()
   return {1, cur_fence}
 end
-local reserved = cur or 0
-local in_use = used() - reserved
+local in_use = used()
 if in_use + n > limit then
-  if reserved > 0 then
-    -- The reservation cannot serve the request (the limits disagree): let it go.
-    redis.call('ZREM', leases, holder)
-    redis.call('HDEL', holders, holder)
-    keepalive()
-  end
-  if wait_ms > 0 then enqueue(holder, n, wait_ms) end
+  if wait_ms > 0 then enqueue(holder, n, limit, ttl, min_fence, wait_ms) end
   local need = in_use + n - limit
   local by_expiry = redis.call('ZRANGE', leases, 0, -1, 'WITHSCORES')
   for i = 1, #by_expiry, 2 do
-    local p = held(by_expiry[i])
-    if p then
-      need = need - p
-      if need <= 0 then return {0, tonumber(by_expiry[i + 1]) - now_ms} end
-    end
+    need = need - held(by_expiry[i])
+    if need <= 0 then return {0, tonumber(by_expiry[i + 1]) - now_ms, last} end
   end
-  return {0, 0}
+  return {0, 0, last}
 end
-unqueue(holder)
-local fence = math.max(last + 1, now_us, min_fence)
-redis.call('HSET', meta, 'fence', int(fence), 'limit', limit)
--- The counter outlives the leases by a week; after that the server clock carries the order.
-redis.call('PEXPIRE', meta, ttl + 604800000)
-redis.call('ZADD', leases, now_ms + ttl, holder)
-redis.call('HSET', holders, holder, n .. ' ' .. int(fence))
+local fence = grant(holder, n, limit, ttl, min_fence, last)
 keepalive()
 return {1, fence}

@@ -1,27 +1,23 @@
 -- Shared prelude of every Leasehold script. One resource key is five Redis keys in one slot:
 --   KEYS[1] leases:  sorted set, holder -> expiry in server milliseconds
---   KEYS[2] holders: hash, holder -> "<permits> <fence>"; fence 0 marks a reservation, made by a
---                    release for a waiter it woke, which is not a lease
+--   KEYS[2] holders: hash, holder -> "<permits> <fence>"
 --   KEYS[3] meta:    hash, fence -> last fence granted, limit -> limit of the latest grant,
---                    seq -> last place given in the line of waiters, wake -> last wake's id
+--                    seq -> last place given in the line of waiters
 --   KEYS[4] queue:   sorted set, the line of waiters: holder -> place
---   KEYS[5] waiting: hash, holder -> "<permits> <deadline in server milliseconds>"
+--   KEYS[5] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>",
+--                    the request of each waiter in the line
 -- Time is the server's (TIME); a lease with expiry E is held while now < E.
+--
+-- Each script's body runs as main() under pcall (see guard.lua). The first command on each key
+-- is a read, or a write that Redis refuses whole on a wrong type, so a key holding someone
+-- else's data makes the script fail before it writes to that key or deletes it.
 local leases, holders, meta, queue, waiting = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k)['ok']
-  local want = (i == 1 or i == 4) and 'zset' or 'hash'
-  if t ~= 'none' and t ~= want then
-    return redis.error_reply('WRONGTYPE leasehold: ' .. k .. ' holds a ' .. t .. ', not a ' .. want .. ' of ours; it was left untouched')
-  end
-end
 
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
--- purge removes expired leases and reservations.
+-- purge removes expired leases.
 local function purge()
   local gone = redis.call('ZRANGEBYSCORE', leases, '-inf', now_ms)
   if #gone == 0 then return end
@@ -37,14 +33,21 @@ local function split(v)
   return tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1))
 end
 
--- held returns the permits and fence of holder's lease or reservation (fence 0), or nil.
+-- nums returns the numbers of a space-separated value.
+local function nums(v)
+  local t = {}
+  for x in string.gmatch(v, '%S+') do t[#t + 1] = tonumber(x) end
+  return t
+end
+
+-- held returns the permits and fence of holder's lease, or nil.
 local function held(holder)
   local v = redis.call('HGET', holders, holder)
   if not v then return nil end
   return split(v)
 end
 
--- used returns the permits held by leases and reservations.
+-- used returns the permits held by leases.
 local function used()
   local n = 0
   local vals = redis.call('HVALS', holders)
@@ -75,48 +78,61 @@ local function unqueue(holder)
   end
 end
 
--- enqueue keeps holder's place in the line (or gives it the last one) until wait_ms from now.
-local function enqueue(holder, n, wait_ms)
+-- enqueue keeps holder's place in the line (or gives it the last one) until wait_ms from now,
+-- with the request that a release will grant it.
+local function enqueue(holder, n, limit, ttl, min_fence, wait_ms)
+  redis.call('HSET', waiting, holder, n .. ' ' .. int(now_ms + wait_ms) .. ' ' .. limit .. ' ' .. ttl .. ' ' .. int(min_fence))
   if not redis.call('ZSCORE', queue, holder) then
     redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), holder)
   end
-  redis.call('HSET', waiting, holder, n .. ' ' .. int(now_ms + wait_ms))
   if redis.call('PTTL', queue) < wait_ms then
     redis.call('PEXPIRE', queue, wait_ms)
     redis.call('PEXPIRE', waiting, wait_ms)
   end
 end
 
--- wake reserves free permits, for claim_ms, for the waiters at the head of the line, in order,
--- passing over those that ask for more than is left and dropping those whose wait has ended. It
--- publishes "<id> " and the woken holders as netstrings ("<length>:<holder>" each) on channel,
--- where id numbers the wake, and returns {id, holder...}, or {} when it woke nobody. It looks at
--- 64 waiters at most.
-local function wake(channel, claim_ms)
+-- grant takes holder out of the line and gives it a lease of n permits for ttl ms, with a fence
+-- above last (the key's last fence) and at least min_fence. It returns the fence.
+local function grant(holder, n, limit, ttl, min_fence, last)
+  unqueue(holder)
+  local fence = math.max(last + 1, now_us, min_fence)
+  redis.call('HSET', meta, 'fence', int(fence), 'limit', limit)
+  -- The counter outlives the leases by a week; after that the server clock carries the order.
+  redis.call('PEXPIRE', meta, ttl + 604800000)
+  redis.call('ZADD', leases, now_ms + ttl, holder)
+  redis.call('HSET', holders, holder, n .. ' ' .. int(fence))
+  return fence
+end
+
+-- peek returns the first 64 waiters of the line and their requests.
+local function peek()
   local head = redis.call('ZRANGE', queue, 0, 63)
-  if #head == 0 then return {} end
-  local free = tonumber(redis.call('HGET', meta, 'limit') or '0') - used()
-  local woken, msg = {}, {}
+  if #head == 0 then return head, head end
+  return head, redis.call('HMGET', waiting, unpack(head))
+end
+
+-- handoff grants what is free to the waiters of head (from peek), in order, passing over those
+-- that ask for more than is left and dropping those whose wait has ended. It publishes the
+-- grants on channel, each as "<length>:<holder><fence> ", and returns {holder, fence, ...}.
+local function handoff(channel, head, reqs)
+  local out, msg = {}, {}
+  if #head == 0 then return out end
+  local in_use = used()
+  local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
   for i = 1, #head do
-    if free <= 0 then break end
-    local h = head[i]
-    local v = redis.call('HGET', waiting, h)
-    local n, deadline = 0, 0
-    if v then n, deadline = split(v) end
-    if deadline <= now_ms then
+    local h, r = head[i], reqs[i] and nums(reqs[i]) or {}
+    local n, deadline, limit, ttl, min_fence = r[1], r[2] or 0, r[3], r[4], r[5]
+    if deadline <= now_ms or held(h) then
       unqueue(h)
-    elseif n <= free and not held(h) then
-      unqueue(h)
-      redis.call('ZADD', leases, now_ms + claim_ms, h)
-      redis.call('HSET', holders, h, n .. ' 0')
-      free = free - n
-      woken[#woken + 1] = h
-      msg[#msg + 1] = #h .. ':' .. h
+    elseif in_use + n <= limit then
+      last = grant(h, n, limit, ttl, min_fence, last)
+      in_use = in_use + n
+      out[#out + 1] = h
+      out[#out + 1] = last
+      msg[#msg + 1] = #h .. ':' .. h .. int(last) .. ' '
+      if in_use >= limit then break end
     end
   end
-  if #woken == 0 then return woken end
-  local id = redis.call('HINCRBY', meta, 'wake', 1)
-  redis.call('PUBLISH', channel, id .. ' ' .. table.concat(msg))
-  table.insert(woken, 1, id)
-  return woken
+  if #msg > 0 then redis.call('PUBLISH', channel, table.concat(msg)) end
+  return out
 end

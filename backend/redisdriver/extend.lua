@@ -1,10 +1,9 @@
 -- ARGV: holder, ttl_ms
--- Returns {1, permits, fence, limit}, or {0} when the holder holds no unexpired lease (a
--- reservation is not one).
+-- Returns {1, permits, fence, limit}, or {0} when the holder holds no unexpired lease.
 local holder, ttl = ARGV[1], tonumber(ARGV[2])
 purge()
 local n, fence = held(holder)
-if not n or fence == 0 then
+if not n then
   keepalive()
   return {0}
 end

@@ -1,11 +1,10 @@
--- No ARGV. Returns {limit, holder, permits, fence, ttl_ms, ...} over the unexpired leases
--- (reservations left out).
+-- No ARGV. Returns {limit, holder, permits, fence, ttl_ms, ...} over the unexpired leases.
 -- It writes nothing.
 local out = {tonumber(redis.call('HGET', meta, 'limit') or '0')}
 local live = redis.call('ZRANGEBYSCORE', leases, '(' .. now_ms, '+inf', 'WITHSCORES')
 for i = 1, #live, 2 do
   local n, fence = held(live[i])
-  if n and fence > 0 then
+  if n then
     out[#out + 1] = live[i]
     out[#out + 1] = n
     out[#out + 1] = fence

@@ -1,15 +1,17 @@
--- ARGV: holder, channel, claim_ms
--- A waiter gives up: it leaves the line, and a reservation made for it passes to the next
--- waiters. Returns {wake id, woken holder...}, or {} when it woke nobody.
-local holder = ARGV[1]
+-- ARGV: holder, channel, floor
+-- A waiter gives up: it leaves the line, and a lease the line granted it after its last
+-- refusal (a fence above floor, the key's last fence then) passes to the next waiters.
+-- Returns {holder, fence, ...} as release does.
+local holder, floor = ARGV[1], tonumber(ARGV[3])
 purge()
 unqueue(holder)
 local n, fence = held(holder)
 local out = {}
-if n and fence == 0 then
+if n and fence > floor then
+  local head, reqs = peek()
   redis.call('ZREM', leases, holder)
   redis.call('HDEL', holders, holder)
-  out = wake(ARGV[2], tonumber(ARGV[3]))
+  out = handoff(ARGV[2], head, reqs)
 end
 keepalive()
 return out

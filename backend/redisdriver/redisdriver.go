@@ -17,19 +17,23 @@
 // # Scripts
 //
 // Each Store operation is one script call (EVALSHA, falling back to EVAL once per server). The
-// scripts take the time from the server (TIME), purge expired leases, and check the types of the
-// keys before writing anything, so someone else's data under the prefix is reported and left
-// untouched. User values travel only as KEYS and ARGV.
+// scripts take the time from the server (TIME) and purge expired leases. Someone else's data
+// under the prefix is reported (an error naming the key and its type) and left untouched: each
+// key's first command is one that Redis refuses on a wrong type before it changes anything, and
+// only then is the key's type looked up, to name it. User values travel only as KEYS and ARGV.
 //
-// # Waking waiters
+// # Handing over to waiters
 //
-// A refused Acquire that will wait (AcquireRequest.Wait > 0) takes a place in the key's line.
-// A release reserves the permits it frees, for ClaimWindow, for the waiters at the head of the
-// line that they serve, and publishes their holder ids on the key's channel: only those waiters
-// wake, in whichever process they are, and only they may take the reserved permits. The
-// releasing Store also wakes its own woken waiters from the script's reply, without waiting for
-// the message. A waiter that gives up leaves the line (one more script call), passing a
-// reservation made for it to the next in line. Idle waiters send nothing.
+// A refused Acquire that will wait (AcquireRequest.Wait > 0) takes a place in the key's line,
+// with its request. A release grants the permits it frees to the waiters at the head of the line
+// that they serve, in the same script, and publishes those grants on the key's channel: the new
+// holders' Stores, in whichever process, learn of them without another round trip, and the
+// releasing Store hands its own over from the reply without waiting for the message. Only the
+// waiters granted wake; idle waiters send nothing. A waiter that gives up leaves the line (one
+// more script call), passing a lease granted to it meanwhile to the next in line. A waiter whose
+// process dies while in line may still be granted the lease, which then stays taken until its
+// TTL passes, as if its holder had died holding it; its place lapses when its wait would have
+// ended.
 package redisdriver
 
 import (
@@ -61,16 +65,21 @@ var (
 	inspectBody string
 	//go:embed leave.lua
 	leaveBody string
+	//go:embed guard.lua
+	guard string
 )
 
-// The scripts' full sources: the shared prelude followed by each operation.
+// The scripts' full sources: the shared prelude, then each operation's body as a function run
+// under the guard.
 var (
-	AcquireScript = common + acquireBody
-	ExtendScript  = common + extendBody
-	ReleaseScript = common + releaseBody
-	InspectScript = common + inspectBody
-	LeaveScript   = common + leaveBody
+	AcquireScript = script(acquireBody)
+	ExtendScript  = script(extendBody)
+	ReleaseScript = script(releaseBody)
+	InspectScript = script(inspectBody)
+	LeaveScript   = script(leaveBody)
 )
+
+func script(body string) string { return common + "local function main()\n" + body + guard }
 
 // Layout maps resource keys to Redis keys and channels under a prefix.
 type Layout struct {
@@ -105,11 +114,6 @@ func (l Layout) Channel(key string) string { return l.tag(key) + "released" }
 // before its TTL.
 func ms(ttl time.Duration) int64 { return int64((ttl + time.Millisecond - 1) / time.Millisecond) }
 
-// ClaimWindow is how long a release reserves the permits it frees for the waiters it wakes.
-// A woken waiter tries again within a round trip or two; the window only bounds how long
-// permits stay idle when the woken waiter's process died before it could try.
-const ClaimWindow = 500 * time.Millisecond
-
 // AcquireArgs returns the ARGV of the acquire script.
 func AcquireArgs(req core.AcquireRequest) []any {
 	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait)}
@@ -120,10 +124,15 @@ func ExtendArgs(req core.ExtendRequest) []any {
 	return []any{req.Holder, ms(req.TTL)}
 }
 
-// ReleaseArgs returns the ARGV of the release script, and of the leave script (a waiter that
-// gives up its place in the line).
+// ReleaseArgs returns the ARGV of the release script.
 func (l Layout) ReleaseArgs(key, holder string) []any {
-	return []any{holder, l.Channel(key), ms(ClaimWindow)}
+	return []any{holder, l.Channel(key)}
+}
+
+// LeaveArgs returns the ARGV of the leave script, for holder, which gave up waiting after a
+// refusal that reported floor as the key's last fence.
+func (l Layout) LeaveArgs(key, holder string, floor uint64) []any {
+	return []any{holder, l.Channel(key), strconv.FormatUint(floor, 10)}
 }
 
 // Reply is a script reply decoded by a driver: a []any of int64 and string values, or an int64.
@@ -151,19 +160,23 @@ func ints(r Reply, least int) ([]int64, error) {
 	return out, nil
 }
 
-// ParseAcquire decodes the acquire script's reply.
-func ParseAcquire(r Reply) (core.AcquireResult, error) {
+// ParseAcquire decodes the acquire script's reply. On a refusal, last is the key's last fence
+// at the time: a lease the line of waiters grants the holder afterwards has a higher one.
+func ParseAcquire(r Reply) (res core.AcquireResult, last uint64, err error) {
 	v, err := ints(r, 2)
 	if err != nil {
-		return core.AcquireResult{}, err
+		return core.AcquireResult{}, 0, err
 	}
 	switch v[0] {
 	case 1:
-		return core.AcquireResult{Granted: true, Fence: uint64(v[1])}, nil
+		return core.AcquireResult{Granted: true, Fence: uint64(v[1])}, 0, nil
 	case 0:
-		return core.AcquireResult{RetryAfter: time.Duration(v[1]) * time.Millisecond}, nil
+		if len(v) > 2 {
+			last = uint64(v[2])
+		}
+		return core.AcquireResult{RetryAfter: time.Duration(v[1]) * time.Millisecond}, last, nil
 	default:
-		return core.AcquireResult{}, fmt.Errorf("%w: holder already holds %d permits on the key", core.ErrInvalid, v[1])
+		return core.AcquireResult{}, 0, fmt.Errorf("%w: holder already holds %d permits on the key", core.ErrInvalid, v[1])
 	}
 }
 
@@ -184,71 +197,64 @@ func ParseExtend(r Reply) (core.ExtendResult, error) {
 }
 
 // ParseRelease decodes the release script's reply: whether the holder held the lease, and the
-// wake it made (see ParseWake).
-func ParseRelease(r Reply) (held bool, wake Wake, err error) {
+// leases the line of waiters was granted with the freed permits.
+func ParseRelease(r Reply) (held bool, grants []Grant, err error) {
 	arr, ok := r.([]any)
 	if !ok || len(arr) < 1 {
-		return false, Wake{}, fmt.Errorf("%w: %v", errReply, r)
+		return false, nil, fmt.Errorf("%w: %v", errReply, r)
 	}
 	n, ok := arr[0].(int64)
 	if !ok {
-		return false, Wake{}, fmt.Errorf("%w: %v", errReply, r)
+		return false, nil, fmt.Errorf("%w: %v", errReply, r)
 	}
-	wake, err = ParseWake(arr[1:])
-	return n > 0, wake, err
+	grants, err = ParseGrants(arr[1:])
+	return n > 0, grants, err
 }
 
-// Wake is what a release (or a waiter giving up its place) reserved permits for: the holders
-// woken, and the wake's number, which orders the wakes on a key so that one reported twice
-// (in the script's reply, then by the channel) wakes its waiter once.
-type Wake struct {
-	ID      int64
-	Holders []string
+// Grant is a lease that a release (or a waiter giving up) granted to a waiter in the line.
+type Grant struct {
+	Holder string
+	Fence  uint64
 }
 
-// ParseWake decodes the wake part of a script's reply: {} or {id, holder...}.
-func ParseWake(r Reply) (Wake, error) {
+// ParseGrants decodes the grants in a script's reply: {holder, fence, ...}.
+func ParseGrants(r Reply) ([]Grant, error) {
 	arr, ok := r.([]any)
-	if !ok {
-		return Wake{}, fmt.Errorf("%w: %v", errReply, r)
+	if !ok || len(arr)%2 != 0 {
+		return nil, fmt.Errorf("%w: %v", errReply, r)
 	}
-	if len(arr) == 0 {
-		return Wake{}, nil
-	}
-	id, ok := arr[0].(int64)
-	if !ok {
-		return Wake{}, fmt.Errorf("%w: %v", errReply, r)
-	}
-	w := Wake{ID: id, Holders: make([]string, 0, len(arr)-1)}
-	for _, v := range arr[1:] {
-		h, ok := v.(string)
-		if !ok {
-			return Wake{}, fmt.Errorf("%w: %v", errReply, r)
+	var gs []Grant
+	for i := 0; i < len(arr); i += 2 {
+		h, ok1 := arr[i].(string)
+		f, ok2 := arr[i+1].(int64)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%w: %v", errReply, r)
 		}
-		w.Holders = append(w.Holders, h)
+		gs = append(gs, Grant{Holder: h, Fence: uint64(f)})
 	}
-	return w, nil
+	return gs, nil
 }
 
-// ParseMessage decodes a wake published on a key's channel: "<id> " followed by each holder as
-// a netstring, "<length>:<holder>".
-func ParseMessage(payload string) (Wake, error) {
-	idText, rest, ok := strings.Cut(payload, " ")
-	id, err := strconv.ParseInt(idText, 10, 64)
-	if !ok || err != nil {
-		return Wake{}, fmt.Errorf("%w: message %q", errReply, payload)
-	}
-	w := Wake{ID: id}
-	for rest != "" {
+// ParseMessage decodes the grants published on a key's channel: each is the holder as a
+// netstring ("<length>:<holder>"), then the fence, then a space.
+func ParseMessage(payload string) ([]Grant, error) {
+	var gs []Grant
+	for rest := payload; rest != ""; {
 		lenText, tail, ok := strings.Cut(rest, ":")
 		n, err := strconv.Atoi(lenText)
 		if !ok || err != nil || n < 0 || n > len(tail) {
-			return Wake{}, fmt.Errorf("%w: message %q", errReply, payload)
+			return nil, fmt.Errorf("%w: message %q", errReply, payload)
 		}
-		w.Holders = append(w.Holders, tail[:n])
-		rest = tail[n:]
+		holder := tail[:n]
+		fenceText, after, ok := strings.Cut(tail[n:], " ")
+		fence, err := strconv.ParseUint(fenceText, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%w: message %q", errReply, payload)
+		}
+		gs = append(gs, Grant{Holder: holder, Fence: fence})
+		rest = after
 	}
-	return w, nil
+	return gs, nil
 }
 
 // ParseInspect decodes the inspect script's reply.

@@ -1,16 +1,18 @@
--- ARGV: holder, channel, claim_ms
--- Returns {permits freed (0 when the holder held no lease), wake id, woken holder...}: the freed
--- permits are reserved for the waiters at the head of the line, who are told on the channel.
+-- ARGV: holder, channel
+-- Returns {permits freed (0 when the holder held no lease), holder, fence, ...}: the freed
+-- permits go to the waiters at the head of the line (holder, fence each), who are told on the
+-- channel.
 local holder = ARGV[1]
 purge()
-local n, fence = held(holder)
-if not n or fence == 0 then
+local n = held(holder)
+if not n then
   keepalive()
   return {0}
 end
+local head, reqs = peek()
 redis.call('ZREM', leases, holder)
 redis.call('HDEL', holders, holder)
-local out = wake(ARGV[2], tonumber(ARGV[3]))
+local out = handoff(ARGV[2], head, reqs)
 keepalive()
 table.insert(out, 1, n)
 return out

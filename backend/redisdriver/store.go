@@ -15,23 +15,34 @@ var (
 )
 
 // Acquire implements core.Store.Acquire: one script call. A refusal with req.Wait > 0 keeps
-// the holder's place in the key's line of waiters for req.Wait.
+// the holder's place in the key's line of waiters for req.Wait; a lease granted from the line
+// since, which this Store has heard of, is returned without a round trip (with Since set).
 func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	subs := b.loadSubs()
 	var token uint64
+	sent := time.Now()
 	if subs != nil && req.Wait > 0 {
+		if err := b.check(ctx); err != nil {
+			return core.AcquireResult{}, b.wrap("acquire", req.Key, err)
+		}
+		if fence, since, ok := subs.TakeGrant(req.Key, req.Holder, req.TTL); ok {
+			return core.AcquireResult{Granted: true, Fence: fence, Since: since}, nil
+		}
 		token = subs.BeforeTry(req.Key)
 	}
 	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req))
 	if err != nil {
 		return core.AcquireResult{}, err
 	}
-	res, err := ParseAcquire(r)
+	res, last, err := ParseAcquire(r)
 	if err != nil {
 		return res, b.wrap("acquire", req.Key, err)
 	}
-	if subs != nil && req.Wait > 0 {
-		subs.AfterTry(req.Key, req.Holder, token, res.Granted)
+	if subs == nil && !res.Granted && req.Wait > 0 {
+		subs = b.subscriptions() // the caller is about to wait: open them now, to hear of grants
+	}
+	if subs != nil {
+		subs.AfterTry(req.Key, req.Holder, token, sent, res.Granted, req.Wait > 0, last)
 	}
 	return res, nil
 }
@@ -46,35 +57,35 @@ func (b *Base) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendR
 	return res, b.wrap("extend", req.Key, err)
 }
 
-// Release implements core.Store.Release: one script call, which reserves the freed permits for
-// the waiters at the head of the key's line and wakes them: this Store's own at once, from the
+// Release implements core.Store.Release: one script call, which grants the freed permits to
+// the waiters at the head of the key's line and tells them: this Store's own at once, from the
 // reply, and those of other processes by a message on the key's channel.
 func (b *Base) Release(ctx context.Context, key, holder string) (bool, error) {
 	r, err := b.run(ctx, "release", key, Release, b.layout.ReleaseArgs(key, holder))
 	if err != nil {
 		return false, err
 	}
-	held, wake, err := ParseRelease(r)
+	held, grants, err := ParseRelease(r)
 	if err != nil {
 		return false, b.wrap("release", key, err)
 	}
-	b.woken(key, wake)
+	b.granted(key, grants)
 	return held, nil
 }
 
-// woken wakes this Store's waiters among those a script's reply says it woke.
-func (b *Base) woken(key string, wake Wake) {
-	if subs := b.loadSubs(); subs != nil && len(wake.Holders) > 0 {
-		subs.Woken(b.layout.Channel(key), wake)
+// granted hands this Store's waiters among grants (from a script's reply) their leases.
+func (b *Base) granted(key string, grants []Grant) {
+	if subs := b.loadSubs(); subs != nil && len(grants) > 0 {
+		subs.Granted(b.layout.Channel(key), grants)
 	}
 }
 
 // leaveTimeout bounds a waiter's leaving the line, which runs in the background.
 const leaveTimeout = 2 * time.Second
 
-// leave takes holder, which gave up waiting, out of key's line in the background, passing a
-// reservation made for it on. Close waits for it.
-func (b *Base) leave(key, holder string) {
+// leave takes holder, which gave up waiting after a refusal that reported floor, out of key's
+// line in the background, passing a lease granted to it since on. Close waits for it.
+func (b *Base) leave(key, holder string, floor uint64) {
 	b.bgMu.Lock()
 	defer b.bgMu.Unlock()
 	if b.closed.Load() {
@@ -83,12 +94,12 @@ func (b *Base) leave(key, holder string) {
 	b.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
-		r, err := b.run(ctx, "leave", key, Leave, b.layout.ReleaseArgs(key, holder))
+		r, err := b.run(ctx, "leave", key, Leave, b.layout.LeaveArgs(key, holder, floor))
 		if err != nil {
-			return // the place lapses with the waiter's deadline, a reservation with ClaimWindow
+			return // the place lapses with the waiter's wait, a lease granted meanwhile with its TTL
 		}
-		if wake, err := ParseWake(r); err == nil {
-			b.woken(key, wake)
+		if grants, err := ParseGrants(r); err == nil {
+			b.granted(key, grants)
 		}
 	})
 }

@@ -22,12 +22,13 @@ type PubSub interface {
 // SUBSCRIBE, an UNSUBSCRIBE, or a second try to cover the time before the confirmation.
 const Linger = 30 * time.Second
 
-// Subscriptions is the core.Notifier of a Redis Store. It subscribes to a key's wake channel
-// while this Store has waiters on the key (and for Linger after), and turns what the driver's
-// connection receives into wake-ups: a wake message wakes the waiters it names, and no others; a
-// confirmed subscription wakes all of the key's waiters, which may have missed a wake before it;
-// a connection that goes down makes every waiter unreliable (they retry at their retry interval)
-// until its subscriptions are confirmed again.
+// Subscriptions is the core.Notifier of a Redis Store. It subscribes to a key's channel while
+// this Store has waiters on the key (and for Linger after), and turns what the driver's
+// connection receives into wake-ups: a message of grants made from the key's line wakes the
+// waiters granted, and no others, and keeps each grant for its waiter's next Acquire
+// (TakeGrant); a confirmed subscription wakes all of the key's waiters, which may have missed a
+// grant before it; a connection that goes down makes every waiter unreliable (they retry at
+// their retry interval) until its subscriptions are confirmed again.
 //
 // A waiter is Reliable only while its key's subscription is confirmed and the connection is up,
 // so a waiter never depends on a message that cannot come. Safe for concurrent use.
@@ -35,7 +36,7 @@ type Subscriptions struct {
 	layout Layout
 	ps     PubSub
 	// leave, when set, takes a holder that gave up out of the key's line; it must not block.
-	leave func(key, holder string)
+	leave func(key, holder string, floor uint64)
 
 	// sendMu orders what is sent on ps; it is never held by the receiving side, which may need
 	// mu while a send waits for its reply.
@@ -44,8 +45,8 @@ type Subscriptions struct {
 
 	mu       sync.Mutex
 	channels map[string]*channel
-	gens     uint64            // confirmations so far, across channels
-	tries    map[string]uint64 // channel+"\x00"+holder → gen of the channel when a refused try was sent
+	gens     uint64             // confirmations so far, across channels
+	tries    map[string]refusal // channel+"\x00"+holder → a refusal of a holder not yet enrolled
 	closed   bool
 }
 
@@ -56,28 +57,39 @@ type channel struct {
 	// gen is nonzero while the subscription is confirmed and the connection up: the number of
 	// the confirmation, so that a try can tell whether the subscription stayed up since.
 	gen    uint64
-	recent []recentWake // wakes of the last ClaimWindow that named no waiter enrolled here
-	linger *time.Timer  // set while the channel has no waiters
+	recent []recentGrant // grants of the last keepGrants for holders not enrolled here
+	linger *time.Timer   // set while the channel has no waiters
 }
 
-type recentWake struct {
-	holder string
-	id     int64
-	at     time.Time
+// refusal is what a refused try that will wait tells about later grants: they have a fence
+// above floor (the key's last fence then) and were made after since (when the try was sent).
+// gen is the channel's confirmation when the try was sent, 0 if none.
+type refusal struct {
+	gen, floor uint64
+	since      time.Time
 }
+
+type recentGrant struct {
+	Grant
+	at time.Time
+}
+
+// keepGrants is how long a grant for a holder not enrolled is kept, for a waiter whose Register
+// comes after the message.
+const keepGrants = 2 * time.Second
 
 var _ core.Notifier = (*Subscriptions)(nil)
 
 // NewSubscriptions returns the Subscriptions of a Store with layout, sending over ps.
 func NewSubscriptions(layout Layout, ps PubSub) *Subscriptions {
-	return &Subscriptions{layout: layout, ps: ps, sent: map[string]bool{}, channels: map[string]*channel{}, tries: map[string]uint64{}}
+	return &Subscriptions{layout: layout, ps: ps, sent: map[string]bool{}, channels: map[string]*channel{}, tries: map[string]refusal{}}
 }
 
 // Register implements core.Notifier. The first waiter on a key sends SUBSCRIBE for its channel;
-// until the server confirms it, the waiter is not Reliable. The waiter is woken by the wakes
-// that name req.Holder. It starts woken (its caller tries again at once) unless the channel's
+// until the server confirms it, the waiter is not Reliable. The waiter is woken by grants to
+// req.Holder. It starts woken (its caller tries again at once) unless the channel's
 // subscription was confirmed, and stayed up, since before the caller's refused try was sent,
-// so that no wake for it can have been missed.
+// so that no grant for it can have been missed.
 func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	name := s.layout.Channel(req.Key)
 	w := &waiter{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1), queued: req.Wait > 0}
@@ -98,15 +110,15 @@ func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (
 	w.ch = c
 	c.waiters[req.Holder] = w
 	tk := name + "\x00" + req.Holder
-	gen, tried := s.tries[tk]
+	r, tried := s.tries[tk]
 	delete(s.tries, tk)
-	if !tried || gen == 0 || gen != c.gen {
-		w.wake() // a wake may have come before the subscription did
+	w.floor, w.since = r.floor, r.since
+	if !tried || r.gen == 0 || r.gen != c.gen {
+		w.wake() // a grant may have come before the subscription did
 	}
-	for _, r := range c.recent {
-		if r.holder == req.Holder && r.id > w.lastWake {
-			w.lastWake = r.id
-			w.wake()
+	for _, g := range c.recent {
+		if tried && g.Holder == req.Holder {
+			w.granted(g.Fence)
 		}
 	}
 	s.mu.Unlock()
@@ -128,23 +140,44 @@ func (s *Subscriptions) BeforeTry(key string) uint64 {
 	return 0
 }
 
-// AfterTry records the outcome of holder's try on key, sent when BeforeTry returned token: a refusal
-// that will wait keeps its place in the line, which the waiter must leave if it gives up; a grant
-// takes it out.
-func (s *Subscriptions) AfterTry(key, holder string, token uint64, granted bool) {
+// AfterTry records the outcome of holder's try on key, sent at sent when BeforeTry returned
+// token: a refusal of a try that waits (last being the key's last fence then) keeps a place in
+// the line, which the waiter must leave if it gives up; a grant takes it out.
+func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Time, granted, waits bool, last uint64) {
+	if !granted && !waits {
+		return
+	}
 	name := s.layout.Channel(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w := s.channels[name].waiter(holder); w != nil {
-		w.queued = !granted
+		if granted {
+			w.queued, w.grant = false, 0
+		} else {
+			w.queued, w.floor, w.since = true, last, sent
+		}
 		return
 	}
-	if !granted && token != 0 {
+	if !granted {
 		if len(s.tries) >= 4096 {
 			clear(s.tries) // callers that gave up before registering; the rest start woken
 		}
-		s.tries[name+"\x00"+holder] = token
+		s.tries[name+"\x00"+holder] = refusal{gen: token, floor: last, since: sent}
 	}
+}
+
+// TakeGrant returns, and forgets, a grant from the line to holder on key that its waiter has not
+// taken yet, with the time its TTL counts from, when that was less than ttl/2 ago.
+func (s *Subscriptions) TakeGrant(key, holder string, ttl time.Duration) (fence uint64, since time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.channels[s.layout.Channel(key)].waiter(holder)
+	if w == nil || w.grant <= w.floor || time.Since(w.since) >= ttl/2 {
+		return 0, time.Time{}, false
+	}
+	fence, since = w.grant, w.since
+	w.floor, w.grant, w.queued = w.grant, 0, false
+	return fence, since, true
 }
 
 func (c *channel) waiter(holder string) *waiter {
@@ -222,9 +255,9 @@ func (s *Subscriptions) Confirmed(name string) {
 	}
 }
 
-// Message reports a wake message received on the channel name.
+// Message reports a message received on the channel name: grants made from the line.
 func (s *Subscriptions) Message(name, payload string) {
-	wake, err := ParseMessage(payload)
+	grants, err := ParseMessage(payload)
 	if err != nil {
 		// Not a format this version knows: wake everyone, who will look.
 		s.mu.Lock()
@@ -236,14 +269,15 @@ func (s *Subscriptions) Message(name, payload string) {
 		s.mu.Unlock()
 		return
 	}
-	s.Woken(name, wake)
+	s.Granted(name, grants)
 }
 
-// Woken wakes this Store's waiters among those wake names, on the channel name. A wake reported
-// twice (by a script's reply and by its message) wakes a waiter once. A wake for a holder not
-// enrolled is kept for ClaimWindow, for a waiter about to register.
-func (s *Subscriptions) Woken(name string, wake Wake) {
-	if len(wake.Holders) == 0 {
+// Granted wakes this Store's waiters among those grants name, on the channel name, and keeps each
+// grant for its waiter's next Acquire. A grant reported twice (by a script's reply and by the
+// message) is taken once; a grant for a holder not enrolled is kept for a moment, for a waiter
+// about to register.
+func (s *Subscriptions) Granted(name string, grants []Grant) {
+	if len(grants) == 0 {
 		return
 	}
 	s.mu.Lock()
@@ -253,26 +287,22 @@ func (s *Subscriptions) Woken(name string, wake Wake) {
 		return
 	}
 	now := time.Now()
-	for _, h := range wake.Holders {
-		w := c.waiters[h]
-		if w == nil {
-			c.remember(recentWake{holder: h, id: wake.ID, at: now})
-			continue
-		}
-		if wake.ID > w.lastWake {
-			w.lastWake = wake.ID
-			w.wake()
+	for _, g := range grants {
+		if w := c.waiters[g.Holder]; w != nil {
+			w.granted(g.Fence)
+		} else {
+			c.remember(recentGrant{Grant: g, at: now})
 		}
 	}
 }
 
-// remember keeps r, dropping wakes older than ClaimWindow.
-func (c *channel) remember(r recentWake) {
+// remember keeps g, dropping grants older than keepGrants.
+func (c *channel) remember(g recentGrant) {
 	i := 0
-	for i < len(c.recent) && r.at.Sub(c.recent[i].at) > ClaimWindow {
+	for i < len(c.recent) && g.at.Sub(c.recent[i].at) > keepGrants {
 		i++
 	}
-	c.recent = append(c.recent[i:], r)
+	c.recent = append(c.recent[i:], g)
 }
 
 // Down reports that the connection was lost: messages may be missed until every channel is
@@ -326,9 +356,22 @@ type waiter struct {
 	ch          *channel
 	key, holder string
 	c           chan struct{}
-	lastWake    int64 // the latest wake that woke it
-	queued      bool  // it holds a place in the store's line
-	closed      bool
+	// A grant from the line is the waiter's when its fence is above floor, the key's last fence
+	// at the waiter's latest refusal; since is when that refused try was sent.
+	floor  uint64
+	since  time.Time
+	grant  uint64 // the fence of a grant not taken yet, if above floor
+	queued bool   // its latest try was refused: it has a place in the line
+	closed bool
+}
+
+// granted records a grant of fence to the waiter and wakes it, unless it is stale (made before
+// the waiter's latest refusal) or already known.
+func (w *waiter) granted(fence uint64) {
+	if fence > w.floor && fence != w.grant {
+		w.grant = max(w.grant, fence)
+		w.wake()
+	}
 }
 
 // wake sends on c unless a wake is already pending.
@@ -347,8 +390,9 @@ func (w *waiter) Reliable() bool {
 	return w.ch.gen != 0 && !w.s.closed
 }
 
-// Close ends the enrollment. A waiter whose last try was refused leaves the store's line, which
-// passes a reservation made for it to the next in line: one script call, in the background.
+// Close ends the enrollment. A waiter whose latest try was refused, or that was granted a lease
+// from the line it has not taken, leaves the line, which passes such a lease on to the next in
+// line: one script call, in the background.
 func (w *waiter) Close(bool) {
 	s := w.s
 	s.mu.Lock()
@@ -357,10 +401,11 @@ func (w *waiter) Close(bool) {
 		return
 	}
 	w.closed = true
-	leave := w.queued && s.leave != nil && !s.closed
+	leave := (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed
+	floor := w.floor
 	s.mu.Unlock()
 	s.remove(w)
 	if leave {
-		s.leave(w.key, w.holder)
+		s.leave(w.key, w.holder, floor)
 	}
 }

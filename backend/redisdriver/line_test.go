@@ -1,0 +1,257 @@
+package redisdriver_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// TestLineServesWaitersInOrderAcrossProcesses: waiters in separate Stores (separate processes,
+// in effect) get the lock in the order they were refused, each handoff costing the release
+// alone.
+func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			const waiters = 6
+			s := mk(t, srv.Addr)
+			warm, _ := primitives.NewMutex(s, "warm-up")
+			if l, err := warm.Acquire(context.Background()); err == nil {
+				l.Release(context.Background()) // load the scripts: later counts are steady state
+			}
+			holder, _ := primitives.NewMutex(s, "line", primitives.WithTTL(time.Minute))
+			l, err := holder.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var (
+				mu    sync.Mutex
+				order []int
+				wg    sync.WaitGroup
+				held  = make(chan core.Lease)
+			)
+			for i := range waiters {
+				m, _ := primitives.NewMutex(mk(t, srv.Addr), "line", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+				wg.Go(func() {
+					l, err := m.Acquire(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					held <- l
+				})
+				// The next waiter is refused after this one took its place.
+				waitFor(t, func() bool { return lineLen(t, srv.Addr, "line") == i+1 })
+			}
+			time.Sleep(200 * time.Millisecond) // subscriptions confirmed: the waiters are silent
+			before := commands(t, srv.Addr)
+			l.Release(context.Background())
+			for range waiters {
+				(<-held).Release(context.Background())
+			}
+			wg.Wait()
+			if n := commands(t, srv.Addr) - before; n != waiters+1 {
+				t.Errorf("%d handoffs cost %d commands, want %d: the releases alone", waiters, n, waiters+1)
+			}
+			for i, w := range order {
+				if w != i {
+					t.Fatalf("waiters were served in the order %v, want the order they were refused", order)
+				}
+			}
+		})
+	}
+}
+
+// TestPlaceLapsesWithTheWait: a waiter whose wait has ended (its process gone without leaving)
+// is not granted the lease; the next one is.
+func TestPlaceLapsesWithTheWait(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			req := func(holder string, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: "lapse", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait}
+			}
+			mustAcquire(t, s, req("a", 0), true)
+			mustAcquire(t, s, req("gone", 50*time.Millisecond), false)
+			mustAcquire(t, s, req("b", time.Minute), false)
+			time.Sleep(100 * time.Millisecond)
+			if _, err := s.Release(ctx, "lapse", "a"); err != nil {
+				t.Fatal(err)
+			}
+			snap, err := s.Inspect(ctx, "lapse")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "b" {
+				t.Fatalf("after the release, leases %+v, want b's alone: gone's place had lapsed", snap.Leases)
+			}
+			if lineLen(t, srv.Addr, "lapse") != 0 {
+				t.Errorf("the line still has %d waiters, want none", lineLen(t, srv.Addr, "lapse"))
+			}
+		})
+	}
+}
+
+// TestSemaphoreLineGrantsWhatFits: a release of 2 permits grants the first waiters that fit,
+// passing over one that asks for more than is free.
+func TestSemaphoreLineGrantsWhatFits(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			req := func(holder string, n int) core.AcquireRequest {
+				return core.AcquireRequest{Key: "fits", Holder: holder, Permits: n, Limit: 4, TTL: time.Minute, Wait: time.Minute}
+			}
+			mustAcquire(t, s, req("a", 2), true)
+			mustAcquire(t, s, req("b", 2), true)
+			mustAcquire(t, s, req("big", 3), false)
+			mustAcquire(t, s, req("c", 1), false)
+			mustAcquire(t, s, req("d", 1), false)
+			mustAcquire(t, s, req("e", 1), false)
+			if _, err := s.Release(ctx, "fits", "a"); err != nil {
+				t.Fatal(err)
+			}
+			snap, _ := s.Inspect(ctx, "fits")
+			got := map[string]int{}
+			for _, l := range snap.Leases {
+				got[l.Holder] = l.Permits
+			}
+			if want := map[string]int{"b": 2, "c": 1, "d": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("after releasing 2 of 4 permits, leases %v, want %v", got, want)
+			}
+			// The waiters granted find their lease on their next try, which is idempotent.
+			mustAcquire(t, s, req("c", 1), true)
+			mustAcquire(t, s, req("big", 3), false)
+		})
+	}
+}
+
+// TestGrantFromLineIsTakenWithoutRoundTrip: a waiter in another Store finds the lease the line
+// granted it in the message, and its Acquire returns it with Since, sending nothing.
+func TestGrantFromLineIsTakenWithoutRoundTrip(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
+			ctx := context.Background()
+			req := core.AcquireRequest{Key: "taken", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+			mustAcquire(t, s, core.AcquireRequest{Key: "taken", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}, true)
+			sent := time.Now()
+			mustAcquire(t, other, req, false)
+			w, err := other.Register(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close(false)
+			<-w.C() // the first wake: the subscription is new
+			waitFor(t, w.Reliable)
+			if _, err := s.Release(ctx, "taken", "a"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.C():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter granted from the line was not woken")
+			}
+			before := commands(t, srv.Addr)
+			res, err := other.Acquire(ctx, req)
+			if err != nil || !res.Granted {
+				t.Fatalf("Acquire after the grant: %+v, %v", res, err)
+			}
+			if n := commands(t, srv.Addr) - before; n != 0 {
+				t.Errorf("taking a grant from the line sent %d commands, want 0", n)
+			}
+			if res.Since.IsZero() || res.Since.After(time.Now()) || res.Since.Before(sent) {
+				t.Errorf("Since = %v, want the time the refused try was sent (after %v)", res.Since, sent)
+			}
+			snap, _ := s.Inspect(ctx, "taken")
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "b" || snap.Leases[0].Fence != res.Fence {
+				t.Errorf("the store holds %+v, want b's lease with fence %d", snap.Leases, res.Fence)
+			}
+		})
+	}
+}
+
+// TestStaleGrantIsNotTaken: a grant made before a holder's latest refusal (its fence not above
+// the key's last fence then) is not handed to the holder's new waiter, and a grant is taken once.
+func TestStaleGrantIsNotTaken(t *testing.T) {
+	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+	subs := redisdriver.NewSubscriptions(layout, nopPubSub{})
+	ctx := context.Background()
+	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+	ch := layout.Channel("k")
+	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 90}}) // no channel yet: ignored
+	sent := time.Now()
+	subs.AfterTry("k", "h", 0, sent, false, true, 100)
+	w, err := subs.Register(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(false)
+	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 100}})
+	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
+		t.Fatal("a grant whose fence is not above the last fence at the refusal was taken")
+	}
+	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 150}, {Holder: "other", Fence: 151}})
+	fence, since, ok := subs.TakeGrant("k", "h", time.Minute)
+	if !ok || fence != 150 || !since.Equal(sent) {
+		t.Fatalf("TakeGrant = %d, %v, %v; want 150, %v, true", fence, since, ok, sent)
+	}
+	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 150}}) // the message after the reply
+	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
+		t.Fatal("one grant was taken twice")
+	}
+}
+
+type nopPubSub struct{}
+
+func (nopPubSub) Subscribe(context.Context, string) error   { return nil }
+func (nopPubSub) Unsubscribe(context.Context, string) error { return nil }
+
+func mustAcquire(t *testing.T, s core.Store, req core.AcquireRequest, granted bool) core.AcquireResult {
+	t.Helper()
+	res, err := s.Acquire(context.Background(), req)
+	if err != nil || res.Granted != granted {
+		t.Fatalf("Acquire(%s, %d permits) = %+v, %v; want granted %v", req.Holder, req.Permits, res, err, granted)
+	}
+	return res
+}
+
+// lineLen returns the number of waiters in key's line.
+func lineLen(t *testing.T, addr, key string) int {
+	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+	v, err := redistest.Do(addr, "ZCARD", layout.Keys(key)[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if _, err := fmt.Sscan(strings.TrimPrefix(strings.TrimSpace(v), ":"), &n); err != nil {
+		t.Fatalf("ZCARD: %q: %v", v, err)
+	}
+	return n
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
