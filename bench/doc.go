@@ -3,4 +3,8 @@
 // of its own, so the peers never enter Leasehold's go.sum.
 //
 //	cd bench && go test -run '^$' -bench . -benchtime 2s
+//
+// Command peerbench runs every library through the same scenarios and prints one markdown table:
+//
+//	cd bench && go run ./cmd/peerbench
 package bench

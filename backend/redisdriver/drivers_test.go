@@ -34,8 +34,8 @@ type store interface {
 }
 
 // drivers make a Store of each driver on the server at addr.
-var drivers = map[string]func(t *testing.T, addr string) store{
-	"goredis": func(t *testing.T, addr string) store {
+var drivers = map[string]func(t testing.TB, addr string) store{
+	"goredis": func(t testing.TB, addr string) store {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		s, err := goredis.New(c)
 		if err != nil {
@@ -44,7 +44,7 @@ var drivers = map[string]func(t *testing.T, addr string) store{
 		t.Cleanup(func() { s.Close(); c.Close() })
 		return s
 	},
-	"valkey": func(t *testing.T, addr string) store {
+	"valkey": func(t testing.TB, addr string) store {
 		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 		if err != nil {
 			t.Fatal(err)

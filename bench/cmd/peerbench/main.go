@@ -1,0 +1,338 @@
+// Command peerbench measures Leasehold beside the Go lock libraries it means to replace —
+// redsync, bsm/redislock and valkey-go's valkeylock — on redis-servers it starts itself, and
+// prints one markdown table.
+//
+//	cd bench && go run ./cmd/peerbench [-duration 3s] [-hold 2s] [-workers 16] [-only a,b] [-scenarios x,y]
+//
+// It needs redis-server on PATH. Every server it starts is killed by pid when it exits, also on
+// an error or Ctrl-C.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/bench/internal/lockers"
+	"github.com/leasehold/leasehold/bench/internal/servers"
+	"github.com/leasehold/leasehold/bench/internal/wire"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "peerbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var names, hidden, scenarioNames []string
+	for _, l := range lockers.All() {
+		if l.Hidden {
+			hidden = append(hidden, l.Name)
+		} else {
+			names = append(names, l.Name)
+		}
+	}
+	for _, s := range scenarios {
+		scenarioNames = append(scenarioNames, s.name)
+	}
+	e := &env{}
+	flag.DurationVar(&e.duration, "duration", 3*time.Second, "how long each throughput scenario runs")
+	flag.DurationVar(&e.hold, "hold", 2*time.Second, "how long the holder keeps the lock in the idle scenario")
+	flag.IntVar(&e.workers, "workers", 16, "workers in the contended, idle and semaphore scenarios")
+	only := flag.String("only", strings.Join(names, ","), "comma-separated libraries to run; also: "+strings.Join(hidden, ","))
+	which := flag.String("scenarios", strings.Join(scenarioNames, ","), "comma-separated scenarios to run")
+	flag.Parse()
+	if flag.NArg() > 0 || e.duration <= 0 || e.hold <= 0 || e.workers < 2 {
+		flag.Usage()
+		return errors.New("bad arguments")
+	}
+	chosen, err := pickLibs(*only)
+	if err != nil {
+		return err
+	}
+	chosenScenarios, err := pickScenarios(*which)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	began := time.Now()
+
+	srv, err := servers.Start()
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	e.addr = srv.Addr
+	version, err := srv.Version()
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(chosenScenarios, func(s scenario) bool { return s.name == "redlock" }) {
+		for range 3 {
+			s, err := servers.Start()
+			if err != nil {
+				return err
+			}
+			defer s.Stop()
+			e.redlock = append(e.redlock, s.Addr)
+		}
+	}
+
+	var rows []*row
+	for _, l := range chosen {
+		rows = append(rows, newRow(l))
+	}
+	var cols []column
+	for _, s := range chosenScenarios {
+		cols = append(cols, s.columns...)
+		for _, r := range rows {
+			if !s.applies(r.lib) {
+				continue
+			}
+			t := time.Now()
+			fmt.Fprintf(os.Stderr, "%-12s %-18s ", s.name, r.lib.Name)
+			limit := e.duration + e.hold + 2*grace + 20*time.Second
+			res, err := bounded(ctx, limit, func(ctx context.Context) (result, error) { return s.run(ctx, e, r.lib) })
+			if ctx.Err() != nil {
+				fmt.Fprintln(os.Stderr)
+				return errors.New("interrupted")
+			}
+			r.record(s, res, err, limit)
+			fmt.Fprintf(os.Stderr, "%6.1fs %s\n", time.Since(t).Seconds(), summary(s, r))
+			runtime.GC()
+		}
+	}
+
+	fmt.Print(report(rows, cols, e, version, time.Since(began)))
+	return nil
+}
+
+var errTimeout = errors.New("timeout")
+
+// record puts a scenario's outcome in the row: its figures, or "timeout" or "error" in each of
+// its columns.
+func (r *row) record(s scenario, res result, err error, limit time.Duration) {
+	switch {
+	case errors.Is(err, errTimeout):
+		for _, c := range s.columns {
+			r.cells[c] = cell{text: "timeout"}
+		}
+		r.notes = append(r.notes, fmt.Sprintf("%s: did not finish within %v; abandoned", s.name, limit))
+	case err != nil:
+		for _, c := range s.columns {
+			r.cells[c] = cell{text: "error"}
+		}
+		r.notes = append(r.notes, fmt.Sprintf("%s: %v", s.name, err))
+	default:
+		for c, v := range res.cells {
+			r.cells[c] = v
+		}
+		r.notes = append(r.notes, res.notes...)
+		r.cmds = append(r.cmds, res.breakdowns...)
+	}
+}
+
+// bounded runs f with ctx and gives up on it after limit, leaving it running.
+func bounded(ctx context.Context, limit time.Duration, f func(context.Context) (result, error)) (result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type outcome struct {
+		r   result
+		err error
+	}
+	ch := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- outcome{err: fmt.Errorf("panic: %v", p)}
+			}
+		}()
+		r, err := f(ctx)
+		ch <- outcome{r, err}
+	}()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case o := <-ch:
+		return o.r, o.err
+	case <-t.C:
+		return result{}, errTimeout
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	}
+}
+
+func summary(s scenario, r *row) string {
+	sp := specs(0)
+	var parts []string
+	for _, c := range s.columns {
+		if v := r.cells[c]; v.ok {
+			parts = append(parts, fmt.Sprintf("%s=%s", c, sp[c].format(v.v)))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s=%s", c, v.text))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func pickLibs(list string) ([]lockers.Lib, error) {
+	var chosen []lockers.Lib
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		i := slices.IndexFunc(lockers.All(), func(l lockers.Lib) bool { return l.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("-only: no library %q", name)
+		}
+		chosen = append(chosen, lockers.All()[i])
+	}
+	if len(chosen) == 0 {
+		return nil, errors.New("-only: no libraries")
+	}
+	return chosen, nil
+}
+
+func pickScenarios(list string) ([]scenario, error) {
+	want := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.name == name }) {
+			return nil, fmt.Errorf("-scenarios: no scenario %q", name)
+		}
+		want[name] = true
+	}
+	var chosen []scenario
+	for _, s := range scenarios {
+		if want[s.name] {
+			chosen = append(chosen, s)
+		}
+	}
+	if len(chosen) == 0 {
+		return nil, errors.New("-scenarios: none")
+	}
+	return chosen, nil
+}
+
+func report(rows []*row, cols []column, e *env, redisVersion string, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %s, %d cores (GOMAXPROCS %d), %s/%s, %s, redis-server %s on loopback\n\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), redisVersion)
+	fmt.Fprintf(&b, "Command: `%s` (took %s)\n\n", commandLine(), took.Round(time.Second))
+	fmt.Fprintf(&b, "Libraries: Leasehold from this tree (%s); %s\n\n", treeState(), depVersions())
+	b.WriteString(table(rows, e.workers, cols))
+	fmt.Fprintf(&b, "\nEach figure is followed by its ratio to the best peer in its column (figure ÷ best peer; "+
+		"↑ higher is better, ↓ lower is better). Throughput scenarios run %v each; every worker has its own client "+
+		"connection (Leasehold: its own client and Store). A handoff is timed from the moment the holder starts its "+
+		"release to the moment the next acquire returns, whichever worker makes it. Commands are counted on the "+
+		"client side of every connection as the RESP each client writes — one per top-level command, however many "+
+		"commands a script runs inside the server — leaving out connection setup (%s). The idle figure counts "+
+		"the commands of the holder and %d waiters over the middle %v of a %v hold.\n",
+		e.duration, strings.Join(wire.Handshake, ", "), e.workers, min(time.Second, e.hold/2), e.hold)
+	b.WriteString("\nRead the contended columns beside \"grants to another worker\": a library whose releasing worker " +
+		"mostly takes the lock straight back hands it on rarely, so its pairs/s and handoff times are mostly one " +
+		"worker's. Columns with no peer figure, or whose best peer figure is 0, carry no ratios.\n")
+	b.WriteString("\nConfigurations:\n\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "- %s: %s\n", r.lib.Label, r.lib.Config)
+	}
+	var caveats []string
+	for _, r := range rows {
+		if r.lib.Caveat != "" {
+			caveats = append(caveats, fmt.Sprintf("- %s: %s", r.lib.Label, r.lib.Caveat))
+		}
+	}
+	if len(caveats) > 0 {
+		b.WriteString("\nKnown behaviour behind some figures:\n\n" + strings.Join(caveats, "\n") + "\n")
+	}
+	var notes []string
+	for _, r := range rows {
+		for _, n := range r.notes {
+			notes = append(notes, fmt.Sprintf("- %s, %s", r.lib.Label, n))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\nNotes († marks a figure measured with stranded waiters; it is not used as a best peer):\n\n")
+		b.WriteString(strings.Join(notes, "\n") + "\n")
+	}
+	b.WriteString("\nCommands by name:\n\n")
+	for _, r := range rows {
+		for _, c := range r.cmds {
+			fmt.Fprintf(&b, "- %s, %s: %s\n", r.lib.Label, c.label, commandMix(c))
+		}
+	}
+	return b.String()
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func commandLine() string {
+	parts := []string{"cd bench && go run ./cmd/peerbench"}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t'\"$\\`*?;&|<>()") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
+// treeState names the commit of the working tree, marked dirty if it has uncommitted changes.
+func treeState() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "commit unknown"
+	}
+	state := "commit " + strings.TrimSpace(string(out))
+	if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
+		state += " with uncommitted changes"
+	}
+	return state
+}
+
+func depVersions() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "versions unknown"
+	}
+	var parts []string
+	for _, d := range info.Deps {
+		switch d.Path {
+		case "github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/valkey-io/valkey-go":
+			parts = append(parts, d.Path+" "+d.Version)
+		}
+	}
+	return strings.Join(parts, ", ")
+}

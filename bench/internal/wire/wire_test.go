@@ -1,0 +1,37 @@
+package wire
+
+import (
+	"maps"
+	"testing"
+)
+
+func TestParserAcrossWrites(t *testing.T) {
+	stream := "*2\r\n$5\r\nhello\r\n$1\r\n3\r\n" +
+		"*5\r\n$7\r\nEVALSHA\r\n$40\r\n0123456789012345678901234567890123456789\r\n$1\r\n1\r\n$1\r\nk\r\n$0\r\n\r\n" +
+		"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$12\r\nab\r\ncd\r\n*$xy\r\n" +
+		"PING\r\n" +
+		"*1\r\n$4\r\nping\r\n"
+	want := Counts{"HELLO": 1, "EVALSHA": 1, "SET": 1, "PING": 2}
+	for size := 1; size <= len(stream); size++ {
+		c := NewCounter()
+		p := parser{count: c.add}
+		for i := 0; i < len(stream); i += size {
+			p.feed([]byte(stream[i:min(i+size, len(stream))]))
+		}
+		if got := c.Snapshot(); !maps.Equal(got, want) {
+			t.Fatalf("writes of %d bytes: got %v, want %v", size, got, want)
+		}
+	}
+}
+
+func TestSinceLeavesOutHandshake(t *testing.T) {
+	before := Counts{"EVALSHA": 2, "HELLO": 1}
+	after := Counts{"EVALSHA": 5, "HELLO": 3, "CLIENT": 2, "SET": 1}
+	got := after.Since(before)
+	if want := (Counts{"EVALSHA": 3, "SET": 1}); !maps.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if got.Total() != 4 {
+		t.Fatalf("total %d, want 4", got.Total())
+	}
+}
