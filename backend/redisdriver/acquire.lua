@@ -1,4 +1,4 @@
--- ARGV: holder, permits, limit, ttl_ms, min_fence, wait_ms
+-- ARGV: holder, permits, limit, ttl_ms, min_fence, wait_ms, channel (of the holder's Store)
 -- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits. A refusal with wait_ms > 0 keeps the
 -- holder's place in the line of waiters, where a release may grant it the lease.
@@ -21,7 +21,7 @@ if cur then
 end
 local in_use = used()
 if in_use + n > limit then
-  if wait_ms > 0 then enqueue(holder, n, limit, ttl, min_fence, wait_ms) end
+  if wait_ms > 0 then enqueue(holder, n, limit, ttl, min_fence, wait_ms, ARGV[7]) end
   local need = in_use + n - limit
   local by_expiry = redis.call('ZRANGE', leases, 0, -1, 'WITHSCORES')
   for i = 1, #by_expiry, 2 do

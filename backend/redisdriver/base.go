@@ -2,6 +2,8 @@ package redisdriver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -43,6 +45,7 @@ type Client interface {
 // name, the operation and the key, and opens the subscription on the first Register.
 type Base struct {
 	name   string
+	id     string // random: names the Store's channels
 	client Client
 	layout Layout
 	closed atomic.Bool
@@ -84,7 +87,9 @@ func NewBase(name string, userClient any, client Client, opts ...Option) (*Base,
 	if err != nil {
 		return nil, fmt.Errorf("leasehold/%s: new: %w", name, err)
 	}
-	return &Base{name: name, client: client, layout: layout}, nil
+	var id [8]byte
+	rand.Read(id[:])
+	return &Base{name: name, id: hex.EncodeToString(id[:]), client: client, layout: layout}, nil
 }
 
 // isNil reports whether v is nil or a nil pointer, map, func, channel or interface.

@@ -4,8 +4,8 @@
 --   KEYS[3] meta:    hash, fence -> last fence granted, limit -> limit of the latest grant,
 --                    seq -> last place given in the line of waiters
 --   KEYS[4] queue:   sorted set, the line of waiters: holder -> place
---   KEYS[5] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>",
---                    the request of each waiter in the line
+--   KEYS[5] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>
+--                    <channel>", the request of each waiter in the line and its Store's channel
 -- Time is the server's (TIME); a lease with expiry E is held while now < E.
 --
 -- Each script's body runs as main() under pcall (see guard.lua). The first command on each key
@@ -33,12 +33,6 @@ local function split(v)
   return tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1))
 end
 
--- nums returns the numbers of a space-separated value.
-local function nums(v)
-  local t = {}
-  for x in string.gmatch(v, '%S+') do t[#t + 1] = tonumber(x) end
-  return t
-end
 
 -- held returns the permits and fence of holder's lease, or nil.
 local function held(holder)
@@ -79,9 +73,9 @@ local function unqueue(holder)
 end
 
 -- enqueue keeps holder's place in the line (or gives it the last one) until wait_ms from now,
--- with the request that a release will grant it.
-local function enqueue(holder, n, limit, ttl, min_fence, wait_ms)
-  redis.call('HSET', waiting, holder, n .. ' ' .. int(now_ms + wait_ms) .. ' ' .. limit .. ' ' .. ttl .. ' ' .. int(min_fence))
+-- with the request that a release will grant it and the channel to tell it on.
+local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, channel)
+  redis.call('HSET', waiting, holder, n .. ' ' .. int(now_ms + wait_ms) .. ' ' .. limit .. ' ' .. ttl .. ' ' .. int(min_fence) .. ' ' .. channel)
   if not redis.call('ZSCORE', queue, holder) then
     redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), holder)
   end
@@ -112,16 +106,22 @@ local function peek()
 end
 
 -- handoff grants what is free to the waiters of head (from peek), in order, passing over those
--- that ask for more than is left and dropping those whose wait has ended. It publishes the
--- grants on channel, each as "<length>:<holder><fence> ", and returns {holder, fence, ...}.
-local function handoff(channel, head, reqs)
-  local out, msg = {}, {}
+-- that ask for more than is left and dropping those whose wait has ended. It publishes each
+-- grant on the channel of the waiter's Store, as "<length>:<holder><fence> " (one message per
+-- channel), and returns {holder, fence, ...}.
+local function handoff(head, reqs)
+  local out, msgs, order = {}, {}, {}
   if #head == 0 then return out end
   local in_use = used()
   local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
   for i = 1, #head do
-    local h, r = head[i], reqs[i] and nums(reqs[i]) or {}
-    local n, deadline, limit, ttl, min_fence = r[1], r[2] or 0, r[3], r[4], r[5]
+    local h, n, deadline, limit, ttl, min_fence, channel = head[i], 0, 0
+    if reqs[i] then
+      local a, b, c, d, e, f = string.match(reqs[i], '^(%d+) (%d+) (%d+) (%d+) (%d+) (.*)$')
+      if a then
+        n, deadline, limit, ttl, min_fence, channel = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e), f
+      end
+    end
     if deadline <= now_ms or held(h) then
       unqueue(h)
     elseif in_use + n <= limit then
@@ -129,10 +129,16 @@ local function handoff(channel, head, reqs)
       in_use = in_use + n
       out[#out + 1] = h
       out[#out + 1] = last
-      msg[#msg + 1] = #h .. ':' .. h .. int(last) .. ' '
+      if not msgs[channel] then
+        msgs[channel] = {}
+        order[#order + 1] = channel
+      end
+      table.insert(msgs[channel], #h .. ':' .. h .. int(last) .. ' ')
       if in_use >= limit then break end
     end
   end
-  if #msg > 0 then redis.call('PUBLISH', channel, table.concat(msg)) end
+  for _, channel in ipairs(order) do
+    redis.call('PUBLISH', channel, table.concat(msgs[channel]))
+  end
   return out
 end

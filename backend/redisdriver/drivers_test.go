@@ -294,7 +294,7 @@ func TestBracesInKeysStayInOneSlot(t *testing.T) {
 	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
 	seen := map[string]string{}
 	for _, key := range []string{"a", "{a}", "a}", "}a", "{", "}", "%7B", "a%7D", "{a}:leases", "x}:leases", "leasehold:{a}"} {
-		for _, k := range append(layout.Keys(key), layout.Channel(key)) {
+		for _, k := range append(layout.Keys(key), layout.Channel(key, "store")) {
 			if other, dup := seen[k]; dup {
 				t.Errorf("keys %q and %q share the Redis key %q", key, other, k)
 			}

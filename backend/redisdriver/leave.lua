@@ -1,8 +1,8 @@
--- ARGV: holder, channel, floor
+-- ARGV: holder, floor
 -- A waiter gives up: it leaves the line, and a lease the line granted it after its last
 -- refusal (a fence above floor, the key's last fence then) passes to the next waiters.
 -- Returns {holder, fence, ...} as release does.
-local holder, floor = ARGV[1], tonumber(ARGV[3])
+local holder, floor = ARGV[1], tonumber(ARGV[2])
 purge()
 unqueue(holder)
 local n, fence = held(holder)
@@ -11,7 +11,7 @@ if n and fence > floor then
   local head, reqs = peek()
   redis.call('ZREM', leases, holder)
   redis.call('HDEL', holders, holder)
-  out = handoff(ARGV[2], head, reqs)
+  out = handoff(head, reqs)
 end
 keepalive()
 return out

@@ -190,10 +190,10 @@ func TestGrantFromLineIsTakenWithoutRoundTrip(t *testing.T) {
 // the key's last fence then) is not handed to the holder's new waiter, and a grant is taken once.
 func TestStaleGrantIsNotTaken(t *testing.T) {
 	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
-	subs := redisdriver.NewSubscriptions(layout, nopPubSub{})
+	subs := redisdriver.NewSubscriptions(layout, "store", nopPubSub{})
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-	ch := layout.Channel("k")
+	ch := subs.Channel("k")
 	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 90}}) // no channel yet: ignored
 	sent := time.Now()
 	subs.AfterTry("k", "h", 0, sent, false, true, 100)

@@ -9,10 +9,10 @@
 // holder → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence"),
 // P{K'}:meta (a hash with the last fence, the latest limit and the line's counters),
 // P{K'}:queue (a sorted set, the line of waiters in arrival order) and P{K'}:waiting (a hash of
-// waiter → "permits deadline"), where K' is K with '%', '{' and '}' percent-encoded. K' is the
-// hash tag, so the five keys (and the wake channel P{K'}:released) share one Redis Cluster slot
-// and one script can touch them all; the encoding keeps any user key in one slot and distinct
-// from every other.
+// waiter → its request), where K' is K with '%', '{' and '}' percent-encoded. K' is the hash
+// tag, so the five keys (and each Store's channel for the key, P{K'}:granted:<store id>) share
+// one Redis Cluster slot and one script can touch them all; the encoding keeps any user key in
+// one slot and distinct from every other.
 //
 // # Scripts
 //
@@ -25,11 +25,12 @@
 // # Handing over to waiters
 //
 // A refused Acquire that will wait (AcquireRequest.Wait > 0) takes a place in the key's line,
-// with its request. A release grants the permits it frees to the waiters at the head of the line
-// that they serve, in the same script, and publishes those grants on the key's channel: the new
-// holders' Stores, in whichever process, learn of them without another round trip, and the
-// releasing Store hands its own over from the reply without waiting for the message. Only the
-// waiters granted wake; idle waiters send nothing. A waiter that gives up leaves the line (one
+// with its request and the channel of its Store. A release grants the permits it frees to the
+// waiters at the head of the line that they serve, in the same script, and publishes each grant
+// on the channel of the waiter's Store alone: the new holders' Stores, in whichever process,
+// learn of them without another round trip, and the releasing Store hands its own over from the
+// reply without waiting for the message. Only the waiters granted wake, and no other Store hears
+// of it; idle waiters send nothing. A waiter that gives up leaves the line (one
 // more script call), passing a lease granted to it meanwhile to the next in line. A waiter whose
 // process dies while in line may still be granted the lease, which then stays taken until its
 // TTL passes, as if its holder had died holding it; its place lapses when its wait would have
@@ -107,16 +108,18 @@ func (l Layout) Keys(key string) []string {
 	return []string{t + "leases", t + "holders", t + "meta", t + "queue", t + "waiting"}
 }
 
-// Channel returns the channel the release script publishes freed permits of key on.
-func (l Layout) Channel(key string) string { return l.tag(key) + "released" }
+// Channel returns the channel on which the Store with id store hears of leases on key granted to
+// its waiters from the key's line.
+func (l Layout) Channel(key, store string) string { return l.tag(key) + "granted:" + store }
 
 // ms rounds a TTL up to whole milliseconds, the server's resolution: a lease never ends
 // before its TTL.
 func ms(ttl time.Duration) int64 { return int64((ttl + time.Millisecond - 1) / time.Millisecond) }
 
-// AcquireArgs returns the ARGV of the acquire script.
-func AcquireArgs(req core.AcquireRequest) []any {
-	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait)}
+// AcquireArgs returns the ARGV of the acquire script; channel is where a grant from the line is
+// to be published, used when req.Wait > 0.
+func AcquireArgs(req core.AcquireRequest, channel string) []any {
+	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), channel}
 }
 
 // ExtendArgs returns the ARGV of the extend script.
@@ -125,14 +128,12 @@ func ExtendArgs(req core.ExtendRequest) []any {
 }
 
 // ReleaseArgs returns the ARGV of the release script.
-func (l Layout) ReleaseArgs(key, holder string) []any {
-	return []any{holder, l.Channel(key)}
-}
+func ReleaseArgs(holder string) []any { return []any{holder} }
 
 // LeaveArgs returns the ARGV of the leave script, for holder, which gave up waiting after a
 // refusal that reported floor as the key's last fence.
-func (l Layout) LeaveArgs(key, holder string, floor uint64) []any {
-	return []any{holder, l.Channel(key), strconv.FormatUint(floor, 10)}
+func LeaveArgs(holder string, floor uint64) []any {
+	return []any{holder, strconv.FormatUint(floor, 10)}
 }
 
 // Reply is a script reply decoded by a driver: a []any of int64 and string values, or an int64.

@@ -1,7 +1,7 @@
--- ARGV: holder, channel
+-- ARGV: holder
 -- Returns {permits freed (0 when the holder held no lease), holder, fence, ...}: the freed
--- permits go to the waiters at the head of the line (holder, fence each), who are told on the
--- channel.
+-- permits go to the waiters at the head of the line (holder, fence each), whose Stores are told
+-- on their channels.
 local holder = ARGV[1]
 purge()
 local n = held(holder)
@@ -12,7 +12,7 @@ end
 local head, reqs = peek()
 redis.call('ZREM', leases, holder)
 redis.call('HDEL', holders, holder)
-local out = handoff(ARGV[2], head, reqs)
+local out = handoff(head, reqs)
 keepalive()
 table.insert(out, 1, n)
 return out

@@ -30,7 +30,11 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		}
 		token = subs.BeforeTry(req.Key)
 	}
-	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req))
+	var channel string
+	if req.Wait > 0 {
+		channel = b.layout.Channel(req.Key, b.id)
+	}
+	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req, channel))
 	if err != nil {
 		return core.AcquireResult{}, err
 	}
@@ -61,7 +65,7 @@ func (b *Base) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendR
 // the waiters at the head of the key's line and tells them: this Store's own at once, from the
 // reply, and those of other processes by a message on the key's channel.
 func (b *Base) Release(ctx context.Context, key, holder string) (bool, error) {
-	r, err := b.run(ctx, "release", key, Release, b.layout.ReleaseArgs(key, holder))
+	r, err := b.run(ctx, "release", key, Release, ReleaseArgs(holder))
 	if err != nil {
 		return false, err
 	}
@@ -76,7 +80,7 @@ func (b *Base) Release(ctx context.Context, key, holder string) (bool, error) {
 // granted hands this Store's waiters among grants (from a script's reply) their leases.
 func (b *Base) granted(key string, grants []Grant) {
 	if subs := b.loadSubs(); subs != nil && len(grants) > 0 {
-		subs.Granted(b.layout.Channel(key), grants)
+		subs.Granted(subs.Channel(key), grants)
 	}
 }
 
@@ -94,7 +98,7 @@ func (b *Base) leave(key, holder string, floor uint64) {
 	b.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
-		r, err := b.run(ctx, "leave", key, Leave, b.layout.LeaveArgs(key, holder, floor))
+		r, err := b.run(ctx, "leave", key, Leave, LeaveArgs(holder, floor))
 		if err != nil {
 			return // the place lapses with the waiter's wait, a lease granted meanwhile with its TTL
 		}
@@ -130,7 +134,7 @@ func (b *Base) subscriptions() *Subscriptions {
 	if b.subs == nil {
 		var ctx context.Context
 		ctx, b.cancel = context.WithCancel(context.Background())
-		subs := NewSubscriptions(b.layout, nil)
+		subs := NewSubscriptions(b.layout, b.id, nil)
 		subs.leave = b.leave
 		subs.ps, b.wait = b.client.Listen(ctx, subs)
 		if b.closed.Load() {

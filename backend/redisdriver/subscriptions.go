@@ -22,8 +22,8 @@ type PubSub interface {
 // SUBSCRIBE, an UNSUBSCRIBE, or a second try to cover the time before the confirmation.
 const Linger = 30 * time.Second
 
-// Subscriptions is the core.Notifier of a Redis Store. It subscribes to a key's channel while
-// this Store has waiters on the key (and for Linger after), and turns what the driver's
+// Subscriptions is the core.Notifier of a Redis Store. It subscribes to its channel for a key
+// (see Layout.Channel) while this Store has waiters on the key (and for Linger after), and turns what the driver's
 // connection receives into wake-ups: a message of grants made from the key's line wakes the
 // waiters granted, and no others, and keeps each grant for its waiter's next Acquire
 // (TakeGrant); a confirmed subscription wakes all of the key's waiters, which may have missed a
@@ -34,6 +34,7 @@ const Linger = 30 * time.Second
 // so a waiter never depends on a message that cannot come. Safe for concurrent use.
 type Subscriptions struct {
 	layout Layout
+	id     string // the Store's id, which names its channels
 	ps     PubSub
 	// leave, when set, takes a holder that gave up out of the key's line; it must not block.
 	leave func(key, holder string, floor uint64)
@@ -80,9 +81,9 @@ const keepGrants = 2 * time.Second
 
 var _ core.Notifier = (*Subscriptions)(nil)
 
-// NewSubscriptions returns the Subscriptions of a Store with layout, sending over ps.
-func NewSubscriptions(layout Layout, ps PubSub) *Subscriptions {
-	return &Subscriptions{layout: layout, ps: ps, sent: map[string]bool{}, channels: map[string]*channel{}, tries: map[string]refusal{}}
+// NewSubscriptions returns the Subscriptions of the Store with layout and id, sending over ps.
+func NewSubscriptions(layout Layout, id string, ps PubSub) *Subscriptions {
+	return &Subscriptions{layout: layout, id: id, ps: ps, sent: map[string]bool{}, channels: map[string]*channel{}, tries: map[string]refusal{}}
 }
 
 // Register implements core.Notifier. The first waiter on a key sends SUBSCRIBE for its channel;
@@ -91,7 +92,7 @@ func NewSubscriptions(layout Layout, ps PubSub) *Subscriptions {
 // subscription was confirmed, and stayed up, since before the caller's refused try was sent,
 // so that no grant for it can have been missed.
 func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
-	name := s.layout.Channel(req.Key)
+	name := s.Channel(req.Key)
 	w := &waiter{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1), queued: req.Wait > 0}
 	s.mu.Lock()
 	if s.closed {
@@ -129,12 +130,15 @@ func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (
 	return w, nil
 }
 
+// Channel returns the channel on which this Store hears of grants on key to its waiters.
+func (s *Subscriptions) Channel(key string) string { return s.layout.Channel(key, s.id) }
+
 // BeforeTry reports that a try on key that will wait if refused is about to be sent. It returns a
 // token for AfterTry.
 func (s *Subscriptions) BeforeTry(key string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.channels[s.layout.Channel(key)]; c != nil {
+	if c := s.channels[s.Channel(key)]; c != nil {
 		return c.gen
 	}
 	return 0
@@ -147,7 +151,7 @@ func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Tim
 	if !granted && !waits {
 		return
 	}
-	name := s.layout.Channel(key)
+	name := s.Channel(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w := s.channels[name].waiter(holder); w != nil {
@@ -171,7 +175,7 @@ func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Tim
 func (s *Subscriptions) TakeGrant(key, holder string, ttl time.Duration) (fence uint64, since time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := s.channels[s.layout.Channel(key)].waiter(holder)
+	w := s.channels[s.Channel(key)].waiter(holder)
 	if w == nil || w.grant <= w.floor || time.Since(w.since) >= ttl/2 {
 		return 0, time.Time{}, false
 	}
