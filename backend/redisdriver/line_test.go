@@ -215,6 +215,20 @@ func TestStaleGrantIsNotTaken(t *testing.T) {
 	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
 		t.Fatal("one grant was taken twice")
 	}
+	// A try that finds the lease itself (its message still on its way) takes the grant out.
+	subs.AfterTry("k", "h", 0, time.Now(), false, true, 160)
+	subs.AfterTry("k", "h", 0, time.Now(), true, true, 170)
+	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 170}})
+	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
+		t.Fatal("a grant that the holder's own try had found was taken again from its late message")
+	}
+	// So does a release of the lease.
+	subs.AfterTry("k", "h", 0, time.Now(), false, true, 180)
+	subs.Released("k", "h")
+	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 190}})
+	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
+		t.Fatal("a grant heard of after the holder released was taken before its next refusal")
+	}
 }
 
 type nopPubSub struct{}

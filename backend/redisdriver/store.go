@@ -46,7 +46,11 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		subs = b.subscriptions() // the caller is about to wait: open them now, to hear of grants
 	}
 	if subs != nil {
-		subs.AfterTry(req.Key, req.Holder, token, sent, res.Granted, req.Wait > 0, last)
+		fence := last
+		if res.Granted {
+			fence = res.Fence
+		}
+		subs.AfterTry(req.Key, req.Holder, token, sent, res.Granted, req.Wait > 0, fence)
 	}
 	return res, nil
 }
@@ -72,6 +76,9 @@ func (b *Base) Release(ctx context.Context, key, holder string) (bool, error) {
 	held, grants, err := ParseRelease(r)
 	if err != nil {
 		return false, b.wrap("release", key, err)
+	}
+	if subs := b.loadSubs(); subs != nil {
+		subs.Released(key, holder)
 	}
 	b.granted(key, grants)
 	return held, nil

@@ -3,6 +3,7 @@ package redisdriver
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -145,18 +146,24 @@ func (s *Subscriptions) BeforeTry(key string) uint64 {
 }
 
 // AfterTry records the outcome of holder's try on key, sent at sent when BeforeTry returned
-// token: a refusal of a try that waits (last being the key's last fence then) keeps a place in
-// the line, which the waiter must leave if it gives up; a grant takes it out.
-func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Time, granted, waits bool, last uint64) {
+// token. fence is the grant's fence, or on a refusal the key's last fence then. A refusal of a
+// try that waits keeps a place in the line, which the waiter must leave if it gives up; a grant
+// takes it out, and with it any grant from the line up to its fence (the line's message about
+// a lease the try has just found may still be on its way).
+func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Time, granted, waits bool, fence uint64) {
 	if !granted && !waits {
 		return
 	}
 	name := s.Channel(key)
+	last := fence
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w := s.channels[name].waiter(holder); w != nil {
 		if granted {
-			w.queued, w.grant = false, 0
+			w.queued, w.floor = false, max(w.floor, fence)
+			if w.grant <= w.floor {
+				w.grant = 0
+			}
 		} else {
 			w.queued, w.floor, w.since = true, last, sent
 		}
@@ -167,6 +174,16 @@ func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Tim
 			clear(s.tries) // callers that gave up before registering; the rest start woken
 		}
 		s.tries[name+"\x00"+holder] = refusal{gen: token, floor: last, since: sent}
+	}
+}
+
+// Released records that holder released its lease on key through this Store: no grant from the
+// line heard of before the holder's next refusal is its to take.
+func (s *Subscriptions) Released(key, holder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.channels[s.Channel(key)].waiter(holder); w != nil {
+		w.floor, w.grant = math.MaxUint64, 0
 	}
 }
 
