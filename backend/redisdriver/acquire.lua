@@ -6,7 +6,7 @@ local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ton
 local min_fence, wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
 purge()
-local cur, cur_fence = held(holder)
+local cur, cur_fence, in_use, fresh = census(holder)
 if cur then
   if cur ~= n then return {-1, cur} end
   redis.call('ZADD', leases, now_ms + ttl, holder)
@@ -16,10 +16,9 @@ if cur then
     redis.call('HSET', holders, holder, n .. ' ' .. int(cur_fence))
     redis.call('HSET', meta, 'fence', int(math.max(last, min_fence)))
   end
-  keepalive()
+  stretch(ttl, false)
   return {1, cur_fence}
 end
-local in_use = used()
 if in_use + n > limit then
   if wait_ms > 0 then enqueue(holder, n, limit, ttl, min_fence, wait_ms, ARGV[7]) end
   local need = in_use + n - limit
@@ -30,6 +29,4 @@ if in_use + n > limit then
   end
   return {0, 0, last}
 end
-local fence = grant(holder, n, limit, ttl, min_fence, last)
-keepalive()
-return {1, fence}
+return {1, grant(holder, n, limit, ttl, min_fence, last, fresh)}

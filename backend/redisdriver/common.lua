@@ -41,26 +41,28 @@ local function held(holder)
   return split(v)
 end
 
--- used returns the permits held by leases.
-local function used()
-  local n = 0
-  local vals = redis.call('HVALS', holders)
-  for i = 1, #vals do
-    n = n + tonumber(string.match(vals[i], '^%d+'))
+
+-- stretch makes the lease keys live at least ttl ms more, so that Redis drops them when the last
+-- lease expires; fresh says they held no lease before. Removing a lease needs no stretch:
+-- Redis deletes a key whose last member is removed, and the expiry only ever overshoots.
+local function stretch(ttl, fresh)
+  if fresh or redis.call('PTTL', leases) < ttl then
+    redis.call('PEXPIRE', leases, ttl)
+    redis.call('PEXPIRE', holders, ttl)
   end
-  return n
 end
 
--- keepalive lets Redis drop the lease keys when the last lease expires.
-local function keepalive()
-  local last = redis.call('ZRANGE', leases, -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', leases, holders)
-    return
+-- census returns the permits and fence of holder's lease (nil when it holds none), the permits
+-- held by all leases, and whether there are none: one call.
+local function census(holder)
+  local all = redis.call('HGETALL', holders)
+  local mine, fence, sum = nil, nil, 0
+  for i = 1, #all, 2 do
+    local n, f = split(all[i + 1])
+    sum = sum + n
+    if all[i] == holder then mine, fence = n, f end
   end
-  local ttl = tonumber(last[2]) - now_ms
-  redis.call('PEXPIRE', leases, ttl)
-  redis.call('PEXPIRE', holders, ttl)
+  return mine, fence, sum, #all == 0
 end
 
 local function int(x) return string.format('%.0f', x) end
@@ -86,8 +88,9 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, channel)
 end
 
 -- grant takes holder out of the line and gives it a lease of n permits for ttl ms, with a fence
--- above last (the key's last fence) and at least min_fence. It returns the fence.
-local function grant(holder, n, limit, ttl, min_fence, last)
+-- above last (the key's last fence) and at least min_fence; fresh says no lease was held before.
+-- It returns the fence.
+local function grant(holder, n, limit, ttl, min_fence, last, fresh)
   unqueue(holder)
   local fence = math.max(last + 1, now_us, min_fence)
   redis.call('HSET', meta, 'fence', int(fence), 'limit', limit)
@@ -95,6 +98,7 @@ local function grant(holder, n, limit, ttl, min_fence, last)
   redis.call('PEXPIRE', meta, ttl + 604800000)
   redis.call('ZADD', leases, now_ms + ttl, holder)
   redis.call('HSET', holders, holder, n .. ' ' .. int(fence))
+  stretch(ttl, fresh)
   return fence
 end
 
@@ -112,7 +116,7 @@ end
 local function handoff(head, reqs)
   local out, msgs, order = {}, {}, {}
   if #head == 0 then return out end
-  local in_use = used()
+  local _, _, in_use = census('')
   local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
   for i = 1, #head do
     local h, n, deadline, limit, ttl, min_fence, channel = head[i], 0, 0
@@ -125,7 +129,7 @@ local function handoff(head, reqs)
     if deadline <= now_ms or held(h) then
       unqueue(h)
     elseif in_use + n <= limit then
-      last = grant(h, n, limit, ttl, min_fence, last)
+      last = grant(h, n, limit, ttl, min_fence, last, false)
       in_use = in_use + n
       out[#out + 1] = h
       out[#out + 1] = last

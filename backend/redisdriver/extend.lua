@@ -3,10 +3,7 @@
 local holder, ttl = ARGV[1], tonumber(ARGV[2])
 purge()
 local n, fence = held(holder)
-if not n then
-  keepalive()
-  return {0}
-end
+if not n then return {0} end
 redis.call('ZADD', leases, 'XX', now_ms + ttl, holder)
-keepalive()
+stretch(ttl, false)
 return {1, n, fence, tonumber(redis.call('HGET', meta, 'limit') or '0')}

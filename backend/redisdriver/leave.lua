@@ -13,5 +13,4 @@ if n and fence > floor then
   redis.call('HDEL', holders, holder)
   out = handoff(head, reqs)
 end
-keepalive()
 return out

@@ -5,14 +5,10 @@
 local holder = ARGV[1]
 purge()
 local n = held(holder)
-if not n then
-  keepalive()
-  return {0}
-end
+if not n then return {0} end
 local head, reqs = peek()
 redis.call('ZREM', leases, holder)
 redis.call('HDEL', holders, holder)
 local out = handoff(head, reqs)
-keepalive()
 table.insert(out, 1, n)
 return out
