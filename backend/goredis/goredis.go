@@ -1,7 +1,8 @@
 // Package goredis is the Leasehold store over a go-redis v9 client: a standalone *redis.Client,
 // a *redis.ClusterClient, or a failover client — any redis.UniversalClient the caller already
-// has. Every operation is one script call (one round trip); release wakes waiters through
-// pub/sub on one subscription connection per Store. The scripts, key layout and wake-up logic
+// has. Every operation is one script call (one round trip); a release grants the freed permits to
+// the key's waiting line and tells the new holders' Stores through pub/sub, on one subscription
+// connection per Store. The scripts, key layout and wake-up logic
 // are shared with backend/valkey (package redisdriver), so stores of both drivers on one server
 // exclude each other.
 //

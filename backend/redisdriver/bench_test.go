@@ -54,16 +54,29 @@ func BenchmarkMutexPair(b *testing.B) {
 	}
 }
 
-// BenchmarkHandoff: a lock passed between workers, each with its own Store and client; the
-// release grants it to the next in line. It reports commands per handoff.
+// BenchmarkHandoff: a lock passed between workers, each with its own Store and client (or, for
+// "shared", two workers on one Store, which hands over from the release's reply); the release
+// grants it to the next in line. It reports commands per pair.
 func BenchmarkHandoff(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for name, mk := range drivers {
-		for _, workers := range []int{2, 16} {
-			b.Run(fmt.Sprintf("%s/%d", name, workers), func(b *testing.B) {
+		for _, workers := range []int{2, 16, -2} {
+			label := fmt.Sprint(workers)
+			if workers < 0 {
+				workers, label = -workers, fmt.Sprint("shared-", -workers)
+			}
+			b.Run(fmt.Sprintf("%s/%s", name, label), func(b *testing.B) {
 				var ms []*primitives.Mutex
+				var shared store
 				for range workers {
-					m, _ := primitives.NewMutex(mk(b, srv.Addr), "handoff", primitives.WithAcquireTimeout(time.Minute))
+					s := shared
+					if s == nil {
+						s = mk(b, srv.Addr)
+					}
+					if label != fmt.Sprint(workers) {
+						shared = s
+					}
+					m, _ := primitives.NewMutex(s, "handoff:"+label, primitives.WithAcquireTimeout(time.Minute))
 					ms = append(ms, m)
 				}
 				left := make(chan struct{}, b.N)

@@ -1,7 +1,8 @@
 // Package valkey is the Leasehold store over a valkey-go client (github.com/valkey-io/valkey-go),
 // standalone or cluster, as the caller built it. Every operation is one script call (one round
-// trip); release wakes waiters through pub/sub on one dedicated subscription connection per
-// Store, resubscribed after a reconnect. The scripts, key layout and wake-up logic are shared
+// trip); a release grants the freed permits to the key's waiting line and tells the new holders'
+// Stores through pub/sub, on one dedicated subscription connection per Store, resubscribed after
+// a reconnect. The scripts, key layout and wake-up logic are shared
 // with backend/goredis (package redisdriver), so stores of both drivers on one server exclude
 // each other.
 //
