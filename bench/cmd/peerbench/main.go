@@ -242,8 +242,9 @@ func report(rows []*row, cols []column, e *env, redisVersion string, took time.D
 	b.WriteString(table(rows, e.workers, cols))
 	fmt.Fprintf(&b, "\nEach figure is followed by its ratio to the best peer in its column (figure ÷ best peer; "+
 		"↑ higher is better, ↓ lower is better). Throughput scenarios run %v each; every worker has its own client "+
-		"connection (Leasehold: its own client and Store). A handoff is timed from the moment the holder starts its "+
-		"release to the moment the next acquire returns, whichever worker makes it. Commands are counted on the "+
+		"connection (Leasehold: its own client and Store). A handoff is a grant to another worker, timed from the "+
+		"moment the holder starts its release to the moment that worker's acquire returns; a worker taking the "+
+		"lock straight back hands nothing over and is not timed. Commands are counted on the "+
 		"client side of every connection as the RESP each client writes — one per top-level command, however many "+
 		"commands a script runs inside the server — leaving out connection setup (%s). The idle figure counts "+
 		"the commands of the holder and %d waiters over the middle %v of a %v hold.\n",

@@ -64,7 +64,7 @@ func All() []Lib {
 	return []Lib{
 		{
 			Name: "leasehold-goredis", Label: "leasehold-goredis",
-			Config: "primitives defaults over backend/goredis; waiters woken by pub/sub",
+			Config: "primitives defaults over backend/goredis; a release grants the lock to the next in line and tells its Store by pub/sub",
 			Mutex:  leaseholdGoredis(mutex),
 			Semaphore: func(addr, key string, limit int, c *wire.Counter) (Locker, error) {
 				return leaseholdGoredis(semaphore(limit))(addr, key, c)
@@ -73,7 +73,7 @@ func All() []Lib {
 		},
 		{
 			Name: "leasehold-valkey", Label: "leasehold-valkey",
-			Config: "primitives defaults over backend/valkey (valkey-go, DisableCache); waiters woken by pub/sub",
+			Config: "primitives defaults over backend/valkey (valkey-go, DisableCache); a release grants the lock to the next in line and tells its Store by pub/sub",
 			Mutex:  leaseholdValkey(mutex),
 			Semaphore: func(addr, key string, limit int, c *wire.Counter) (Locker, error) {
 				return leaseholdValkey(semaphore(limit))(addr, key, c)
