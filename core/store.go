@@ -68,6 +68,11 @@ type AcquireRequest struct {
 	// fence raised to MinFence if that is higher. Redlock uses it to carry the order of fences
 	// across its nodes; other callers leave it zero.
 	MinFence uint64
+	// FenceFloor, when above the fence a new grant would get, raises that grant's fence (and the
+	// key's counter) to it; unlike MinFence it leaves a lease the holder already holds as it is.
+	// Redlock sets it so that nodes whose counters are in step grant one fence at the first try.
+	// A store may ignore it; other callers leave it zero.
+	FenceFloor uint64
 	// Wait is how long the caller will go on waiting if this request is refused: a store that
 	// keeps a line of waiters keeps the caller's place that long. Zero means the caller will
 	// not wait (a single attempt).

@@ -12,8 +12,9 @@ import (
 )
 
 // Acquire implements core.Store.Acquire: granted when a quorum (Quorum(req.Limit): a majority
-// for a mutex) grants with validity left,
-// with the highest fence among them (the lower ones raised to it). Otherwise whatever was
+// for a mutex) grants with validity left, with the highest fence among them (the lower ones
+// raised to it in a second round, which nodes whose counters are in step make unnecessary).
+// Cost: one round trip to every node, in parallel; two when the granting nodes' fences differ. Otherwise whatever was
 // granted is released on every node before Acquire returns, and the refusal's RetryAfter is
 // when, by the refusing nodes' word, a majority would have room. When fewer than a majority of
 // nodes answer, it returns their errors joined.
@@ -23,7 +24,12 @@ import (
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	start := time.Now()
 	quorum := s.Quorum(req.Limit)
-	res := fanout(ctx, s, nil, func(c context.Context, n core.Store) (core.AcquireResult, error) { return n.Acquire(c, req) })
+	// Nodes grant max(their last fence + 1, their clock in µs, FenceFloor). A floor of the local
+	// clock plus fenceLead makes nodes whose counters are in step (as the last grant's raise left
+	// them) grant one fence, so the raise round is rarely needed.
+	first := req
+	first.FenceFloor = max(req.FenceFloor, uint64(start.UnixMicro())+fenceLead)
+	res := fanout(ctx, s, nil, func(c context.Context, n core.Store) (core.AcquireResult, error) { return n.Acquire(c, first) })
 	var granted []int
 	answered := 0
 	var since time.Time // the earliest grant handed over from a node's line, counted from there
@@ -57,6 +63,10 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
 }
+
+// fenceLead is how far ahead of the local clock, in µs, a first round asks new grants' fences
+// to be: more than the clocks of this process and the nodes are apart.
+const fenceLead = uint64(time.Second / time.Microsecond)
 
 // raise brings the granting nodes whose fence is below the highest up to it, and reports the
 // fence and whether a majority now holds the lease at that fence.

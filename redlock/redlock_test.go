@@ -315,3 +315,55 @@ func TestFenceOrderCarriesThroughTheSharedNode(t *testing.T) {
 	}
 	grant("b", 0)
 }
+
+// counting is a Store that counts Acquire calls.
+type counting struct {
+	core.Store
+	acquires int
+}
+
+func (c *counting) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	c.acquires++
+	return c.Store.Acquire(ctx, req)
+}
+
+// TestNodesInStepGrantInOneRound: once the first grant has brought the nodes' counters in step,
+// an acquire is one Acquire per node (no round to raise fences), and fences still increase.
+func TestNodesInStepGrantInOneRound(t *testing.T) {
+	var cs []*counting
+	var ss []core.Store
+	for range 3 {
+		c := &counting{Store: memory.New()}
+		cs, ss = append(cs, c), append(ss, c)
+	}
+	s, err := redlock.New(ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var last uint64
+	for i := range 20 {
+		for _, c := range cs {
+			c.acquires = 0
+		}
+		holder := fmt.Sprint("h", i)
+		res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute})
+		if err != nil || !res.Granted {
+			t.Fatalf("acquire %d: %+v, %v", i, res, err)
+		}
+		if res.Fence <= last {
+			t.Fatalf("acquire %d: fence %d not above %d", i, res.Fence, last)
+		}
+		last = res.Fence
+		if i > 0 {
+			for j, c := range cs {
+				if c.acquires != 1 {
+					t.Fatalf("acquire %d: node %d saw %d Acquire calls, want 1: nodes in step need no raise", i, j, c.acquires)
+				}
+			}
+		}
+		if _, err := s.Release(ctx, "k", holder); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

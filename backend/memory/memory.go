@@ -132,7 +132,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	if used+req.Permits > req.Limit {
 		return core.AcquireResult{RetryAfter: retryAfter(ks, now, used+req.Permits-req.Limit)}, nil
 	}
-	ks.fence = max(core.NextFence(ks.fence, now), req.MinFence)
+	ks.fence = max(core.NextFence(ks.fence, now), req.MinFence, req.FenceFloor)
 	ks.limit = req.Limit
 	ks.leases[req.Holder] = entry{permits: req.Permits, fence: ks.fence, expiry: now.Add(req.TTL)}
 	return core.AcquireResult{Granted: true, Fence: ks.fence}, nil

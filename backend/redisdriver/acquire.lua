@@ -1,4 +1,5 @@
--- ARGV: holder, permits, limit, ttl_ms, min_fence, wait_ms, channel (of the holder's Store)
+-- ARGV: holder, permits, limit, ttl_ms, min_fence, wait_ms, channel (of the holder's Store),
+-- fence_floor (a least fence for a new grant only)
 -- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits. A refusal with wait_ms > 0 keeps the
 -- holder's place in the line of waiters, where a release may grant it the lease.
@@ -19,8 +20,9 @@ if cur then
   stretch(ttl, false)
   return {1, cur_fence}
 end
+local new_min = math.max(min_fence, tonumber(ARGV[8]) or 0)
 if in_use + n > limit then
-  if wait_ms > 0 then enqueue(holder, n, limit, ttl, min_fence, wait_ms, ARGV[7]) end
+  if wait_ms > 0 then enqueue(holder, n, limit, ttl, new_min, wait_ms, ARGV[7]) end
   local need = in_use + n - limit
   local by_expiry = redis.call('ZRANGE', leases, 0, -1, 'WITHSCORES')
   for i = 1, #by_expiry, 2 do
@@ -29,4 +31,4 @@ if in_use + n > limit then
   end
   return {0, 0, last}
 end
-return {1, grant(holder, n, limit, ttl, min_fence, last, fresh)}
+return {1, grant(holder, n, limit, ttl, new_min, last, fresh)}

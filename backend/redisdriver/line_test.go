@@ -269,3 +269,25 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestFenceFloorRaisesNewGrantsOnly: FenceFloor lifts a new grant's fence, never a held lease's.
+func TestFenceFloorRaisesNewGrantsOnly(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			s := mk(t, redistest.StartServer(t).Addr)
+			floor := uint64(time.Now().Add(time.Hour).UnixMicro())
+			req := core.AcquireRequest{Key: "floor", Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute, FenceFloor: floor}
+			if res := mustAcquire(t, s, req, true); res.Fence != floor {
+				t.Fatalf("new grant: fence %d, want the floor %d", res.Fence, floor)
+			}
+			req.FenceFloor = floor + 100
+			if res := mustAcquire(t, s, req, true); res.Fence != floor {
+				t.Fatalf("re-acquire by the holder: fence %d, want its own %d", res.Fence, floor)
+			}
+			req.Holder, req.FenceFloor = "b", 0
+			if res := mustAcquire(t, s, req, true); res.Fence != floor+1 {
+				t.Fatalf("next grant: fence %d, want %d", res.Fence, floor+1)
+			}
+		})
+	}
+}

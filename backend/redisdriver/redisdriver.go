@@ -119,7 +119,8 @@ func ms(ttl time.Duration) int64 { return int64((ttl + time.Millisecond - 1) / t
 // AcquireArgs returns the ARGV of the acquire script; channel is where a grant from the line is
 // to be published, used when req.Wait > 0.
 func AcquireArgs(req core.AcquireRequest, channel string) []any {
-	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), channel}
+	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), channel,
+		strconv.FormatUint(req.FenceFloor, 10)}
 }
 
 // ExtendArgs returns the ARGV of the extend script.
