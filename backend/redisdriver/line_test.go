@@ -196,7 +196,7 @@ func TestStaleGrantIsNotTaken(t *testing.T) {
 	ch := subs.Channel("k")
 	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 90}}) // no channel yet: ignored
 	sent := time.Now()
-	subs.AfterTry("k", "h", 0, sent, false, true, 100)
+	subs.AfterTry(ctx, "k", "h", 0, sent, false, true, 100)
 	w, err := subs.Register(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -216,14 +216,14 @@ func TestStaleGrantIsNotTaken(t *testing.T) {
 		t.Fatal("one grant was taken twice")
 	}
 	// A try that finds the lease itself (its message still on its way) takes the grant out.
-	subs.AfterTry("k", "h", 0, time.Now(), false, true, 160)
-	subs.AfterTry("k", "h", 0, time.Now(), true, true, 170)
+	subs.AfterTry(ctx, "k", "h", 0, time.Now(), false, true, 160)
+	subs.AfterTry(ctx, "k", "h", 0, time.Now(), true, true, 170)
 	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 170}})
 	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
 		t.Fatal("a grant that the holder's own try had found was taken again from its late message")
 	}
 	// So does a release of the lease.
-	subs.AfterTry("k", "h", 0, time.Now(), false, true, 180)
+	subs.AfterTry(ctx, "k", "h", 0, time.Now(), false, true, 180)
 	subs.Released("k", "h")
 	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 190}})
 	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
@@ -287,6 +287,74 @@ func TestFenceFloorRaisesNewGrantsOnly(t *testing.T) {
 			req.Holder, req.FenceFloor = "b", 0
 			if res := mustAcquire(t, s, req, true); res.Fence != floor+1 {
 				t.Fatalf("next grant: fence %d, want %d", res.Fence, floor+1)
+			}
+		})
+	}
+}
+
+// TestGrantToCallerGoneBeforeEnrollingIsGivenBack: a caller refused with a wait that never
+// enrolls (it gave up at once) is granted the lease by the line; its Store gives it back, and the
+// next in line gets it, within a couple of seconds rather than the lease's TTL.
+func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, gone, next := mk(t, srv.Addr), mk(t, srv.Addr), mk(t, srv.Addr)
+			ctx := context.Background()
+			req := func(holder string) core.AcquireRequest {
+				return core.AcquireRequest{Key: "gone", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+			}
+			mustAcquire(t, s, req("a"), true)
+			mustAcquire(t, gone, req("g"), false) // refused, in line, and never enrolls
+			mustAcquire(t, next, req("n"), false)
+			w, err := next.Register(ctx, req("n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close(false)
+			time.Sleep(200 * time.Millisecond) // subscriptions confirmed
+			if _, err := s.Release(ctx, "gone", "a"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool {
+				snap, err := s.Inspect(ctx, "gone")
+				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "n"
+			})
+		})
+	}
+}
+
+// TestHandoffInOneStoreKeepsTheLease: a waiter handed its lease from the release's reply takes
+// it; the line's message about the same grant, arriving after the waiter is gone, is stale and
+// must not give the lease back.
+func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			s := mk(t, redistest.StartServer(t).Addr)
+			m, _ := primitives.NewMutex(s, "kept", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+			l, err := m.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan core.Lease, 1)
+			go func() {
+				l2, err := m.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l2
+			}()
+			time.Sleep(200 * time.Millisecond)
+			l.Release(context.Background())
+			l2 := <-got
+			defer l2.Release(context.Background())
+			time.Sleep(1500 * time.Millisecond) // past the Store's give-back delay
+			snap, err := s.Inspect(context.Background(), "kept")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != l2.Holder() {
+				t.Fatalf("leases %+v, want %s's alone: the grant's late message gave it back", snap.Leases, l2.Holder())
 			}
 		})
 	}

@@ -50,7 +50,7 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		if res.Granted {
 			fence = res.Fence
 		}
-		subs.AfterTry(req.Key, req.Holder, token, sent, res.Granted, req.Wait > 0, fence)
+		subs.AfterTry(ctx, req.Key, req.Holder, token, sent, res.Granted, req.Wait > 0, fence)
 	}
 	return res, nil
 }

@@ -60,7 +60,30 @@ type channel struct {
 	// the confirmation, so that a try can tell whether the subscription stayed up since.
 	gen    uint64
 	recent []recentGrant // grants of the last keepGrants for holders not enrolled here
-	linger *time.Timer   // set while the channel has no waiters
+	// floors[h] is, for a holder h not enrolled here, the fence up to which grants to h are
+	// stale: taken, found by a try, released, or made before h's latest refusal.
+	floors map[string]floorAt
+	linger *time.Timer // set while the channel has no waiters
+}
+
+type floorAt struct {
+	fence uint64
+	at    time.Time
+}
+
+// setFloor records holder's floor, dropping its kept grants at or below it and any floors
+// older than keepGrants.
+func (c *channel) setFloor(holder string, fence uint64) {
+	now := time.Now()
+	if len(c.floors) >= 64 {
+		for h, f := range c.floors {
+			if now.Sub(f.at) > keepGrants {
+				delete(c.floors, h)
+			}
+		}
+	}
+	c.floors[holder] = floorAt{fence, now}
+	c.forget(holder, fence, nil)
 }
 
 // refusal is what a refused try that will wait tells about later grants: they have a fence
@@ -73,12 +96,18 @@ type refusal struct {
 
 type recentGrant struct {
 	Grant
-	at time.Time
+	at      time.Time
+	reclaim *time.Timer // for a grant heard of on this Store's channel: gives it back if unclaimed
 }
 
 // keepGrants is how long a grant for a holder not enrolled is kept, for a waiter whose Register
 // comes after the message.
 const keepGrants = 2 * time.Second
+
+// reclaimAfter is how long a grant on this Store's channel may wait for its holder to enroll (or
+// to find it by a try) before the Store gives it back to the line: its caller gave up between
+// the refused try and enrolling, and would otherwise keep the lease taken until its TTL.
+const reclaimAfter = time.Second
 
 var _ core.Notifier = (*Subscriptions)(nil)
 
@@ -100,11 +129,7 @@ func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (
 		s.mu.Unlock()
 		return nil, core.ErrClosed
 	}
-	c := s.channels[name]
-	if c == nil {
-		c = &channel{name: name, key: req.Key, waiters: map[string]*waiter{}}
-		s.channels[name] = c
-	}
+	c := s.channelLocked(name, req.Key)
 	if c.linger != nil {
 		c.linger.Stop()
 		c.linger = nil
@@ -118,10 +143,11 @@ func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (
 	if !tried || r.gen == 0 || r.gen != c.gen {
 		w.wake() // a grant may have come before the subscription did
 	}
-	for _, g := range c.recent {
-		if tried && g.Holder == req.Holder {
-			w.granted(g.Fence)
-		}
+	delete(c.floors, req.Holder) // the waiter's own floor governs now
+	if tried {
+		c.forget(req.Holder, math.MaxUint64, w.granted)
+	} else {
+		c.forget(req.Holder, math.MaxUint64, nil) // cannot tell fresh from stale: the waiter starts woken and its try finds a grant
 	}
 	s.mu.Unlock()
 	if err := s.sync(ctx, name); err != nil {
@@ -146,19 +172,25 @@ func (s *Subscriptions) BeforeTry(key string) uint64 {
 }
 
 // AfterTry records the outcome of holder's try on key, sent at sent when BeforeTry returned
-// token. fence is the grant's fence, or on a refusal the key's last fence then. A refusal of a
+// token; after a refusal it subscribes to the key's channel if need be. fence is the grant's fence, or on a refusal the key's last fence then. A refusal of a
 // try that waits keeps a place in the line, which the waiter must leave if it gives up; a grant
 // takes it out, and with it any grant from the line up to its fence (the line's message about
 // a lease the try has just found may still be on its way).
-func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Time, granted, waits bool, fence uint64) {
+func (s *Subscriptions) AfterTry(ctx context.Context, key, holder string, token uint64, sent time.Time, granted, waits bool, fence uint64) {
 	if !granted && !waits {
 		return
 	}
 	name := s.Channel(key)
+	if !granted && !s.subscribed(name, key) {
+		// Subscribe now, not at Register: a grant to a caller that gives up before enrolling
+		// must reach this Store, to be given back.
+		s.sync(ctx, name)
+	}
 	last := fence
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w := s.channels[name].waiter(holder); w != nil {
+	c := s.channels[name]
+	if w := c.waiter(holder); w != nil {
 		if granted {
 			w.queued, w.floor = false, max(w.floor, fence)
 			if w.grant <= w.floor {
@@ -169,12 +201,34 @@ func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Tim
 		}
 		return
 	}
-	if !granted {
-		if len(s.tries) >= 4096 {
-			clear(s.tries) // callers that gave up before registering; the rest start woken
+	if c != nil {
+		if granted {
+			c.setFloor(holder, max(c.floors[holder].fence, fence)) // found by the try: not to be reclaimed
+		} else {
+			c.setFloor(holder, last) // grants made before this refusal are stale
 		}
-		s.tries[name+"\x00"+holder] = refusal{gen: token, floor: last, since: sent}
 	}
+	if granted {
+		return
+	}
+	if len(s.tries) >= 4096 {
+		clear(s.tries) // callers that gave up before registering; the rest start woken
+	}
+	s.tries[name+"\x00"+holder] = refusal{gen: token, floor: last, since: sent}
+}
+
+// subscribed makes sure the channel name (of key) is wanted, and reports whether it already was.
+func (s *Subscriptions) subscribed(name, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return true
+	}
+	_, ok := s.channels[name]
+	if !ok {
+		s.channelLocked(name, key)
+	}
+	return ok
 }
 
 // Released records that holder released its lease on key through this Store: no grant from the
@@ -182,8 +236,11 @@ func (s *Subscriptions) AfterTry(key, holder string, token uint64, sent time.Tim
 func (s *Subscriptions) Released(key, holder string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w := s.channels[s.Channel(key)].waiter(holder); w != nil {
+	c := s.channels[s.Channel(key)]
+	if w := c.waiter(holder); w != nil {
 		w.floor, w.grant = math.MaxUint64, 0
+	} else if c != nil {
+		c.setFloor(holder, math.MaxUint64)
 	}
 }
 
@@ -206,6 +263,18 @@ func (c *channel) waiter(holder string) *waiter {
 		return nil
 	}
 	return c.waiters[holder]
+}
+
+// channelLocked returns the channel name, of key, making it if need be; a new channel lingers
+// until a waiter enrolls. s.mu must be held.
+func (s *Subscriptions) channelLocked(name, key string) *channel {
+	c := s.channels[name]
+	if c == nil {
+		c = &channel{name: name, key: key, waiters: map[string]*waiter{}, floors: map[string]floorAt{}}
+		s.channels[name] = c
+		c.linger = time.AfterFunc(Linger, func() { s.expire(c) })
+	}
+	return c
 }
 
 // remove drops w; when it was the channel's last waiter, the subscription lingers.
@@ -290,14 +359,18 @@ func (s *Subscriptions) Message(name, payload string) {
 		s.mu.Unlock()
 		return
 	}
-	s.Granted(name, grants)
+	s.granted(name, grants, true)
 }
 
-// Granted wakes this Store's waiters among those grants name, on the channel name, and keeps each
-// grant for its waiter's next Acquire. A grant reported twice (by a script's reply and by the
-// message) is taken once; a grant for a holder not enrolled is kept for a moment, for a waiter
-// about to register.
-func (s *Subscriptions) Granted(name string, grants []Grant) {
+// Granted wakes this Store's waiters among those grants (from a script's reply) name, on the
+// channel name, and keeps each grant for its waiter's next Acquire. A grant reported twice (by a
+// script's reply and by the message) is taken once; a grant for a holder not enrolled is kept for
+// a moment, for a waiter about to register.
+func (s *Subscriptions) Granted(name string, grants []Grant) { s.granted(name, grants, false) }
+
+// granted is Granted; ours says the grants came on this Store's channel, so that a grant whose
+// holder neither enrolls nor finds it by a try within reclaimAfter is given back to the line.
+func (s *Subscriptions) granted(name string, grants []Grant, ours bool) {
 	if len(grants) == 0 {
 		return
 	}
@@ -311,13 +384,52 @@ func (s *Subscriptions) Granted(name string, grants []Grant) {
 	for _, g := range grants {
 		if w := c.waiters[g.Holder]; w != nil {
 			w.granted(g.Fence)
-		} else {
-			c.remember(recentGrant{Grant: g, at: now})
+			continue
 		}
+		if f, ok := c.floors[g.Holder]; ok && g.Fence <= f.fence {
+			continue // stale: an echo of a grant already taken, found or released
+		}
+		r := recentGrant{Grant: g, at: now}
+		if ours && s.leave != nil {
+			r.reclaim = time.AfterFunc(reclaimAfter, func() { s.reclaim(c, g) })
+		}
+		c.remember(r)
 	}
 }
 
-// remember keeps g, dropping grants older than keepGrants.
+// reclaim gives g back to the line if it is still unclaimed.
+func (s *Subscriptions) reclaim(c *channel, g Grant) {
+	s.mu.Lock()
+	found := false
+	c.forget(g.Holder, g.Fence, func(fence uint64) { found = found || fence == g.Fence })
+	closed := s.closed
+	s.mu.Unlock()
+	if found && !closed {
+		s.leave(c.key, g.Holder, g.Fence-1)
+	}
+}
+
+// forget drops the kept grants to holder with a fence up to atMost, calling took (if not nil)
+// with each, and stops their reclaim timers.
+func (c *channel) forget(holder string, atMost uint64, took func(fence uint64)) {
+	kept := c.recent[:0]
+	for _, r := range c.recent {
+		if r.Holder != holder || r.Fence > atMost {
+			kept = append(kept, r)
+			continue
+		}
+		if r.reclaim != nil {
+			r.reclaim.Stop()
+		}
+		if took != nil {
+			took(r.Fence)
+		}
+	}
+	clear(c.recent[len(kept):])
+	c.recent = kept
+}
+
+// remember keeps g, dropping grants older than keepGrants (whose reclaim has run).
 func (c *channel) remember(g recentGrant) {
 	i := 0
 	for i < len(c.recent) && g.at.Sub(c.recent[i].at) > keepGrants {
@@ -366,6 +478,11 @@ func (s *Subscriptions) Close() {
 	for _, c := range s.channels {
 		if c.linger != nil {
 			c.linger.Stop()
+		}
+		for _, r := range c.recent {
+			if r.reclaim != nil {
+				r.reclaim.Stop()
+			}
 		}
 	}
 	s.wakeAllLocked()
@@ -424,6 +541,10 @@ func (w *waiter) Close(bool) {
 	w.closed = true
 	leave := (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed
 	floor := w.floor
+	if w.ch.waiters[w.holder] == w {
+		// The line's message about a grant the waiter took may still come: it is stale.
+		w.ch.setFloor(w.holder, max(w.floor, w.grant))
+	}
 	s.mu.Unlock()
 	s.remove(w)
 	if leave {
