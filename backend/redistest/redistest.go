@@ -9,6 +9,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,12 +37,11 @@ func binary(t testing.TB, name string) string {
 }
 
 // freePort returns a loopback port that is free, with port+10000 (a cluster bus) free too.
-func freePort(t testing.TB) int {
-	t.Helper()
+func freePort() (int, error) {
 	for range 50 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
@@ -50,11 +50,10 @@ func freePort(t testing.TB) int {
 		}
 		if bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
 			bus.Close()
-			return port
+			return port, nil
 		}
 	}
-	t.Fatal("redistest: no free port pair")
-	return 0
+	return 0, errors.New("redistest: no free port pair")
 }
 
 // Server is a running redis-server.
@@ -65,38 +64,63 @@ type Server struct {
 	args []string
 }
 
-// StartServer starts a standalone redis-server and returns it; it is stopped when t ends.
+// StartServer starts a standalone redis-server and returns it; it is stopped when t ends. Without
+// redis-server on PATH the test is skipped, or fails under CI=true.
 func StartServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	return start(t, extra...)
-}
-
-func start(t testing.TB, extra ...string) *Server {
-	t.Helper()
-	bin := binary(t, "redis-server")
-	dir := t.TempDir()
-	port := freePort(t)
-	args := append([]string{
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--daemonize", "no", "--logfile", "",
-	}, extra...)
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, args: args}
-	s.run(t, bin)
+	binary(t, "redis-server")
+	s, err := Launch(extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
 	return s
 }
 
-func (s *Server) run(t testing.TB, bin string) {
-	t.Helper()
+// Launch starts a standalone redis-server on a free loopback port, keeping nothing on disk, with
+// extra arguments, and waits until it answers PING. It is StartServer for programs: the caller
+// stops the server with Close.
+func Launch(extra ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: redis-server not found on PATH (apt-get install -y redis-server): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	var last error
+	for range 3 { // a port found free may be taken before the server binds it
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		args := append([]string{
+			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--save", "", "--appendonly", "no", "--dir", dir,
+			"--daemonize", "no", "--logfile", "",
+		}, extra...)
+		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, args: args}
+		if last = s.run(bin); last == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, last
+}
+
+// run starts the server's process and waits until it answers PING.
+func (s *Server) run(bin string) error {
 	s.cmd = exec.Command(bin, s.args...)
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("redistest: start redis-server: %v", err)
+		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}
-	cmd := s.cmd
-	t.Cleanup(func() { stop(cmd) })
 	if err := waitReady(s.Addr, 10*time.Second); err != nil {
-		t.Fatalf("redistest: redis-server on %s: %v", s.Addr, err)
+		stop(s.cmd)
+		return fmt.Errorf("redistest: redis-server on %s: %w", s.Addr, err)
 	}
+	return nil
 }
 
 // Restart kills the server (SIGKILL: it loses everything, having no persistence) and starts it
@@ -104,7 +128,16 @@ func (s *Server) run(t testing.TB, bin string) {
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	stop(s.cmd)
-	s.run(t, binary(t, "redis-server"))
+	if err := s.run(binary(t, "redis-server")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Close kills the server by pid (SIGKILL), waits for it to exit and removes its directory. It is
+// safe to call more than once.
+func (s *Server) Close() {
+	stop(s.cmd)
+	os.RemoveAll(s.dir)
 }
 
 // Stop kills the server (SIGKILL) and waits for it to exit.
@@ -114,7 +147,7 @@ func Stop(s *Server) { stop(s.cmd) }
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
 func stop(cmd *exec.Cmd) {
-	if cmd.Process == nil || cmd.ProcessState != nil {
+	if cmd == nil || cmd.Process == nil || cmd.ProcessState != nil {
 		return
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
@@ -182,7 +215,7 @@ func StartCluster(t testing.TB, masters int) []string {
 	cli := binary(t, "redis-cli")
 	var addrs []string
 	for range masters {
-		s := start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		s := StartServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
 		addrs = append(addrs, s.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)

@@ -24,8 +24,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/bench/internal/lockers"
-	"github.com/leasehold/leasehold/bench/internal/servers"
 	"github.com/leasehold/leasehold/bench/internal/wire"
 )
 
@@ -72,23 +72,23 @@ func run() error {
 	defer stop()
 	began := time.Now()
 
-	srv, err := servers.Start()
+	srv, err := redistest.Launch()
 	if err != nil {
 		return err
 	}
-	defer srv.Stop()
+	defer srv.Close()
 	e.addr = srv.Addr
-	version, err := srv.Version()
+	version, err := redisVersion(srv.Addr)
 	if err != nil {
 		return err
 	}
 	if slices.ContainsFunc(chosenScenarios, func(s scenario) bool { return s.name == "redlock" }) {
 		for range 3 {
-			s, err := servers.Start()
+			s, err := redistest.Launch()
 			if err != nil {
 				return err
 			}
-			defer s.Stop()
+			defer s.Close()
 			e.redlock = append(e.redlock, s.Addr)
 		}
 	}
@@ -336,4 +336,18 @@ func depVersions() string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// redisVersion returns the redis_version of the server at addr.
+func redisVersion(addr string) (string, error) {
+	info, err := redistest.Do(addr, "INFO", "server")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v, nil
+		}
+	}
+	return "", errors.New("no redis_version in INFO server")
 }
