@@ -141,3 +141,43 @@ func TestConformanceRedlockRedisServers(t *testing.T) {
 	}
 	conformance.Run(t, redisHarness{addrs})
 }
+
+// TestWaiterOverRedisNodesIsHandedTheLock: a Redlock waiter over Redis nodes, refused (and
+// released on every node after each refused try), is still handed the lock by the nodes' lines
+// when the holder releases, promptly rather than at the holder's expiry.
+func TestWaiterOverRedisNodesIsHandedTheLock(t *testing.T) {
+	var ss []core.Store
+	for range 3 {
+		c := redis.NewClient(&redis.Options{Addr: redistest.StartServer(t).Addr})
+		st, err := goredis.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close(); c.Close() })
+		ss = append(ss, st)
+	}
+	rl := mustNew(t, ss)
+	ctx := context.Background()
+	m, _ := primitives.NewMutex(rl, "handed", primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Second))
+	l, err := m.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l2, err := m.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		l2.Release(ctx)
+	}()
+	time.Sleep(500 * time.Millisecond) // refused, enrolled, subscribed: waiting silently
+	released := time.Now()
+	l.Release(ctx)
+	if at := <-got; at.IsZero() || at.Sub(released) > 2*time.Second {
+		t.Fatalf("the waiter got the lock %v after the release, want promptly", at.Sub(released))
+	}
+}

@@ -56,6 +56,7 @@ type Base struct {
 	cancel     context.CancelFunc
 	wait       func()
 	bgMu       sync.Mutex     // orders leave's bg.Add before Close's bg.Wait
+	bgDone     bool           // Close has stopped taking leaves; guarded by bgMu
 	bg         sync.WaitGroup // waiters leaving their line
 }
 

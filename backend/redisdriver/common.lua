@@ -80,6 +80,10 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, channel)
   redis.call('HSET', waiting, holder, n .. ' ' .. int(now_ms + wait_ms) .. ' ' .. limit .. ' ' .. ttl .. ' ' .. int(min_fence) .. ' ' .. channel)
   if not redis.call('ZSCORE', queue, holder) then
     redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), holder)
+    if redis.call('PTTL', meta) < 0 then
+      -- A line on a key never granted (the limits disagree): the counter still goes in time.
+      redis.call('PEXPIRE', meta, wait_ms + 604800000)
+    end
   end
   if redis.call('PTTL', queue) < wait_ms then
     redis.call('PEXPIRE', queue, wait_ms)

@@ -2,6 +2,7 @@ package redisdriver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -196,7 +197,7 @@ func TestStaleGrantIsNotTaken(t *testing.T) {
 	ch := subs.Channel("k")
 	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 90}}) // no channel yet: ignored
 	sent := time.Now()
-	subs.AfterTry(ctx, "k", "h", 0, sent, false, true, 100)
+	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", sent, false, true, 100)
 	w, err := subs.Register(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -216,14 +217,14 @@ func TestStaleGrantIsNotTaken(t *testing.T) {
 		t.Fatal("one grant was taken twice")
 	}
 	// A try that finds the lease itself (its message still on its way) takes the grant out.
-	subs.AfterTry(ctx, "k", "h", 0, time.Now(), false, true, 160)
-	subs.AfterTry(ctx, "k", "h", 0, time.Now(), true, true, 170)
+	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", time.Now(), false, true, 160)
+	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", time.Now(), true, true, 170)
 	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 170}})
 	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
 		t.Fatal("a grant that the holder's own try had found was taken again from its late message")
 	}
 	// So does a release of the lease.
-	subs.AfterTry(ctx, "k", "h", 0, time.Now(), false, true, 180)
+	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", time.Now(), false, true, 180)
 	subs.Released("k", "h")
 	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 190}})
 	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
@@ -356,6 +357,73 @@ func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
 			if len(snap.Leases) != 1 || snap.Leases[0].Holder != l2.Holder() {
 				t.Fatalf("leases %+v, want %s's alone: the grant's late message gave it back", snap.Leases, l2.Holder())
 			}
+		})
+	}
+}
+
+// TestWaiterGivingUpAsItsStoreClosesLeavesTheLine: a waiter cancelled just before its Store is
+// closed (the usual shutdown order) still leaves the line, so the next release does not hand
+// the lock to a caller that is gone.
+func TestWaiterGivingUpAsItsStoreClosesLeavesTheLine(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			a, b := mk(t, srv.Addr), mk(t, srv.Addr)
+			ma, _ := primitives.NewMutex(a, "closing", primitives.WithTTL(time.Minute))
+			mb, _ := primitives.NewMutex(b, "closing", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+			ctx := context.Background()
+			l, err := ma.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			if _, err := mb.Acquire(wctx); err == nil {
+				t.Fatal("the waiter acquired a held lock")
+			}
+			b.Close()
+			if n := lineLen(t, srv.Addr, "closing"); n != 0 {
+				t.Errorf("after the waiter gave up and its Store closed, the line has %d waiters, want 0", n)
+			}
+			l.Release(ctx)
+			if l2, err := ma.TryAcquire(ctx); err != nil {
+				t.Fatalf("the lock was released, yet TryAcquire: %v", err)
+			} else {
+				l2.Release(ctx)
+			}
+		})
+	}
+}
+
+// TestClosingStoreGivesUpItsWaitersPlaces: a Store closed while its waiters wait (they then fail
+// with ErrClosed) takes them out of the line before Close returns.
+func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			a, b := mk(t, srv.Addr), mk(t, srv.Addr)
+			ma, _ := primitives.NewMutex(a, "closed", primitives.WithTTL(time.Minute))
+			mb, _ := primitives.NewMutex(b, "closed", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+			ctx := context.Background()
+			l, err := ma.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := mb.Acquire(ctx)
+				done <- err
+			}()
+			waitFor(t, func() bool { return lineLen(t, srv.Addr, "closed") == 1 })
+			time.Sleep(100 * time.Millisecond)
+			b.Close()
+			if n := lineLen(t, srv.Addr, "closed"); n != 0 {
+				t.Errorf("after its Store closed, the line has %d waiters, want 0", n)
+			}
+			if err := <-done; !errors.Is(err, core.ErrClosed) {
+				t.Errorf("the waiter's Acquire: %v, want ErrClosed", err)
+			}
+			l.Release(ctx)
 		})
 	}
 }

@@ -31,8 +31,9 @@
 // learn of them without another round trip, and the releasing Store hands its own over from the
 // reply without waiting for the message. Only the waiters granted wake, and no other Store hears
 // of it; idle waiters send nothing. A waiter that gives up leaves the line (one
-// more script call), passing a lease granted to it meanwhile to the next in line; a Store gives
-// back a grant for a caller that gave up before enrolling. A waiter whose
+// more script call, in the background; a closing Store sends those its waiters owe before Close
+// returns), passing a lease granted to it meanwhile to the next in line; a Store gives back a
+// grant for a caller that gave up before enrolling. A waiter whose
 // process dies while in line may still be granted the lease, which then stays taken until its
 // TTL passes, as if its holder had died holding it; its place lapses when its wait would have
 // ended.

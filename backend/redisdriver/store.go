@@ -19,7 +19,7 @@ var (
 // since, which this Store has heard of, is returned without a round trip (with Since set).
 func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	subs := b.loadSubs()
-	var token uint64
+	var try Try
 	sent := time.Now()
 	if subs != nil && req.Wait > 0 {
 		if err := b.check(ctx); err != nil {
@@ -28,19 +28,24 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		if fence, since, ok := subs.TakeGrant(req.Key, req.Holder, req.TTL); ok {
 			return core.AcquireResult{Granted: true, Fence: fence, Since: since}, nil
 		}
-		token = subs.BeforeTry(req.Key)
+		try = subs.BeforeTry(req.Key, req.Holder)
 	}
 	var channel string
 	if req.Wait > 0 {
 		channel = b.layout.Channel(req.Key, b.id)
 	}
 	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req, channel))
-	if err != nil {
-		return core.AcquireResult{}, err
+	var res core.AcquireResult
+	var last uint64
+	if err == nil {
+		res, last, err = ParseAcquire(r)
+		err = b.wrap("acquire", req.Key, err)
 	}
-	res, last, err := ParseAcquire(r)
 	if err != nil {
-		return res, b.wrap("acquire", req.Key, err)
+		if subs != nil {
+			subs.EndTry(try)
+		}
+		return core.AcquireResult{}, err
 	}
 	if subs == nil && !res.Granted && req.Wait > 0 {
 		subs = b.subscriptions() // the caller is about to wait: open them now, to hear of grants
@@ -50,7 +55,7 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		if res.Granted {
 			fence = res.Fence
 		}
-		subs.AfterTry(ctx, req.Key, req.Holder, token, sent, res.Granted, req.Wait > 0, fence)
+		subs.AfterTry(ctx, try, req.Key, req.Holder, sent, res.Granted, req.Wait > 0, fence)
 	}
 	return res, nil
 }
@@ -77,7 +82,7 @@ func (b *Base) Release(ctx context.Context, key, holder string) (bool, error) {
 	if err != nil {
 		return false, b.wrap("release", key, err)
 	}
-	if subs := b.loadSubs(); subs != nil {
+	if subs := b.loadSubs(); subs != nil && held {
 		subs.Released(key, holder)
 	}
 	b.granted(key, grants)
@@ -95,17 +100,19 @@ func (b *Base) granted(key string, grants []Grant) {
 const leaveTimeout = 2 * time.Second
 
 // leave takes holder, which gave up waiting after a refusal that reported floor, out of key's
-// line in the background, passing a lease granted to it since on. Close waits for it.
+// line in the background, passing a lease granted to it since on. Close waits for it, and sends
+// those its waiters still owe.
 func (b *Base) leave(key, holder string, floor uint64) {
 	b.bgMu.Lock()
 	defer b.bgMu.Unlock()
-	if b.closed.Load() {
+	if b.bgDone {
 		return
 	}
 	b.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
-		r, err := b.run(ctx, "leave", key, Leave, LeaveArgs(holder, floor))
+		// Not b.run: a closing Store still sends what its waiters owe the line.
+		r, err := b.client.Run(ctx, Leave, b.layout.Keys(key), LeaveArgs(holder, floor))
 		if err != nil {
 			return // the place lapses with the waiter's wait, a lease granted meanwhile with its TTL
 		}
@@ -165,11 +172,15 @@ func (b *Base) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.subs != nil {
-		b.subs.Close()
+		owed := b.subs.Close()
 		b.cancel()
 		b.wait()
+		for _, l := range owed {
+			b.leave(l.Key, l.Holder, l.Floor)
+		}
 	}
-	b.bgMu.Lock() // a leave that saw the Store open has started: Wait follows its Add
+	b.bgMu.Lock()
+	b.bgDone = true // later leaves are dropped: Wait follows every Add
 	b.bgMu.Unlock()
 	b.bg.Wait()
 	return nil

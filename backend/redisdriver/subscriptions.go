@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,8 +63,9 @@ type channel struct {
 	recent []recentGrant // grants of the last keepGrants for holders not enrolled here
 	// floors[h] is, for a holder h not enrolled here, the fence up to which grants to h are
 	// stale: taken, found by a try, released, or made before h's latest refusal.
-	floors map[string]floorAt
-	linger *time.Timer // set while the channel has no waiters
+	floors   map[string]floorAt
+	inflight map[string]int // holder → tries in flight
+	linger   *time.Timer    // set while the channel has no waiters
 }
 
 type floorAt struct {
@@ -160,23 +162,53 @@ func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (
 // Channel returns the channel on which this Store hears of grants on key to its waiters.
 func (s *Subscriptions) Channel(key string) string { return s.layout.Channel(key, s.id) }
 
-// BeforeTry reports that a try on key that will wait if refused is about to be sent. It returns a
-// token for AfterTry.
-func (s *Subscriptions) BeforeTry(key string) uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c := s.channels[s.Channel(key)]; c != nil {
-		return c.gen
-	}
-	return 0
+// Try is a try in flight, from BeforeTry to AfterTry or EndTry.
+type Try struct {
+	c      *channel
+	holder string
+	gen    uint64 // the channel's confirmation when the try was sent, 0 if none
 }
 
-// AfterTry records the outcome of holder's try on key, sent at sent when BeforeTry returned
-// token; after a refusal it subscribes to the key's channel if need be. fence is the grant's fence, or on a refusal the key's last fence then. A refusal of a
+// BeforeTry reports that holder's try on key, which will wait if refused, is about to be sent. A
+// grant to holder is not given back while the try is in flight (the try may be finding it).
+// AfterTry or EndTry must follow.
+func (s *Subscriptions) BeforeTry(key, holder string) Try {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.channels[s.Channel(key)]
+	if c == nil {
+		return Try{}
+	}
+	c.inflight[holder]++
+	return Try{c: c, holder: holder, gen: c.gen}
+}
+
+// EndTry ends a try that got no answer.
+func (s *Subscriptions) EndTry(t Try) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endTryLocked(t)
+}
+
+func (s *Subscriptions) endTryLocked(t Try) {
+	if t.c == nil {
+		return
+	}
+	if t.c.inflight[t.holder]--; t.c.inflight[t.holder] <= 0 {
+		delete(t.c.inflight, t.holder)
+	}
+}
+
+// AfterTry records the outcome of holder's try on key, sent at sent (t from BeforeTry, or the zero
+// Try when there was none); after a refusal it subscribes to the key's channel if need be. fence is the grant's fence, or on a refusal the key's last fence then. A refusal of a
 // try that waits keeps a place in the line, which the waiter must leave if it gives up; a grant
 // takes it out, and with it any grant from the line up to its fence (the line's message about
 // a lease the try has just found may still be on its way).
-func (s *Subscriptions) AfterTry(ctx context.Context, key, holder string, token uint64, sent time.Time, granted, waits bool, fence uint64) {
+func (s *Subscriptions) AfterTry(ctx context.Context, t Try, key, holder string, sent time.Time, granted, waits bool, fence uint64) {
+	if t.c != nil {
+		defer s.EndTry(t)
+	}
+	token := t.gen
 	if !granted && !waits {
 		return
 	}
@@ -270,7 +302,7 @@ func (c *channel) waiter(holder string) *waiter {
 func (s *Subscriptions) channelLocked(name, key string) *channel {
 	c := s.channels[name]
 	if c == nil {
-		c = &channel{name: name, key: key, waiters: map[string]*waiter{}, floors: map[string]floorAt{}}
+		c = &channel{name: name, key: key, waiters: map[string]*waiter{}, floors: map[string]floorAt{}, inflight: map[string]int{}}
 		s.channels[name] = c
 		c.linger = time.AfterFunc(Linger, func() { s.expire(c) })
 	}
@@ -292,15 +324,25 @@ func (s *Subscriptions) remove(w *waiter) {
 
 // expire unsubscribes from c's channel, which has had no waiter for Linger.
 func (s *Subscriptions) expire(c *channel) {
+	// sendMu first, so that a channel made again meanwhile subscribes after this unsubscribes.
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
 	s.mu.Lock()
-	if len(c.waiters) > 0 || s.channels[c.name] != c || s.closed {
+	if len(c.waiters) > 0 || len(c.inflight) > 0 || s.channels[c.name] != c || s.closed {
 		s.mu.Unlock()
 		return
 	}
 	delete(s.channels, c.name)
+	for _, r := range c.recent {
+		if r.reclaim != nil {
+			r.reclaim.Stop()
+		}
+	}
 	s.mu.Unlock()
 	// Best effort: a failed UNSUBSCRIBE leaves a subscription whose messages are ignored.
-	s.sync(context.Background(), c.name)
+	if s.sent[c.name] && s.ps.Unsubscribe(context.Background(), c.name) == nil {
+		delete(s.sent, c.name)
+	}
 }
 
 // sync brings name's subscription on ps in line with whether it is wanted.
@@ -377,7 +419,7 @@ func (s *Subscriptions) granted(name string, grants []Grant, ours bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.channels[name]
-	if c == nil {
+	if c == nil || s.closed {
 		return
 	}
 	now := time.Now()
@@ -386,9 +428,7 @@ func (s *Subscriptions) granted(name string, grants []Grant, ours bool) {
 			w.granted(g.Fence)
 			continue
 		}
-		if f, ok := c.floors[g.Holder]; ok && g.Fence <= f.fence {
-			continue // stale: an echo of a grant already taken, found or released
-		}
+		// Kept even when it looks stale: the holder's refusal may not be recorded yet.
 		r := recentGrant{Grant: g, at: now}
 		if ours && s.leave != nil {
 			r.reclaim = time.AfterFunc(reclaimAfter, func() { s.reclaim(c, g) })
@@ -400,11 +440,27 @@ func (s *Subscriptions) granted(name string, grants []Grant, ours bool) {
 // reclaim gives g back to the line if it is still unclaimed.
 func (s *Subscriptions) reclaim(c *channel, g Grant) {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if c.inflight[g.Holder] > 0 {
+		// A try may be finding the grant right now: look again later.
+		for i := range c.recent {
+			if c.recent[i].Grant == g && c.recent[i].reclaim != nil {
+				c.recent[i].reclaim.Reset(reclaimAfter)
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
 	found := false
 	c.forget(g.Holder, g.Fence, func(fence uint64) { found = found || fence == g.Fence })
-	closed := s.closed
+	if f, ok := c.floors[g.Holder]; ok && g.Fence <= f.fence {
+		found = false // stale: taken, found by a try, or released
+	}
 	s.mu.Unlock()
-	if found && !closed {
+	if found {
 		s.leave(c.key, g.Holder, g.Fence-1)
 	}
 }
@@ -469,23 +525,48 @@ func (s *Subscriptions) Channels() []string {
 	return names
 }
 
-// Close wakes every waiter, stops lingering subscriptions' timers, and refuses new waiters with
-// core.ErrClosed.
-func (s *Subscriptions) Close() {
+// Leaving is what a closing Store still owes its keys' lines: a waiter's place, with a lease the
+// line granted it above Floor, or a grant to a caller that never enrolled, to give back.
+type Leaving struct {
+	Key, Holder string
+	Floor       uint64
+}
+
+// Close wakes every waiter, stops lingering subscriptions' timers, refuses new waiters with
+// core.ErrClosed, and returns what the Store owes the lines, for it to send before it closes.
+func (s *Subscriptions) Close() []Leaving {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
 	s.closed = true
+	var owed []Leaving
 	for _, c := range s.channels {
 		if c.linger != nil {
 			c.linger.Stop()
 		}
+		for _, w := range c.waiters {
+			if w.queued || w.grant > w.floor {
+				owed = append(owed, Leaving{c.key, w.holder, w.floor})
+			}
+		}
 		for _, r := range c.recent {
-			if r.reclaim != nil {
-				r.reclaim.Stop()
+			if r.reclaim != nil && r.reclaim.Stop() {
+				if f, ok := c.floors[r.Holder]; !ok || r.Fence > f.fence {
+					owed = append(owed, Leaving{c.key, r.Holder, r.Fence - 1})
+				}
 			}
 		}
 	}
+	for tk, r := range s.tries {
+		name, holder, _ := strings.Cut(tk, "\x00")
+		if c := s.channels[name]; c != nil && c.waiters[holder] == nil {
+			owed = append(owed, Leaving{c.key, holder, r.floor})
+		}
+	}
 	s.wakeAllLocked()
+	return owed
 }
 
 // waiter is one enrolled holder. Its fields other than c are guarded by s.mu.
