@@ -1,0 +1,108 @@
+package history_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/conformance/history"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// workload runs workers on a Semaphore(limit) over st for d, each taking 1 or 2 permits and
+// holding briefly, and returns the history.
+func workload(t *testing.T, st core.Store, limit int, d time.Duration) []history.Op {
+	var r history.Recorder
+	rec := history.Record(st, &r)
+	var wg sync.WaitGroup
+	for w := range 6 {
+		s, err := primitives.NewSemaphore(rec, fmt.Sprint("k", w%2), limit, primitives.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			end := time.Now().Add(d)
+			for time.Now().Before(end) {
+				l, err := s.Acquire(context.Background(), 1+w%2)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+				l.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	return r.Ops()
+}
+
+func TestMemoryStoreHistoryChecks(t *testing.T) {
+	ops := workload(t, memory.New(), 3, 300*time.Millisecond)
+	if len(ops) < 100 {
+		t.Fatalf("only %d operations recorded", len(ops))
+	}
+	if v := history.Linearizable(ops, 30*time.Second); len(v) > 0 {
+		t.Fatalf("a correct store's history: %v", v)
+	}
+	if v := history.FencesIncrease(ops); len(v) > 0 {
+		t.Fatalf("a correct store's history: %v", v)
+	}
+	t.Logf("%d operations checked", len(ops))
+}
+
+// overGranting ignores the limit it is asked to keep, granting one more permit than that.
+type overGranting struct{ core.Store }
+
+func (s overGranting) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	req.Limit++
+	return s.Store.Acquire(ctx, req)
+}
+
+// fenceReusing hands every new grant the fence of the first.
+type fenceReusing struct {
+	core.Store
+	mu    sync.Mutex
+	first uint64
+}
+
+func (s *fenceReusing) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	res, err := s.Store.Acquire(ctx, req)
+	if err == nil && res.Granted {
+		s.mu.Lock()
+		if s.first == 0 {
+			s.first = res.Fence
+		}
+		res.Fence = s.first
+		s.mu.Unlock()
+	}
+	return res, err
+}
+
+func TestCheckersCatchBrokenStores(t *testing.T) {
+	ops := workload(t, overGranting{memory.New()}, 2, 300*time.Millisecond)
+	if v := history.Linearizable(ops, 30*time.Second); len(v) == 0 {
+		t.Error("a store granting over the limit passed the linearizability check")
+	}
+	ops = workload(t, &fenceReusing{Store: memory.New()}, 2, 200*time.Millisecond)
+	if v := history.Linearizable(ops, 30*time.Second); len(v) == 0 {
+		t.Error("a store reusing fences passed the linearizability check")
+	}
+	if v := history.FencesIncrease(ops); len(v) == 0 {
+		t.Error("a store reusing fences passed the fence check")
+	}
+}
+
+func TestResourceRefusesStaleFences(t *testing.T) {
+	var r history.Resource
+	if !r.Write(5) || !r.Write(5) || !r.Write(7) || r.Write(6) {
+		t.Fatal("want 5, 5, 7 accepted and 6 refused")
+	}
+	if a, f := r.Counts(); a != 3 || f != 1 {
+		t.Fatalf("counts %d, %d; want 3, 1", a, f)
+	}
+}
