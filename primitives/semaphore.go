@@ -120,6 +120,16 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 			if !res.Since.IsZero() && res.Since.Before(start) {
 				start = res.Since // handed over from the store's line before this try
 			}
+			if time.Since(start) >= s.cfg.ttl-drift(s.cfg.ttl) {
+				// The grant came back after the deadline it would have (a stalled store, say):
+				// the lease would be lost on arrival. Ask again: the holder's re-acquire is
+				// idempotent and renews the lease from a fresh send time.
+				if time.Since(w.begin) >= s.cfg.acquireTimeout {
+					w.abandon()
+					return fail(fmt.Errorf("%w: acquire timeout %v exceeded", core.ErrNotAcquired, s.cfg.acquireTimeout))
+				}
+				continue
+			}
 			l := s.newLease(holder, n, res.Fence, start)
 			if len(s.cfg.events) > 0 {
 				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(w.begin)})

@@ -47,8 +47,22 @@ func WithPrefix(prefix string) Option { return redisdriver.WithPrefix(prefix) }
 // New returns a Store over client. It sends nothing until the first operation; the first
 // waiter opens one subscription connection. The client stays the caller's: Close does not
 // close it. A nil client is an error wrapping core.ErrInvalid.
+//
+// go-redis bounds a call by ctx's deadline only with ContextTimeoutEnabled (off by default);
+// otherwise by its ReadTimeout, 3s unless set. So that every call returns by its ctx deadline
+// either way, a Store over a client without ContextTimeoutEnabled runs each call on a goroutine
+// of its own and returns when ctx ends; the goroutine ends when go-redis gives up.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	b, err := redisdriver.NewBase("goredis", client, driver{client}, opts...)
+	d := driver{c: client}
+	switch c := client.(type) {
+	case *redis.Client:
+		d.honoursCtx = c != nil && c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		d.honoursCtx = c != nil && c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		d.honoursCtx = c != nil && c.Options().ContextTimeoutEnabled
+	}
+	b, err := redisdriver.NewBase("goredis", client, d, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -57,12 +71,30 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 
 // driver is the redisdriver.Client over go-redis.
 type driver struct {
-	c redis.UniversalClient
+	c          redis.UniversalClient
+	honoursCtx bool // the client bounds calls by ctx's deadline itself
 }
 
-// Run uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT.
+// Run uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns when ctx ends.
 func (d driver) Run(ctx context.Context, s redisdriver.Script, keys []string, args []any) (any, error) {
-	return scripts[s].Run(ctx, d.c, keys, args...).Result()
+	if d.honoursCtx || ctx.Done() == nil {
+		return scripts[s].Run(ctx, d.c, keys, args...).Result()
+	}
+	type reply struct {
+		v   any
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		v, err := scripts[s].Run(ctx, d.c, keys, args...).Result()
+		ch <- reply{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and

@@ -23,7 +23,8 @@ type lease struct {
 	until   int64
 }
 
-// state is the model of one key: the leases that may still be held, and the last fence.
+// state is the model of one key: every lease granted and not released (one past its until may
+// have expired), and the last fence.
 type state struct {
 	leases []lease // sorted by holder
 	last   uint64
@@ -62,19 +63,13 @@ func (s state) without(holder string) state {
 	return state{leases: slices.Delete(slices.Clone(s.leases), i, i+1), last: s.last}
 }
 
-// expired drops the leases that may have expired by t.
-func (s state) expired(t int64) state {
-	if !slices.ContainsFunc(s.leases, func(l lease) bool { return l.until < t }) {
-		return s
-	}
-	ls := slices.DeleteFunc(slices.Clone(s.leases), func(l lease) bool { return l.until < t })
-	return state{leases: ls, last: s.last}
-}
-
-func (s state) used() int {
+// used returns the permits of the leases, other than holder's, that cannot have expired by t.
+func (s state) used(t int64, holder string) int {
 	n := 0
 	for _, l := range s.leases {
-		n += l.permits
+		if l.until >= t && l.holder != holder {
+			n += l.permits
+		}
 	}
 	return n
 }
@@ -82,19 +77,21 @@ func (s state) used() int {
 // step is the sequential specification of a key. It is permissive wherever the client cannot
 // know what happened (a call that failed may or may not have taken effect, a lease may have
 // expired after its TTL less the margin), and strict where it can: a grant must fit the limit
-// beside the leases that cannot have expired yet, and a new grant's fence must exceed every
-// fence granted before it.
+// beside the leases that cannot have expired yet, a grant again to a holder (idempotent, same
+// fence) must fit too, and a new grant's fence must exceed every fence granted before it.
 func step(st, in, _ any) (bool, any) {
-	s, i := st.(state).expired(in.(input).retNs), in.(input)
-	op := i.op
+	s, i := st.(state), in.(input)
+	op, t := i.op, i.retNs
 	switch op.Kind {
 	case Acquire:
 		if op.Err != nil || !op.OK {
 			return true, s // a refusal constrains nothing; a failed call may have done anything
 		}
 		if j := s.find(op.Holder); j >= 0 {
+			// Granted again to its holder: the lease never expired (an expired one is never
+			// granted again with its fence), so it must fit beside the others now.
 			l := s.leases[j]
-			if op.Fence < l.fence {
+			if op.Fence < l.fence || s.used(t, op.Holder)+op.Permits > op.Limit {
 				return false, s
 			}
 			l.fence, l.until = op.Fence, max(l.until, i.until)
@@ -102,7 +99,7 @@ func step(st, in, _ any) (bool, any) {
 			ns.last = max(ns.last, op.Fence)
 			return true, ns
 		}
-		if s.used()+op.Permits > op.Limit || op.Fence <= s.last {
+		if s.used(t, "")+op.Permits > op.Limit || op.Fence <= s.last {
 			return false, s
 		}
 		ns := s.with(lease{holder: op.Holder, permits: op.Permits, fence: op.Fence, until: i.until})
@@ -117,7 +114,7 @@ func step(st, in, _ any) (bool, any) {
 			l.until = max(l.until, i.until)
 			return true, s.with(l)
 		}
-		return true, s // a lease the model let expire early: permissive
+		return true, s
 	default: // Release
 		return true, s.without(op.Holder)
 	}
