@@ -1,0 +1,100 @@
+package memory_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/conformance/history"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// jumpClock is the real clock plus an offset that a test moves, as an NTP step would.
+type jumpClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *jumpClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *jumpClock) jump(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+// TestFaultClockJumpsForward: the store's clock jumps three TTLs ahead mid-workload. Leases
+// expire early by the store's clock while their holders still believe in them, so two may
+// hold at once; fences still increase, and the fenced resource refuses the stale holder.
+func TestFaultClockJumpsForward(t *testing.T) {
+	clock := &jumpClock{}
+	st := memory.New(memory.WithClock(clock))
+	const ttl = 200 * time.Millisecond
+	w := &history.Workload{Keys: 2, Workers: 6, TTL: ttl, Duration: 1500 * time.Millisecond, CallBudget: time.Second,
+		NewStore: func() core.Store { return st }}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(t)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	clock.jump(3 * ttl)
+	<-done
+	w.Check(t, false)
+}
+
+// TestFaultClockJumpsBack: the store's clock jumps three TTLs back mid-workload. Leases last
+// longer by the store's clock; nothing is granted twice, so the history is linearizable and
+// fences, which never go below the last one, still increase.
+func TestFaultClockJumpsBack(t *testing.T) {
+	clock := &jumpClock{}
+	st := memory.New(memory.WithClock(clock))
+	const ttl = 200 * time.Millisecond
+	w := &history.Workload{Keys: 2, Workers: 6, TTL: ttl, Duration: 1500 * time.Millisecond, CallBudget: time.Second,
+		NewStore: func() core.Store { return st }}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(t)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	clock.jump(-3 * ttl)
+	<-done
+	w.Check(t, true)
+}
+
+// TestFaultClockJumpStalledHolder: after a forward jump expires its lease early, a holder that
+// still believes in it writes after the next holder: the resource refuses it.
+func TestFaultClockJumpStalledHolder(t *testing.T) {
+	clock := &jumpClock{}
+	st := memory.New(memory.WithClock(clock))
+	var res history.Resource
+	ctx := context.Background()
+	m, _ := primitives.NewMutex(st, "jump", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Second))
+	a, err := m.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Write(a.Fence())
+	a.StopRefresh()
+	clock.jump(2 * time.Minute) // a's lease expires by the store's clock; a's deadline is still ahead
+	b, err := m.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("after the jump the lock should be free: %v", err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("fence %d after %d: fences went back", b.Fence(), a.Fence())
+	}
+	res.Write(b.Fence())
+	if a.Err() == nil && res.Write(a.Fence()) {
+		t.Error("the holder whose lease expired early wrote after its successor")
+	}
+	b.Release(ctx)
+}
