@@ -185,3 +185,52 @@ func start(op Op) time.Time {
 	}
 	return op.Call
 }
+
+// Exclusive checks, per key, that the leases as their holders saw them — from the grant's
+// return to the release's call — never held more than their limit at once. It is the cheap
+// check for long histories; it assumes no lease outlived its TTL unreleased (no faults).
+func Exclusive(ops []Op) []Violation {
+	var out []Violation
+	for key, kops := range byKey(ops) {
+		type edge struct {
+			at      time.Time
+			permits int
+			holder  string
+		}
+		granted := map[string]Op{} // holder → its open grant
+		var edges []edge
+		limit := 0
+		for _, op := range kops {
+			switch {
+			case op.Kind == Acquire && op.OK:
+				if _, open := granted[op.Holder]; !open {
+					granted[op.Holder] = op
+					edges = append(edges, edge{op.Return, op.Permits, op.Holder})
+				}
+				limit = op.Limit
+			case op.Kind == Release:
+				if g, open := granted[op.Holder]; open {
+					delete(granted, op.Holder)
+					edges = append(edges, edge{op.Call, -g.Permits, op.Holder})
+				}
+			}
+		}
+		// Ends before starts at the same instant: a handoff is not an overlap.
+		slices.SortStableFunc(edges, func(a, b edge) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return a.permits - b.permits
+		})
+		held := 0
+		for _, e := range edges {
+			held += e.permits
+			if held > limit {
+				out = append(out, Violation{"exclusive", key, fmt.Sprintf("%d permits held at once at %v (limit %d) when %s got its lease",
+					held, e.at.Format(time.StampMicro), limit, e.holder)})
+				break
+			}
+		}
+	}
+	return out
+}

@@ -52,6 +52,9 @@ func TestMemoryStoreHistoryChecks(t *testing.T) {
 	if v := history.FencesIncrease(ops); len(v) > 0 {
 		t.Fatalf("a correct store's history: %v", v)
 	}
+	if v := history.Exclusive(ops); len(v) > 0 {
+		t.Fatalf("a correct store's history: %v", v)
+	}
 	t.Logf("%d operations checked", len(ops))
 }
 
@@ -87,6 +90,9 @@ func TestCheckersCatchBrokenStores(t *testing.T) {
 	ops := workload(t, overGranting{memory.New()}, 2, 300*time.Millisecond)
 	if v := history.Linearizable(ops, 30*time.Second); len(v) == 0 {
 		t.Error("a store granting over the limit passed the linearizability check")
+	}
+	if v := history.Exclusive(ops); len(v) == 0 {
+		t.Error("a store granting over the limit passed the exclusion check")
 	}
 	ops = workload(t, &fenceReusing{Store: memory.New()}, 2, 200*time.Millisecond)
 	if v := history.Linearizable(ops, 30*time.Second); len(v) == 0 {
