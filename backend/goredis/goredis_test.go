@@ -2,6 +2,7 @@ package goredis_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -79,4 +80,44 @@ func TestConformanceRedisCluster(t *testing.T) {
 
 func TestSmokeContext(t *testing.T) {
 	_ = context.Background
+}
+
+// TestFaultMiniredisTimeJumps: the server's clock jumps forward past a lease's TTL (the lease
+// expires; the next grant gets a higher fence) and then back (a lease lasts longer; fences still
+// only go up), on miniredis, whose clock the test sets.
+func TestFaultMiniredisTimeJumps(t *testing.T) {
+	m := miniredis.RunT(t)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(t0)
+	s := newStore(t, redis.NewClient(&redis.Options{Addr: m.Addr()}))
+	ctx := context.Background()
+	req := func(holder string) core.AcquireRequest {
+		return core.AcquireRequest{Key: "jump", Holder: holder, Permits: 1, Limit: 1, TTL: 10 * time.Second}
+	}
+	grant := func(holder string, want bool) uint64 {
+		t.Helper()
+		res, err := s.Acquire(ctx, req(holder))
+		if err != nil || res.Granted != want {
+			t.Fatalf("Acquire(%s) = %+v, %v; want granted %v", holder, res, err, want)
+		}
+		return res.Fence
+	}
+	fa := grant("a", true)
+	grant("b", false)
+	m.SetTime(t0.Add(20 * time.Second)) // forward past a's TTL
+	fb := grant("b", true)
+	if fb <= fa {
+		t.Fatalf("fence %d after a forward jump, not above %d", fb, fa)
+	}
+	if _, err := s.Extend(ctx, core.ExtendRequest{Key: "jump", Holder: "a", TTL: 10 * time.Second}); !errors.Is(err, core.ErrLost) {
+		t.Errorf("extending the lease the jump expired: %v, want ErrLost", err)
+	}
+	m.SetTime(t0) // back by 20 s: b's lease now has 30 s left
+	grant("c", false)
+	if held, err := s.Release(ctx, "jump", "b"); err != nil || !held {
+		t.Fatalf("Release(b) = %v, %v", held, err)
+	}
+	if fc := grant("c", true); fc <= fb {
+		t.Fatalf("fence %d after the clock went back, not above %d", fc, fb)
+	}
 }
