@@ -7,11 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
+
+// noLeaks checks, after everything t started has been cleaned up, that no goroutine outlives
+// the scenario.
+func noLeaks(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
 
 // workload is the fault workload every test here runs: 6 mutex holders on 2 keys, each with
 // its own Store from mk, every call bounded by 2s.
@@ -25,6 +34,7 @@ func workload(mk func() core.Store, ttl, d time.Duration) *history.Workload {
 func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
+			noLeaks(t)
 			srv := redistest.StartServer(t)
 			f := workload(func() core.Store { return mk(t, srv.Addr) }, 500*time.Millisecond, 2*time.Second)
 			done := make(chan struct{})
@@ -46,6 +56,7 @@ func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
 func TestFaultServerPausedPastTTL(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
+			noLeaks(t)
 			srv := redistest.StartServer(t)
 			const ttl = 400 * time.Millisecond
 			f := workload(func() core.Store { return mk(t, srv.Addr) }, ttl, 3*time.Second)
@@ -91,6 +102,7 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 func TestFaultHolderStallsPastTTL(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
+			noLeaks(t)
 			srv := redistest.StartServer(t)
 			var rec history.Recorder
 			var res history.Resource
@@ -136,6 +148,7 @@ func TestFaultHolderStallsPastTTL(t *testing.T) {
 func TestFaultNetwork(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
+			noLeaks(t)
 			srv := redistest.StartServer(t)
 			px := redistest.StartProxy(t, srv.Addr)
 			const ttl = 400 * time.Millisecond
