@@ -22,10 +22,47 @@ func noLeaks(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
 
-// workload is the fault workload every test here runs: 6 mutex holders on 2 keys, each with
-// its own Store from mk, every call bounded by 2s.
-func workload(mk func() core.Store, ttl, d time.Duration) *history.Workload {
-	return &history.Workload{Keys: 2, Workers: 6, TTL: ttl, Duration: d, CallBudget: 2 * time.Second, NewStore: mk}
+// underFault runs the fault workload — 6 mutex holders on 2 keys, each with its own Store from
+// mk, every call bounded by 2s — for d while inject runs, and checks it (linearizable when the
+// fault keeps the server's data). When lost is set, a holder that holds across the fault must
+// also be reported lost, by its deadline.
+func underFault(t *testing.T, mk func() core.Store, ttl, d time.Duration, linearizable, lost bool, inject func()) {
+	t.Helper()
+	w := &history.Workload{Keys: 2, Workers: 6, TTL: ttl, Duration: d, CallBudget: 2 * time.Second, NewStore: mk}
+	long, _ := primitives.NewMutex(history.Record(mk(), &w.Recorder), "fault-long", primitives.WithTTL(ttl))
+	l, err := long.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostAt := make(chan time.Time, 1)
+	go func() {
+		<-l.Done()
+		lostAt <- time.Now()
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(t)
+	}()
+	inject()
+	<-done
+	w.Check(t, linearizable)
+	if !lost {
+		l.Release(context.Background())
+		<-lostAt
+		return
+	}
+	select {
+	case at := <-lostAt:
+		if late := at.Sub(l.Deadline()); late > 20*time.Millisecond {
+			t.Errorf("a holder across the fault was reported lost %v after its deadline", late)
+		}
+		if !errors.Is(l.Err(), core.ErrLost) {
+			t.Errorf("a holder across the fault: Err = %v, want ErrLost", l.Err())
+		}
+	default:
+		t.Error("a lease held across the fault was not reported lost")
+	}
 }
 
 // TestFaultServerKilledAndRestartedEmpty: SIGKILL mid-workload, restarted without its data.
@@ -36,16 +73,10 @@ func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			noLeaks(t)
 			srv := redistest.StartServer(t)
-			f := workload(func() core.Store { return mk(t, srv.Addr) }, 500*time.Millisecond, 2*time.Second)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				f.Run(t)
-			}()
-			time.Sleep(700 * time.Millisecond)
-			srv.Restart(t)
-			<-done
-			f.Check(t, false)
+			underFault(t, func() core.Store { return mk(t, srv.Addr) }, 500*time.Millisecond, 2*time.Second, false, false, func() {
+				time.Sleep(700 * time.Millisecond)
+				srv.Restart(t)
+			})
 		})
 	}
 }
@@ -59,40 +90,12 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 			noLeaks(t)
 			srv := redistest.StartServer(t)
 			const ttl = 400 * time.Millisecond
-			f := workload(func() core.Store { return mk(t, srv.Addr) }, ttl, 3*time.Second)
-			// A holder that holds across the pause, refreshing every TTL/3.
-			long, _ := primitives.NewMutex(history.Record(mk(t, srv.Addr), &f.Recorder), "fault-long", primitives.WithTTL(ttl))
-			l, err := long.Acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			lost := make(chan time.Time, 1)
-			go func() {
-				<-l.Done()
-				lost <- time.Now()
-			}()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				f.Run(t)
-			}()
-			time.Sleep(600 * time.Millisecond)
-			syscall.Kill(srv.Pid(), syscall.SIGSTOP)
-			time.Sleep(3 * ttl)
-			syscall.Kill(srv.Pid(), syscall.SIGCONT)
-			<-done
-			f.Check(t, true)
-			select {
-			case at := <-lost:
-				if late := at.Sub(l.Deadline()); late > 20*time.Millisecond {
-					t.Errorf("the long holder's loss was reported %v after its deadline", late)
-				}
-				if !errors.Is(l.Err(), core.ErrLost) {
-					t.Errorf("the long holder's Err = %v, want ErrLost", l.Err())
-				}
-			default:
-				t.Error("a lease held across a pause of three TTLs was not reported lost")
-			}
+			underFault(t, func() core.Store { return mk(t, srv.Addr) }, ttl, 3*time.Second, true, true, func() {
+				time.Sleep(600 * time.Millisecond)
+				syscall.Kill(srv.Pid(), syscall.SIGSTOP)
+				time.Sleep(3 * ttl)
+				syscall.Kill(srv.Pid(), syscall.SIGCONT)
+			})
 		})
 	}
 }
@@ -152,42 +155,18 @@ func TestFaultNetwork(t *testing.T) {
 			srv := redistest.StartServer(t)
 			px := redistest.StartProxy(t, srv.Addr)
 			const ttl = 400 * time.Millisecond
-			f := workload(func() core.Store { return mk(t, px.Addr) }, ttl, 4*time.Second)
-			long, _ := primitives.NewMutex(history.Record(mk(t, px.Addr), &f.Recorder), "fault-long", primitives.WithTTL(ttl))
-			l, err := long.Acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			lost := make(chan time.Time, 1)
-			go func() {
-				<-l.Done()
-				lost <- time.Now()
-			}()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				f.Run(t)
-			}()
-			time.Sleep(500 * time.Millisecond)
-			px.SetLatency(30 * time.Millisecond)
-			time.Sleep(700 * time.Millisecond)
-			px.SetLatency(0)
-			px.Cut()
-			time.Sleep(300 * time.Millisecond)
-			px.Hold(true)
-			time.Sleep(3 * ttl)
-			px.Cut()
-			px.Hold(false)
-			<-done
-			f.Check(t, true)
-			select {
-			case at := <-lost:
-				if late := at.Sub(l.Deadline()); late > 20*time.Millisecond {
-					t.Errorf("the long holder's loss was reported %v after its deadline", late)
-				}
-			default:
-				t.Error("a lease held across a partition of three TTLs was not reported lost")
-			}
+			underFault(t, func() core.Store { return mk(t, px.Addr) }, ttl, 4*time.Second, true, true, func() {
+				time.Sleep(500 * time.Millisecond)
+				px.SetLatency(30 * time.Millisecond)
+				time.Sleep(700 * time.Millisecond)
+				px.SetLatency(0)
+				px.Cut()
+				time.Sleep(300 * time.Millisecond)
+				px.Hold(true)
+				time.Sleep(3 * ttl)
+				px.Cut()
+				px.Hold(false)
+			})
 		})
 	}
 }
