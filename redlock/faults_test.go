@@ -36,7 +36,7 @@ func TestFaultMinorityDownThenOneMore(t *testing.T) {
 	ns[2].set(true, 0)
 	select {
 	case <-l.Done():
-		if late := time.Since(l.Deadline()); late > 20*time.Millisecond {
+		if late := time.Since(l.Deadline()); late > 50*time.Millisecond { // the timer fires at the deadline; allow for scheduling
 			t.Errorf("the loss was reported %v after the lease's deadline", late)
 		}
 		if !errors.Is(l.Err(), core.ErrLost) {

@@ -54,7 +54,7 @@ func underFault(t *testing.T, mk func() core.Store, ttl, d time.Duration, linear
 	}
 	select {
 	case at := <-lostAt:
-		if late := at.Sub(l.Deadline()); late > 20*time.Millisecond {
+		if late := at.Sub(l.Deadline()); late > 50*time.Millisecond { // the timer fires at the deadline; allow for scheduling
 			t.Errorf("a holder across the fault was reported lost %v after its deadline", late)
 		}
 		if !errors.Is(l.Err(), core.ErrLost) {
