@@ -125,7 +125,9 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 				// the lease would be lost on arrival. Ask again: the holder's re-acquire is
 				// idempotent and renews the lease from a fresh send time.
 				if time.Since(w.begin) >= s.cfg.acquireTimeout {
-					w.abandon()
+					if !s.cfg.holderSet { // a chosen id may name a lease held elsewhere: leave it be
+						w.abandon()
+					}
 					return fail(fmt.Errorf("%w: acquire timeout %v exceeded", core.ErrNotAcquired, s.cfg.acquireTimeout))
 				}
 				continue

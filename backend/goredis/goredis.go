@@ -50,8 +50,9 @@ func WithPrefix(prefix string) Option { return redisdriver.WithPrefix(prefix) }
 //
 // go-redis bounds a call by ctx's deadline only with ContextTimeoutEnabled (off by default);
 // otherwise by its ReadTimeout, 3s unless set. So that every call returns by its ctx deadline
-// either way, a Store over a client without ContextTimeoutEnabled runs each call on a goroutine
-// of its own and returns when ctx ends; the goroutine ends when go-redis gives up.
+// either way, a Store over a client without ContextTimeoutEnabled runs each call whose ctx can
+// end on a goroutine of its own and returns when ctx ends; the goroutine, and its pooled
+// connection, are held until go-redis gives up (its ReadTimeout; never, if that is negative).
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	d := driver{c: client}
 	switch c := client.(type) {

@@ -143,15 +143,34 @@ func byKey(ops []Op) map[string][]Op {
 	return m
 }
 
-// FencesIncrease checks that of two grants on a key, the one whose Acquire was invoked after
-// the other's returned has the higher fence (a grant handed from a line of waiters counts from
-// its Since). It holds across a store that lost its data, as long as its clock did not go back.
+// FencesIncrease checks that of two grants on a key, the one whose holder first asked for it
+// after the other's grant returned has the higher fence. It holds across a store that lost its
+// data, as long as its clock did not go back.
 func FencesIncrease(ops []Op) []Violation {
 	var out []Violation
 	for key, kops := range byKey(ops) {
+		// A grant may have been made as early as the holder's first Acquire call on the key (a
+		// call that failed, or a grant from a line, may have taken effect then); a grant again
+		// with a fence the holder already had is not a new grant.
+		first := map[string]time.Time{}
+		seen := map[string]map[uint64]bool{}
 		var grants []Op
 		for _, op := range kops {
-			if op.Kind == Acquire && op.OK {
+			if op.Kind != Acquire {
+				continue
+			}
+			if f, ok := first[op.Holder]; !ok || start(op).Before(f) {
+				first[op.Holder] = start(op)
+			}
+			if !op.OK {
+				continue
+			}
+			if seen[op.Holder] == nil {
+				seen[op.Holder] = map[uint64]bool{}
+			}
+			if !seen[op.Holder][op.Fence] {
+				seen[op.Holder][op.Fence] = true
+				op.Since = first[op.Holder]
 				grants = append(grants, op)
 			}
 		}

@@ -112,3 +112,32 @@ func TestResourceRefusesStaleFences(t *testing.T) {
 		t.Fatalf("counts %d, %d; want 3, 1", a, f)
 	}
 }
+
+// TestCheckersAcceptGrantsMadeEarly: a holder granted again with its own fence, or granted by a
+// call that failed and then found by a try, is no violation, though another holder's higher
+// fence came between (limit 2).
+func TestCheckersAcceptGrantsMadeEarly(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	op := func(holder string, call, ret int, ok bool, fence uint64, err error) history.Op {
+		return history.Op{Kind: history.Acquire, Key: "k", Holder: holder, Permits: 1, Limit: 2, TTL: time.Minute,
+			Call: at(call), Return: at(ret), OK: ok, Fence: fence, Err: err}
+	}
+	for name, ops := range map[string][]history.Op{
+		"re-grant": {op("a", 0, 1, true, 10, nil), op("b", 2, 3, true, 11, nil), op("a", 4, 5, true, 10, nil)},
+		"after a failed call": {op("a", 0, 1, false, 0, context.DeadlineExceeded), op("b", 2, 3, true, 11, nil),
+			op("a", 4, 5, true, 10, nil)},
+	} {
+		if v := history.Linearizable(ops, time.Minute); len(v) > 0 {
+			t.Errorf("%s: Linearizable: %v", name, v)
+		}
+		if v := history.FencesIncrease(ops); len(v) > 0 {
+			t.Errorf("%s: FencesIncrease: %v", name, v)
+		}
+	}
+	// A new holder granted a lower fence after a higher one returned is still caught.
+	bad := []history.Op{op("a", 0, 1, true, 10, nil), op("b", 2, 3, true, 9, nil)}
+	if len(history.Linearizable(bad, time.Minute)) == 0 || len(history.FencesIncrease(bad)) == 0 {
+		t.Error("a fence going back was not caught")
+	}
+}

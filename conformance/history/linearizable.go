@@ -179,9 +179,21 @@ func Linearizable(ops []Op, timeout time.Duration) []Violation {
 		}
 	}
 	ns := func(t time.Time) int64 { return t.Sub(t0).Nanoseconds() }
+	// A grant may have taken effect as early as its holder's first Acquire call on the key: a
+	// call that failed, or a grant from a line the holder then found by a try, counts from there.
+	first := map[[2]string]time.Time{}
+	for _, op := range ops {
+		k := [2]string{op.Key, op.Holder}
+		if f, ok := first[k]; op.Kind == Acquire && (!ok || start(op).Before(f)) {
+			first[k] = start(op)
+		}
+	}
 	hist := make([]porcupine.Operation, 0, len(ops))
 	for _, op := range ops {
 		in := input{op: op, call: ns(op.Call), retNs: ns(op.Return), start: ns(start(op))}
+		if op.Kind == Acquire && op.OK {
+			in.start = ns(first[[2]string{op.Key, op.Holder}])
+		}
 		in.until = in.start + (op.TTL - margin(op.TTL)).Nanoseconds()
 		hist = append(hist, porcupine.Operation{Input: in, Call: in.start, Output: nil, Return: in.retNs})
 	}
