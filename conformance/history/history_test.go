@@ -141,3 +141,21 @@ func TestCheckersAcceptGrantsMadeEarly(t *testing.T) {
 		t.Error("a fence going back was not caught")
 	}
 }
+
+// TestExtendThatRevivesALeaseIsCaught: a lease extended after its TTL, while another holder's
+// grant cannot have expired, means two holders at once (limit 1).
+func TestExtendThatRevivesALeaseIsCaught(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ops := []history.Op{
+		{Kind: history.Acquire, Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: 100 * time.Millisecond, Call: at(0), Return: at(1), OK: true, Fence: 10},
+		{Kind: history.Acquire, Key: "k", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute, Call: at(300), Return: at(301), OK: true, Fence: 11},
+		{Kind: history.Extend, Key: "k", Holder: "a", TTL: 100 * time.Millisecond, Call: at(400), Return: at(401), OK: true, Fence: 10},
+	}
+	if len(history.Linearizable(ops, time.Minute)) == 0 {
+		t.Error("an Extend that revived an expired lease beside another holder's was not caught")
+	}
+	if v := history.Linearizable(ops[:2], time.Minute); len(v) > 0 {
+		t.Errorf("the same history without the Extend: %v", v)
+	}
+}

@@ -19,6 +19,7 @@ func margin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Milliseco
 type lease struct {
 	holder  string
 	permits int
+	limit   int
 	fence   uint64
 	until   int64
 }
@@ -78,7 +79,8 @@ func (s state) used(t int64, holder string) int {
 // know what happened (a call that failed may or may not have taken effect, a lease may have
 // expired after its TTL less the margin), and strict where it can: a grant must fit the limit
 // beside the leases that cannot have expired yet, a grant again to a holder (idempotent, same
-// fence) must fit too, and a new grant's fence must exceed every fence granted before it.
+// fence) and an extended lease must fit too (neither expired), an extension keeps its fence, and
+// a new grant's fence must exceed every fence granted before it.
 func step(st, in, _ any) (bool, any) {
 	s, i := st.(state), in.(input)
 	op, t := i.op, i.retNs
@@ -102,7 +104,7 @@ func step(st, in, _ any) (bool, any) {
 		if s.used(t, "")+op.Permits > op.Limit || op.Fence <= s.last {
 			return false, s
 		}
-		ns := s.with(lease{holder: op.Holder, permits: op.Permits, fence: op.Fence, until: i.until})
+		ns := s.with(lease{holder: op.Holder, permits: op.Permits, limit: op.Limit, fence: op.Fence, until: i.until})
 		ns.last = op.Fence
 		return true, ns
 	case Extend:
@@ -110,11 +112,16 @@ func step(st, in, _ any) (bool, any) {
 			return true, s
 		}
 		if j := s.find(op.Holder); j >= 0 {
+			// An extended lease never expired, so it must fit beside the others now, and it
+			// keeps its fence.
 			l := s.leases[j]
+			if op.Fence != l.fence || s.used(t, op.Holder)+l.permits > l.limit {
+				return false, s
+			}
 			l.until = max(l.until, i.until)
 			return true, s.with(l)
 		}
-		return true, s
+		return true, s // a lease whose grant the history does not show (a failed call): permissive
 	default: // Release
 		return true, s.without(op.Holder)
 	}
@@ -130,7 +137,7 @@ func hash(st any) uint64 {
 	h := fnv.New64a()
 	fmt.Fprint(h, s.last)
 	for _, l := range s.leases {
-		fmt.Fprint(h, l.holder, l.permits, l.fence, l.until)
+		fmt.Fprint(h, l.holder, l.permits, l.limit, l.fence, l.until)
 	}
 	return h.Sum64()
 }
