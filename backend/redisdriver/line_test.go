@@ -361,6 +361,18 @@ func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
 	}
 }
 
+// heldLock returns mutexes on key over a and b, and a lease taken through a's.
+func heldLock(t *testing.T, a, b store, key string) (ma, mb *primitives.Mutex, l core.Lease) {
+	t.Helper()
+	ma, _ = primitives.NewMutex(a, key, primitives.WithTTL(time.Minute))
+	mb, _ = primitives.NewMutex(b, key, primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+	l, err := ma.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ma, mb, l
+}
+
 // TestWaiterGivingUpAsItsStoreClosesLeavesTheLine: a waiter cancelled just before its Store is
 // closed (the usual shutdown order) still leaves the line, so the next release does not hand
 // the lock to a caller that is gone.
@@ -368,14 +380,9 @@ func TestWaiterGivingUpAsItsStoreClosesLeavesTheLine(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			a, b := mk(t, srv.Addr), mk(t, srv.Addr)
-			ma, _ := primitives.NewMutex(a, "closing", primitives.WithTTL(time.Minute))
-			mb, _ := primitives.NewMutex(b, "closing", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+			b := mk(t, srv.Addr)
+			ma, mb, l := heldLock(t, mk(t, srv.Addr), b, "closing")
 			ctx := context.Background()
-			l, err := ma.Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
 			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			defer cancel()
 			if _, err := mb.Acquire(wctx); err == nil {
@@ -396,32 +403,27 @@ func TestWaiterGivingUpAsItsStoreClosesLeavesTheLine(t *testing.T) {
 }
 
 // TestClosingStoreGivesUpItsWaitersPlaces: a Store closed while its waiters wait (they then fail
-// with ErrClosed) takes them out of the line before Close returns.
+// with ErrClosed) takes them out of the line: before Close returns for the places it knows of,
+// and before the waiter's Acquire returns for a try whose refusal comes back after Close.
 func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			a, b := mk(t, srv.Addr), mk(t, srv.Addr)
-			ma, _ := primitives.NewMutex(a, "closed", primitives.WithTTL(time.Minute))
-			mb, _ := primitives.NewMutex(b, "closed", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+			b := mk(t, srv.Addr)
+			_, mb, l := heldLock(t, mk(t, srv.Addr), b, "closed")
 			ctx := context.Background()
-			l, err := ma.Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
 			done := make(chan error, 1)
 			go func() {
 				_, err := mb.Acquire(ctx)
 				done <- err
 			}()
 			waitFor(t, func() bool { return lineLen(t, srv.Addr, "closed") == 1 })
-			time.Sleep(100 * time.Millisecond)
-			b.Close()
-			if n := lineLen(t, srv.Addr, "closed"); n != 0 {
-				t.Errorf("after its Store closed, the line has %d waiters, want 0", n)
-			}
+			b.Close() // enrolled or not, or its try still out: its Store owes the line its place
 			if err := <-done; !errors.Is(err, core.ErrClosed) {
 				t.Errorf("the waiter's Acquire: %v, want ErrClosed", err)
+			}
+			if n := lineLen(t, srv.Addr, "closed"); n != 0 {
+				t.Errorf("after its Store closed and its Acquire returned, the line has %d waiters, want 0", n)
 			}
 			l.Release(ctx)
 		})

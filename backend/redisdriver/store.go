@@ -57,6 +57,10 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		}
 		subs.AfterTry(ctx, try, req.Key, req.Holder, sent, res.Granted, req.Wait > 0, fence)
 	}
+	if !res.Granted && req.Wait > 0 && b.closed.Load() {
+		// Closed while the try was out: Close may not have known of this place to give it up.
+		b.leaveNow(ctx, req.Key, req.Holder, last)
+	}
 	return res, nil
 }
 
@@ -111,15 +115,21 @@ func (b *Base) leave(key, holder string, floor uint64) {
 	b.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
-		// Not b.run: a closing Store still sends what its waiters owe the line.
-		r, err := b.client.Run(ctx, Leave, b.layout.Keys(key), LeaveArgs(holder, floor))
-		if err != nil {
-			return // the place lapses with the waiter's wait, a lease granted meanwhile with its TTL
-		}
-		if grants, err := ParseGrants(r); err == nil {
-			b.granted(key, grants)
-		}
+		b.leaveNow(ctx, key, holder, floor)
 	})
+}
+
+// leaveNow sends the leave script. It is not b.run: a closing Store still sends what its
+// waiters owe the line. On failure the place lapses with the waiter's wait, and a lease granted
+// meanwhile with its TTL.
+func (b *Base) leaveNow(ctx context.Context, key, holder string, floor uint64) {
+	r, err := b.client.Run(ctx, Leave, b.layout.Keys(key), LeaveArgs(holder, floor))
+	if err != nil {
+		return
+	}
+	if grants, err := ParseGrants(r); err == nil {
+		b.granted(key, grants)
+	}
 }
 
 // Inspect implements core.Store.Inspect: one script call, which writes nothing.
@@ -138,22 +148,26 @@ func (b *Base) Register(ctx context.Context, req core.AcquireRequest) (core.Wait
 	if err := b.check(ctx); err != nil {
 		return nil, b.wrap("register", req.Key, err)
 	}
-	w, err := b.subscriptions().Register(ctx, req)
+	subs := b.subscriptions()
+	if subs == nil {
+		return nil, b.wrap("register", req.Key, errClosed)
+	}
+	w, err := subs.Register(ctx, req)
 	return w, b.wrap("register", req.Key, err)
 }
 
 func (b *Base) subscriptions() *Subscriptions {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.subs == nil && b.closed.Load() {
+		return nil // a closed Store opens no connection: nothing would stop it
+	}
 	if b.subs == nil {
 		var ctx context.Context
 		ctx, b.cancel = context.WithCancel(context.Background())
 		subs := NewSubscriptions(b.layout, b.id, nil)
 		subs.leave = b.leave
 		subs.ps, b.wait = b.client.Listen(ctx, subs)
-		if b.closed.Load() {
-			subs.Close()
-		}
 		b.subs = subs
 		b.subsLoaded.Store(subs)
 	}
