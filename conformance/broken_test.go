@@ -52,13 +52,16 @@ func (b *broken) Extend(ctx context.Context, req core.ExtendRequest) (core.Exten
 }
 
 // Release by anyone ends the first lease on the key.
-func (b *broken) Release(ctx context.Context, key, holder string) (bool, error) {
+func (b *broken) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	if b.fault == "anyoneReleases" {
-		if snap, err := b.Store.Inspect(ctx, key); err == nil && len(snap.Leases) > 0 {
-			holder = snap.Leases[0].Holder
+		if snap, err := b.Store.Inspect(ctx, req.Key); err == nil && len(snap.Leases) > 0 {
+			req.Holder, req.Fence = snap.Leases[0].Holder, snap.Leases[0].Fence
 		}
 	}
-	return b.Store.Release(ctx, key, holder)
+	if b.fault == "releasesByHolder" {
+		req.Fence = 0
+	}
+	return b.Store.Release(ctx, req)
 }
 
 // silent is a waiter that is never woken.
@@ -89,11 +92,12 @@ func (h brokenHarness) Advance(d time.Duration) bool {
 // faults maps each deliberate fault to the suite tests that must catch it: the behaviour test
 // written for it and, for faults of the store's state, the state machine on its own.
 var faults = map[string][]string{
-	"ignoresLimit":    {"AcquireGrantsUpToLimit", "StateMachine"},
-	"anyoneReleases":  {"ReleaseOnlyByHolder", "StateMachine"},
-	"neverExpires":    {"ExpiryFreesPermits", "StateMachine"},
-	"repeatsFence":    {"FencesStrictlyIncrease", "StateMachine"},
-	"forgetsToNotify": {"ReleaseWakesWaiter"},
+	"ignoresLimit":     {"AcquireGrantsUpToLimit", "StateMachine"},
+	"anyoneReleases":   {"ReleaseOnlyByHolder", "StateMachine"},
+	"releasesByHolder": {"ReleaseEndsOneLease", "StateMachine"},
+	"neverExpires":     {"ExpiryFreesPermits", "StateMachine"},
+	"repeatsFence":     {"FencesStrictlyIncrease", "StateMachine"},
+	"forgetsToNotify":  {"ReleaseWakesWaiter"},
 }
 
 // TestBrokenStore runs the suite against the store named by LEASEHOLD_BROKEN. It is run, and

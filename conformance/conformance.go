@@ -29,6 +29,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExtendOnlyByHolder", s.testExtendOnlyByHolder},
 		{"ExtendSetsExpiryFromNow", s.testExtendSetsExpiryFromNow},
 		{"ReleaseOnlyByHolder", s.testReleaseOnlyByHolder},
+		{"ReleaseEndsOneLease", s.testReleaseEndsOneLease},
 		{"ExpiryFreesPermits", s.testExpiryFreesPermits},
 		{"FencesStrictlyIncrease", s.testFencesStrictlyIncrease},
 		{"MinFenceRaisesFence", s.testMinFenceRaisesFence},
@@ -101,11 +102,18 @@ func mustRefuse(t *testing.T, st core.Store, key, holder string, permits, limit 
 	return res.RetryAfter
 }
 
+// release releases holder's lease on key whatever its fence (the suite's holder ids each name
+// one lease at a time); releaseFence names the fence too.
 func release(t *testing.T, st core.Store, key, holder string) bool {
 	t.Helper()
-	ok, err := st.Release(ctxFor(t), key, holder)
+	return releaseFence(t, st, key, holder, 0)
+}
+
+func releaseFence(t *testing.T, st core.Store, key, holder string, fence uint64) bool {
+	t.Helper()
+	ok, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: key, Holder: holder, Fence: fence})
 	if err != nil {
-		t.Fatalf("Release(%q, holder %q): %v", key, holder, err)
+		t.Fatalf("Release(%q, holder %q, fence %d): %v", key, holder, fence, err)
 	}
 	return ok
 }
@@ -228,6 +236,31 @@ func (s *suite) testReleaseOnlyByHolder(t *testing.T) {
 	mustGrant(t, st, key, "b", 1, 1, time.Minute)
 }
 
+// testReleaseEndsOneLease: a release names a lease by holder and fence, so the release of a stale
+// lease under a reused holder id never ends the newer one.
+func (s *suite) testReleaseEndsOneLease(t *testing.T) {
+	st, key := s.h.NewStore(t), newKey(t)
+	ttl := 50 * time.Millisecond
+	first := mustGrant(t, st, key, "a", 1, 1, ttl)
+	s.elapse(2 * ttl)
+	second := mustGrant(t, st, key, "a", 1, 1, time.Minute)
+	if releaseFence(t, st, key, "a", first) {
+		t.Errorf("Release of the expired lease (fence %d) reported true", first)
+	}
+	if l, ok := holders(inspect(t, st, key))["a"]; !ok || l.Fence != second {
+		t.Fatalf("Release of the expired lease (fence %d) ended the holder's newer lease (fence %d)", first, second)
+	}
+	if releaseFence(t, st, key, "a", second+1) {
+		t.Errorf("Release with a fence never granted reported true")
+	}
+	if !releaseFence(t, st, key, "a", second) {
+		t.Errorf("Release of the lease by its holder and fence reported false")
+	}
+	if n := len(inspect(t, st, key).Leases); n != 0 {
+		t.Errorf("after the release, %d leases remain", n)
+	}
+}
+
 func (s *suite) testExpiryFreesPermits(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	ttl := 50 * time.Millisecond
@@ -323,7 +356,7 @@ func (s *suite) testCanceledContextChangesNothing(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Acquire with a canceled ctx: err = %v, want one wrapping context.Canceled", err)
 	}
-	if _, err := st.Release(ctx, key, "a"); !errors.Is(err, context.Canceled) {
+	if _, err := st.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a"}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Release with a canceled ctx: err = %v, want one wrapping context.Canceled", err)
 	}
 	if _, err := st.Extend(ctx, core.ExtendRequest{Key: key, Holder: "a", TTL: time.Hour}); !errors.Is(err, context.Canceled) {

@@ -180,15 +180,20 @@ func (mc *machine) extend(rt *rapid.T) {
 
 func (mc *machine) release(rt *rapid.T) {
 	st, key, holder := mc.draw(rt)
-	ok, err := st.Release(rt.Context(), key, holder)
+	ls := mc.m.live(key)
+	cur, held := ls[holder]
+	// The lease's own fence, any fence (zero), or one the holder does not hold.
+	fence := rapid.SampledFrom([]uint64{cur.fence, 0, cur.fence + 1}).Draw(rt, "fence")
+	ok, err := st.Release(rt.Context(), core.ReleaseRequest{Key: key, Holder: holder, Fence: fence})
 	if err != nil {
 		rt.Fatalf("Release: %v", err)
 	}
-	ls := mc.m.live(key)
-	if _, held := ls[holder]; ok != held {
-		rt.Fatalf("Release by %s = %v, want %v", holder, ok, held)
+	if want := held && (fence == 0 || fence == cur.fence); ok != want {
+		rt.Fatalf("Release by %s with fence %d (holds %v, fence %d) = %v, want %v", holder, fence, held, cur.fence, ok, want)
 	}
-	delete(ls, holder)
+	if ok {
+		delete(ls, holder)
+	}
 }
 
 func (mc *machine) advance(rt *rapid.T) {

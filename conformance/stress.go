@@ -71,12 +71,12 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 						fail(fmt.Sprintf("mutex fence %d not above the previous holder's %d", f, last))
 					}
 					muInside.Add(-1)
-					if _, err := st.Release(ctxFor(t), muKey, holder); err != nil {
+					if _, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: muKey, Holder: holder, Fence: f}); err != nil {
 						fail(err.Error())
 					}
 				}
 				inUse.Add(-int64(n))
-				if _, err := st.Release(ctxFor(t), semKey, holder); err != nil {
+				if _, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: semKey, Holder: holder}); err != nil {
 					fail(err.Error())
 				}
 			}

@@ -46,10 +46,12 @@ type Store interface {
 	// changes nothing: an expired lease is never silently acquired again.
 	Extend(ctx context.Context, req ExtendRequest) (ExtendResult, error)
 
-	// Release ends the holder's lease on the key, frees its permits, and notifies waiters. It
-	// reports whether the holder held an unexpired lease; releasing a lease that is not held is
-	// not an error and changes nothing.
-	Release(ctx context.Context, key, holder string) (bool, error)
+	// Release ends the lease req names — req.Holder's on req.Key, with fence req.Fence — frees
+	// its permits, and notifies waiters. It reports whether that lease was held and unexpired;
+	// releasing a lease that is not held is not an error and changes nothing. A lease of the
+	// same holder with another fence (a newer grant under a reused holder id) is left as it is,
+	// so a stale lease can never end a newer one.
+	Release(ctx context.Context, req ReleaseRequest) (bool, error)
 
 	// Inspect reports the unexpired leases on the key. It changes nothing.
 	Inspect(ctx context.Context, key string) (Snapshot, error)
@@ -99,6 +101,16 @@ type ExtendRequest struct {
 	Key    string
 	Holder string
 	TTL    time.Duration
+}
+
+// ReleaseRequest names the lease to end: Holder's lease on Key with fence Fence. Fence zero
+// matches the holder's lease whatever its fence: it is for a caller that lost a grant's reply and
+// whose holder id is its own, used for that one request (the portable layer never sends zero
+// for a holder id the caller chose).
+type ReleaseRequest struct {
+	Key    string
+	Holder string
+	Fence  uint64
 }
 
 // ExtendResult describes the extended lease.

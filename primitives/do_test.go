@@ -36,7 +36,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 		m := mustMutex(t, store, primitives.WithTTL(3*time.Second))
 		err := m.Do(context.Background(), func(ctx context.Context) error {
 			snap, _ := store.Inspect(ctx, "job")
-			store.Release(ctx, "job", snap.Leases[0].Holder) // taken away behind its back
+			store.Release(ctx, core.ReleaseRequest{Key: "job", Holder: snap.Leases[0].Holder}) // taken away behind its back
 			<-ctx.Done()
 			if cause := context.Cause(ctx); !errors.Is(cause, core.ErrLost) {
 				t.Errorf("cause = %v, want ErrLost", cause)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -45,7 +46,7 @@ func TestEventsTellTheLeaseLife(t *testing.T) {
 		m.Acquire(context.Background())     // refused after the acquire timeout; a refresh at 3s
 		mustRelease(t, l)
 		l2 := mustAcquire(t, m)
-		store.Release(context.Background(), "job", l2.Holder())
+		store.Release(context.Background(), core.ReleaseRequest{Key: "job", Holder: l2.Holder()})
 		<-l2.Done()
 		synctest.Wait() // the lost event follows Done
 		want := "acquired refreshed refreshed refreshed refused released acquired lost"

@@ -102,7 +102,7 @@ func TestLeaseExtendOfLostLeaseNeverReacquires(t *testing.T) {
 		store := memory.New()
 		m := mustMutex(t, store, primitives.WithTTL(time.Second), primitives.WithoutRefresh())
 		l := mustAcquire(t, m)
-		store.Release(context.Background(), "job", l.Holder()) // taken away behind its back
+		store.Release(context.Background(), core.ReleaseRequest{Key: "job", Holder: l.Holder()}) // taken away behind its back
 		if _, err := l.Extend(context.Background(), time.Minute); !errors.Is(err, core.ErrLost) {
 			t.Errorf("Extend of a lease the store no longer holds: %v, want ErrLost", err)
 		}

@@ -147,7 +147,7 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	l.running.Wait() // no refresh may race the release
 
-	held, err := l.p.store.Release(ctx, l.p.key, l.p.holder)
+	held, err := l.p.store.Release(ctx, core.ReleaseRequest{Key: l.p.key, Holder: l.p.holder, Fence: l.p.fence})
 
 	l.mu.Lock()
 	if err != nil && l.err == nil && !l.ended {

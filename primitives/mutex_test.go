@@ -272,7 +272,7 @@ func TestLeaseTakenIsReportedLost(t *testing.T) {
 		}))
 		l := mustAcquire(t, m)
 		// Someone with the holder id ends the lease behind our back.
-		if ok, _ := store.Release(context.Background(), "job", l.Holder()); !ok {
+		if ok, _ := store.Release(context.Background(), core.ReleaseRequest{Key: "job", Holder: l.Holder()}); !ok {
 			t.Fatal("store did not hold the lease")
 		}
 		start := time.Now()
@@ -536,4 +536,49 @@ func TestFailedReleaseLeavesLeaseToItsDeadline(t *testing.T) {
 			t.Errorf("after a failed release: %d more refreshes, Err %v; want none and ErrLost", rec.extends.Load()-extends, l.Err())
 		}
 	})
+}
+
+// TestStaleReleaseUnderOneHolderIDLeavesTheNewerLease: under WithHolder, a lease that was lost
+// and expired must not free a newer lease taken under the same id: release names the fence.
+func TestStaleReleaseUnderOneHolderIDLeavesTheNewerLease(t *testing.T) {
+	store := memory.New()
+	ctx := context.Background()
+	stale, _ := primitives.NewMutex(store, "job", primitives.WithHolder("worker-1"), primitives.WithTTL(50*time.Millisecond), primitives.WithoutRefresh())
+	l1, err := stale.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l1.Done() // lost at its deadline; then the store's expiry passes too
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		snap, err := store.Inspect(ctx, "job")
+		if err != nil || len(snap.Leases) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store still holds the lease 5s after its TTL")
+		}
+		time.Sleep(time.Millisecond) // poll, bounded
+	}
+	fresh, _ := primitives.NewMutex(store, "job", primitives.WithHolder("worker-1"), primitives.WithTTL(time.Minute))
+	l2, err := fresh.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	if l2.Fence() == l1.Fence() {
+		t.Fatalf("the second lease has the first one's fence %d", l1.Fence())
+	}
+	if err := l1.Release(ctx); !errors.Is(err, core.ErrLost) {
+		t.Errorf("stale Release: %v, want ErrLost", err)
+	}
+	snap, err := store.Inspect(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Leases) != 1 || snap.Leases[0].Fence != l2.Fence() {
+		t.Fatalf("after the stale lease's Release the store holds %+v, want the newer lease (fence %d)", snap.Leases, l2.Fence())
+	}
+	if held, err := l2.Held(ctx); err != nil || !held {
+		t.Errorf("newer lease Held = %v, %v; want true", held, err)
+	}
 }

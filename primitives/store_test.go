@@ -72,7 +72,7 @@ func (r *recorder) Extend(ctx context.Context, req core.ExtendRequest) (core.Ext
 	return r.inner.Extend(ctx, req)
 }
 
-func (r *recorder) Release(ctx context.Context, key, holder string) (bool, error) {
+func (r *recorder) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	r.releases.Add(1)
 	r.mu.Lock()
 	err := r.releaseErr
@@ -80,7 +80,7 @@ func (r *recorder) Release(ctx context.Context, key, holder string) (bool, error
 	if err != nil {
 		return false, err
 	}
-	return r.inner.Release(ctx, key, holder)
+	return r.inner.Release(ctx, req)
 }
 
 func (r *recorder) Inspect(ctx context.Context, key string) (core.Snapshot, error) {

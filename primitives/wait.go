@@ -131,6 +131,6 @@ func (w *waiter) abandon() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		store.Release(ctx, key, holder)
+		store.Release(ctx, core.ReleaseRequest{Key: key, Holder: holder}) // the id is this call's own: any fence is its grant
 	}()
 }

@@ -53,7 +53,7 @@ func TestFencesIncreaseUnderNodeFailures(t *testing.T) {
 				last, holder = res.Fence, h
 			case 4: // the holder releases
 				if holder != "" {
-					s.Release(ctx, "k", holder)
+					s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: holder})
 					holder = ""
 				}
 			}

@@ -113,10 +113,12 @@ func retryAfter(res []result[core.AcquireResult], quorum int) time.Duration {
 	return waits[quorum-1]
 }
 
-// releaseAll releases holder on every node, with a context that outlives the caller's for at
-// most the node timeout: a grant must not be left to expire because the caller gave up.
+// releaseAll releases holder's lease, whatever its fence, on every node, with a context that
+// outlives the caller's for at most the node timeout: a grant must not be left to expire because
+// the caller gave up. (A node that timed out may have granted with a fence it never reported.)
 func (s *Store) releaseAll(ctx context.Context, key, holder string) {
-	fanout(context.WithoutCancel(ctx), s, nil, func(c context.Context, n core.Store) (bool, error) { return n.Release(c, key, holder) })
+	req := core.ReleaseRequest{Key: key, Holder: holder}
+	fanout(context.WithoutCancel(ctx), s, nil, func(c context.Context, n core.Store) (bool, error) { return n.Release(c, req) })
 }
 
 // Extend implements core.Store.Extend: the lease is kept when a quorum (for the key's limit)
@@ -151,10 +153,12 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	return core.ExtendResult{}, wrap("extend", req.Key, fmt.Errorf("%d of %d nodes extended, %d needed: %w", ok, len(s.nodes), quorum, nodeErrors(res)))
 }
 
-// Release implements core.Store.Release on every node. It reports whether a majority held the
-// lease; when fewer than a majority answer, it returns their errors joined.
-func (s *Store) Release(ctx context.Context, key, holder string) (bool, error) {
-	res := fanout(ctx, s, nil, func(c context.Context, n core.Store) (bool, error) { return n.Release(c, key, holder) })
+// Release implements core.Store.Release on every node: each ends the holder's lease with
+// req.Fence (the fence a quorum was raised to). It reports whether a majority held the lease;
+// when fewer than a majority answer, it returns their errors joined.
+func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	key := req.Key
+	res := fanout(ctx, s, nil, func(c context.Context, n core.Store) (bool, error) { return n.Release(c, req) })
 	held, answered := 0, 0
 	for _, r := range res {
 		if r.err == nil {

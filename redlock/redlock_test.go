@@ -83,12 +83,12 @@ func (n *node) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendR
 	return s.Extend(ctx, req)
 }
 
-func (n *node) Release(ctx context.Context, key, holder string) (bool, error) {
+func (n *node) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	s, err := n.get(ctx)
 	if err != nil {
 		return false, err
 	}
-	return s.Release(ctx, key, holder)
+	return s.Release(ctx, req)
 }
 
 func (n *node) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
@@ -275,7 +275,7 @@ func TestNodeRestartsEmptyDuringLease(t *testing.T) {
 	if r, _ := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute}); r.Granted {
 		t.Fatal("a second holder got the lease while a majority still held the first")
 	}
-	if ok, err := s.Release(ctx, "k", "a"); err != nil || !ok {
+	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a"}); err != nil || !ok {
 		t.Fatalf("Release: %v, %v", ok, err)
 	}
 	r2, _ := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute})
@@ -306,7 +306,7 @@ func TestFenceOrderCarriesThroughTheSharedNode(t *testing.T) {
 			t.Fatalf("%s with node %d down: fence %d is not above the previous %d", holder, down, res.Fence, last)
 		}
 		last = res.Fence
-		if ok, err := s.Release(ctx, "k", holder); err != nil || !ok {
+		if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: holder}); err != nil || !ok {
 			t.Fatalf("release %s: %v, %v", holder, ok, err)
 		}
 	}
@@ -362,7 +362,7 @@ func TestNodesInStepGrantInOneRound(t *testing.T) {
 				}
 			}
 		}
-		if _, err := s.Release(ctx, "k", holder); err != nil {
+		if _, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: holder}); err != nil {
 			t.Fatal(err)
 		}
 	}

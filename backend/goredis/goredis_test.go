@@ -114,7 +114,7 @@ func TestFaultMiniredisTimeJumps(t *testing.T) {
 	}
 	m.SetTime(t0) // back by 20 s: b's lease now has 30 s left
 	grant("c", false)
-	if held, err := s.Release(ctx, "jump", "b"); err != nil || !held {
+	if held, err := s.Release(ctx, core.ReleaseRequest{Key: "jump", Holder: "b"}); err != nil || !held {
 		t.Fatalf("Release(b) = %v, %v", held, err)
 	}
 	if fc := grant("c", true); fc <= fb {

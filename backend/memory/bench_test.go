@@ -32,7 +32,7 @@ func BenchmarkStoreAcquireRelease(b *testing.B) {
 			if err != nil || !res.Granted {
 				b.Fatalf("Acquire = %+v, %v", res, err)
 			}
-			held, err := s.Release(ctx, req.Key, req.Holder)
+			held, err := s.Release(ctx, core.ReleaseRequest{Key: req.Key, Holder: req.Holder})
 			if err != nil || !held {
 				b.Fatalf("Release = %v, %v", held, err)
 			}

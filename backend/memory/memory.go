@@ -176,16 +176,17 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 
 // Release implements core.Store.Release. Waiters in this process are woken before it returns,
 // as many as the freed permits can serve.
-func (s *Store) Release(ctx context.Context, key, holder string) (bool, error) {
+func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	key := req.Key
 	if err := s.lock(ctx, "release", key); err != nil {
 		return false, err
 	}
 	ks := s.live(key, s.clock.Now())
 	var freed int
 	if ks != nil {
-		if e, ok := ks.leases[holder]; ok {
+		if e, ok := ks.leases[req.Holder]; ok && (req.Fence == 0 || req.Fence == e.fence) {
 			freed = e.permits
-			delete(ks.leases, holder)
+			delete(ks.leases, req.Holder)
 		}
 	}
 	s.mu.Unlock()

@@ -24,7 +24,7 @@ func BenchmarkStorePair(b *testing.B) {
 				if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
 					b.Fatal(res, err)
 				}
-				if _, err := s.Release(ctx, "pair", "h"); err != nil {
+				if _, err := s.Release(ctx, core.ReleaseRequest{Key: "pair", Holder: "h"}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -143,7 +143,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			s.Acquire(ctx, req)
 			s.Extend(ctx, core.ExtendRequest{Key: "rt", Holder: "a", TTL: time.Minute})
 			s.Inspect(ctx, "rt")
-			s.Release(ctx, "rt", "a")
+			s.Release(ctx, core.ReleaseRequest{Key: "rt", Holder: "a"})
 			ops := []struct {
 				name string
 				do   func() error
@@ -158,7 +158,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 					return err
 				}},
 				{"Inspect", func() error { _, err := s.Inspect(ctx, "rt"); return err }},
-				{"Release", func() error { _, err := s.Release(ctx, "rt", "a"); return err }},
+				{"Release", func() error { _, err := s.Release(ctx, core.ReleaseRequest{Key: "rt", Holder: "a"}); return err }},
 			}
 			for _, op := range ops {
 				before := commands(t, srv.Addr)
@@ -248,8 +248,8 @@ func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
 						_, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute})
 						return err
 					},
-					func() error { _, err := s.Release(ctx, key, "b"); return err },
-					func() error { _, err := s.Release(ctx, key, "a"); return err },
+					func() error { _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "b"}); return err },
+					func() error { _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a"}); return err },
 					func() error { _, err := s.Inspect(ctx, key); return err },
 				} {
 					// An operation that does not touch the foreign key may succeed; one that does

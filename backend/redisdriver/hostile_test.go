@@ -87,7 +87,7 @@ func TestForeignHolderChangesNothing(t *testing.T) {
 			}
 			defer l.Release(ctx)
 			for _, h := range []string{"guess", strings.Repeat("0", 32), l.Holder() + " ", strings.ToUpper(l.Holder())} {
-				if held, err := s.Release(ctx, "foreign", h); err != nil || held {
+				if held, err := s.Release(ctx, core.ReleaseRequest{Key: "foreign", Holder: h}); err != nil || held {
 					t.Errorf("Release with holder %q: %v, %v; want false, nil", h, held, err)
 				}
 				if _, err := s.Extend(ctx, core.ExtendRequest{Key: "foreign", Holder: h, TTL: time.Minute}); !errors.Is(err, core.ErrLost) {

@@ -89,7 +89,7 @@ func TestPlaceLapsesWithTheWait(t *testing.T) {
 			mustAcquire(t, s, req("gone", 50*time.Millisecond), false)
 			mustAcquire(t, s, req("b", time.Minute), false)
 			time.Sleep(100 * time.Millisecond)
-			if _, err := s.Release(ctx, "lapse", "a"); err != nil {
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "lapse", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
 			snap, err := s.Inspect(ctx, "lapse")
@@ -123,7 +123,7 @@ func TestSemaphoreLineGrantsWhatFits(t *testing.T) {
 			mustAcquire(t, s, req("c", 1), false)
 			mustAcquire(t, s, req("d", 1), false)
 			mustAcquire(t, s, req("e", 1), false)
-			if _, err := s.Release(ctx, "fits", "a"); err != nil {
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "fits", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
 			snap, _ := s.Inspect(ctx, "fits")
@@ -160,7 +160,7 @@ func TestGrantFromLineIsTakenWithoutRoundTrip(t *testing.T) {
 			defer w.Close(false)
 			<-w.C() // the first wake: the subscription is new
 			waitFor(t, w.Reliable)
-			if _, err := s.Release(ctx, "taken", "a"); err != nil {
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "taken", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -314,7 +314,7 @@ func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
 			}
 			defer w.Close(false)
 			time.Sleep(200 * time.Millisecond) // subscriptions confirmed
-			if _, err := s.Release(ctx, "gone", "a"); err != nil {
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "gone", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, func() bool {

@@ -131,7 +131,9 @@ func ExtendArgs(req core.ExtendRequest) []any {
 }
 
 // ReleaseArgs returns the ARGV of the release script.
-func ReleaseArgs(holder string) []any { return []any{holder} }
+func ReleaseArgs(req core.ReleaseRequest) []any {
+	return []any{req.Holder, strconv.FormatUint(req.Fence, 10)}
+}
 
 // LeaveArgs returns the ARGV of the leave script, for holder, which gave up waiting after a
 // refusal that reported floor as the key's last fence.

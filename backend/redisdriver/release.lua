@@ -1,11 +1,11 @@
--- ARGV: holder
--- Returns {permits freed (0 when the holder held no lease), holder, fence, ...}: the freed
--- permits go to the waiters at the head of the line (holder, fence each), whose Stores are told
--- on their channels.
-local holder = ARGV[1]
+-- ARGV: holder, fence (0: whatever the holder's lease's fence)
+-- Returns {permits freed (0 when the holder held no lease with that fence), holder, fence, ...}:
+-- the freed permits go to the waiters at the head of the line (holder, fence each), whose Stores
+-- are told on their channels.
+local holder, want = ARGV[1], tonumber(ARGV[2])
 purge()
-local n = held(holder)
-if not n then return {0} end
+local n, fence = held(holder)
+if not n or (want ~= 0 and fence ~= want) then return {0} end
 local head, reqs = peek()
 redis.call('ZREM', leases, holder)
 redis.call('HDEL', holders, holder)

@@ -77,8 +77,9 @@ func (b *Base) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendR
 // Release implements core.Store.Release: one script call, which grants the freed permits to
 // the waiters at the head of the key's line and tells them: this Store's own at once, from the
 // reply, and those of other processes by a message on the key's channel.
-func (b *Base) Release(ctx context.Context, key, holder string) (bool, error) {
-	r, err := b.run(ctx, "release", key, Release, ReleaseArgs(holder))
+func (b *Base) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	key, holder := req.Key, req.Holder
+	r, err := b.run(ctx, "release", key, Release, ReleaseArgs(req))
 	if err != nil {
 		return false, err
 	}

@@ -112,10 +112,10 @@ func (s *observedStore) Acquire(ctx context.Context, req core.AcquireRequest) (c
 }
 
 // Release passes the release to the wrapped store, in turn with grants.
-func (s *observedStore) Release(ctx context.Context, key, holder string) (bool, error) {
+func (s *observedStore) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.Store.Release(ctx, key, holder)
+	return s.Store.Release(ctx, req)
 }
 
 // Register implements core.Notifier with the wrapped store's notifications, or returns

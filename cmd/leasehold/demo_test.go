@@ -198,7 +198,7 @@ func TestObservedStoreRecordsGrantsInOrder(t *testing.T) {
 	good := observe(memory.New())
 	grant(good, "a", 2)
 	grant(good, "b", 1)
-	if _, err := good.Release(ctx, "k", "a"); err != nil {
+	if _, err := good.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	grant(good, "c", 1)

@@ -118,10 +118,10 @@ func (s *recorded) Extend(ctx context.Context, req core.ExtendRequest) (core.Ext
 	return res, err
 }
 
-func (s *recorded) Release(ctx context.Context, key, holder string) (bool, error) {
+func (s *recorded) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	call := time.Now()
-	held, err := s.Store.Release(ctx, key, holder)
-	s.r.Add(Op{Kind: Release, Key: key, Holder: holder, Call: call, Return: time.Now(), OK: err == nil && held, Err: err})
+	held, err := s.Store.Release(ctx, req)
+	s.r.Add(Op{Kind: Release, Key: req.Key, Holder: req.Holder, Fence: req.Fence, Call: call, Return: time.Now(), OK: err == nil && held, Err: err})
 	return held, err
 }
 

@@ -297,7 +297,7 @@ func TestLostLeaseCancelsRequest(t *testing.T) {
 			cause <- nil
 			return
 		}
-		store.Release(r.Context(), defaultKey, snap.Leases[0].Holder) // taken behind its back
+		store.Release(r.Context(), core.ReleaseRequest{Key: defaultKey, Holder: snap.Leases[0].Holder}) // taken behind its back
 		select {
 		case <-r.Context().Done():
 			cause <- context.Cause(r.Context())
