@@ -63,6 +63,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	case *redis.Ring:
 		d.honoursCtx = c != nil && c.Options().ContextTimeoutEnabled
 	}
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		opts = append(opts[:len(opts):len(opts)], redisdriver.WithClusterPubSub())
+	}
 	b, err := redisdriver.NewBase("goredis", client, d, opts...)
 	if err != nil {
 		return nil, err

@@ -58,19 +58,42 @@ type Base struct {
 	bgMu       sync.Mutex     // orders leave's bg.Add before Close's bg.Wait
 	bgDone     bool           // Close has stopped taking leaves; guarded by bgMu
 	bg         sync.WaitGroup // waiters leaving their line
+	// listens says a PUBLISH on this Store's channel counts it while it listens (not a Cluster):
+	// a release passes over the waiters of a Store that no longer listens.
+	listens bool
+
+	// leaving holds the leaves not yet sent, by key and holder: the next try of that holder on
+	// that key waits for them, so that a late leave never ends what a newer call was granted.
+	leavingMu sync.Mutex
+	leaving   map[string]*pendingLeave
+	nLeaving  atomic.Int32 // len(leaving), for the hot path
+}
+
+type pendingLeave struct {
+	n    int
+	done chan struct{}
 }
 
 // Option configures a Redis Store; the drivers' options are these.
 type Option func(*options)
 
 type options struct {
-	prefix string
+	prefix  string
+	cluster bool
 }
 
 // WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
 // It must not contain '{' or '}'.
 func WithPrefix(prefix string) Option {
 	return func(o *options) { o.prefix = prefix }
+}
+
+// WithClusterPubSub tells the Store that its server is a Cluster (or any set of servers), where a
+// PUBLISH counts only the subscribers of one node: a release then cannot tell a waiter whose
+// process died from one listening on another node, and a dead waiter costs its TTL. The drivers
+// set it for their cluster clients.
+func WithClusterPubSub() Option {
+	return func(o *options) { o.cluster = true }
 }
 
 // NewBase returns the Base of a driver called name (for error messages) over client, after
@@ -90,7 +113,8 @@ func NewBase(name string, userClient any, client Client, opts ...Option) (*Base,
 	}
 	var id [8]byte
 	rand.Read(id[:])
-	return &Base{name: name, id: hex.EncodeToString(id[:]), client: client, layout: layout}, nil
+	return &Base{name: name, id: hex.EncodeToString(id[:]), client: client, layout: layout, listens: !o.cluster,
+		leaving: map[string]*pendingLeave{}}, nil
 }
 
 // isNil reports whether v is nil or a nil pointer, map, func, channel or interface.

@@ -1,11 +1,15 @@
 -- Shared prelude of every Leasehold script. One resource key is five Redis keys in one slot:
 --   KEYS[1] leases:  sorted set, holder -> expiry in server milliseconds
---   KEYS[2] holders: hash, holder -> "<permits> <fence>"
+--   KEYS[2] holders: hash, holder -> "<permits> <fence>", or "<permits> <fence> q" for a lease the
+--                    line granted that its waiter has not taken yet (an Acquire by the holder takes it)
 --   KEYS[3] meta:    hash, fence -> last fence granted, limit -> limit of the latest grant,
 --                    seq -> last place given in the line of waiters
 --   KEYS[4] queue:   sorted set, the line of waiters: holder -> place
 --   KEYS[5] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>
---                    <channel>", the request of each waiter in the line and its Store's channel
+--                    <listens> <channel>", the request of each waiter in the line, its Store's
+--                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
+--                    not (0: a Cluster, where PUBLISH counts only the node's own subscribers)
+-- Every number that goes into a stored string is written by int(), as a whole decimal number.
 -- Time is the server's (TIME); a lease with expiry E is held while now < E.
 --
 -- Each script's body runs as main() under pcall (see guard.lua). The first command on each key
@@ -27,14 +31,15 @@ local function purge()
   end
 end
 
--- split returns the two numbers of a "<a> <b>" value.
+-- split returns the permits and fence of a holders value, and whether the line granted that
+-- lease and its waiter has not taken it yet.
 local function split(v)
-  local sp = string.find(v, ' ', 1, true)
-  return tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1))
+  local a, b, q = string.match(v, '^(%d+) (%d+)( ?q?)$')
+  return tonumber(a), tonumber(b), q == ' q'
 end
 
-
--- held returns the permits and fence of holder's lease, or nil.
+-- held returns the permits and fence of holder's lease, and whether it is an untaken grant from
+-- the line; nil when it holds none.
 local function held(holder)
   local v = redis.call('HGET', holders, holder)
   if not v then return nil end
@@ -67,6 +72,12 @@ end
 
 local function int(x) return string.format('%.0f', x) end
 
+-- drop removes holder's lease.
+local function drop(holder)
+  redis.call('ZREM', leases, holder)
+  redis.call('HDEL', holders, holder)
+end
+
 -- unqueue takes holder out of the line of waiters.
 local function unqueue(holder)
   if redis.call('ZREM', queue, holder) == 1 then
@@ -76,8 +87,9 @@ end
 
 -- enqueue keeps holder's place in the line (or gives it the last one) until wait_ms from now,
 -- with the request that a release will grant it and the channel to tell it on.
-local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, channel)
-  redis.call('HSET', waiting, holder, n .. ' ' .. int(now_ms + wait_ms) .. ' ' .. limit .. ' ' .. ttl .. ' ' .. int(min_fence) .. ' ' .. channel)
+local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, channel)
+  redis.call('HSET', waiting, holder, int(n) .. ' ' .. int(now_ms + wait_ms) .. ' ' .. int(limit) .. ' ' .. int(ttl) .. ' ' ..
+    int(min_fence) .. ' ' .. listens .. ' ' .. channel)
   if not redis.call('ZSCORE', queue, holder) then
     redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), holder)
     if redis.call('PTTL', meta) < 0 then
@@ -92,61 +104,64 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, channel)
 end
 
 -- grant takes holder out of the line and gives it a lease of n permits for ttl ms, with a fence
--- above last (the key's last fence) and at least min_fence; fresh says no lease was held before.
+-- above last (the key's last fence) and at least min_fence; fresh says no lease was held before,
+-- mark is ' q' for a grant from the line (untaken until the holder's next Acquire), else ''.
 -- It returns the fence.
-local function grant(holder, n, limit, ttl, min_fence, last, fresh)
+local function grant(holder, n, limit, ttl, min_fence, last, fresh, mark)
   unqueue(holder)
   local fence = math.max(last + 1, now_us, min_fence)
-  redis.call('HSET', meta, 'fence', int(fence), 'limit', limit)
+  redis.call('HSET', meta, 'fence', int(fence), 'limit', int(limit))
   -- The counter outlives the leases by a week; after that the server clock carries the order.
   redis.call('PEXPIRE', meta, ttl + 604800000)
   redis.call('ZADD', leases, now_ms + ttl, holder)
-  redis.call('HSET', holders, holder, n .. ' ' .. int(fence))
+  redis.call('HSET', holders, holder, int(n) .. ' ' .. int(fence) .. mark)
   stretch(ttl, fresh)
   return fence
 end
 
--- peek returns the first 64 waiters of the line and their requests.
-local function peek()
-  local head = redis.call('ZRANGE', queue, 0, 63)
-  if #head == 0 then return head, head end
-  return head, redis.call('HMGET', waiting, unpack(head))
-end
-
--- handoff grants what is free to the waiters of head (from peek), in order, passing over those
--- that ask for more than is left and dropping those whose wait has ended. It publishes each
--- grant on the channel of the waiter's Store, as "<length>:<holder><fence> " (one message per
--- channel), and returns {holder, fence, ...}.
-local function handoff(head, reqs)
-  local out, msgs, order = {}, {}, {}
-  if #head == 0 then return out end
-  local _, _, in_use = census('')
-  local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
-  for i = 1, #head do
-    local h, n, deadline, limit, ttl, min_fence, channel = head[i], 0, 0
-    if reqs[i] then
-      local a, b, c, d, e, f = string.match(reqs[i], '^(%d+) (%d+) (%d+) (%d+) (%d+) (.*)$')
-      if a then
-        n, deadline, limit, ttl, min_fence, channel = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e), f
+-- serve grants free permits to the line, strictly in order: it stops at the first waiter whose
+-- permits are not free, so that nobody behind it, and no newcomer, takes permits before it. On
+-- the way it drops places whose wait has ended, whose holder holds a lease already, or whose
+-- Store no longer listens (a PUBLISH that reaches nobody, where the count means something: the
+-- grant is undone and the next waiter served). Each grant is published on the channel of the
+-- waiter's Store as "<length>:<holder><fence> ". It reads the line 64 places at a time and goes
+-- on until the line is empty or its head waits, so a line of any length is served. It returns
+-- {holder, fence, ...} of the grants made.
+local function serve()
+  local out, gone = {}, {}
+  local in_use, last
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 63)
+    if #head == 0 then return out end
+    local reqs = redis.call('HMGET', waiting, unpack(head))
+    if not in_use then
+      local _, _, used = census('')
+      in_use, last = used, tonumber(redis.call('HGET', meta, 'fence') or '0')
+    end
+    for i = 1, #head do
+      local h, n, deadline, limit, ttl, min_fence, listens, channel = head[i], 0, 0
+      if reqs[i] then
+        local a, b, c, d, e, f, g = string.match(reqs[i], '^(%d+) (%d+) (%d+) (%d+) (%d+) ([01]) (.*)$')
+        if a then
+          n, deadline, limit, ttl, min_fence, listens, channel = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e), f, g
+        end
+      end
+      if deadline <= now_ms or gone[channel] or held(h) then
+        unqueue(h)
+      elseif in_use + n > limit then
+        return out
+      else
+        last = grant(h, n, limit, ttl, min_fence, last, false, ' q')
+        local heard = redis.call('PUBLISH', channel, #h .. ':' .. h .. int(last) .. ' ')
+        if heard == 0 and listens == '1' then
+          drop(h) -- its Store is gone (or its subscription down, and its waiters retry)
+          gone[channel] = true
+        else
+          in_use = in_use + n
+          out[#out + 1] = h
+          out[#out + 1] = last
+        end
       end
     end
-    if deadline <= now_ms or held(h) then
-      unqueue(h)
-    elseif in_use + n <= limit then
-      last = grant(h, n, limit, ttl, min_fence, last, false)
-      in_use = in_use + n
-      out[#out + 1] = h
-      out[#out + 1] = last
-      if not msgs[channel] then
-        msgs[channel] = {}
-        order[#order + 1] = channel
-      end
-      table.insert(msgs[channel], #h .. ':' .. h .. int(last) .. ' ')
-      if in_use >= limit then break end
-    end
   end
-  for _, channel in ipairs(order) do
-    redis.call('PUBLISH', channel, table.concat(msgs[channel]))
-  end
-  return out
 end

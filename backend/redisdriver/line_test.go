@@ -16,8 +16,8 @@ import (
 )
 
 // TestLineServesWaitersInOrderAcrossProcesses: waiters in separate Stores (separate processes,
-// in effect) get the lock in the order they were refused, each handoff costing the release
-// alone.
+// in effect) get the lock in the order they were refused, each handoff costing the release and
+// the waiter's taking its grant.
 func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
@@ -62,8 +62,8 @@ func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 				(<-held).Release(context.Background())
 			}
 			wg.Wait()
-			if n := commands(t, srv.Addr) - before; n != waiters+1 {
-				t.Errorf("%d handoffs cost %d commands, want %d: the releases alone", waiters, n, waiters+1)
+			if n := commands(t, srv.Addr) - before; n != 2*waiters+1 {
+				t.Errorf("%d handoffs cost %d commands, want %d: the releases, and each waiter's taking its grant", waiters, n, 2*waiters+1)
 			}
 			for i, w := range order {
 				if w != i {
@@ -106,9 +106,10 @@ func TestPlaceLapsesWithTheWait(t *testing.T) {
 	}
 }
 
-// TestSemaphoreLineGrantsWhatFits: a release of 2 permits grants the first waiters that fit,
-// passing over one that asks for more than is free.
-func TestSemaphoreLineGrantsWhatFits(t *testing.T) {
+// TestSemaphoreLineIsStrictlyFIFO: the head of the line waits until its permits are free, and
+// nobody behind it, nor a newcomer, takes the permits meanwhile; then the release grants the
+// head and those behind it that fit, in order.
+func TestSemaphoreLineIsStrictlyFIFO(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -131,27 +132,43 @@ func TestSemaphoreLineGrantsWhatFits(t *testing.T) {
 			for _, l := range snap.Leases {
 				got[l.Holder] = l.Permits
 			}
-			if want := map[string]int{"b": 2, "c": 1, "d": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("after releasing 2 of 4 permits, leases %v, want %v", got, want)
+			if want := map[string]int{"b": 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("after releasing 2 of 4 permits with a head asking 3, leases %v, want %v", got, want)
 			}
-			// The waiters granted find their lease on their next try, which is idempotent.
+			mustAcquire(t, s, req("c", 1), false) // behind the head: waits
+			newcomer := req("new", 1)
+			newcomer.Wait = 0
+			mustAcquire(t, s, newcomer, false) // a TryAcquire does not pass the line either
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "fits", Holder: "b"}); err != nil {
+				t.Fatal(err)
+			}
+			snap, _ = s.Inspect(ctx, "fits")
+			got = map[string]int{}
+			for _, l := range snap.Leases {
+				got[l.Holder] = l.Permits
+			}
+			if want := map[string]int{"big": 3, "c": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("after every permit was freed, leases %v, want %v", got, want)
+			}
+			// The waiters granted take their lease on their next try, which is idempotent.
 			mustAcquire(t, s, req("c", 1), true)
-			mustAcquire(t, s, req("big", 3), false)
+			mustAcquire(t, s, req("d", 1), false)
 		})
 	}
 }
 
-// TestGrantFromLineIsTakenWithoutRoundTrip: a waiter in another Store finds the lease the line
-// granted it in the message, and its Acquire returns it with Since, sending nothing.
-func TestGrantFromLineIsTakenWithoutRoundTrip(t *testing.T) {
+// TestGrantFromLineIsTakenForItsFullTTL: a waiter in another Store, woken by the line's grant,
+// takes it with one round trip that renews it for its full TTL from that call, so its deadline
+// does not shrink with how long it waited; the fence is the grant's.
+func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
 			ctx := context.Background()
-			req := core.AcquireRequest{Key: "taken", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+			ttl := 2 * time.Second
+			req := core.AcquireRequest{Key: "taken", Holder: "b", Permits: 1, Limit: 1, TTL: ttl, Wait: time.Minute}
 			mustAcquire(t, s, core.AcquireRequest{Key: "taken", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}, true)
-			sent := time.Now()
 			mustAcquire(t, other, req, false)
 			w, err := other.Register(ctx, req)
 			if err != nil {
@@ -168,67 +185,68 @@ func TestGrantFromLineIsTakenWithoutRoundTrip(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the waiter granted from the line was not woken")
 			}
+			granted, _ := s.Inspect(ctx, "taken")
+			if len(granted.Leases) != 1 || granted.Leases[0].Holder != "b" {
+				t.Fatalf("after the release the store holds %+v, want b's grant from the line", granted.Leases)
+			}
+			// Let the grant age, as a slow waiter's would, before it is taken.
+			waitFor(t, func() bool {
+				snap, _ := s.Inspect(ctx, "taken")
+				return len(snap.Leases) == 1 && snap.Leases[0].TTL < ttl-300*time.Millisecond
+			})
 			before := commands(t, srv.Addr)
 			res, err := other.Acquire(ctx, req)
 			if err != nil || !res.Granted {
 				t.Fatalf("Acquire after the grant: %+v, %v", res, err)
 			}
-			if n := commands(t, srv.Addr) - before; n != 0 {
-				t.Errorf("taking a grant from the line sent %d commands, want 0", n)
-			}
-			if res.Since.IsZero() || res.Since.After(time.Now()) || res.Since.Before(sent) {
-				t.Errorf("Since = %v, want the time the refused try was sent (after %v)", res.Since, sent)
+			if n := commands(t, srv.Addr) - before; n != 1 {
+				t.Errorf("taking a grant from the line sent %d commands, want 1", n)
 			}
 			snap, _ := s.Inspect(ctx, "taken")
-			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "b" || snap.Leases[0].Fence != res.Fence {
-				t.Errorf("the store holds %+v, want b's lease with fence %d", snap.Leases, res.Fence)
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "b" || snap.Leases[0].Fence != res.Fence || res.Fence != granted.Leases[0].Fence {
+				t.Fatalf("the store holds %+v, want b's lease with the grant's fence %d", snap.Leases, granted.Leases[0].Fence)
+			}
+			if left := snap.Leases[0].TTL; left < ttl-200*time.Millisecond {
+				t.Errorf("the taken lease has %v left by the store's clock, want its full TTL %v from the taking call", left, ttl)
 			}
 		})
 	}
 }
 
-// TestStaleGrantIsNotTaken: a grant made before a holder's latest refusal (its fence not above
-// the key's last fence then) is not handed to the holder's new waiter, and a grant is taken once.
-func TestStaleGrantIsNotTaken(t *testing.T) {
+// TestStaleGrantDoesNotWake: a grant made before a holder's latest refusal (its fence not above
+// the key's last fence then) does not wake the holder's waiter; a fresh one does.
+func TestStaleGrantDoesNotWake(t *testing.T) {
 	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
 	subs := redisdriver.NewSubscriptions(layout, "store", nopPubSub{})
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 	ch := subs.Channel("k")
-	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 90}}) // no channel yet: ignored
-	sent := time.Now()
-	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", sent, false, true, 100)
+	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", time.Now(), false, true, 100)
 	w, err := subs.Register(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close(false)
+	drain := func() bool {
+		select {
+		case <-w.C():
+			return true
+		default:
+			return false
+		}
+	}
+	drain() // it starts woken: the subscription was not confirmed before the try
 	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 100}})
-	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
-		t.Fatal("a grant whose fence is not above the last fence at the refusal was taken")
+	if drain() {
+		t.Fatal("a grant whose fence is not above the last fence at the refusal woke the waiter")
 	}
-	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 150}, {Holder: "other", Fence: 151}})
-	fence, since, ok := subs.TakeGrant("k", "h", time.Minute)
-	if !ok || fence != 150 || !since.Equal(sent) {
-		t.Fatalf("TakeGrant = %d, %v, %v; want 150, %v, true", fence, since, ok, sent)
+	subs.Granted(ch, []redisdriver.Grant{{Holder: "other", Fence: 150}})
+	if drain() {
+		t.Fatal("a grant to another holder woke the waiter")
 	}
-	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 150}}) // the message after the reply
-	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
-		t.Fatal("one grant was taken twice")
-	}
-	// A try that finds the lease itself (its message still on its way) takes the grant out.
-	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", time.Now(), false, true, 160)
-	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", time.Now(), true, true, 170)
-	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 170}})
-	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
-		t.Fatal("a grant that the holder's own try had found was taken again from its late message")
-	}
-	// So does a release of the lease.
-	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", time.Now(), false, true, 180)
-	subs.Released("k", "h")
-	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 190}})
-	if _, _, ok := subs.TakeGrant("k", "h", time.Minute); ok {
-		t.Fatal("a grant heard of after the holder released was taken before its next refusal")
+	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 151}})
+	if !drain() {
+		t.Fatal("a fresh grant did not wake the waiter")
 	}
 }
 

@@ -114,15 +114,29 @@ func (l Layout) Keys(key string) []string {
 // its waiters from the key's line.
 func (l Layout) Channel(key, store string) string { return l.tag(key) + "granted:" + store }
 
-// ms rounds a TTL up to whole milliseconds, the server's resolution: a lease never ends
-// before its TTL.
-func ms(ttl time.Duration) int64 { return int64((ttl + time.Millisecond - 1) / time.Millisecond) }
+// maxMs bounds every duration sent to a script: far above any TTL or wait a caller means
+// (35,000 years), and far below 2^53, so that the scripts' arithmetic on doubles stays exact.
+const maxMs = 1 << 50
+
+// ms rounds a duration up to whole milliseconds, the server's resolution (a lease never ends
+// before its TTL), and bounds it to [0, maxMs] without overflowing.
+func ms(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return min(int64(d/time.Millisecond)+min(int64(d%time.Millisecond), 1), maxMs)
+}
 
 // AcquireArgs returns the ARGV of the acquire script; channel is where a grant from the line is
-// to be published, used when req.Wait > 0.
-func AcquireArgs(req core.AcquireRequest, channel string) []any {
+// to be published, used when req.Wait > 0, and listens says whether a PUBLISH there counts the
+// Store while it listens (not on a Cluster).
+func AcquireArgs(req core.AcquireRequest, channel string, listens bool) []any {
+	l := "0"
+	if listens {
+		l = "1"
+	}
 	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), channel,
-		strconv.FormatUint(req.FenceFloor, 10)}
+		strconv.FormatUint(req.FenceFloor, 10), l}
 }
 
 // ExtendArgs returns the ARGV of the extend script.

@@ -6,9 +6,7 @@ local holder, want = ARGV[1], tonumber(ARGV[2])
 purge()
 local n, fence = held(holder)
 if not n or (want ~= 0 and fence ~= want) then return {0} end
-local head, reqs = peek()
-redis.call('ZREM', leases, holder)
-redis.call('HDEL', holders, holder)
-local out = handoff(head, reqs)
+drop(holder)
+local out = serve()
 table.insert(out, 1, n)
 return out

@@ -14,27 +14,31 @@ var (
 	_ core.Notifier = (*Base)(nil)
 )
 
-// Acquire implements core.Store.Acquire: one script call. A refusal with req.Wait > 0 keeps
-// the holder's place in the key's line of waiters for req.Wait; a lease granted from the line
-// since, which this Store has heard of, is returned without a round trip (with Since set).
+// Acquire implements core.Store.Acquire: one script call. The key's line is strictly FIFO: free
+// permits go to the waiters in line first. A refusal with req.Wait > 0 keeps the holder's place
+// in the line for req.Wait; a lease the line grants it is taken by its next Acquire, which
+// renews it for its full TTL from that call. A try of a holder whose leave of the key's line is
+// still being sent waits for it first.
 func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	if b.nLeaving.Load() > 0 {
+		if err := b.awaitLeave(ctx, req.Key, req.Holder); err != nil {
+			return core.AcquireResult{}, b.wrap("acquire", req.Key, err)
+		}
+	}
 	subs := b.loadSubs()
 	var try Try
 	sent := time.Now()
 	if subs != nil && req.Wait > 0 {
-		if err := b.check(ctx); err != nil {
-			return core.AcquireResult{}, b.wrap("acquire", req.Key, err)
-		}
-		if fence, since, ok := subs.TakeGrant(req.Key, req.Holder, req.TTL); ok {
-			return core.AcquireResult{Granted: true, Fence: fence, Since: since}, nil
-		}
 		try = subs.BeforeTry(req.Key, req.Holder)
 	}
 	var channel string
 	if req.Wait > 0 {
 		channel = b.layout.Channel(req.Key, b.id)
 	}
-	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req, channel))
+	// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
+	// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
+	listens := b.listens && try.gen != 0
+	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req, channel, listens))
 	var res core.AcquireResult
 	var last uint64
 	if err == nil {
@@ -44,6 +48,12 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 	if err != nil {
 		if subs != nil {
 			subs.EndTry(try)
+		}
+		if req.Wait > 0 && ctx.Err() != nil {
+			// The try may have reached the server and taken a place that nobody would own:
+			// leave it (a grant made meanwhile goes on down the line; a lease granted to the try
+			// itself is not the line's, and is the caller's to release).
+			b.leave(req.Key, req.Holder, 0)
 		}
 		return core.AcquireResult{}, err
 	}
@@ -113,11 +123,45 @@ func (b *Base) leave(key, holder string, floor uint64) {
 	if b.bgDone {
 		return
 	}
+	id := key + "\x00" + holder
+	b.leavingMu.Lock()
+	p := b.leaving[id]
+	if p == nil {
+		p = &pendingLeave{done: make(chan struct{})}
+		b.leaving[id] = p
+		b.nLeaving.Add(1)
+	}
+	p.n++
+	b.leavingMu.Unlock()
 	b.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
 		b.leaveNow(ctx, key, holder, floor)
+		b.leavingMu.Lock()
+		if p.n--; p.n == 0 {
+			delete(b.leaving, id)
+			b.nLeaving.Add(-1)
+			close(p.done)
+		}
+		b.leavingMu.Unlock()
 	})
+}
+
+// awaitLeave returns when no leave of holder on key is pending (each is bounded by
+// leaveTimeout), or with ctx's error.
+func (b *Base) awaitLeave(ctx context.Context, key, holder string) error {
+	b.leavingMu.Lock()
+	p := b.leaving[key+"\x00"+holder]
+	b.leavingMu.Unlock()
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // leaveNow sends the leave script. It is not b.run: a closing Store still sends what its

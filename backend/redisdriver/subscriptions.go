@@ -27,8 +27,8 @@ const Linger = 30 * time.Second
 // Subscriptions is the core.Notifier of a Redis Store. It subscribes to its channel for a key
 // (see Layout.Channel) while this Store has waiters on the key (and for Linger after), and turns what the driver's
 // connection receives into wake-ups: a message of grants made from the key's line wakes the
-// waiters granted, and no others, and keeps each grant for its waiter's next Acquire
-// (TakeGrant); a confirmed subscription wakes all of the key's waiters, which may have missed a
+// waiters granted, and no others, and remembers each grant so that a caller that gave up
+// before enrolling gives it back; a confirmed subscription wakes all of the key's waiters, which may have missed a
 // grant before it; a connection that goes down makes every waiter unreliable (they retry at
 // their retry interval) until its subscriptions are confirmed again.
 //
@@ -274,20 +274,6 @@ func (s *Subscriptions) Released(key, holder string) {
 	} else if c != nil {
 		c.setFloor(holder, math.MaxUint64)
 	}
-}
-
-// TakeGrant returns, and forgets, a grant from the line to holder on key that its waiter has not
-// taken yet, with the time its TTL counts from, when that was less than ttl/2 ago.
-func (s *Subscriptions) TakeGrant(key, holder string, ttl time.Duration) (fence uint64, since time.Time, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := s.channels[s.Channel(key)].waiter(holder)
-	if w == nil || w.grant <= w.floor || time.Since(w.since) >= ttl/2 {
-		return 0, time.Time{}, false
-	}
-	fence, since = w.grant, w.since
-	w.floor, w.grant, w.queued = w.grant, 0, false
-	return fence, since, true
 }
 
 func (c *channel) waiter(holder string) *waiter {

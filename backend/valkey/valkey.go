@@ -53,6 +53,9 @@ func WithPrefix(prefix string) Option { return redisdriver.WithPrefix(prefix) }
 // waiter opens one dedicated subscription connection. The client stays the caller's: Close
 // does not close it. A nil client is an error wrapping core.ErrInvalid.
 func New(client vk.Client, opts ...Option) (*Store, error) {
+	if client != nil && client.Mode() == vk.ClientModeCluster {
+		opts = append(opts[:len(opts):len(opts)], redisdriver.WithClusterPubSub())
+	}
 	b, err := redisdriver.NewBase("valkey", client, driver{client}, opts...)
 	if err != nil {
 		return nil, err
