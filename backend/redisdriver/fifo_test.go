@@ -1,0 +1,108 @@
+package redisdriver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// TestCanceledTryLeavesNoOrphanPlace: a caller whose ctx ends while its first refused try is in
+// flight leaves no place in the line that nobody owns: the holder's release then frees the lock
+// (nobody is handed it), and the line is empty.
+func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			proxy := redistest.StartProxy(t, srv.Addr)
+			ctx := context.Background()
+			holder, _ := primitives.NewMutex(mk(t, srv.Addr), "orphan", primitives.WithTTL(time.Minute))
+			l, err := holder.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slow := mk(t, proxy.Addr)
+			waiter, _ := primitives.NewMutex(slow, "orphan", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+			warm, _ := primitives.NewMutex(slow, "warm-up")
+			if wl, err := warm.Acquire(ctx); err == nil {
+				wl.Release(ctx) // connections and scripts ready: the try below is one command
+			}
+			proxy.SetLatency(300 * time.Millisecond)
+			// Canceled, as by a client that hangs up: no deadline bounds the place the try takes.
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(100*time.Millisecond, cancel)
+			if _, err := waiter.Acquire(cctx); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Acquire with a ctx canceled during the try: %v, want Canceled", err)
+			}
+			// The try reaches the server and takes a place; the leave that follows takes it out.
+			waitFor(t, func() bool { return lineLen(t, srv.Addr, "orphan") == 1 })
+			waitFor(t, func() bool { return lineLen(t, srv.Addr, "orphan") == 0 })
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if snap, _ := holder.Inspect(ctx); len(snap.Leases) != 0 {
+				t.Fatalf("after the holder's release the lock is held by %+v, want nobody: the caller had gone", snap.Leases)
+			}
+		})
+	}
+}
+
+// TestLapsedPlacesAtTheHeadDoNotBlockTheLine: more lapsed places than a release reads at once
+// (64) stand at the head of the line; a release still grants the live waiter behind them.
+func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			req := func(holder string, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: "lapsed", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait}
+			}
+			mustAcquire(t, s, req("holder", 0), true)
+			start := time.Now()
+			for i := range 100 {
+				mustAcquire(t, s, req(fmt.Sprint("gone-", i), 50*time.Millisecond), false)
+			}
+			mustAcquire(t, s, req("live", time.Minute), false)
+			// Let the 100 places lapse: their waits were 50ms, by the server's clock.
+			waitFor(t, func() bool { return time.Since(start) > 200*time.Millisecond })
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "lapsed", Holder: "holder"}); err != nil {
+				t.Fatal(err)
+			}
+			snap, _ := s.Inspect(ctx, "lapsed")
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "live" {
+				t.Fatalf("after the release, leases %+v, want the live waiter's behind 100 lapsed places", snap.Leases)
+			}
+			if n := lineLen(t, srv.Addr, "lapsed"); n != 0 {
+				t.Errorf("the line still has %d places, want none", n)
+			}
+		})
+	}
+}
+
+// TestNewcomerDoesNotPassTheLine: permits freed by expiry go to the waiter in line, not to a
+// newcomer who finds them free first.
+func TestNewcomerDoesNotPassTheLine(t *testing.T) {
+	for name, mk := range drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			req := func(holder string, ttl, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: "expiry", Holder: holder, Permits: 1, Limit: 1, TTL: ttl, Wait: wait}
+			}
+			mustAcquire(t, s, req("holder", 100*time.Millisecond, 0), true)
+			mustAcquire(t, s, req("waiter", time.Minute, time.Minute), false)
+			waitFor(t, func() bool {
+				snap, _ := s.Inspect(context.Background(), "expiry")
+				return len(snap.Leases) == 0 || snap.Leases[0].Holder != "holder"
+			})
+			mustAcquire(t, s, req("newcomer", time.Minute, 0), false)
+			mustAcquire(t, s, req("waiter", time.Minute, time.Minute), true)
+		})
+	}
+}
