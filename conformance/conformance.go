@@ -38,6 +38,7 @@ func Run(t *testing.T, h Harness) {
 		{"CanceledContextChangesNothing", s.testCanceledContextChangesNothing},
 		{"ReleaseWakesWaiter", s.testReleaseWakesWaiter},
 		{"ReleaseWakesOneWaiterPerPermit", s.testReleaseWakesOneWaiterPerPermit},
+		{"LineIsStrictlyFIFO", s.testLineIsStrictlyFIFO},
 		{"UnusedWakeIsPassedOn", s.testUnusedWakeIsPassedOn},
 		{"ConcurrentHoldersNeverExceedLimit", s.testConcurrentHoldersNeverExceedLimit},
 		{"StateMachine", s.testStateMachine},

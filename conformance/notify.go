@@ -137,3 +137,33 @@ func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 		t.Fatalf("after the first waiter gave up, leases %+v, want w1's alone", snap.Leases)
 	}
 }
+
+// testLineIsStrictlyFIFO: the head of the line waits until its permits are free; nobody behind
+// it, no newcomer and no single attempt takes permits meanwhile; then the release grants the
+// head, and those behind it that fit, in order.
+func (s *suite) testLineIsStrictlyFIFO(t *testing.T) {
+	st, key := s.h.NewStore(t), newKey(t)
+	mustGrant(t, st, key, "a", 1, 3, time.Minute)
+	mustGrant(t, st, key, "b", 2, 3, time.Minute)
+	big := waitFor(t, st, key, "big", 3, 3)
+	small := waitFor(t, st, key, "small", 1, 3)
+	release(t, st, key, "a")
+	if got := woken(big, small); got[0] || got[1] {
+		t.Fatalf("releasing 1 permit with a head asking 3 woke %v, want nobody", got)
+	}
+	if _, ok := holders(inspect(t, st, key))["small"]; ok {
+		t.Fatal("a waiter behind the head was granted the freed permit: the line is not FIFO")
+	}
+	mustRefuse(t, st, key, "newcomer", 1, 3, time.Minute) // a single attempt: no Wait
+	mustRefuse(t, st, key, "small", 1, 3, time.Minute)
+	release(t, st, key, "b")
+	if got := woken(big, small); !got[0] || got[1] {
+		t.Fatalf("freeing every permit woke %v, want the head alone (it takes all 3)", got)
+	}
+	mustGrant(t, st, key, "big", 3, 3, time.Minute)
+	release(t, st, key, "big")
+	if !woken(small)[0] {
+		t.Fatal("the waiter behind the head was not woken when its turn came")
+	}
+	mustGrant(t, st, key, "small", 1, 3, time.Minute)
+}

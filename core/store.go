@@ -146,14 +146,3 @@ type LeaseInfo struct {
 	// TTL is the time the lease has left by the store's clock.
 	TTL time.Duration
 }
-
-// NextFence returns the fence to grant after last at time now: max(last+1, now in microseconds
-// since the Unix epoch). Taking the clock into account keeps fences increasing even when a store
-// restarts without its data, as long as its clock does not move back.
-func NextFence(last uint64, now time.Time) uint64 {
-	next := last + 1
-	if us := now.UnixMicro(); us > 0 && uint64(us) > next {
-		next = uint64(us)
-	}
-	return next
-}

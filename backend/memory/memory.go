@@ -24,24 +24,26 @@ import (
 // The store keeps, for every key ever acquired, its last fence (a few dozen bytes), so that fences
 // keep increasing after a key's leases have all ended.
 type Store struct {
-	clock   core.Clock
-	waiters core.Waitlist
+	clock core.Clock
 
-	mu     sync.Mutex
-	keys   map[string]*keyState
-	closed bool
+	mu      sync.Mutex
+	keys    map[string]*keyState
+	waiters map[string]map[string][]*waiter // key → holder → enrolled waiters
+	closed  bool
 }
 
 type keyState struct {
 	limit  int
 	fence  uint64
 	leases map[string]entry
+	line   []place // the waiters in line, in arrival order
 }
 
 type entry struct {
 	permits int
 	fence   uint64
 	expiry  time.Time
+	untaken bool // granted from the line; the holder's next Acquire takes it
 }
 
 var (
@@ -64,7 +66,7 @@ func WithClock(clock core.Clock) Option {
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: core.SystemClock, keys: make(map[string]*keyState)}
+	s := &Store{clock: core.SystemClock, keys: make(map[string]*keyState), waiters: make(map[string]map[string][]*waiter)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -99,7 +101,10 @@ func (s *Store) live(key string, now time.Time) *keyState {
 	return ks
 }
 
-// Acquire implements core.Store.Acquire.
+// Acquire implements core.Store.Acquire. The key's line is strictly FIFO: free permits go to
+// the waiters in line first (they are woken), and the caller is granted only when served from
+// the line or when nobody waits. A refusal with req.Wait > 0 keeps the caller's place for that
+// long.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	if err := s.lock(ctx, "acquire", req.Key); err != nil {
 		return core.AcquireResult{}, err
@@ -111,12 +116,14 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		ks = &keyState{leases: make(map[string]entry, 1)}
 		s.keys[req.Key] = ks
 	}
+	s.serveLocked(req.Key, ks, now)
 	if e, ok := ks.leases[req.Holder]; ok {
 		if e.permits != req.Permits {
 			return core.AcquireResult{}, fmt.Errorf("leasehold/memory: acquire %q: %w: holder already holds %d permits, asked for %d",
 				req.Key, core.ErrInvalid, e.permits, req.Permits)
 		}
 		e.expiry = now.Add(req.TTL)
+		e.untaken = false
 		if req.MinFence > e.fence {
 			e.fence = req.MinFence
 			ks.fence = max(ks.fence, req.MinFence)
@@ -125,17 +132,32 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		ks.limit = req.Limit
 		return core.AcquireResult{Granted: true, Fence: e.fence}, nil
 	}
-	used := 0
-	for _, e := range ks.leases {
-		used += e.permits
+	used := ks.used()
+	if used+req.Permits > req.Limit || len(ks.line) > 0 {
+		if req.Wait > 0 {
+			ks.enqueue(req, now)
+		}
+		// With room but others ahead, the first expiry is the next change expiry alone brings.
+		return core.AcquireResult{RetryAfter: retryAfter(ks, now, max(used+req.Permits-req.Limit, 1))}, nil
 	}
-	if used+req.Permits > req.Limit {
-		return core.AcquireResult{RetryAfter: retryAfter(ks, now, used+req.Permits-req.Limit)}, nil
-	}
-	ks.fence = max(core.NextFence(ks.fence, now), req.MinFence, req.FenceFloor)
-	ks.limit = req.Limit
-	ks.leases[req.Holder] = entry{permits: req.Permits, fence: ks.fence, expiry: now.Add(req.TTL)}
+	ks.grant(req.Holder, req.Permits, req.Limit, req.TTL, max(req.MinFence, req.FenceFloor), now, false)
 	return core.AcquireResult{Granted: true, Fence: ks.fence}, nil
+}
+
+// used returns the permits the key's leases hold.
+func (ks *keyState) used() int {
+	n := 0
+	for _, e := range ks.leases {
+		n += e.permits
+	}
+	return n
+}
+
+// grant gives holder a lease with the key's next fence (at least floor).
+func (ks *keyState) grant(holder string, permits, limit int, ttl time.Duration, floor uint64, now time.Time, fromLine bool) {
+	ks.fence = max(nextFence(ks.fence, now), floor)
+	ks.limit = limit
+	ks.leases[holder] = entry{permits: permits, fence: ks.fence, expiry: now.Add(ttl), untaken: fromLine}
 }
 
 // retryAfter returns how long until leases holding at least need permits have expired.
@@ -174,26 +196,25 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	return core.ExtendResult{Permits: e.permits, Fence: e.fence, Limit: ks.limit}, nil
 }
 
-// Release implements core.Store.Release. Waiters in this process are woken before it returns,
-// as many as the freed permits can serve.
+// Release implements core.Store.Release. The freed permits go to the head of the key's line,
+// whose waiters are woken before it returns.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	key := req.Key
 	if err := s.lock(ctx, "release", key); err != nil {
 		return false, err
 	}
-	ks := s.live(key, s.clock.Now())
-	var freed int
-	if ks != nil {
-		if e, ok := ks.leases[req.Holder]; ok && (req.Fence == 0 || req.Fence == e.fence) {
-			freed = e.permits
-			delete(ks.leases, req.Holder)
-		}
-	}
-	s.mu.Unlock()
-	if freed == 0 {
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	ks := s.live(key, now)
+	if ks == nil {
 		return false, nil
 	}
-	s.waiters.Notify(key, freed)
+	e, ok := ks.leases[req.Holder]
+	if !ok || (req.Fence != 0 && req.Fence != e.fence) {
+		return false, nil
+	}
+	delete(ks.leases, req.Holder)
+	s.serveLocked(key, ks, now)
 	return true, nil
 }
 
@@ -218,21 +239,18 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	return snap, nil
 }
 
-// Register implements core.Notifier: the waiter is woken by releases through this Store.
-func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
-	if err := s.lock(ctx, "register", req.Key); err != nil {
-		return nil, err
-	}
-	s.mu.Unlock()
-	return s.waiters.Register(ctx, req)
-}
-
 // Close closes the store: every later operation returns an error wrapping core.ErrClosed, and
 // every waiter is woken so that it finds out. Leases are not released. Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.closed = true
-	s.mu.Unlock()
-	s.waiters.WakeAll()
+	for _, hs := range s.waiters {
+		for _, ws := range hs {
+			for _, w := range ws {
+				w.wake()
+			}
+		}
+	}
 	return nil
 }

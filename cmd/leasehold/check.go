@@ -61,6 +61,40 @@ type keyRecord struct {
 	peakInUse   int    // most permits in use right after a grant, by Inspect
 	peakHolders int    // most leases right after a grant, by Inspect
 	inspectErr  error  // the first Inspect failure
+	// leases are the key's leases the last time it was looked at (holder → fence): a lease the
+	// line granted shows up in the Inspect after the release that made it, and its holder's
+	// Acquire then takes it, which is no new grant.
+	leases map[string]uint64
+}
+
+// granted records a new grant of fence, in the order the store made it.
+func (r *keyRecord) granted(key string, fence uint64) {
+	r.grants++
+	if r.grants > 1 && fence <= r.lastFence {
+		r.backwards++
+		if r.firstBad == "" {
+			r.firstBad = fmt.Sprintf("grant %d on %q got fence %d, after fence %d", r.grants, key, fence, r.lastFence)
+		}
+	}
+	r.lastFence = fence
+	r.maxFence = max(r.maxFence, fence)
+}
+
+// look records what Inspect reports after a grant or a release: new leases (granted from the
+// line) in the order of their fences, and the key's use.
+func (r *keyRecord) look(key string, snap core.Snapshot) {
+	seen := make(map[string]uint64, len(snap.Leases))
+	for _, l := range snap.Leases { // ordered by fence
+		f, ok := r.leases[l.Holder]
+		if !ok {
+			f = l.Fence
+			r.granted(key, f)
+		}
+		seen[l.Holder] = f
+	}
+	r.leases = seen
+	r.peakInUse = max(r.peakInUse, snap.InUse())
+	r.peakHolders = max(r.peakHolders, len(snap.Leases))
 }
 
 var (
@@ -75,8 +109,8 @@ func observe(store core.Store) *observedStore {
 }
 
 // Acquire passes the request to the wrapped store and, when it is granted, records the grant's
-// fence and the key's use as Inspect reports it. The primitives never ask the store again for a
-// lease their holder already holds, so every grant here is a new lease with a new fence.
+// fence (unless the grant was seen already: a lease the line granted, which its holder takes
+// now) and the key's use as Inspect reports it.
 func (s *observedStore) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,38 +118,48 @@ func (s *observedStore) Acquire(ctx context.Context, req core.AcquireRequest) (c
 	if err != nil || !res.Granted {
 		return res, err
 	}
-	r := s.keys[req.Key]
-	if r == nil {
-		r = &keyRecord{}
-		s.keys[req.Key] = r
+	r := s.recordLocked(req.Key)
+	if _, ok := r.leases[req.Holder]; !ok {
+		r.granted(req.Key, res.Fence)
+		r.leases[req.Holder] = res.Fence
 	}
-	r.grants++
-	if r.grants > 1 && res.Fence <= r.lastFence {
-		r.backwards++
-		if r.firstBad == "" {
-			r.firstBad = fmt.Sprintf("grant %d on %q got fence %d, after fence %d", r.grants, req.Key, res.Fence, r.lastFence)
-		}
-	}
-	r.lastFence = res.Fence
-	r.maxFence = max(r.maxFence, res.Fence)
-	// The grant is made; a caller's ctx ending now must not cost the check its look.
-	snap, ierr := s.Store.Inspect(context.WithoutCancel(ctx), req.Key)
-	if ierr != nil {
-		if r.inspectErr == nil {
-			r.inspectErr = ierr
-		}
-		return res, nil
-	}
-	r.peakInUse = max(r.peakInUse, snap.InUse())
-	r.peakHolders = max(r.peakHolders, len(snap.Leases))
+	s.lookLocked(ctx, req.Key, r)
 	return res, nil
 }
 
-// Release passes the release to the wrapped store, in turn with grants.
+// Release passes the release to the wrapped store, in turn with grants, and looks at the key
+// after it: the release may have granted its permits to waiters in line.
 func (s *observedStore) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.Store.Release(ctx, req)
+	held, err := s.Store.Release(ctx, req)
+	if err == nil && held {
+		s.lookLocked(ctx, req.Key, s.recordLocked(req.Key))
+	}
+	return held, err
+}
+
+// recordLocked returns key's record, making it if need be. s.mu must be held.
+func (s *observedStore) recordLocked(key string) *keyRecord {
+	r := s.keys[key]
+	if r == nil {
+		r = &keyRecord{leases: map[string]uint64{}}
+		s.keys[key] = r
+	}
+	return r
+}
+
+// lookLocked asks the store about key and records what it says. The grant or release is made;
+// a caller's ctx ending now must not cost the check its look. s.mu must be held.
+func (s *observedStore) lookLocked(ctx context.Context, key string, r *keyRecord) {
+	snap, err := s.Store.Inspect(context.WithoutCancel(ctx), key)
+	if err != nil {
+		if r.inspectErr == nil {
+			r.inspectErr = err
+		}
+		return
+	}
+	r.look(key, snap)
 }
 
 // Register implements core.Notifier with the wrapped store's notifications, or returns

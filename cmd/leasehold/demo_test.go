@@ -104,6 +104,14 @@ func (s fencesBackwards) Extend(ctx context.Context, req core.ExtendRequest) (co
 	return res, err
 }
 
+// Release names the lease by the fence Acquire reported, so it takes the complement back.
+func (s fencesBackwards) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	if req.Fence != 0 {
+		req.Fence = ^req.Fence
+	}
+	return s.Store.Release(ctx, req)
+}
+
 func TestDemoFailsWhenFencesGoBackwards(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer

@@ -1,0 +1,170 @@
+package memory
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// place is a waiter's request in a key's line.
+type place struct {
+	holder   string
+	permits  int
+	limit    int
+	ttl      time.Duration
+	floor    uint64 // least fence of its grant (MinFence, FenceFloor)
+	deadline time.Time
+}
+
+// enqueue keeps req's holder's place in the line (or gives it the last one) until req.Wait from
+// now, with the request a release will grant it.
+func (ks *keyState) enqueue(req core.AcquireRequest, now time.Time) {
+	p := place{holder: req.Holder, permits: req.Permits, limit: req.Limit, ttl: req.TTL,
+		floor: max(req.MinFence, req.FenceFloor), deadline: now.Add(req.Wait)}
+	if i := ks.find(req.Holder); i >= 0 {
+		ks.line[i] = p
+		return
+	}
+	ks.line = append(ks.line, p)
+}
+
+// find returns the index of holder's place in the line, or -1.
+func (ks *keyState) find(holder string) int {
+	return slices.IndexFunc(ks.line, func(p place) bool { return p.holder == holder })
+}
+
+// serveLocked grants free permits to the key's line, strictly in order: it stops at the first
+// waiter whose permits are not free, so that nobody behind it, and no newcomer, takes permits
+// before it. Places whose wait has ended, or whose holder holds a lease already, are dropped on
+// the way. The waiters granted are woken. s.mu must be held, and ks's expired leases purged.
+func (s *Store) serveLocked(key string, ks *keyState, now time.Time) {
+	used := -1
+	for len(ks.line) > 0 {
+		p := ks.line[0]
+		if _, holds := ks.leases[p.holder]; holds || !now.Before(p.deadline) {
+			ks.line = ks.line[1:]
+			continue
+		}
+		if used < 0 {
+			used = ks.used()
+		}
+		if used+p.permits > p.limit {
+			break
+		}
+		ks.line = ks.line[1:]
+		ks.grant(p.holder, p.permits, p.limit, p.ttl, p.floor, now, true)
+		used += p.permits
+		s.wakeLocked(key, p.holder)
+	}
+	if len(ks.line) == 0 {
+		ks.line = nil // let the backing array go
+	}
+}
+
+// leaveLocked takes holder out of key's line and gives back a lease the line granted it that it
+// has not taken, serving the next waiters. s.mu must be held.
+func (s *Store) leaveLocked(key, holder string) {
+	ks := s.keys[key]
+	if ks == nil {
+		return
+	}
+	now := s.clock.Now()
+	ks = s.live(key, now)
+	if i := ks.find(holder); i >= 0 {
+		ks.line = slices.Delete(ks.line, i, i+1)
+	}
+	if e, ok := ks.leases[holder]; ok && e.untaken {
+		delete(ks.leases, holder)
+	}
+	s.serveLocked(key, ks, now)
+}
+
+// waiter is one caller's enrollment on a key: it is woken when the line grants its holder a
+// lease, and when the store closes.
+type waiter struct {
+	s           *Store
+	key, holder string
+	c           chan struct{}
+	closed      bool // guarded by s.mu
+}
+
+// Register implements core.Notifier: the waiter is woken when the key's line grants req.Holder
+// a lease. It starts woken when that happened already.
+func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+	if err := s.lock(ctx, "register", req.Key); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	w := &waiter{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1)}
+	hs := s.waiters[req.Key]
+	if hs == nil {
+		hs = make(map[string][]*waiter)
+		s.waiters[req.Key] = hs
+	}
+	hs[req.Holder] = append(hs[req.Holder], w)
+	if ks := s.live(req.Key, s.clock.Now()); ks != nil {
+		if e, ok := ks.leases[req.Holder]; ok && e.untaken {
+			w.wake()
+		}
+	}
+	return w, nil
+}
+
+// wakeLocked wakes the waiters of holder on key. s.mu must be held.
+func (s *Store) wakeLocked(key, holder string) {
+	for _, w := range s.waiters[key][holder] {
+		w.wake()
+	}
+}
+
+func (w *waiter) wake() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// C implements core.Waiter.
+func (w *waiter) C() <-chan struct{} { return w.c }
+
+// Reliable implements core.Waiter: an in-process line misses no grant.
+func (w *waiter) Reliable() bool { return true }
+
+// Close implements core.Waiter: the waiter leaves the line, and a lease the line granted its
+// holder that was not taken goes to the next waiters. It ignores its argument: what was granted
+// is known to the store.
+func (w *waiter) Close(bool) {
+	s := w.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.closed = true
+	hs := s.waiters[w.key]
+	ws := slices.DeleteFunc(hs[w.holder], func(x *waiter) bool { return x == w })
+	if len(ws) == 0 {
+		delete(hs, w.holder)
+		if len(hs) == 0 {
+			delete(s.waiters, w.key)
+		}
+	} else {
+		hs[w.holder] = ws
+	}
+	if len(ws) == 0 && !s.closed {
+		s.leaveLocked(w.key, w.holder)
+	}
+}
+
+// nextFence returns the fence to grant after last at time now: max(last+1, now in microseconds
+// since the Unix epoch). Taking the clock into account keeps fences increasing even when a store
+// restarts without its data, as long as its clock does not move back.
+func nextFence(last uint64, now time.Time) uint64 {
+	next := last + 1
+	if us := now.UnixMicro(); us > 0 && uint64(us) > next {
+		next = uint64(us)
+	}
+	return next
+}
