@@ -37,7 +37,8 @@ type Lease interface {
 	// StopRefresh stops the background refresh. The lease stays valid until its deadline, and is
 	// reported lost then unless released before.
 	StopRefresh()
-	// Extend renews the lease now for ttl (at least 10ms), whether or not it is refreshed in the
+	// Extend renews the lease now for ttl (at least 10ms, at most MaxDuration; otherwise an
+	// error wrapping ErrInvalid, and nothing is sent), whether or not it is refreshed in the
 	// background, and returns the new deadline; a ttl shorter than the time left shortens it.
 	// If the store no longer holds the lease it is lost: Extend returns an error wrapping ErrLost
 	// and never acquires again. It costs one store round trip.

@@ -5,9 +5,23 @@ import (
 	"time"
 )
 
+// MaxDuration is the longest TTL or Wait a Store is ever asked for: about 100 years. It keeps a
+// store's arithmetic exact — a TTL in milliseconds fits a Lua double (2^53) with room to spare,
+// and now plus TTL fits a time.Time and an int64 of nanoseconds. The portable layer refuses a
+// longer TTL and never sends a longer Wait, so a driver may assume TTL <= MaxDuration and
+// Wait <= MaxDuration and need not check for overflow.
+const MaxDuration = 100 * 365 * 24 * time.Hour
+
+// MaxLimit is the largest limit (and so the largest number of permits) a Store is ever asked
+// for: 2^31 − 1. It keeps permit counts exact and within a 32-bit int wherever a driver stores
+// or sums them (in Lua doubles, in SQL integer columns); the portable layer refuses a larger
+// limit, so a driver may assume Permits <= Limit <= MaxLimit.
+const MaxLimit = 1<<31 - 1
+
 // Store is the driver contract: the atomic operations every storage backend supplies. The
 // portable layer (package primitives) checks every argument before calling a Store, so a driver
-// may assume valid input: a non-empty key and holder, 1 <= Permits <= Limit, TTL >= 1ms.
+// may assume valid input: a non-empty key and holder, 1 <= Permits <= Limit <= MaxLimit,
+// 1ms <= TTL <= MaxDuration, and 0 <= Wait <= MaxDuration.
 //
 // The model is a key with a limit of permits. A grant is a lease: (key, holder, permits, fence,
 // expiry). Expiry is decided by the store's own clock, never the caller's; a lease with expiry E
