@@ -71,7 +71,9 @@ func WithAcquireTimeout(d time.Duration) Option {
 }
 
 // WithAttempts limits how many times Acquire tries the store before giving up with
-// ErrNotAcquired (default: unlimited, bounded by the acquire timeout).
+// ErrNotAcquired (default: unlimited, bounded by the acquire timeout). The tries are spaced by at
+// most the retry interval on every store, with or without notifications: WithAttempts(n) gives
+// up after about n−1 retry intervals, or sooner at the acquire timeout.
 func WithAttempts(n int) Option {
 	return func(c *config) {
 		if n < 1 {
@@ -83,9 +85,10 @@ func WithAttempts(n int) Option {
 
 // WithRetryInterval sets the longest a waiter sleeps with no notification before trying again
 // when the store cannot promise notifications (default 10ms): a store without them, or a Redis
-// store while its subscription is down. With reliable notifications a waiter tries only when
-// woken by a release or when the store said the leases in its way expire. It must be at most
-// core.MaxDuration.
+// store while its subscription is down. With reliable notifications and unlimited attempts a
+// waiter tries only when woken by a release or when the store said the leases in its way
+// expire; under WithAttempts it tries at least once per retry interval on every store. It must
+// be at most core.MaxDuration.
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) {
 		switch {

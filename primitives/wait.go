@@ -76,7 +76,7 @@ func (w *waiter) timeoutLeft() (time.Duration, bool) {
 
 // wait returns when the next try is due: on a wake (a new waiter starts woken unless its store
 // can tell that no release was missed since the refused try), after retryAfter (capped by the
-// retry interval unless notifications are reliable), or with an error
+// retry interval unless notifications are reliable and attempts unlimited), or with an error
 // when the acquire timeout passes or ctx ends.
 func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if !w.enrolled && w.s.notifier != nil {
@@ -97,12 +97,14 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 		}
 		timeout = w.timeout.C
 	}
-	// With reliable notifications a waiter sends nothing until a wake or until the store said
-	// the leases in its way expire; otherwise it also retries at the retry interval.
+	// With reliable notifications and unlimited attempts a waiter sends nothing until a wake or
+	// until the store said the leases in its way expire. Otherwise it also retries at the retry
+	// interval: without reliable notifications a release may go unseen, and WithAttempts(n)
+	// promises n tries spaced by at most the retry interval, not n waits for a release.
 	d := w.s.cfg.retryInterval
 	switch {
 	case retryAfter <= 0:
-	case w.w != nil && w.w.Reliable(), retryAfter < d:
+	case w.attempts == 0 && w.w != nil && w.w.Reliable(), retryAfter < d:
 		d = min(retryAfter, core.MaxDuration) // a store's RetryAfter is not ours to trust
 	}
 	if w.retryTimer == nil {
