@@ -19,8 +19,9 @@ type Lease interface {
 	// the key, so a downstream system can reject writes from a stale holder.
 	Fence() uint64
 	// Deadline returns the conservative local deadline: the lease is certainly held until then,
-	// measured on this machine's clock from before the latest successful acquire or refresh was
-	// sent, less an allowance for clock drift.
+	// measured on this machine's clock from before the latest successful acquire, refresh or
+	// Extend was sent, less an allowance for clock drift. Refreshes and Extend calls reach the
+	// store one at a time, and the deadline is always that of the last one to reach it.
 	Deadline() time.Time
 	// Done returns a channel that is closed when the lease ends, by release or loss.
 	Done() <-chan struct{}

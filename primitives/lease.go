@@ -31,15 +31,18 @@ type lease struct {
 
 	// running counts refreshes in flight; Add happens under mu only while !stopped.
 	running sync.WaitGroup
-	// extending serialises the lease's Extend calls to the store (background refresh and
-	// Lease.Extend), so the last one to reach the store is the last to set the deadline.
-	extending sync.Mutex
+	// extending, a semaphore of one, serialises the lease's Extend calls to the store
+	// (background refresh and Lease.Extend). A call holds it until it has applied its reply, so
+	// the deadline is always that of the last call to reach the store. Lock order: extending,
+	// then mu. A channel, so that waiting for it can end with ctx.
+	extending chan struct{}
 
 	mu          sync.Mutex
 	timer       *time.Timer
 	deadline    time.Time
 	nextRefresh time.Time
 	cancel      context.CancelFunc // aborts the refresh in flight, if any
+	refreshing  bool               // a refresh is in flight; it resets the timer when done
 	stopped     bool               // no more refreshes
 	ended       bool               // done is closed
 	released    bool               // Release was called
@@ -69,11 +72,12 @@ func (l *lease) event(kind EventKind, err error) {
 
 func startLease(p leaseParams) *lease {
 	l := &lease{
-		p:        p,
-		done:     make(chan struct{}),
-		req:      core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
-		deadline: p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
-		stopped:  !p.cfg.refresh,
+		p:         p,
+		done:      make(chan struct{}),
+		extending: make(chan struct{}, 1),
+		req:       core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
+		deadline:  p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
+		stopped:   !p.cfg.refresh,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -215,6 +219,12 @@ func (l *lease) tick() {
 		}
 		return
 	}
+	if l.refreshing {
+		// Lease.Extend reset the timer while a refresh waits for it; that refresh will set the
+		// timer again when it is done.
+		l.mu.Unlock()
+		return
+	}
 	if l.stopped || now.Before(l.nextRefresh) {
 		l.timer.Reset(l.nextWakeLocked(now))
 		l.mu.Unlock()
@@ -222,17 +232,29 @@ func (l *lease) tick() {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), l.deadline)
 	l.cancel = cancel
+	l.refreshing = true
 	l.running.Add(1)
 	l.mu.Unlock()
 
-	l.extending.Lock()
-	now = time.Now()
-	res, err := l.p.store.Extend(ctx, l.req)
-	l.extending.Unlock()
+	var res core.ExtendResult
+	var err error
+	exclusive := false
+	select {
+	case l.extending <- struct{}{}:
+		exclusive = true
+		now = time.Now()
+		res, err = l.p.store.Extend(ctx, l.req)
+		if h := l.p.cfg.extended; h != nil {
+			h(l.req)
+		}
+	case <-ctx.Done(): // Release, or the deadline, came while a Lease.Extend was in flight
+		err = ctx.Err()
+	}
 	cancel()
 
 	l.mu.Lock()
 	l.cancel = nil
+	l.refreshing = false
 	var notify func()
 	switch {
 	case err == nil && res.Fence != l.p.fence:
@@ -250,6 +272,9 @@ func (l *lease) tick() {
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
 	}
 	l.mu.Unlock()
+	if exclusive {
+		<-l.extending // only now: the deadline set above is the latest call's
+	}
 	l.running.Done()
 	if err == nil && notify == nil {
 		l.event(EventRefreshed, nil)
@@ -278,36 +303,47 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	case released:
 		return fail(fmt.Errorf("%w: the lease was released", core.ErrNotHeld))
 	}
-	l.extending.Lock()
+	select {
+	case l.extending <- struct{}{}:
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
 	start := time.Now()
-	res, err := l.p.store.Extend(ctx, core.ExtendRequest{Key: l.p.key, Holder: l.p.holder, TTL: ttl})
-	l.extending.Unlock()
+	req := core.ExtendRequest{Key: l.p.key, Holder: l.p.holder, TTL: ttl}
+	res, err := l.p.store.Extend(ctx, req)
+	if h := l.p.cfg.extended; h != nil {
+		h(req)
+	}
 	if err == nil && res.Fence != l.p.fence {
 		err = fmt.Errorf("%w: the holder now holds a newer grant (fence %d)", core.ErrLost, res.Fence)
 	}
-	if err != nil {
-		if errors.Is(err, core.ErrLost) {
-			l.mu.Lock()
-			notify := l.loseLocked(err)
-			lost := l.err
-			l.mu.Unlock()
-			if notify != nil {
-				notify()
-			}
-			if lost != nil {
-				return fail(lost)
-			}
+	// The reply is applied before extending is let go, so that a refresh sent after this
+	// call cannot have its deadline overwritten by this one's.
+	l.mu.Lock()
+	var notify func()
+	switch {
+	case err != nil && errors.Is(err, core.ErrLost):
+		notify = l.loseLocked(err)
+		if l.err != nil {
+			err = l.err
 		}
+	case err != nil:
+	case l.ended || l.released:
+		err = fmt.Errorf("%w: the lease ended during the extend", core.ErrNotHeld)
+	default:
+		l.deadline = start.Add(ttl - drift(ttl))
+		l.timer.Reset(l.nextWakeLocked(time.Now()))
+	}
+	deadline := l.deadline
+	l.mu.Unlock()
+	<-l.extending
+	if notify != nil {
+		notify()
+	}
+	if err != nil {
 		return fail(err)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended || l.released {
-		return fail(fmt.Errorf("%w: the lease ended during the extend", core.ErrNotHeld))
-	}
-	l.deadline = start.Add(ttl - drift(ttl))
-	l.timer.Reset(l.nextWakeLocked(time.Now()))
-	return l.deadline, nil
+	return deadline, nil
 }
 
 func (l *lease) Held(ctx context.Context) (bool, error) {

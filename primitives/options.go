@@ -30,7 +30,8 @@ type config struct {
 	holder          string
 	holderSet       bool
 	events          []func(Event)
-	err             error // the first invalid option
+	extended        func(core.ExtendRequest) // tests only: runs when a lease's Extend returns from the store, before its result is applied
+	err             error                    // the first invalid option
 }
 
 func (c *config) invalid(format string, args ...any) {
