@@ -153,8 +153,9 @@ func (l *lease) Release(ctx context.Context) error {
 
 	held, err := l.p.store.Release(ctx, l.p.key, l.p.holder)
 
+	closed := err != nil && errors.Is(err, core.ErrClosed)
 	l.mu.Lock()
-	if err != nil && l.err == nil && !l.ended {
+	if err != nil && !closed && l.err == nil && !l.ended {
 		// Not released: the lease stays, unrefreshed, until its deadline; Release may be retried.
 		l.released = false
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
@@ -163,7 +164,13 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	l.endLocked()
 	wasLost := l.err
-	if wasLost == nil && err == nil && !held {
+	switch {
+	case wasLost != nil:
+	case closed:
+		// Neither released nor ever to be refreshed: lost, now. The backend may keep it until
+		// it expires.
+		l.err = fmt.Errorf("%w: %q: release: %w", core.ErrLost, l.p.key, err)
+	case err == nil && !held:
 		l.err = fmt.Errorf("%w: %q: the store no longer held it at release (expired or taken)", core.ErrLost, l.p.key)
 	}
 	lostNow := l.err
@@ -171,7 +178,7 @@ func (l *lease) Release(ctx context.Context) error {
 	switch {
 	case wasLost != nil:
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, wasLost)
-	case err != nil:
+	case err != nil && !closed:
 		// The store may still hold the lease; it expires by its TTL.
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
 	case lostNow != nil:
@@ -322,7 +329,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	l.mu.Lock()
 	var notify func()
 	switch {
-	case err != nil && errors.Is(err, core.ErrLost):
+	case err != nil && (errors.Is(err, core.ErrLost) || errors.Is(err, core.ErrClosed)):
 		notify = l.loseLocked(err)
 		if l.err != nil {
 			err = l.err
@@ -355,6 +362,9 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 	}
 	snap, err := l.p.store.Inspect(ctx, l.p.key)
 	if err != nil {
+		if errors.Is(err, core.ErrClosed) {
+			l.lose(fmt.Errorf("held: %w", err))
+		}
 		return false, fmt.Errorf("leasehold: held %q: %w", l.p.key, err)
 	}
 	for _, info := range snap.Leases {
@@ -362,5 +372,18 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 			return true, nil
 		}
 	}
+	// Gone for certain: a store never revives a lease, so unless Release ended it meanwhile
+	// (which lose checks), it is lost now rather than at the next refresh or the deadline.
+	l.lose(errors.New("held: the store no longer holds it (expired or taken)"))
 	return false, nil
+}
+
+// lose ends the lease as lost, unless it has ended or is being released, and runs OnLost.
+func (l *lease) lose(cause error) {
+	l.mu.Lock()
+	notify := l.loseLocked(cause)
+	l.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 }
