@@ -70,7 +70,8 @@ type Store interface {
 }
 
 // AcquireRequest asks for Permits of Limit on Key for Holder, to expire TTL after the store
-// grants it.
+// grants it. From the portable layer, 1 <= Permits <= Limit <= MaxLimit and
+// 1ms <= TTL <= MaxDuration.
 type AcquireRequest struct {
 	Key     string
 	Holder  string
@@ -89,7 +90,8 @@ type AcquireRequest struct {
 	FenceFloor uint64
 	// Wait is how long the caller will go on waiting if this request is refused: a store that
 	// keeps a line of waiters keeps the caller's place that long. Zero means the caller will
-	// not wait (a single attempt).
+	// not wait (a single attempt). It is at most MaxDuration: a caller that will wait longer,
+	// or with no limit, says MaxDuration.
 	Wait time.Duration
 }
 
@@ -108,7 +110,8 @@ type AcquireResult struct {
 	Since time.Time
 }
 
-// ExtendRequest asks to move the expiry of Holder's lease on Key to TTL from now.
+// ExtendRequest asks to move the expiry of Holder's lease on Key to TTL from now
+// (1ms <= TTL <= MaxDuration).
 type ExtendRequest struct {
 	Key    string
 	Holder string
