@@ -12,8 +12,8 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock is the Clock of the machine: time.Now. Inside a testing/synctest bubble it follows
-// the bubble's fake time.
+// SystemClock is the Clock of the machine: time.Now, read at each call (nothing is cached), so
+// inside a testing/synctest bubble it follows the bubble's fake time.
 var SystemClock Clock = systemClock{}
 
 type systemClock struct{}
@@ -23,6 +23,15 @@ func (systemClock) Now() time.Time { return time.Now() }
 // ManualClock is a Clock that moves only when told to: forwards with Advance, and backwards too,
 // to imitate a clock jump. The zero value is not usable; make one with NewManualClock. It is safe
 // for concurrent use.
+//
+// It is for a store's own notion of time in driver and store tests: expiry, RetryAfter, fences,
+// a clock jump. It does not drive leases: a lease's refresh and deadline timers, and a waiter's
+// timers, run on the time package's clock. Advancing a ManualClock past a lease's expiry frees
+// the lease in the store, but the lease learns of it only at its next refresh in real time, and
+// under primitives.WithoutRefresh not before its real-time deadline. To test code that holds leases on fake
+// time, run it in a testing/synctest bubble over a store on SystemClock instead: there leases,
+// refreshes, waiters and expiry all follow the bubble's clock.
+
 type ManualClock struct {
 	mu  sync.Mutex
 	now time.Time

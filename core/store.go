@@ -5,9 +5,23 @@ import (
 	"time"
 )
 
+// MaxDuration is the longest TTL or Wait a Store is ever asked for: about 100 years. It keeps a
+// store's arithmetic exact — a TTL in milliseconds fits a Lua double (2^53) with room to spare,
+// and now plus TTL fits a time.Time and an int64 of nanoseconds. The portable layer refuses a
+// longer TTL and never sends a longer Wait, so a driver may assume TTL <= MaxDuration and
+// Wait <= MaxDuration and need not check for overflow.
+const MaxDuration = 100 * 365 * 24 * time.Hour
+
+// MaxLimit is the largest limit (and so the largest number of permits) a Store is ever asked
+// for: 2^31 − 1. It keeps permit counts exact and within a 32-bit int wherever a driver stores
+// or sums them (in Lua doubles, in SQL integer columns); the portable layer refuses a larger
+// limit, so a driver may assume Permits <= Limit <= MaxLimit.
+const MaxLimit = 1<<31 - 1
+
 // Store is the driver contract: the atomic operations every storage backend supplies. The
 // portable layer (package primitives) checks every argument before calling a Store, so a driver
-// may assume valid input: a non-empty key and holder, 1 <= Permits <= Limit, TTL >= 1ms.
+// may assume valid input: a non-empty key and holder, 1 <= Permits <= Limit <= MaxLimit,
+// 1ms <= TTL <= MaxDuration, and 0 <= Wait <= MaxDuration.
 //
 // The model is a key with a limit of permits. A grant is a lease: (key, holder, permits, fence,
 // expiry). Expiry is decided by the store's own clock, never the caller's; a lease with expiry E
@@ -58,7 +72,8 @@ type Store interface {
 }
 
 // AcquireRequest asks for Permits of Limit on Key for Holder, to expire TTL after the store
-// grants it.
+// grants it. From the portable layer, 1 <= Permits <= Limit <= MaxLimit and
+// 1ms <= TTL <= MaxDuration.
 type AcquireRequest struct {
 	Key     string
 	Holder  string
@@ -77,7 +92,8 @@ type AcquireRequest struct {
 	FenceFloor uint64
 	// Wait is how long the caller will go on waiting if this request is refused: a store that
 	// keeps a line of waiters keeps the caller's place that long. Zero means the caller will
-	// not wait (a single attempt).
+	// not wait (a single attempt). It is at most MaxDuration: a caller that will wait longer,
+	// or with no limit, says MaxDuration.
 	Wait time.Duration
 }
 
@@ -96,7 +112,8 @@ type AcquireResult struct {
 	Since time.Time
 }
 
-// ExtendRequest asks to move the expiry of Holder's lease on Key to TTL from now.
+// ExtendRequest asks to move the expiry of Holder's lease on Key to TTL from now
+// (1ms <= TTL <= MaxDuration).
 type ExtendRequest struct {
 	Key    string
 	Holder string

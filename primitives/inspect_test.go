@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -124,7 +125,7 @@ func TestLeaseExtendBadInput(t *testing.T) {
 	l := mustAcquire(t, m)
 	defer mustRelease(t, l)
 	before := rec.calls()
-	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond} {
+	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond, core.MaxDuration + 1, math.MaxInt64} {
 		if _, err := l.Extend(t.Context(), ttl); !errors.Is(err, core.ErrInvalid) {
 			t.Errorf("Extend(%v): %v, want ErrInvalid", ttl, err)
 		}

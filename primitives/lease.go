@@ -31,15 +31,18 @@ type lease struct {
 
 	// running counts refreshes in flight; Add happens under mu only while !stopped.
 	running sync.WaitGroup
-	// extending serialises the lease's Extend calls to the store (background refresh and
-	// Lease.Extend), so the last one to reach the store is the last to set the deadline.
-	extending sync.Mutex
+	// extending, a semaphore of one, serialises the lease's Extend calls to the store
+	// (background refresh and Lease.Extend). A call holds it until it has applied its reply, so
+	// the deadline is always that of the last call to reach the store. Lock order: extending,
+	// then mu. A channel, so that waiting for it can end with ctx.
+	extending chan struct{}
 
 	mu          sync.Mutex
 	timer       *time.Timer
 	deadline    time.Time
 	nextRefresh time.Time
 	cancel      context.CancelFunc // aborts the refresh in flight, if any
+	refreshing  bool               // a refresh is in flight; it resets the timer when done
 	stopped     bool               // no more refreshes
 	ended       bool               // done is closed
 	released    bool               // Release was called
@@ -69,11 +72,12 @@ func (l *lease) event(kind EventKind, err error) {
 
 func startLease(p leaseParams) *lease {
 	l := &lease{
-		p:        p,
-		done:     make(chan struct{}),
-		req:      core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
-		deadline: p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
-		stopped:  !p.cfg.refresh,
+		p:         p,
+		done:      make(chan struct{}),
+		extending: make(chan struct{}, 1),
+		req:       core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
+		deadline:  p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
+		stopped:   !p.cfg.refresh,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -149,8 +153,9 @@ func (l *lease) Release(ctx context.Context) error {
 
 	held, err := l.p.store.Release(ctx, core.ReleaseRequest{Key: l.p.key, Holder: l.p.holder, Fence: l.p.fence})
 
+	closed := err != nil && errors.Is(err, core.ErrClosed)
 	l.mu.Lock()
-	if err != nil && l.err == nil && !l.ended {
+	if err != nil && !closed && l.err == nil && !l.ended {
 		// Not released: the lease stays, unrefreshed, until its deadline; Release may be retried.
 		l.released = false
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
@@ -159,7 +164,13 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	l.endLocked()
 	wasLost := l.err
-	if wasLost == nil && err == nil && !held {
+	switch {
+	case wasLost != nil:
+	case closed:
+		// Neither released nor ever to be refreshed: lost, now. The backend may keep it until
+		// it expires.
+		l.err = fmt.Errorf("%w: %q: release: %w", core.ErrLost, l.p.key, err)
+	case err == nil && !held:
 		l.err = fmt.Errorf("%w: %q: the store no longer held it at release (expired or taken)", core.ErrLost, l.p.key)
 	}
 	lostNow := l.err
@@ -167,7 +178,7 @@ func (l *lease) Release(ctx context.Context) error {
 	switch {
 	case wasLost != nil:
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, wasLost)
-	case err != nil:
+	case err != nil && !closed:
 		// The store may still hold the lease; it expires by its TTL.
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
 	case lostNow != nil:
@@ -215,6 +226,12 @@ func (l *lease) tick() {
 		}
 		return
 	}
+	if l.refreshing {
+		// Lease.Extend reset the timer while a refresh waits for it; that refresh will set the
+		// timer again when it is done.
+		l.mu.Unlock()
+		return
+	}
 	if l.stopped || now.Before(l.nextRefresh) {
 		l.timer.Reset(l.nextWakeLocked(now))
 		l.mu.Unlock()
@@ -222,17 +239,29 @@ func (l *lease) tick() {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), l.deadline)
 	l.cancel = cancel
+	l.refreshing = true
 	l.running.Add(1)
 	l.mu.Unlock()
 
-	l.extending.Lock()
-	now = time.Now()
-	res, err := l.p.store.Extend(ctx, l.req)
-	l.extending.Unlock()
+	var res core.ExtendResult
+	var err error
+	exclusive := false
+	select {
+	case l.extending <- struct{}{}:
+		exclusive = true
+		now = time.Now()
+		res, err = l.p.store.Extend(ctx, l.req)
+		if h := l.p.cfg.extended; h != nil {
+			h(l.req)
+		}
+	case <-ctx.Done(): // Release, or the deadline, came while a Lease.Extend was in flight
+		err = ctx.Err()
+	}
 	cancel()
 
 	l.mu.Lock()
 	l.cancel = nil
+	l.refreshing = false
 	var notify func()
 	switch {
 	case err == nil && res.Fence != l.p.fence:
@@ -250,6 +279,9 @@ func (l *lease) tick() {
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
 	}
 	l.mu.Unlock()
+	if exclusive {
+		<-l.extending // only now: the deadline set above is the latest call's
+	}
 	l.running.Done()
 	if err == nil && notify == nil {
 		l.event(EventRefreshed, nil)
@@ -263,8 +295,11 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	fail := func(err error) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("leasehold: extend %q: %w", l.p.key, err)
 	}
-	if ttl < MinTTL {
+	switch {
+	case ttl < MinTTL:
 		return fail(fmt.Errorf("%w: ttl %v: must be at least %v", core.ErrInvalid, ttl, MinTTL))
+	case ttl > core.MaxDuration:
+		return fail(fmt.Errorf("%w: ttl %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, ttl, core.MaxDuration))
 	}
 	l.mu.Lock()
 	released, lost := l.released, l.err
@@ -275,36 +310,47 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	case released:
 		return fail(fmt.Errorf("%w: the lease was released", core.ErrNotHeld))
 	}
-	l.extending.Lock()
+	select {
+	case l.extending <- struct{}{}:
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
 	start := time.Now()
-	res, err := l.p.store.Extend(ctx, core.ExtendRequest{Key: l.p.key, Holder: l.p.holder, TTL: ttl})
-	l.extending.Unlock()
+	req := core.ExtendRequest{Key: l.p.key, Holder: l.p.holder, TTL: ttl}
+	res, err := l.p.store.Extend(ctx, req)
+	if h := l.p.cfg.extended; h != nil {
+		h(req)
+	}
 	if err == nil && res.Fence != l.p.fence {
 		err = fmt.Errorf("%w: the holder now holds a newer grant (fence %d)", core.ErrLost, res.Fence)
 	}
-	if err != nil {
-		if errors.Is(err, core.ErrLost) {
-			l.mu.Lock()
-			notify := l.loseLocked(err)
-			lost := l.err
-			l.mu.Unlock()
-			if notify != nil {
-				notify()
-			}
-			if lost != nil {
-				return fail(lost)
-			}
+	// The reply is applied before extending is let go, so that a refresh sent after this
+	// call cannot have its deadline overwritten by this one's.
+	l.mu.Lock()
+	var notify func()
+	switch {
+	case err != nil && (errors.Is(err, core.ErrLost) || errors.Is(err, core.ErrClosed)):
+		notify = l.loseLocked(err)
+		if l.err != nil {
+			err = l.err
 		}
+	case err != nil:
+	case l.ended || l.released:
+		err = fmt.Errorf("%w: the lease ended during the extend", core.ErrNotHeld)
+	default:
+		l.deadline = start.Add(ttl - drift(ttl))
+		l.timer.Reset(l.nextWakeLocked(time.Now()))
+	}
+	deadline := l.deadline
+	l.mu.Unlock()
+	<-l.extending
+	if notify != nil {
+		notify()
+	}
+	if err != nil {
 		return fail(err)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended || l.released {
-		return fail(fmt.Errorf("%w: the lease ended during the extend", core.ErrNotHeld))
-	}
-	l.deadline = start.Add(ttl - drift(ttl))
-	l.timer.Reset(l.nextWakeLocked(time.Now()))
-	return l.deadline, nil
+	return deadline, nil
 }
 
 func (l *lease) Held(ctx context.Context) (bool, error) {
@@ -316,6 +362,9 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 	}
 	snap, err := l.p.store.Inspect(ctx, l.p.key)
 	if err != nil {
+		if errors.Is(err, core.ErrClosed) {
+			l.lose(fmt.Errorf("held: %w", err))
+		}
 		return false, fmt.Errorf("leasehold: held %q: %w", l.p.key, err)
 	}
 	for _, info := range snap.Leases {
@@ -323,5 +372,18 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 			return true, nil
 		}
 	}
+	// Gone for certain: a store never revives a lease, so unless Release ended it meanwhile
+	// (which lose checks), it is lost now rather than at the next refresh or the deadline.
+	l.lose(errors.New("held: the store no longer holds it (expired or taken)"))
 	return false, nil
+}
+
+// lose ends the lease as lost, unless it has ended or is being released, and runs OnLost.
+func (l *lease) lose(cause error) {
+	l.mu.Lock()
+	notify := l.loseLocked(cause)
+	l.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 }

@@ -584,3 +584,29 @@ func TestStaleReleaseUnderOneHolderIDLeavesTheNewerLease(t *testing.T) {
 		t.Errorf("newer lease Held = %v, %v; want true", held, err)
 	}
 }
+
+// TestAttemptsAreSpacedByRetryIntervalWithNotifications: WithAttempts(n) is n tries spaced by at
+// most the retry interval even when the store's notifications are reliable, not n waits for a
+// release or for the holder's expiry. Real time, on the memory store.
+func TestAttemptsAreSpacedByRetryIntervalWithNotifications(t *testing.T) {
+	rec := newRecorder()
+	store := notifying{rec}
+	holder := mustMutex(t, store, primitives.WithTTL(30*time.Second))
+	l := mustAcquire(t, holder)
+	defer mustRelease(t, l)
+	m := mustMutex(t, store, primitives.WithAttempts(3), primitives.WithRetryInterval(20*time.Millisecond), primitives.WithAcquireTimeout(time.Minute))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // far below the TTL
+	defer cancel()
+	before := rec.acquires.Load()
+	start := time.Now()
+	_, err := m.Acquire(ctx)
+	if !errors.Is(err, core.ErrNotAcquired) || !strings.Contains(err.Error(), "3 attempts") {
+		t.Fatalf("Acquire after %v: err = %v, want ErrNotAcquired naming 3 attempts well before the 30s TTL", time.Since(start), err)
+	}
+	if n := rec.acquires.Load() - before; n != 3 {
+		t.Errorf("%d tries reached the store, want 3", n)
+	}
+	if waited := time.Since(start); waited < 20*time.Millisecond {
+		t.Errorf("gave up after %v, want at least one retry interval (20ms) between tries", waited)
+	}
+}

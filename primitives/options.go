@@ -30,7 +30,8 @@ type config struct {
 	holder          string
 	holderSet       bool
 	events          []func(Event)
-	err             error // the first invalid option
+	extended        func(core.ExtendRequest) // tests only: runs when a lease's Extend returns from the store, before its result is applied
+	err             error                    // the first invalid option
 }
 
 func (c *config) invalid(format string, args ...any) {
@@ -44,18 +45,23 @@ func (c *config) invalid(format string, args ...any) {
 const MinTTL = 10 * time.Millisecond
 
 // WithTTL sets how long a lease lives without a refresh (default 10s). It must be at least
-// MinTTL (10ms).
+// MinTTL (10ms) and at most core.MaxDuration (about 100 years).
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) {
-		if ttl < MinTTL {
+		switch {
+		case ttl < MinTTL:
 			c.invalid("ttl %v: must be at least %v", ttl, MinTTL)
+		case ttl > core.MaxDuration:
+			c.invalid("ttl %v: must be at most %v (core.MaxDuration)", ttl, core.MaxDuration)
 		}
 		c.ttl = ttl
 	}
 }
 
 // WithAcquireTimeout sets how long Acquire waits before giving up with ErrNotAcquired (default
-// 10s). The deadline of the ctx passed to Acquire applies as well.
+// 10s). The deadline of the ctx passed to Acquire applies as well. A d above core.MaxDuration
+// (math.MaxInt64, say) means no acquire timeout: Acquire waits until it gets the lease, its
+// attempts run out, or ctx ends; a store is then told the caller waits at most core.MaxDuration.
 func WithAcquireTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -66,7 +72,9 @@ func WithAcquireTimeout(d time.Duration) Option {
 }
 
 // WithAttempts limits how many times Acquire tries the store before giving up with
-// ErrNotAcquired (default: unlimited, bounded by the acquire timeout).
+// ErrNotAcquired (default: unlimited, bounded by the acquire timeout). The tries are spaced by at
+// most the retry interval on every store, with or without notifications: WithAttempts(n) gives
+// up after about n−1 retry intervals, or sooner at the acquire timeout.
 func WithAttempts(n int) Option {
 	return func(c *config) {
 		if n < 1 {
@@ -78,12 +86,17 @@ func WithAttempts(n int) Option {
 
 // WithRetryInterval sets the longest a waiter sleeps with no notification before trying again
 // when the store cannot promise notifications (default 10ms): a store without them, or a Redis
-// store while its subscription is down. With reliable notifications a waiter tries only when
-// woken by a release or when the store said the leases in its way expire.
+// store while its subscription is down. With reliable notifications and unlimited attempts a
+// waiter tries only when woken by a release or when the store said the leases in its way
+// expire; under WithAttempts it tries at least once per retry interval on every store. It must
+// be at most core.MaxDuration.
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) {
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			c.invalid("retry interval %v: must be > 0", d)
+		case d > core.MaxDuration:
+			c.invalid("retry interval %v: must be at most %v (core.MaxDuration)", d, core.MaxDuration)
 		}
 		c.retryInterval = d
 	}
@@ -91,11 +104,14 @@ func WithRetryInterval(d time.Duration) Option {
 
 // WithRefreshInterval sets how often a held lease is refreshed (default TTL/3). It must be at
 // most half of the TTL less the drift allowance (1% + 2ms), so that a failed refresh has time
-// to be retried before the deadline.
+// to be retried before the deadline, and at most core.MaxDuration.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(c *config) {
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			c.invalid("refresh interval %v: must be > 0", d)
+		case d > core.MaxDuration:
+			c.invalid("refresh interval %v: must be at most %v (core.MaxDuration)", d, core.MaxDuration)
 		}
 		c.refreshInterval = d
 		c.refresh = true

@@ -3,6 +3,8 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -39,6 +41,25 @@ func TestBadInputIsRefusedBeforeTheStore(t *testing.T) {
 		{"refresh 0", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithRefreshInterval(0)); return err }, "refresh interval"},
 		{"retry interval 0", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithRetryInterval(0)); return err }, "retry interval"},
 		{"acquire timeout 0", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithAcquireTimeout(0)); return err }, "acquire timeout"},
+		{"ttl above MaxDuration", func() error {
+			_, err := primitives.NewMutex(store, "k", primitives.WithTTL(math.MaxInt64))
+			return err
+		}, fmt.Sprintf("ttl %v: must be at most %v", time.Duration(math.MaxInt64), core.MaxDuration)},
+		{"ttl just above MaxDuration", func() error {
+			_, err := primitives.NewMutex(store, "k", primitives.WithTTL(core.MaxDuration+1))
+			return err
+		}, fmt.Sprintf("must be at most %v", core.MaxDuration)},
+		{"retry interval above MaxDuration", func() error {
+			_, err := primitives.NewMutex(store, "k", primitives.WithRetryInterval(math.MaxInt64))
+			return err
+		}, fmt.Sprintf("retry interval %v: must be at most %v", time.Duration(math.MaxInt64), core.MaxDuration)},
+		{"refresh interval above MaxDuration", func() error {
+			_, err := primitives.NewMutex(store, "k", primitives.WithRefreshInterval(math.MaxInt64))
+			return err
+		}, fmt.Sprintf("refresh interval %v: must be at most %v", time.Duration(math.MaxInt64), core.MaxDuration)},
+		{"limit above MaxLimit", func() error { _, err := primitives.NewSemaphore(store, "k", core.MaxLimit+1); return err },
+			fmt.Sprintf("limit %d: must be at most %d", core.MaxLimit+1, core.MaxLimit)},
+		{"limit MaxInt", func() error { _, err := primitives.NewSemaphore(store, "k", math.MaxInt); return err }, "limit"},
 		{"attempts 0", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithAttempts(0)); return err }, "attempts"},
 		{"nil events func", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithEvents(nil)); return err }, "events"},
 		{"nil logger", func() error { _, err := primitives.NewMutex(store, "k", primitives.WithLogger(nil)); return err }, "logger"},
@@ -82,10 +103,15 @@ func TestDefaultOptionsAreValid(t *testing.T) {
 		{primitives.WithTTL(10 * time.Millisecond)},
 		{primitives.WithTTL(time.Second), primitives.WithRefreshInterval(489 * time.Millisecond)},
 		{primitives.WithRefreshInterval(time.Second), primitives.WithoutRefresh(), primitives.WithTTL(time.Second)},
+		{primitives.WithTTL(core.MaxDuration)},
+		{primitives.WithAcquireTimeout(math.MaxInt64), primitives.WithAttempts(math.MaxInt)},
 	} {
 		if _, err := primitives.NewMutex(newRecorder(), "k", opts...); err != nil {
 			t.Errorf("NewMutex with %d options: %v", len(opts), err)
 		}
+	}
+	if _, err := primitives.NewSemaphore(newRecorder(), "k", core.MaxLimit); err != nil {
+		t.Errorf("NewSemaphore of core.MaxLimit: %v", err)
 	}
 }
 
@@ -106,4 +132,80 @@ func TestWithoutRefreshWinsInAnyOrder(t *testing.T) {
 		}
 		l.Release(context.Background())
 	})
+}
+
+func TestLongestTTLAndLargestLimitWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		sem, err := primitives.NewSemaphore(rec, "k", core.MaxLimit, primitives.WithTTL(core.MaxDuration))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := sem.Acquire(context.Background(), core.MaxLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := time.Now().Add(core.MaxDuration - core.MaxDuration/100 - 2*time.Millisecond); !l.Deadline().Equal(want) {
+			t.Errorf("Deadline %v, want %v", l.Deadline(), want)
+		}
+		if _, err := l.Extend(context.Background(), core.MaxDuration); err != nil {
+			t.Errorf("Extend(core.MaxDuration): %v", err)
+		}
+		time.Sleep(time.Hour) // refreshes at TTL/3: none in an hour
+		if l.Err() != nil || rec.extends.Load() != 1 {
+			t.Errorf("after an hour: Err %v, %d extends; want nil and only ours", l.Err(), rec.extends.Load())
+		}
+		mustRelease(t, l)
+	})
+}
+
+// TestNoAcquireTimeoutSendsABoundedWait: WithAcquireTimeout(math.MaxInt64) means no acquire
+// timeout, and the Wait a store is told stays positive and at most core.MaxDuration, with or
+// without notifications and with a ctx deadline beyond it.
+func TestNoAcquireTimeoutSendsABoundedWait(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		notify   bool
+		deadline bool
+	}{{"notifier", true, false}, {"no notifier", false, false}, {"far ctx deadline", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := newRecorder()
+				var store core.Store = rec
+				if tc.notify {
+					store = notifying{rec}
+				}
+				holder := mustMutex(t, store, primitives.WithTTL(time.Hour))
+				m := mustMutex(t, store, primitives.WithAcquireTimeout(math.MaxInt64), primitives.WithRetryInterval(time.Minute))
+				l := mustAcquire(t, holder)
+				ctx := context.Background()
+				if tc.deadline {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithDeadline(ctx, time.Now().Add(math.MaxInt64))
+					defer cancel()
+				}
+				got := make(chan core.Lease, 1)
+				go func() {
+					l, err := m.Acquire(ctx)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- l
+				}()
+				time.Sleep(3 * time.Hour) // the holder refreshes; the waiter has no timeout
+				synctest.Wait()
+				waits := rec.acquireWaits()[1:] // the holder's acquire asks no Wait
+				if len(waits) < 2 {
+					t.Fatalf("waiter sent %d acquires, want at least 2", len(waits))
+				}
+				for i, w := range waits {
+					if w <= 0 || w > core.MaxDuration {
+						t.Errorf("waiter's acquire %d carried Wait %v, want in (0, %v]", i, w, core.MaxDuration)
+					}
+				}
+				mustRelease(t, l)
+				mustRelease(t, <-got)
+			})
+		})
+	}
 }

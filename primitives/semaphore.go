@@ -21,9 +21,9 @@ type Semaphore struct {
 	cfg      config
 }
 
-// NewSemaphore returns a Semaphore of limit permits on key. It checks its arguments and options
-// and returns an error wrapping core.ErrInvalid that names the bad one; it does not touch the
-// store.
+// NewSemaphore returns a Semaphore of limit permits on key, 1 <= limit <= core.MaxLimit. It
+// checks its arguments and options and returns an error wrapping core.ErrInvalid that names the
+// bad one; it does not touch the store.
 func NewSemaphore(store core.Store, key string, limit int, opts ...Option) (*Semaphore, error) {
 	return newSemaphore("semaphore", store, key, limit, opts)
 }
@@ -39,6 +39,8 @@ func newSemaphore(kind string, store core.Store, key string, limit int, opts []O
 		return fail(fmt.Errorf("%w: key: must not be empty", core.ErrInvalid))
 	case limit < 1:
 		return fail(fmt.Errorf("%w: limit %d: must be >= 1", core.ErrInvalid, limit))
+	case limit > core.MaxLimit:
+		return fail(fmt.Errorf("%w: limit %d: must be at most %d (core.MaxLimit)", core.ErrInvalid, limit, core.MaxLimit))
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {

@@ -3,9 +3,11 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -24,6 +26,7 @@ type recorder struct {
 	inspects atomic.Int64
 
 	mu         sync.Mutex
+	waits      []time.Duration          // the Wait of each Acquire, in order
 	extendErr  error                    // returned by Extend instead of extending
 	releaseErr error                    // returned by Release instead of releasing
 	onAcquire  func(context.Context)    // runs before each Acquire reaches the store
@@ -46,6 +49,7 @@ func (r *recorder) calls() int64 {
 func (r *recorder) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	r.acquires.Add(1)
 	r.mu.Lock()
+	r.waits = append(r.waits, req.Wait)
 	before, after := r.onAcquire, r.afterAcq
 	r.mu.Unlock()
 	if before != nil {
@@ -86,6 +90,13 @@ func (r *recorder) Release(ctx context.Context, req core.ReleaseRequest) (bool, 
 func (r *recorder) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	r.inspects.Add(1)
 	return r.inner.Inspect(ctx, key)
+}
+
+// acquireWaits returns the Wait of every Acquire so far, in order.
+func (r *recorder) acquireWaits() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.waits)
 }
 
 func (r *recorder) failExtends(err error) {

@@ -48,22 +48,36 @@ func (w *waiter) try(ctx context.Context) (core.AcquireResult, error) {
 }
 
 // willWait returns how long the caller would wait after the try about to be made, if refused:
-// zero for a last attempt, else what is left of the acquire timeout and of ctx.
+// zero for a last attempt, else what is left of the acquire timeout and of ctx, never more than
+// core.MaxDuration (the most a store is ever told).
 func (w *waiter) willWait(ctx context.Context) time.Duration {
 	if w.attempts > 0 && w.tries >= w.attempts {
 		return 0
 	}
-	d := w.s.cfg.acquireTimeout - time.Since(w.begin)
+	d := core.MaxDuration
+	if left, ok := w.timeoutLeft(); ok {
+		d = min(d, left)
+	}
 	if dl, ok := ctx.Deadline(); ok {
-		d = min(d, time.Until(dl))
+		d = min(d, time.Until(dl)) // time.Until saturates rather than overflow
 	}
 	return max(d, 0)
 }
 
+// timeoutLeft returns what is left of the acquire timeout, or false when there is none
+// (WithAcquireTimeout above core.MaxDuration). It cannot overflow: the timeout is positive and
+// the time elapsed is not negative.
+func (w *waiter) timeoutLeft() (time.Duration, bool) {
+	if w.s.cfg.acquireTimeout > core.MaxDuration {
+		return 0, false
+	}
+	return w.s.cfg.acquireTimeout - time.Since(w.begin), true
+}
+
 // wait returns when the next try is due: on a wake (a new waiter starts woken unless its store
 // can tell that no release was missed since the refused try), after retryAfter (capped by the
-// retry interval unless notifications are reliable), or with an error when the acquire timeout
-// passes or ctx ends.
+// retry interval unless notifications are reliable and attempts unlimited), or with an error
+// when the acquire timeout passes or ctx ends.
 func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if !w.enrolled && w.s.notifier != nil {
 		w.enrolled = true
@@ -76,16 +90,22 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 		}
 		// Without notifications the waiter still works, at the retry interval.
 	}
-	if w.timeout == nil { // started on the first wait, so an uncontended acquire makes no timer
-		w.timeout = time.NewTimer(w.s.cfg.acquireTimeout - time.Since(w.begin))
+	var timeout <-chan time.Time // nil, never ready, when there is no acquire timeout
+	if left, ok := w.timeoutLeft(); ok {
+		if w.timeout == nil { // started on the first wait, so an uncontended acquire makes no timer
+			w.timeout = time.NewTimer(left)
+		}
+		timeout = w.timeout.C
 	}
-	// With reliable notifications a waiter sends nothing until a wake or until the store said
-	// the leases in its way expire; otherwise it also retries at the retry interval.
+	// With reliable notifications and unlimited attempts a waiter sends nothing until a wake or
+	// until the store said the leases in its way expire. Otherwise it also retries at the retry
+	// interval: without reliable notifications a release may go unseen, and WithAttempts(n)
+	// promises n tries spaced by at most the retry interval, not n waits for a release.
 	d := w.s.cfg.retryInterval
 	switch {
 	case retryAfter <= 0:
-	case w.w != nil && w.w.Reliable(), retryAfter < d:
-		d = retryAfter
+	case w.attempts == 0 && w.w != nil && w.w.Reliable(), retryAfter < d:
+		d = min(retryAfter, core.MaxDuration) // a store's RetryAfter is not ours to trust
 	}
 	if w.retryTimer == nil {
 		w.retryTimer = time.NewTimer(d)
@@ -102,7 +122,7 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 		return nil
 	case <-w.retryTimer.C:
 		return nil
-	case <-w.timeout.C:
+	case <-timeout:
 		return fmt.Errorf("%w: acquire timeout %v exceeded", core.ErrNotAcquired, w.s.cfg.acquireTimeout)
 	case <-ctx.Done():
 		return ctx.Err()

@@ -90,7 +90,8 @@ func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithWait sets how long a request may wait for room (default 0: one store round trip, and
 // refused at once when the key is full). While it waits, a request is woken by releases as any
-// Semaphore waiter is; a client that goes away stops its wait.
+// Semaphore waiter is; a client that goes away stops its wait. A d above core.MaxDuration means
+// no limit but the request's own context, as for primitives.WithAcquireTimeout.
 func WithWait(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -100,13 +101,16 @@ func WithWait(d time.Duration) Option {
 	}
 }
 
-// WithTTL sets the lease TTL (default primitives.DefaultTTL, 10s; at least primitives.MinTTL).
-// Leases are refreshed every TTL/3 while the request runs, so a server that dies frees its
-// slots after one TTL.
+// WithTTL sets the lease TTL (default primitives.DefaultTTL, 10s; at least primitives.MinTTL,
+// at most core.MaxDuration). Leases are refreshed every TTL/3 while the request runs, so a
+// server that dies frees its slots after one TTL.
 func WithTTL(d time.Duration) Option {
 	return func(c *config) {
-		if d < primitives.MinTTL {
+		switch {
+		case d < primitives.MinTTL:
 			c.invalid("ttl %v: must be at least %v", d, primitives.MinTTL)
+		case d > core.MaxDuration:
+			c.invalid("ttl %v: must be at most %v (core.MaxDuration)", d, core.MaxDuration)
 		}
 		c.ttl = d
 	}
@@ -151,6 +155,8 @@ func New(store core.Store, limit int, opts ...Option) (func(http.Handler) http.H
 		c.invalid("store: must not be nil")
 	case limit < 1:
 		c.invalid("limit %d: must be >= 1", limit)
+	case limit > core.MaxLimit:
+		c.invalid("limit %d: must be at most %d (core.MaxLimit)", limit, core.MaxLimit)
 	}
 	if c.err != nil {
 		return nil, fmt.Errorf("leasehold/httplimit: new: %w", c.err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -122,6 +123,8 @@ func TestNewRefusesBadInput(t *testing.T) {
 		{"negative limit", store, -3, nil, "limit -3"},
 		{"negative wait", store, 1, []httplimit.Option{httplimit.WithWait(-time.Second)}, "wait"},
 		{"short ttl", store, 1, []httplimit.Option{httplimit.WithTTL(time.Millisecond)}, "ttl"},
+		{"ttl above MaxDuration", store, 1, []httplimit.Option{httplimit.WithTTL(math.MaxInt64)}, "ttl"},
+		{"limit above MaxLimit", store, core.MaxLimit + 1, nil, "limit"},
 		{"nil key func", store, 1, []httplimit.Option{httplimit.WithKey(nil)}, "key func"},
 		{"nil permits func", store, 1, []httplimit.Option{httplimit.WithPermits(nil)}, "permits func"},
 		{"nil reject handler", store, 1, []httplimit.Option{httplimit.WithRejectHandler(nil)}, "reject handler"},
@@ -136,6 +139,9 @@ func TestNewRefusesBadInput(t *testing.T) {
 	}
 	if _, err := httplimit.New(store, 1, nil, httplimit.WithTTL(primitives.MinTTL), httplimit.WithWait(0)); err != nil {
 		t.Errorf("a nil option, the minimum TTL and no wait: %v, want them accepted", err)
+	}
+	if _, err := httplimit.New(store, core.MaxLimit, httplimit.WithTTL(core.MaxDuration), httplimit.WithWait(math.MaxInt64)); err != nil {
+		t.Errorf("the largest limit and TTL and an unbounded wait: %v, want them accepted", err)
 	}
 }
 
