@@ -4,32 +4,46 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"sync"
 
 	"github.com/leasehold/leasehold/core"
 )
 
-// Register implements core.Notifier by enrolling on every node that offers notifications and
-// merging their wakes: a release through any node wakes the waiter. The merged waiter is
-// Reliable only while every node's waiter is: with a node without notifications, or whose
-// subscription is down, waiters fall back to their retry interval. It runs one goroutine, which ends with Close.
+// Register implements core.Notifier by enrolling on every node that offers notifications, in
+// parallel, each bounded by the node timeout (a hung node is left out), and merging their
+// wakes: a release through any node wakes the waiter. The merged waiter is Reliable only while
+// every node's waiter is: with a node without notifications, or whose subscription is down or
+// was not confirmed in time, waiters fall back to their retry interval. While the waiter is
+// open, Acquire sends req.Holder's tries on req.Key with their Wait in one round (its places in
+// the nodes' lines are wanted). It runs one goroutine, which ends with Close.
 func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
-	w := &waiter{n: len(s.nodes), ch: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	var errs []error
-	for _, n := range s.nodes {
+	w := &waiter{s: s, id: waiterID{req.Key, req.Holder}, n: len(s.nodes), ch: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	nws := make([]core.Waiter, len(s.nodes))
+	errs := make([]error, len(s.nodes))
+	var wg sync.WaitGroup
+	for i, n := range s.nodes {
 		nt, ok := n.(core.Notifier)
 		if !ok {
 			continue
 		}
-		nw, err := nt.Register(ctx, req)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		wg.Go(func() {
+			c, cancel := context.WithTimeout(ctx, s.nodeTimeout(req.TTL))
+			defer cancel()
+			nws[i], errs[i] = nt.Register(c, req)
+		})
+	}
+	wg.Wait()
+	for i, nw := range nws {
+		if errs[i] == nil && nw != nil {
+			w.nodes = append(w.nodes, nw)
 		}
-		w.nodes = append(w.nodes, nw)
 	}
 	if len(w.nodes) == 0 {
 		return nil, wrap("register", req.Key, errors.Join(append(errs, errors.New("no node offers notifications"))...))
 	}
+	s.mu.Lock()
+	s.waiters[w.id]++
+	s.mu.Unlock()
 	// A node's waiter that starts woken starts the merged one woken, before merge runs, so
 	// the caller sees it at once and sees it once.
 	for _, nw := range w.nodes {
@@ -46,7 +60,16 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wai
 	return w, nil
 }
 
+// enrolled reports whether a waiter from Register is open for holder on key.
+func (s *Store) enrolled(key, holder string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiters[waiterID{key, holder}] > 0
+}
+
 type waiter struct {
+	s     *Store
+	id    waiterID
 	n     int // nodes in the Store
 	nodes []core.Waiter
 	ch    chan struct{}
@@ -92,6 +115,11 @@ func (w *waiter) Close(unused bool) {
 	}
 	close(w.stop)
 	<-w.done
+	w.s.mu.Lock()
+	if w.s.waiters[w.id]--; w.s.waiters[w.id] <= 0 {
+		delete(w.s.waiters, w.id)
+	}
+	w.s.mu.Unlock()
 	select {
 	case <-w.ch:
 		unused = true

@@ -24,9 +24,20 @@
 // have expired (restart it after a TTL, or run it with persistence). Fences are what protect
 // the resource when those assumptions fail: pass them on and have the resource reject stale ones.
 //
-// A Store is safe for concurrent use. Its operations cost one parallel round of store calls
-// (latency of the slowest node in the quorum, bounded by the node timeout), plus a second round
-// on an acquire whose granting nodes disagree on the fence.
+// A lease is the quorum's: Extend and Inspect report a lease at the fence a quorum of nodes
+// holds; a node that holds the holder at another fence (a grant from its line after the lease
+// was won elsewhere) does not count, and Extend releases that node-local lease.
+//
+// A Store is safe for concurrent use. Its operations cost one parallel round of store calls and
+// return as soon as the answers decide the outcome (latency of the quorum-th fastest node; the
+// others get as long again, at least 2ms, before being left to finish in the background, each
+// within the node timeout, which scales with the TTL: see WithNodeTimeout). An acquire costs a
+// second round when its granting nodes disagree on the fence, and when a first try that will
+// wait is refused (it takes its places in the nodes' lines then; a refusal that will wait
+// returns once every node has its place, or the node timeout passed). Inspect waits for a node
+// whose answer could still change which leases a quorum holds. There is no Close: every
+// background call ends within the node timeout, and a release that settles a straggler's grant
+// within one more.
 package redlock
 
 import (
@@ -46,7 +57,13 @@ type Store struct {
 	nodes  []core.Store
 	quorum int
 	opts   options
+
+	mu      sync.Mutex
+	waiters map[waiterID]int     // callers enrolled by Register, whose tries keep their places
+	settles map[waiterID]*settle // the latest acquire of each holder with stragglers to settle
 }
+
+type waiterID struct{ key, holder string }
 
 var (
 	_ core.Store    = (*Store)(nil)
@@ -57,15 +74,19 @@ var (
 type Option func(*options)
 
 type options struct {
-	nodeTimeout time.Duration
+	nodeTimeout time.Duration // used when timeoutSet; else scaled with the TTL
+	timeoutSet  bool
 	driftFactor float64
 	driftMin    time.Duration
 }
 
-// WithNodeTimeout bounds each node call (default 500ms): a node slower than that counts as
-// failed for the operation. Keep it small against the TTL.
+// WithNodeTimeout bounds each node call: a node slower than that counts as failed for the
+// operation. Without it the bound scales with the TTL: TTL/10 for Acquire and Extend, at least
+// 50ms and at most 500ms (100ms for a 1s TTL); Release and Inspect, which carry no TTL, wait
+// up to 500ms. A call returns as soon as a quorum decides it, so the bound matters only while
+// too few nodes answer. Keep it small against the TTL.
 func WithNodeTimeout(d time.Duration) Option {
-	return func(o *options) { o.nodeTimeout = d }
+	return func(o *options) { o.nodeTimeout, o.timeoutSet = d, true }
 }
 
 // WithDrift sets the clock-drift allowance subtracted from a grant's validity: factor × TTL +
@@ -78,7 +99,7 @@ func WithDrift(factor float64, constant time.Duration) Option {
 // nil, none twice, a positive node timeout, a drift factor in [0, 1) — and returns an error
 // wrapping core.ErrInvalid naming the bad one; it calls no store.
 func New(stores []core.Store, opts ...Option) (*Store, error) {
-	o := options{nodeTimeout: 500 * time.Millisecond, driftFactor: 0.01, driftMin: 2 * time.Millisecond}
+	o := options{driftFactor: 0.01, driftMin: 2 * time.Millisecond}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -88,7 +109,7 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 	switch {
 	case len(stores) == 0:
 		return fail("stores: none given")
-	case o.nodeTimeout <= 0:
+	case o.timeoutSet && o.nodeTimeout <= 0:
 		return fail("node timeout %v: must be > 0", o.nodeTimeout)
 	case o.driftFactor < 0 || o.driftFactor >= 1 || o.driftMin < 0:
 		return fail("drift %v × TTL + %v: factor must be in [0, 1), constant >= 0", o.driftFactor, o.driftMin)
@@ -103,7 +124,7 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 			}
 		}
 	}
-	return &Store{nodes: slices.Clone(stores), quorum: len(stores)/2 + 1, opts: o}, nil
+	return &Store{nodes: slices.Clone(stores), quorum: len(stores)/2 + 1, opts: o, waiters: map[waiterID]int{}, settles: map[waiterID]*settle{}}, nil
 }
 
 // Quorum returns the number of nodes that must hold a lease on a key of limit permits: a
@@ -116,6 +137,24 @@ func (s *Store) Quorum(limit int) int {
 	return max(s.quorum, len(s.nodes)*limit/(limit+1)+1)
 }
 
+// Default node timeouts: maxNodeTimeout for calls without a TTL, TTL/10 within
+// [minNodeTimeout, maxNodeTimeout] for those with one.
+const (
+	maxNodeTimeout = 500 * time.Millisecond
+	minNodeTimeout = 50 * time.Millisecond
+)
+
+// nodeTimeout returns the bound of each node call of an operation with ttl (0: none).
+func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
+	switch {
+	case s.opts.timeoutSet:
+		return s.opts.nodeTimeout
+	case ttl <= 0:
+		return maxNodeTimeout
+	}
+	return min(maxNodeTimeout, max(minNodeTimeout, ttl/10))
+}
+
 func (s *Store) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*s.opts.driftFactor) + s.opts.driftMin
 }
@@ -125,27 +164,141 @@ type result[T any] struct {
 	err error
 }
 
-// fanout calls f on the nodes in idx (all nodes when idx is nil) in parallel, each bounded by
-// the node timeout, and returns every result, indexed like s.nodes.
-func fanout[T any](ctx context.Context, s *Store, idx []int, f func(context.Context, core.Store) (T, error)) []result[T] {
+// errNoAnswer stands for the answer of a node that had not answered when its call's outcome
+// was decided.
+var errNoAnswer = errors.New("no answer yet")
+
+// call is one fan-out: a call to some nodes in parallel, decided by the first answers that
+// settle its outcome. Answers that come after it was decided (stragglers) go to the handler
+// set by then.
+type call[T any] struct {
+	mu       sync.Mutex
+	res      []result[T]
+	waiting  int                // nodes that have not answered
+	decided  bool               // the caller has taken its results: later answers are stragglers
+	done     chan struct{}      // closed once when decided
+	all      chan struct{}      // closed once every node answered
+	cancel   context.CancelFunc // of the calls' context: when the last one ends, or ctx did first
+	late     func(i int, r result[T])
+	set      bool  // then was called
+	stragged []int // stragglers that answered before then
+}
+
+// graceMin is the least time a decided fan-out waits on for the nodes that have not answered.
+const graceMin = 2 * time.Millisecond
+
+// fanout calls f on the nodes in idx (all nodes when idx is nil) in parallel, each call
+// bounded by timeout, and returns the results, indexed like s.nodes, once decide reports that
+// the answers so far settle the outcome and the others had as long again to come (at least
+// graceMin), or every node answered, or ctx ended (a nil decide waits for every node). A node that had not answered then has errNoAnswer. Each call
+// runs on its own goroutine, which ends when the call does, within timeout. Calls still out
+// when the outcome is decided go on (ctx's cancellation no longer reaches them): a straggler's
+// answer is handed to the function given to then, on its goroutine. When ctx ends first, the
+// calls are canceled; when it has ended already, no call is made. The caller must call then
+// once (with nil to drop the stragglers' answers).
+func fanout[T any](ctx context.Context, s *Store, timeout time.Duration, idx []int, f func(context.Context, int, core.Store) (T, error), decide func([]result[T]) bool) ([]result[T], *call[T]) {
 	if idx == nil {
 		idx = make([]int, len(s.nodes))
 		for i := range idx {
 			idx[i] = i
 		}
 	}
-	res := make([]result[T], len(s.nodes))
-	var wg sync.WaitGroup
-	for _, i := range idx {
-		wg.Go(func() {
-			c, cancel := context.WithTimeout(ctx, s.opts.nodeTimeout)
-			defer cancel()
-			v, err := f(c, s.nodes[i])
-			res[i] = result[T]{v, err}
-		})
+	if ctx.Err() != nil {
+		idx = nil
 	}
-	wg.Wait()
-	return res
+	begin := time.Now()
+	c := &call[T]{res: make([]result[T], len(s.nodes)), waiting: len(idx), done: make(chan struct{}), all: make(chan struct{})}
+	for i := range c.res {
+		c.res[i].err = errNoAnswer
+	}
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel = cancel
+	stop := context.AfterFunc(ctx, cancel) // until decided, ctx's end cancels the calls
+	for _, i := range idx {
+		go func() {
+			nc, cancel := context.WithTimeout(base, timeout)
+			v, err := f(nc, i, s.nodes[i])
+			cancel()
+			c.answer(i, result[T]{v, err}, decide)
+		}()
+	}
+	if len(idx) == 0 {
+		c.decided = true
+		close(c.done)
+		close(c.all)
+		cancel()
+	}
+	select {
+	case <-c.done:
+		// Decided: give the other nodes as long again (at least graceMin) to answer, so that a
+		// node merely slower than the quorum, not hung, is not left behind (a release it has not
+		// done yet would refuse the next acquire that needs it).
+		if grace := max(time.Since(begin), graceMin); len(idx) > 0 {
+			t := time.NewTimer(grace)
+			select {
+			case <-c.all:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+	case <-ctx.Done():
+	}
+	stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.decided {
+		c.decided = true
+		close(c.done)
+	}
+	return slices.Clone(c.res), c
+}
+
+// answer records node i's answer, or hands it on as a straggler's.
+func (c *call[T]) answer(i int, r result[T], decide func([]result[T]) bool) {
+	c.mu.Lock()
+	if c.waiting--; c.waiting == 0 {
+		c.cancel()
+		close(c.all)
+	}
+	if !c.decided {
+		c.res[i] = r
+		if c.waiting == 0 || (decide != nil && decide(c.res)) {
+			c.decided = true
+			close(c.done)
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.res[i] = r
+	late, set := c.late, c.set
+	if !set {
+		c.stragged = append(c.stragged, i)
+	}
+	c.mu.Unlock()
+	if set && late != nil {
+		late(i, r)
+	}
+}
+
+// then sets what happens to stragglers' answers: late runs on the straggler's goroutine, or on
+// a new one for those that answered before then was called. A nil late drops them. It returns
+// the number of calls to late to come.
+func (c *call[T]) then(late func(i int, r result[T])) int {
+	c.mu.Lock()
+	c.late, c.set = late, true
+	early := c.stragged
+	c.stragged = nil
+	res := slices.Clone(c.res)
+	n := c.waiting + len(early)
+	c.mu.Unlock()
+	if late == nil {
+		return 0
+	}
+	for _, i := range early {
+		go late(i, res[i])
+	}
+	return n
 }
 
 func nodeErrors[T any](res []result[T]) error {
