@@ -19,18 +19,15 @@ import (
 // a quorum can no longer grant; a hung node costs nothing while the others decide.
 //
 // Cost: one round trip to every node, in parallel (the latency of the quorum-th fastest node,
-// bounded by the node timeout); two when the granting nodes' fences differ; two as well on a
-// refused request with req.Wait > 0 from a caller not enrolled with Register (its first try),
-// see below. On refusal whatever was granted is released, each node at the fence it granted,
+// bounded by the node timeout); two when the granting nodes' fences differ. On refusal whatever was granted is released, each node at the fence it granted,
 // before Acquire returns, and the refusal's RetryAfter is when, by the refusing nodes' word, a
 // quorum would have room. When fewer than a quorum of nodes answer, it returns their errors
 // joined.
 //
-// Places in the nodes' lines: a first try (the caller has no waiter from Register) is sent with
-// Wait = 0, so that a caller that wins at once leaves no place in the line of a node that
-// refused it (a place nobody would leave, whose grant would later block that node). Only when
-// refused does it send req.Wait, to the refusing nodes, to take its places: one more round trip,
-// on the contended path only. While the caller is enrolled, tries carry req.Wait in one round.
+// Waiting: every try goes to the nodes with Wait = 0, so no node keeps a place in its line for a
+// Redlock caller (nodes' lines, each in its own arrival order, would grant freed permits to
+// different waiters, none of which reached a quorum), and a caller that wins leaves no place
+// behind. Redlock is no core.Notifier: its waiters retry at their retry interval.
 //
 // Stragglers: a node that answers after the outcome is decided is settled in the background: a
 // grant at another fence than the lease's (or any grant, after a refusal) is released at the
@@ -50,38 +47,14 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	// them) grant one fence, so the raise round is rarely needed.
 	first := req
 	first.FenceFloor = max(req.FenceFloor, uint64(start.UnixMicro())+fenceLead)
-	if !s.enrolled(req.Key, req.Holder) {
-		first.Wait = 0
-	}
+	// No node keeps a place for the caller: each node's line is its own, in its own arrival
+	// order, so nodes would grant the freed permits to different waiters and none reach a
+	// quorum. Redlock waiters retry at their retry interval instead.
+	first.Wait = 0
 	st := s.newSettle(req, timeout)
 	decide := func(rs []result[core.AcquireResult]) bool { return acquireDecided(rs, quorum) }
 	res, c := fanout(ctx, s, timeout, nil, func(c context.Context, _ int, n core.Store) (core.AcquireResult, error) { return n.Acquire(c, first) }, decide)
 	st.expect(c.then(st.late))
-	if first.Wait != req.Wait && ctx.Err() == nil && !acquireGranted(res, quorum) {
-		// Refused: the caller will wait, and needs its place in the line of every node that did
-		// not grant, so that all nodes' lines agree. A node that grants now counts as it would
-		// have in the first round. This round waits for every node (up to the node timeout)
-		// unless a quorum grants: a refusal returns with the caller's places taken.
-		var again []int
-		for i, r := range res {
-			if r.err != nil || !r.v.Granted {
-				again = append(again, i)
-			}
-		}
-		wait := first
-		wait.Wait = req.Wait
-		merged := func(rs []result[core.AcquireResult]) []result[core.AcquireResult] {
-			m := slices.Clone(res)
-			for _, i := range again {
-				m[i] = rs[i]
-			}
-			return m
-		}
-		rs, c := fanout(ctx, s, timeout, again, func(c context.Context, _ int, n core.Store) (core.AcquireResult, error) { return n.Acquire(c, wait) },
-			func(rs []result[core.AcquireResult]) bool { return acquireGranted(merged(rs), quorum) })
-		st.expect(c.then(st.late))
-		res = merged(rs)
-	}
 	var granted, failed []int
 	answered, refused := 0, 0
 	var since time.Time // the earliest grant handed over from a node's line, counted from there

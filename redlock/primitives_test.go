@@ -142,9 +142,8 @@ func TestConformanceRedlockRedisServers(t *testing.T) {
 	conformance.Run(t, redisHarness{addrs})
 }
 
-// TestWaiterOverRedisNodesIsHandedTheLock: a Redlock waiter over Redis nodes, refused (and
-// released on every node after each refused try), is still handed the lock by the nodes' lines
-// when the holder releases, promptly rather than at the holder's expiry.
+// TestWaiterOverRedisNodesIsHandedTheLock: a Redlock waiter over Redis nodes, refused, gets the
+// lock promptly when the holder releases (at its retry interval), not at the holder's expiry.
 func TestWaiterOverRedisNodesIsHandedTheLock(t *testing.T) {
 	var ss []core.Store
 	for range 3 {

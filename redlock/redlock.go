@@ -59,15 +59,13 @@ type Store struct {
 	opts   options
 
 	mu      sync.Mutex
-	waiters map[waiterID]int     // callers enrolled by Register, whose tries keep their places
 	settles map[waiterID]*settle // the latest acquire of each holder with stragglers to settle
 }
 
 type waiterID struct{ key, holder string }
 
 var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Notifier = (*Store)(nil)
+	_ core.Store = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -124,7 +122,7 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 			}
 		}
 	}
-	return &Store{nodes: slices.Clone(stores), quorum: len(stores)/2 + 1, opts: o, waiters: map[waiterID]int{}, settles: map[waiterID]*settle{}}, nil
+	return &Store{nodes: slices.Clone(stores), quorum: len(stores)/2 + 1, opts: o, settles: map[waiterID]*settle{}}, nil
 }
 
 // Quorum returns the number of nodes that must hold a lease on a key of limit permits: a
