@@ -49,10 +49,14 @@ type Store interface {
 	// The limit is not stored with the key: each request is admitted against its own req.Limit,
 	// so clients that disagree on the limit each see theirs (Inspect reports the latest one).
 	//
-	// A store may keep a line of waiters: a request refused with req.Wait > 0 may hold a place
-	// in it for that long, and a release may then grant the request from the line, before the
-	// waiter asks again. The waiter's next Acquire reports that grant (idempotently, as above),
-	// with Since set when the store learned of it without asking the backend again.
+	// A store may keep a line of waiters (a store that implements Notifier must): a request
+	// refused with req.Wait > 0 holds a place in it for that long. The line is strictly FIFO:
+	// freed permits go to the head of the line, which waits until its permits are free, and
+	// while anyone waits no request behind it, nor a newcomer, nor one with Wait = 0 is granted.
+	// A release (or expiry, or a waiter leaving) may grant the head its lease before it asks
+	// again, and wake its Waiter; the waiter's next Acquire takes that grant (idempotently, as
+	// above: same fence, expiry now+TTL). A waiter that stops waiting closes its Waiter, which
+	// takes it out of the line and passes on a grant it has not taken.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 
 	// Extend moves the expiry of the holder's lease to now+TTL and reports the lease. If the
@@ -106,10 +110,6 @@ type AcquireResult struct {
 	// RetryAfter, on refusal, is how long until the leases now on the key would, by expiring
 	// alone, leave room for the request. A waiter uses it instead of polling blindly.
 	RetryAfter time.Duration
-	// Since, when not zero, is a local time before the grant was made: the grant was handed
-	// to the holder from a line of waiters before this call, and the lease's TTL must be counted
-	// from Since rather than from the call.
-	Since time.Time
 }
 
 // ExtendRequest asks to move the expiry of Holder's lease on Key to TTL from now

@@ -119,9 +119,6 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 			return fail(err)
 		}
 		if res.Granted {
-			if !res.Since.IsZero() && res.Since.Before(start) {
-				start = res.Since // handed over from the store's line before this try
-			}
 			if time.Since(start) >= s.cfg.ttl-drift(s.cfg.ttl) {
 				// The grant came back after the deadline it would have (a stalled store, say):
 				// the lease would be lost on arrival. Ask again: the holder's re-acquire is

@@ -57,7 +57,6 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	st.expect(c.then(st.late))
 	var granted, failed []int
 	answered, refused := 0, 0
-	var since time.Time // the earliest grant handed over from a node's line, counted from there
 	for i, r := range res {
 		switch {
 		case errors.Is(r.err, core.ErrInvalid):
@@ -69,9 +68,6 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		case r.v.Granted:
 			answered++
 			granted = append(granted, i)
-			if t := r.v.Since; !t.IsZero() && t.Before(start) {
-				start, since = t, t
-			}
 		default:
 			answered++
 			refused++
@@ -81,7 +77,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		fence, ok := s.raise(ctx, req, res, granted, quorum, timeout)
 		if ok && time.Since(start) < req.TTL-s.drift(req.TTL) {
 			st.decide(fence, false)
-			return core.AcquireResult{Granted: true, Fence: fence, Since: since}, nil
+			return core.AcquireResult{Granted: true, Fence: fence}, nil
 		}
 	}
 	// No valid quorum: give back what was granted, each node at its fence, and whatever a node

@@ -25,4 +25,3 @@ func TestNextFence(t *testing.T) {
 		}
 	}
 }
-

@@ -53,7 +53,8 @@ type Op struct {
 	// the lease.
 	OK    bool
 	Fence uint64 // Acquire granted, Extend
-	// Since is an Acquire grant's AcquireResult.Since: the grant was made before the call.
+	// Since, set by the checks on an Acquire grant, is the holder's first Acquire call on the key:
+	// a grant from a line, which the holder's later call takes, may have been made that early.
 	Since time.Time
 	Err   error
 }
@@ -106,7 +107,7 @@ func (s *recorded) Acquire(ctx context.Context, req core.AcquireRequest) (core.A
 	call := time.Now()
 	res, err := s.Store.Acquire(ctx, req)
 	s.r.Add(Op{Kind: Acquire, Key: req.Key, Holder: req.Holder, Permits: req.Permits, Limit: req.Limit, TTL: req.TTL,
-		Call: call, Return: time.Now(), OK: err == nil && res.Granted, Fence: res.Fence, Since: res.Since, Err: err})
+		Call: call, Return: time.Now(), OK: err == nil && res.Granted, Fence: res.Fence, Err: err})
 	return res, err
 }
 
