@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redisdriver"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -63,7 +64,8 @@ func TestDriversExcludeEachOther(t *testing.T) {
 	a, b := drivers["goredis"](t, srv.Addr), drivers["valkey"](t, srv.Addr)
 	ma, _ := primitives.NewMutex(a, "shared", primitives.WithRetryInterval(time.Millisecond))
 	mb, _ := primitives.NewMutex(b, "shared", primitives.WithRetryInterval(time.Millisecond))
-	var inside, peak, grants atomic.Int32
+	occ := conformance.NewOccupancy(1)
+	var grants atomic.Int32
 	var last atomic.Uint64
 	var wg sync.WaitGroup
 	for i := range 6 {
@@ -78,14 +80,12 @@ func TestDriversExcludeEachOther(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if n := inside.Add(1); n > peak.Load() {
-					peak.Store(n)
-				}
+				leave := occ.Enter(1)
 				if prev := last.Swap(l.Fence()); l.Fence() <= prev {
 					t.Errorf("fence %d after %d", l.Fence(), prev)
 				}
 				grants.Add(1)
-				inside.Add(-1)
+				leave()
 				if err := l.Release(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -93,8 +93,8 @@ func TestDriversExcludeEachOther(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if peak.Load() != 1 || grants.Load() != 240 {
-		t.Errorf("go-redis and valkey-go stores on one key: %d holders at once, %d grants; want 1 and 240", peak.Load(), grants.Load())
+	if occ.Peak() != 1 || grants.Load() != 240 {
+		t.Errorf("go-redis and valkey-go stores on one key: %d holders at once, %d grants; want 1 and 240", occ.Peak(), grants.Load())
 	}
 }
 
