@@ -103,8 +103,9 @@ func TestWakeCrossesDrivers(t *testing.T) {
 	a, b := drivers["goredis"](t, srv.Addr), drivers["valkey"](t, srv.Addr)
 	for _, pair := range [][2]store{{a, b}, {b, a}} {
 		holder, waiter := pair[0], pair[1]
+		w := watch(waiter)
 		mh, _ := primitives.NewMutex(holder, "wake")
-		mw, _ := primitives.NewMutex(waiter, "wake", primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(time.Minute))
+		mw, _ := primitives.NewMutex(w, "wake", primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(time.Minute))
 		l, err := mh.Acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +120,7 @@ func TestWakeCrossesDrivers(t *testing.T) {
 			l2.Release(context.Background())
 			got <- time.Since(start)
 		}()
-		time.Sleep(200 * time.Millisecond) // the waiter enrolls and its subscription is confirmed
+		waitFor(t, w.settled) // the waiter enrolls and its subscription is confirmed
 		l.Release(context.Background())
 		select {
 		case <-got:
@@ -177,7 +178,7 @@ func TestWaiterIsSilentBetweenNotifications(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			s := mk(t, srv.Addr)
+			s := watch(mk(t, srv.Addr))
 			m, _ := primitives.NewMutex(s, "quiet", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
 			warm, _ := primitives.NewMutex(s, "warm-up")
 			if l, err := warm.Acquire(context.Background()); err == nil {
@@ -195,7 +196,7 @@ func TestWaiterIsSilentBetweenNotifications(t *testing.T) {
 				}
 				got <- l2
 			}()
-			time.Sleep(300 * time.Millisecond) // enrolled, subscribed, confirmed
+			waitFor(t, s.settled) // enrolled, subscribed, confirmed
 			before := commands(t, srv.Addr)
 			time.Sleep(time.Second) // ten default retry intervals... and the holder's refresh is 20s away
 			if n := commands(t, srv.Addr) - before; n != 0 {
@@ -357,7 +358,7 @@ func TestSubscriptionSurvivesReconnect(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			s := mk(t, srv.Addr)
+			s := watch(mk(t, srv.Addr))
 			m, _ := primitives.NewMutex(s, "reconnect", primitives.WithTTL(time.Minute),
 				primitives.WithAcquireTimeout(time.Minute), primitives.WithRetryInterval(20*time.Millisecond))
 			l, err := m.Acquire(context.Background())
@@ -372,12 +373,14 @@ func TestSubscriptionSurvivesReconnect(t *testing.T) {
 				}
 				got <- l2
 			}()
-			time.Sleep(300 * time.Millisecond)
+			waitFor(t, s.settled) // subscribed and confirmed: there is a subscription to kill
+			s.unsettle()
 			if _, err := redistest.Do(srv.Addr, "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(200 * time.Millisecond) // the waiter polls while the subscription is down...
-			// ...then the driver reconnects and resubscribes, and the waiter falls silent again.
+			// The waiter polls while the subscription is down, then the driver reconnects and
+			// resubscribes, and the waiter settles and falls silent again.
+			waitFor(t, s.settled)
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				before := commands(t, srv.Addr)
