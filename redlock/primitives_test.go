@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
+	"github.com/leasehold/leasehold/redlock"
 )
 
 // The seed library's RedlockMutex and RedlockSemaphore scenarios: with every node up, the
@@ -152,7 +153,7 @@ func TestWaiterOverRedisNodesIsHandedTheLock(t *testing.T) {
 		t.Cleanup(func() { st.Close(); c.Close() })
 		ss = append(ss, st)
 	}
-	rl := mustNew(t, ss)
+	rl := &settling{Store: mustNew(t, ss)}
 	ctx := context.Background()
 	m, _ := primitives.NewMutex(rl, "handed", primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Second))
 	l, err := m.Acquire(ctx)
@@ -170,10 +171,51 @@ func TestWaiterOverRedisNodesIsHandedTheLock(t *testing.T) {
 		got <- time.Now()
 		l2.Release(ctx)
 	}()
-	time.Sleep(500 * time.Millisecond) // refused, enrolled, subscribed: waiting silently
+	// Refused, enrolled, subscribed on every node: waiting silently.
+	for deadline := time.Now().Add(10 * time.Second); !rl.settled(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not settle within 10s")
+		}
+	}
 	released := time.Now()
 	l.Release(ctx)
 	if at := <-got; at.IsZero() || at.Sub(released) > 2*time.Second {
 		t.Fatalf("the waiter got the lock %v after the release, want promptly", at.Sub(released))
 	}
+}
+
+// settling is a Redlock Store whose waiter tells when it has settled: its owner (primitives),
+// about to wait, found it Reliable (subscribed, and confirmed, on every node) with no wake
+// pending, so it sends nothing until the next wake. (A node's wake that the merged waiter has
+// not forwarded yet may still send it round once more; a release then still finds it waiting.)
+type settling struct {
+	*redlock.Store
+	w atomic.Pointer[settlingWaiter]
+}
+
+func (s *settling) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+	w, err := s.Store.Register(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	sw := &settlingWaiter{Waiter: w}
+	s.w.Store(sw)
+	return sw, nil
+}
+
+func (s *settling) settled() bool {
+	w := s.w.Load()
+	return w != nil && w.settled.Load()
+}
+
+type settlingWaiter struct {
+	core.Waiter
+	settled atomic.Bool
+}
+
+// Reliable is asked by the waiter's owner before each wait.
+func (w *settlingWaiter) Reliable() bool {
+	r := w.Waiter.Reliable()
+	w.settled.Store(r && len(w.Waiter.C()) == 0)
+	return r
 }
