@@ -12,7 +12,7 @@ import (
 
 // testConcurrentHoldersNeverExceedLimit runs workers on Stores of their own (processes, in
 // effect) that acquire and release on two keys, a semaphore and a mutex, and counts the holders
-// actually inside at once.
+// actually inside at once with an Occupancy of each.
 func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 	const (
 		workers = 8
@@ -21,12 +21,12 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 	)
 	semKey, muKey := newKey(t), newKey(t)
 	var (
-		inUse, maxInUse atomic.Int64
-		muInside        atomic.Int64
-		muLast          atomic.Uint64           // the race detector sees no order through a remote store
-		fails           = make(chan string, 64) // the first failures; the rest are counted
-		dropped         atomic.Int64
-		wg              sync.WaitGroup
+		sem     = NewOccupancy(limit)
+		mu      = NewOccupancy(1)
+		muLast  atomic.Uint64           // the race detector sees no order through a remote store
+		fails   = make(chan string, 64) // the first failures; the rest are counted
+		dropped atomic.Int64
+		wg      sync.WaitGroup
 	)
 	fail := func(msg string) {
 		select {
@@ -47,21 +47,14 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 					fail(err.Error())
 					return
 				}
-				now := inUse.Add(int64(n))
-				for m := maxInUse.Load(); now > m && !maxInUse.CompareAndSwap(m, now); m = maxInUse.Load() {
-				}
-				if now > limit {
-					fail(fmt.Sprintf("%d permits in use at once, limit %d", now, limit))
-				}
+				leaveSem := sem.Enter(n)
 				time.Sleep(time.Millisecond) // hold a moment, so that holders overlap
 				if r%2 == 0 {
 					if err := acquireWait(t, st, muKey, holder, 1, 1); err != nil {
 						fail(err.Error())
 						return
 					}
-					if muInside.Add(1) != 1 {
-						fail("two holders inside the mutex at once")
-					}
+					leaveMu := mu.Enter(1)
 					snap, err := st.Inspect(ctxFor(t), muKey)
 					if err != nil {
 						fail(err.Error())
@@ -70,12 +63,12 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 					if last := muLast.Swap(f); f <= last {
 						fail(fmt.Sprintf("mutex fence %d not above the previous holder's %d", f, last))
 					}
-					muInside.Add(-1)
+					leaveMu()
 					if _, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: muKey, Holder: holder, Fence: f}); err != nil {
 						fail(err.Error())
 					}
 				}
-				inUse.Add(-int64(n))
+				leaveSem()
 				if _, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: semKey, Holder: holder}); err != nil {
 					fail(err.Error())
 				}
@@ -90,7 +83,13 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 	if n := dropped.Load(); n > 0 {
 		t.Errorf("and %d more failures", n)
 	}
-	if m := maxInUse.Load(); m < limit {
+	if v := sem.Violations(); len(v) > 0 {
+		t.Errorf("the semaphore let more permits in than its limit %d times; the first: %v", len(v), v[0])
+	}
+	if v := mu.Violations(); len(v) > 0 {
+		t.Errorf("the mutex let two holders in at once %d times", len(v))
+	}
+	if m := sem.Peak(); m < limit {
 		t.Errorf("at most %d permits were in use at once, limit %d: the workers did not overlap enough to test anything", m, limit)
 	}
 }

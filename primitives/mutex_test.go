@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -446,7 +447,7 @@ func TestClosedStore(t *testing.T) {
 func TestConcurrentMutexExcludes(t *testing.T) {
 	store := memory.New()
 	m := mustMutex(t, store, primitives.WithRetryInterval(time.Millisecond))
-	var inside, maxInside atomic.Int32
+	occ := conformance.NewOccupancy(1)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -456,11 +457,9 @@ func TestConcurrentMutexExcludes(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				n := inside.Add(1)
-				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
-				}
+				leave := occ.Enter(1)
 				time.Sleep(50 * time.Microsecond) // stay inside a moment, so that a second holder would be seen
-				inside.Add(-1)
+				leave()
 				if err := l.Release(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -468,8 +467,8 @@ func TestConcurrentMutexExcludes(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if maxInside.Load() != 1 {
-		t.Errorf("%d holders inside at once", maxInside.Load())
+	if occ.Peak() != 1 {
+		t.Errorf("%d holders inside at once", occ.Peak())
 	}
 }
 

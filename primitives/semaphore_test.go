@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -92,7 +92,7 @@ func TestSemaphoreNeverExceedsLimit(t *testing.T) {
 	store := memory.New()
 	const limit = 5
 	s := mustSemaphore(t, store, limit, primitives.WithRetryInterval(time.Millisecond))
-	var inUse, peak atomic.Int64
+	occ := conformance.NewOccupancy(limit)
 	var wg sync.WaitGroup
 	for w := range 10 {
 		wg.Go(func() {
@@ -103,10 +103,7 @@ func TestSemaphoreNeverExceedsLimit(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				cur := inUse.Add(int64(n))
-				for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
-				}
-				inUse.Add(-int64(n))
+				occ.Enter(n)()
 				if err := l.Release(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -114,7 +111,7 @@ func TestSemaphoreNeverExceedsLimit(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if p := peak.Load(); p > limit {
+	if p := occ.Peak(); p > limit {
 		t.Errorf("peak %d permits in use, limit %d", p, limit)
 	}
 }

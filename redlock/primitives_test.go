@@ -25,7 +25,7 @@ func TestMutexOverRedlockExcludes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inside, peak atomic.Int32
+	occ := conformance.NewOccupancy(1)
 	var last atomic.Uint64
 	var wg sync.WaitGroup
 	for range 6 {
@@ -36,14 +36,12 @@ func TestMutexOverRedlockExcludes(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if n := inside.Add(1); n > peak.Load() {
-					peak.Store(n)
-				}
+				leave := occ.Enter(1)
 				if prev := last.Swap(l.Fence()); l.Fence() <= prev {
 					t.Errorf("fence %d after %d", l.Fence(), prev)
 				}
 				time.Sleep(100 * time.Microsecond)
-				inside.Add(-1)
+				leave()
 				if err := l.Release(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -51,8 +49,8 @@ func TestMutexOverRedlockExcludes(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if peak.Load() != 1 {
-		t.Errorf("%d holders at once over Redlock", peak.Load())
+	if occ.Peak() != 1 {
+		t.Errorf("%d holders at once over Redlock", occ.Peak())
 	}
 }
 
@@ -63,7 +61,7 @@ func TestSemaphoreOverRedlockKeepsLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inUse, peak atomic.Int64
+	occ := conformance.NewOccupancy(3)
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
@@ -74,11 +72,9 @@ func TestSemaphoreOverRedlockKeepsLimit(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				cur := inUse.Add(int64(n))
-				for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
-				}
+				leave := occ.Enter(n)
 				time.Sleep(200 * time.Microsecond)
-				inUse.Add(-int64(n))
+				leave()
 				if err := l.Release(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -86,7 +82,7 @@ func TestSemaphoreOverRedlockKeepsLimit(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if p := peak.Load(); p > 3 || p < 2 {
+	if p := occ.Peak(); p > 3 || p < 2 {
 		t.Errorf("peak %d permits in use over Redlock(5), limit 3 (and want real overlap)", p)
 	}
 }
@@ -155,7 +151,7 @@ func TestWaiterOverRedisNodesIsHandedTheLock(t *testing.T) {
 		t.Cleanup(func() { st.Close(); c.Close() })
 		ss = append(ss, st)
 	}
-	rl := mustNew(t, ss)
+	rl := &refusals{Store: mustNew(t, ss)}
 	ctx := context.Background()
 	m, _ := primitives.NewMutex(rl, "handed", primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Second))
 	l, err := m.Acquire(ctx)
@@ -173,10 +169,29 @@ func TestWaiterOverRedisNodesIsHandedTheLock(t *testing.T) {
 		got <- time.Now()
 		l2.Release(ctx)
 	}()
-	time.Sleep(500 * time.Millisecond) // refused, enrolled, subscribed: waiting silently
+	// Refused twice: the waiter is waiting between its tries.
+	for deadline := time.Now().Add(10 * time.Second); rl.n.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter was not refused twice within 10s")
+		}
+	}
 	released := time.Now()
 	l.Release(ctx)
 	if at := <-got; at.IsZero() || at.Sub(released) > 2*time.Second {
 		t.Fatalf("the waiter got the lock %v after the release, want promptly", at.Sub(released))
 	}
+}
+
+// refusals is a Store that counts the refusals it passes on.
+type refusals struct {
+	core.Store
+	n atomic.Int64
+}
+
+func (r *refusals) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	res, err := r.Store.Acquire(ctx, req)
+	if err == nil && !res.Granted {
+		r.n.Add(1)
+	}
+	return res, err
 }

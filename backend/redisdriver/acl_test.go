@@ -59,7 +59,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			a, b := mk(), mk()
+			a, b := mk(), watch(mk())
 			ma, _ := primitives.NewMutex(a, "acl:"+name, primitives.WithTTL(time.Second))
 			mb, _ := primitives.NewMutex(b, "acl:"+name, primitives.WithTTL(time.Second), primitives.WithAcquireTimeout(5*time.Second))
 			l, err := ma.Acquire(ctx)
@@ -77,7 +77,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 				}
 				got <- err
 			}()
-			time.Sleep(200 * time.Millisecond)
+			waitFor(t, b.settled) // in line and subscribed: the release hands it the lock
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

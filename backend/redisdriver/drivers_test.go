@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redisdriver"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -63,7 +64,8 @@ func TestDriversExcludeEachOther(t *testing.T) {
 	a, b := drivers["goredis"](t, srv.Addr), drivers["valkey"](t, srv.Addr)
 	ma, _ := primitives.NewMutex(a, "shared", primitives.WithRetryInterval(time.Millisecond))
 	mb, _ := primitives.NewMutex(b, "shared", primitives.WithRetryInterval(time.Millisecond))
-	var inside, peak, grants atomic.Int32
+	occ := conformance.NewOccupancy(1)
+	var grants atomic.Int32
 	var last atomic.Uint64
 	var wg sync.WaitGroup
 	for i := range 6 {
@@ -78,14 +80,12 @@ func TestDriversExcludeEachOther(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if n := inside.Add(1); n > peak.Load() {
-					peak.Store(n)
-				}
+				leave := occ.Enter(1)
 				if prev := last.Swap(l.Fence()); l.Fence() <= prev {
 					t.Errorf("fence %d after %d", l.Fence(), prev)
 				}
 				grants.Add(1)
-				inside.Add(-1)
+				leave()
 				if err := l.Release(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -93,8 +93,8 @@ func TestDriversExcludeEachOther(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if peak.Load() != 1 || grants.Load() != 240 {
-		t.Errorf("go-redis and valkey-go stores on one key: %d holders at once, %d grants; want 1 and 240", peak.Load(), grants.Load())
+	if occ.Peak() != 1 || grants.Load() != 240 {
+		t.Errorf("go-redis and valkey-go stores on one key: %d holders at once, %d grants; want 1 and 240", occ.Peak(), grants.Load())
 	}
 }
 
@@ -103,8 +103,9 @@ func TestWakeCrossesDrivers(t *testing.T) {
 	a, b := drivers["goredis"](t, srv.Addr), drivers["valkey"](t, srv.Addr)
 	for _, pair := range [][2]store{{a, b}, {b, a}} {
 		holder, waiter := pair[0], pair[1]
+		w := watch(waiter)
 		mh, _ := primitives.NewMutex(holder, "wake")
-		mw, _ := primitives.NewMutex(waiter, "wake", primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(time.Minute))
+		mw, _ := primitives.NewMutex(w, "wake", primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(time.Minute))
 		l, err := mh.Acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +120,7 @@ func TestWakeCrossesDrivers(t *testing.T) {
 			l2.Release(context.Background())
 			got <- time.Since(start)
 		}()
-		time.Sleep(200 * time.Millisecond) // the waiter enrolls and its subscription is confirmed
+		waitFor(t, w.settled) // the waiter enrolls and its subscription is confirmed
 		l.Release(context.Background())
 		select {
 		case <-got:
@@ -177,7 +178,7 @@ func TestWaiterIsSilentBetweenNotifications(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			s := mk(t, srv.Addr)
+			s := watch(mk(t, srv.Addr))
 			m, _ := primitives.NewMutex(s, "quiet", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
 			warm, _ := primitives.NewMutex(s, "warm-up")
 			if l, err := warm.Acquire(context.Background()); err == nil {
@@ -195,7 +196,7 @@ func TestWaiterIsSilentBetweenNotifications(t *testing.T) {
 				}
 				got <- l2
 			}()
-			time.Sleep(300 * time.Millisecond) // enrolled, subscribed, confirmed
+			waitFor(t, s.settled) // enrolled, subscribed, confirmed
 			before := commands(t, srv.Addr)
 			time.Sleep(time.Second) // ten default retry intervals... and the holder's refresh is 20s away
 			if n := commands(t, srv.Addr) - before; n != 0 {
@@ -357,7 +358,7 @@ func TestSubscriptionSurvivesReconnect(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			s := mk(t, srv.Addr)
+			s := watch(mk(t, srv.Addr))
 			m, _ := primitives.NewMutex(s, "reconnect", primitives.WithTTL(time.Minute),
 				primitives.WithAcquireTimeout(time.Minute), primitives.WithRetryInterval(20*time.Millisecond))
 			l, err := m.Acquire(context.Background())
@@ -372,12 +373,14 @@ func TestSubscriptionSurvivesReconnect(t *testing.T) {
 				}
 				got <- l2
 			}()
-			time.Sleep(300 * time.Millisecond)
+			waitFor(t, s.settled) // subscribed and confirmed: there is a subscription to kill
+			s.unsettle()
 			if _, err := redistest.Do(srv.Addr, "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(200 * time.Millisecond) // the waiter polls while the subscription is down...
-			// ...then the driver reconnects and resubscribes, and the waiter falls silent again.
+			// The waiter polls while the subscription is down, then the driver reconnects and
+			// resubscribes, and the waiter settles and falls silent again.
+			waitFor(t, s.settled)
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				before := commands(t, srv.Addr)

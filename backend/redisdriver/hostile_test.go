@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -150,7 +151,7 @@ func TestTenThousandWaiters(t *testing.T) {
 			}
 			var (
 				served  atomic.Int64
-				holders atomic.Int64
+				holders = conformance.NewOccupancy(1)
 				wg      sync.WaitGroup
 			)
 			for range waiters {
@@ -160,10 +161,7 @@ func TestTenThousandWaiters(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					if holders.Add(1) > 1 {
-						t.Error("two holders of one mutex")
-					}
-					holders.Add(-1)
+					holders.Enter(1)()
 					served.Add(1)
 					l.Release(ctx)
 				})
@@ -172,6 +170,9 @@ func TestTenThousandWaiters(t *testing.T) {
 			start := time.Now()
 			l.Release(ctx)
 			wg.Wait()
+			if v := holders.Violations(); len(v) > 0 {
+				t.Errorf("two holders of one mutex, %d times", len(v))
+			}
 			if served.Load() != waiters {
 				t.Fatalf("%d of %d waiters served", served.Load(), waiters)
 			}

@@ -38,9 +38,12 @@ func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 				order []int
 				wg    sync.WaitGroup
 				held  = make(chan core.Lease)
+				ws    []*watched
 			)
 			for i := range waiters {
-				m, _ := primitives.NewMutex(mk(t, srv.Addr), "line", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+				w := watch(mk(t, srv.Addr))
+				ws = append(ws, w)
+				m, _ := primitives.NewMutex(w, "line", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
 				wg.Go(func() {
 					l, err := m.Acquire(context.Background())
 					if err != nil {
@@ -55,7 +58,9 @@ func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 				// The next waiter is refused after this one took its place.
 				waitFor(t, func() bool { return lineLen(t, srv.Addr, "line") == i+1 })
 			}
-			time.Sleep(200 * time.Millisecond) // subscriptions confirmed: the waiters are silent
+			for _, w := range ws {
+				waitFor(t, w.settled) // subscriptions confirmed: the waiters are silent
+			}
 			before := commands(t, srv.Addr)
 			l.Release(context.Background())
 			for range waiters {
@@ -175,8 +180,11 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close(false)
-			<-w.C() // the first wake: the subscription is new
+			// The waiter starts woken (its subscription is new) and is woken again when the
+			// subscription is confirmed, which may come after the first wake was read. Reliable
+			// means the confirmation's wake was sent: clear it, so that the next is the grant's.
 			waitFor(t, w.Reliable)
+			drain(w)
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "taken", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
@@ -331,7 +339,8 @@ func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close(false)
-			time.Sleep(200 * time.Millisecond) // subscriptions confirmed
+			// The line's grant to g must reach gone's Store, which gives it back.
+			waitFor(t, func() bool { return subscribers(t, srv.Addr, "gone") == 2 })
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "gone", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
@@ -349,7 +358,7 @@ func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
 func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
-			s := mk(t, redistest.StartServer(t).Addr)
+			s := watch(mk(t, redistest.StartServer(t).Addr))
 			m, _ := primitives.NewMutex(s, "kept", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
 			l, err := m.Acquire(context.Background())
 			if err != nil {
@@ -363,7 +372,7 @@ func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
 				}
 				got <- l2
 			}()
-			time.Sleep(200 * time.Millisecond)
+			waitFor(t, s.settled) // in line, subscribed: the release hands it the lease, and its message follows
 			l.Release(context.Background())
 			l2 := <-got
 			defer l2.Release(context.Background())

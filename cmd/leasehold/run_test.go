@@ -124,7 +124,7 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitInspect(t, url, "lost", "1", "1 holder(s)")
 	// Someone deletes the lease's keys behind its back.
 	if _, err := redistest.Do(srv.Addr, "FLUSHALL"); err != nil {
 		t.Fatal(err)
@@ -149,17 +149,23 @@ func TestInspectShowsHolders(t *testing.T) {
 	}
 	defer holder.Wait()
 	defer stop()
+	waitInspect(t, url, "shown", "3", "1 holder(s), 2 permit(s) in use, 1 free of 3")
+}
+
+// waitInspect runs inspect of key with limit until its output contains want, for up to 20s.
+func waitInspect(t *testing.T, url, key, limit, want string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		out, err := cli(t.Context(), "inspect", "-redis", url, "-limit", "3", "shown").CombinedOutput()
+		out, err := cli(t.Context(), "inspect", "-redis", url, "-limit", limit, key).CombinedOutput()
 		if err != nil {
 			t.Fatalf("inspect: %v\n%s", err, out)
 		}
-		if strings.Contains(string(out), "1 holder(s), 2 permit(s) in use, 1 free of 3") {
-			break
+		if strings.Contains(string(out), want) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("inspect never showed the holder:\n%s", out)
+			t.Fatalf("inspect %s never showed %q:\n%s", key, want, out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 	"github.com/leasehold/leasehold/primitives/httplimit"
@@ -336,13 +337,10 @@ func TestPanicReleasesSlot(t *testing.T) {
 
 func TestLimitHoldsAcrossServersSharingRedis(t *testing.T) {
 	addr := redistest.StartServer(t).Addr
-	var running, peak atomic.Int32
+	running := conformance.NewOccupancy(3)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := running.Add(1)
-		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-		}
+		defer running.Enter(1)()
 		time.Sleep(50 * time.Millisecond)
-		running.Add(-1)
 	})
 	var urls []string
 	for range 2 { // two "processes": each its own client, Store and server
@@ -373,7 +371,7 @@ func TestLimitHoldsAcrossServersSharingRedis(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if peak.Load() > 3 || ok.Load() == 0 || busy.Load() == 0 {
-		t.Errorf("peak %d handlers at once across both servers (limit 3), %d served, %d turned away; want ≤ 3 and some of each", peak.Load(), ok.Load(), busy.Load())
+	if running.Peak() > 3 || ok.Load() == 0 || busy.Load() == 0 {
+		t.Errorf("peak %d handlers at once across both servers (limit 3), %d served, %d turned away; want ≤ 3 and some of each", running.Peak(), ok.Load(), busy.Load())
 	}
 }
