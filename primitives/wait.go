@@ -75,9 +75,10 @@ func (w *waiter) timeoutLeft() (time.Duration, bool) {
 }
 
 // wait returns when the next try is due: on a wake (a new waiter starts woken unless its store
-// can tell that no release was missed since the refused try), after retryAfter (capped by the
-// retry interval unless notifications are reliable and attempts unlimited), or with an error
-// when the acquire timeout passes or ctx ends.
+// can tell that no release was missed since the refused try; not under WithAttempts, whose tries
+// are paced by the retry interval), after retryAfter (capped by the retry interval unless
+// notifications are reliable and attempts unlimited), or with an error when the acquire timeout
+// passes or ctx ends.
 func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if !w.enrolled && w.s.notifier != nil {
 		w.enrolled = true
@@ -113,7 +114,10 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 		w.retryTimer.Reset(d)
 	}
 	var wake <-chan struct{}
-	if w.w != nil {
+	if w.w != nil && w.attempts == 0 {
+		// Under WithAttempts(n) the tries are paced by the retry interval alone: a wake (a
+		// subscription confirmed, say) would spend an attempt at once. A grant from the line
+		// waits for the next try, at most a retry interval away.
 		wake = w.w.C()
 	}
 	select {
