@@ -30,12 +30,12 @@ func (s *cancelAfterRefusal) Acquire(ctx context.Context, req core.AcquireReques
 	return res, err
 }
 
-// TestAdversaryCancelBeforeRegisterStrandsPlace: a caller whose ctx ends after its refused try
+// TestCancelBeforeRegisterLeavesNoPlace: a caller whose ctx ends after its refused try
 // took a place in the memory store's line, but before it enrolled (Register fails on the ended
 // ctx), closes no Waiter, so nothing takes its place out of the line. The holder's release then
 // grants the lock, untaken, to that place: nobody holds it, yet a waiter behind must wait for
 // the whole TTL of a grant that nobody will ever take.
-func TestAdversaryCancelBeforeRegisterStrandsPlace(t *testing.T) {
+func TestCancelBeforeRegisterLeavesNoPlace(t *testing.T) {
 	store := &cancelAfterRefusal{Store: memory.New()}
 	ctx := context.Background()
 	ttl := 5 * time.Second

@@ -30,9 +30,10 @@ func (w *waiter) try(ctx context.Context) (core.AcquireResult, error) {
 	w.req.Wait = w.willWait(ctx)
 	res, err := w.s.store.Acquire(ctx, w.req)
 	if err != nil {
-		if ctx.Err() != nil && !w.s.cfg.holderSet {
-			// The store may have granted the lease just as ctx ended; don't leave it to expire.
-			// A caller-chosen holder id may name a lease held elsewhere, so that one is left be.
+		if !w.s.cfg.holderSet {
+			// The store may have granted the lease although the reply was lost (ctx ended, the
+			// connection broke): don't leave it to expire. A caller-chosen holder id may name a
+			// lease held elsewhere, so that one is left be.
 			w.abandon()
 		}
 		return res, err

@@ -23,12 +23,12 @@ func must(t *testing.T, s *memory.Store, r core.AcquireRequest, granted bool) co
 	return res
 }
 
-// TestAdversaryAdoptedGrantIsNotTakenBack: a lease the line granted to a waiter, untaken, is
+// TestAdoptedGrantIsNotTakenBack: a lease the line granted to a waiter, untaken, is
 // adopted (Semaphore.Adopt: an Extend by its holder id, "a lease held elsewhere"). The adopter
 // holds it; the waiter then gives up (closes its Waiter). Extend does not clear the untaken mark,
 // so the waiter's leave deletes the adopted lease and grants the key to the next in line: two
 // holders inside at once, the adopter's lease ended by someone else.
-func TestAdversaryAdoptedGrantIsNotTakenBack(t *testing.T) {
+func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 	ctx := context.Background()
 	s := memory.New()
 	a := must(t, s, req("a", 1, 1, 0), true)
@@ -60,10 +60,10 @@ func TestAdversaryAdoptedGrantIsNotTakenBack(t *testing.T) {
 	}
 }
 
-// TestAdversaryLineOrderAndExtremes guards the strict FIFO and extreme input: a smaller request
+// TestLineOrderAndExtremes guards the strict FIFO and extreme input: a smaller request
 // behind a large head is not served first, nor is a TryAcquire or a newcomer, and MaxDuration
 // TTLs and waits with limits at MaxLimit grant and serve without overflow.
-func TestAdversaryLineOrderAndExtremes(t *testing.T) {
+func TestLineOrderAndExtremes(t *testing.T) {
 	ctx := context.Background()
 	s := memory.New()
 	const lim = core.MaxLimit

@@ -91,9 +91,10 @@ type waiter struct {
 }
 
 // Register implements core.Notifier: the waiter is woken when the key's line grants req.Holder
-// a lease. It starts woken when that happened already.
-func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
-	if err := s.lock(ctx, "register", req.Key); err != nil {
+// a lease. It starts woken when that happened already. It never blocks, so it ignores ctx: a
+// caller whose ctx ended still gets the Waiter whose Close takes its place out of the line.
+func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waiter, error) {
+	if err := s.lock(context.Background(), "register", req.Key); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()

@@ -192,6 +192,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 		return core.ExtendResult{}, fmt.Errorf("leasehold/memory: extend %q: %w", req.Key, core.ErrLost)
 	}
 	e.expiry = now.Add(req.TTL)
+	e.untaken = false // a grant from the line, extended (adopted), is taken
 	ks.leases[req.Holder] = e
 	return core.ExtendResult{Permits: e.permits, Fence: e.fence, Limit: ks.limit}, nil
 }

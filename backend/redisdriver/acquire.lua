@@ -1,12 +1,16 @@
 -- ARGV: holder, permits, limit, ttl_ms, min_fence, wait_ms, channel (of the holder's Store),
 -- fence_floor (a least fence for a new grant only), listens (1 when a PUBLISH on channel counts
--- the holder's Store while it listens)
+-- the holder's Store while it listens), try id (names this try to a leave that may overtake it)
 -- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits. The line is strictly FIFO: free
 -- permits go to the waiters in line first, and a caller not served from it is granted only when
 -- nobody waits. A refusal with wait_ms > 0 keeps the holder's place in the line (or gives it the
 -- last one), where a release may grant it the lease.
 local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if ARGV[10] and redis.call('ZSCORE', left, ARGV[10]) then
+  -- Its caller gave up on this try before it arrived, and left: nothing to grant, no place.
+  return {0, 0, 0}
+end
 local min_fence, wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 purge()
 serve()

@@ -10,11 +10,11 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// TestAdversaryAdoptedGrantIsNotTakenBack: a lease the line granted to a waiter, not taken yet,
+// TestAdoptedGrantIsNotTakenBack: a lease the line granted to a waiter, not taken yet,
 // is adopted by its holder id (Semaphore.Adopt, an Extend). extend.lua renews it but leaves the
 // ' q' mark, so when the original waiter gives up, leave.lua drops the adopted lease and serves
 // the next waiter: the adopter and that waiter are inside at once.
-func TestAdversaryAdoptedGrantIsNotTakenBack(t *testing.T) {
+func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)

@@ -10,13 +10,13 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// TestAdversaryReusedHolderWaitersAllWake: two concurrent Acquire calls under one WithHolder id
+// TestReusedHolderWaitersAllWake: two concurrent Acquire calls under one WithHolder id
 // wait in one Store. Such calls share one lease (WithHolder's doc), so when the holder releases
 // and the line grants the id its lease, both must return promptly, as they do on the memory
 // store. Subscriptions keeps one waiter per holder (c.waiters[holder] = w): the second Register
 // replaces the first, whose wake never comes, and it sleeps until the store's RetryAfter (the
 // old lease's expiry) or its acquire timeout.
-func TestAdversaryReusedHolderWaitersAllWake(t *testing.T) {
+func TestReusedHolderWaitersAllWake(t *testing.T) {
 	for name, mk := range drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)

@@ -66,7 +66,8 @@ type Base struct {
 	// that key waits for them, so that a late leave never ends what a newer call was granted.
 	leavingMu sync.Mutex
 	leaving   map[string]*pendingLeave
-	nLeaving  atomic.Int32 // len(leaving), for the hot path
+	nLeaving  atomic.Int32  // len(leaving), for the hot path
+	tries     atomic.Uint64 // numbers the tries that wait, for their ids
 }
 
 type pendingLeave struct {

@@ -9,13 +9,16 @@
 --                    <listens> <channel>", the request of each waiter in the line, its Store's
 --                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
 --                    not (0: a Cluster, where PUBLISH counts only the node's own subscribers)
+--   KEYS[6] left:    sorted set, try id -> server ms until which a try of that id, whose caller
+--                    gave up on it before its reply came, takes no place in the line: a leave
+--                    that overtook its try on another connection
 -- Every number that goes into a stored string is written by int(), as a whole decimal number.
 -- Time is the server's (TIME); a lease with expiry E is held while now < E.
 --
 -- Each script's body runs as main() under pcall (see guard.lua). The first command on each key
 -- is a read, or a write that Redis refuses whole on a wrong type, so a key holding someone
 -- else's data makes the script fail before it writes to that key or deletes it.
-local leases, holders, meta, queue, waiting = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local leases, holders, meta, queue, waiting, left = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -92,8 +95,8 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, chann
     int(min_fence) .. ' ' .. listens .. ' ' .. channel)
   if not redis.call('ZSCORE', queue, holder) then
     redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), holder)
-    if redis.call('PTTL', meta) < 0 then
-      -- A line on a key never granted (the limits disagree): the counter still goes in time.
+    if redis.call('PTTL', meta) < wait_ms + 604800000 then
+      -- The line's counter lives as long as its places, and the fence counter with it.
       redis.call('PEXPIRE', meta, wait_ms + 604800000)
     end
   end
@@ -111,8 +114,9 @@ local function grant(holder, n, limit, ttl, min_fence, last, fresh, mark)
   unqueue(holder)
   local fence = math.max(last + 1, now_us, min_fence)
   redis.call('HSET', meta, 'fence', int(fence), 'limit', int(limit))
-  -- The counter outlives the leases by a week; after that the server clock carries the order.
-  redis.call('PEXPIRE', meta, ttl + 604800000)
+  -- The counter outlives the leases and the line by a week; after that the server clock
+  -- carries the order of fences, and the line's places start again.
+  redis.call('PEXPIRE', meta, math.max(ttl, redis.call('PTTL', queue)) + 604800000)
   redis.call('ZADD', leases, now_ms + ttl, holder)
   redis.call('HSET', holders, holder, int(n) .. ' ' .. int(fence) .. mark)
   stretch(ttl, fresh)

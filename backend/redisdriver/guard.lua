@@ -7,7 +7,7 @@ local msg = type(res) == 'table' and res.err or tostring(res)
 if string.find(msg, 'WRONGTYPE', 1, true) then
   for i, k in ipairs(KEYS) do
     local t = redis.call('TYPE', k)['ok']
-    local want = (i == 1 or i == 4) and 'zset' or 'hash'
+    local want = (i == 1 or i == 4 or i == 6) and 'zset' or 'hash'
     if t ~= 'none' and t ~= want then
       return redis.error_reply('WRONGTYPE leasehold: ' .. k .. ' holds a ' .. t .. ', not a ' .. want .. ' of ours; it was left untouched')
     end

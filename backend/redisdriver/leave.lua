@@ -1,9 +1,17 @@
--- ARGV: holder, floor
+-- ARGV: holder, floor, try id (optional), its hold in ms
 -- A waiter gives up: it leaves the line, and a lease the line granted it that it has not taken
 -- (with a fence above floor, the key's last fence at its refusal) passes to the next waiters.
+-- With a try id (a try whose caller gave up before its reply came), that try, should it arrive
+-- after this leave, takes no place for the next hold ms.
 -- Returns {holder, fence, ...} as release does.
 local holder, floor = ARGV[1], tonumber(ARGV[2])
 purge()
+if ARGV[3] then
+  local hold = tonumber(ARGV[4])
+  redis.call('ZREMRANGEBYSCORE', left, '-inf', now_ms)
+  redis.call('ZADD', left, now_ms + hold, ARGV[3])
+  if redis.call('PTTL', left) < hold then redis.call('PEXPIRE', left, hold) end
+end
 unqueue(holder)
 local n, fence, untaken = held(holder)
 if n and untaken and fence > floor then

@@ -107,7 +107,7 @@ func (l Layout) tag(key string) string {
 // Keys returns the Redis keys of a resource key, in the order the scripts take them.
 func (l Layout) Keys(key string) []string {
 	t := l.tag(key)
-	return []string{t + "leases", t + "holders", t + "meta", t + "queue", t + "waiting"}
+	return []string{t + "leases", t + "holders", t + "meta", t + "queue", t + "waiting", t + "left"}
 }
 
 // Channel returns the channel on which the Store with id store hears of leases on key granted to
@@ -130,13 +130,17 @@ func ms(d time.Duration) int64 {
 // AcquireArgs returns the ARGV of the acquire script; channel is where a grant from the line is
 // to be published, used when req.Wait > 0, and listens says whether a PUBLISH there counts the
 // Store while it listens (not on a Cluster).
-func AcquireArgs(req core.AcquireRequest, channel string, listens bool) []any {
+func AcquireArgs(req core.AcquireRequest, channel string, listens bool, try string) []any {
 	l := "0"
 	if listens {
 		l = "1"
 	}
-	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), channel,
+	args := []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), channel,
 		strconv.FormatUint(req.FenceFloor, 10), l}
+	if try != "" {
+		args = append(args, try)
+	}
+	return args
 }
 
 // ExtendArgs returns the ARGV of the extend script.
@@ -153,6 +157,17 @@ func ReleaseArgs(req core.ReleaseRequest) []any {
 // refusal that reported floor as the key's last fence.
 func LeaveArgs(holder string, floor uint64) []any {
 	return []any{holder, strconv.FormatUint(floor, 10)}
+}
+
+// tryHold is how long a leave keeps the try it undoes from taking a place, should the try reach
+// the server after it: longer than any try stays in flight.
+const tryHold = time.Minute
+
+// LeaveTryArgs returns the ARGV of the leave script for a try (named try in the acquire script's
+// ARGV) whose caller gave up before its reply came: it leaves the line, and the try, should it
+// arrive later, takes no place.
+func LeaveTryArgs(holder, try string) []any {
+	return []any{holder, "0", try, ms(tryHold)}
 }
 
 // Reply is a script reply decoded by a driver: a []any of int64 and string values, or an int64.

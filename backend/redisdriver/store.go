@@ -2,6 +2,7 @@ package redisdriver
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
@@ -38,7 +39,11 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 	// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
 	// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
 	listens := b.listens && try.gen != 0
-	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req, channel, listens))
+	var tryID string
+	if req.Wait > 0 {
+		tryID = b.id + ":" + strconv.FormatUint(b.tries.Add(1), 36)
+	}
+	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req, channel, listens, tryID))
 	var res core.AcquireResult
 	var last uint64
 	if err == nil {
@@ -49,11 +54,13 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		if subs != nil {
 			subs.EndTry(try)
 		}
-		if req.Wait > 0 && ctx.Err() != nil {
-			// The try may have reached the server and taken a place that nobody would own:
-			// leave it (a grant made meanwhile goes on down the line; a lease granted to the try
-			// itself is not the line's, and is the caller's to release).
-			b.leave(req.Key, req.Holder, 0)
+		if req.Wait > 0 {
+			// The try may have reached the server and taken a place that nobody would own (its
+			// caller takes an error as final), or may still reach it, after the leave, on its
+			// own connection: leave, and keep that try out of the line. A grant made meanwhile
+			// goes on down the line; a lease granted to the try itself is not the line's, and is
+			// the caller's to release.
+			b.leaveAfter(req.Key, req.Holder, LeaveTryArgs(req.Holder, tryID))
 		}
 		return core.AcquireResult{}, err
 	}
@@ -69,7 +76,7 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 	}
 	if !res.Granted && req.Wait > 0 && b.closed.Load() {
 		// Closed while the try was out: Close may not have known of this place to give it up.
-		b.leaveNow(ctx, req.Key, req.Holder, last)
+		b.leaveNow(ctx, req.Key, LeaveArgs(req.Holder, last))
 	}
 	return res, nil
 }
@@ -118,6 +125,11 @@ const leaveTimeout = 2 * time.Second
 // line in the background, passing a lease granted to it since on. Close waits for it, and sends
 // those its waiters still owe.
 func (b *Base) leave(key, holder string, floor uint64) {
+	b.leaveAfter(key, holder, LeaveArgs(holder, floor))
+}
+
+// leaveAfter is leave with the leave script's ARGV given.
+func (b *Base) leaveAfter(key, holder string, args []any) {
 	b.bgMu.Lock()
 	defer b.bgMu.Unlock()
 	if b.bgDone {
@@ -136,7 +148,7 @@ func (b *Base) leave(key, holder string, floor uint64) {
 	b.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
-		b.leaveNow(ctx, key, holder, floor)
+		b.leaveNow(ctx, key, args)
 		b.leavingMu.Lock()
 		if p.n--; p.n == 0 {
 			delete(b.leaving, id)
@@ -167,8 +179,8 @@ func (b *Base) awaitLeave(ctx context.Context, key, holder string) error {
 // leaveNow sends the leave script. It is not b.run: a closing Store still sends what its
 // waiters owe the line. On failure the place lapses with the waiter's wait, and a lease granted
 // meanwhile with its TTL.
-func (b *Base) leaveNow(ctx context.Context, key, holder string, floor uint64) {
-	r, err := b.client.Run(ctx, Leave, b.layout.Keys(key), LeaveArgs(holder, floor))
+func (b *Base) leaveNow(ctx context.Context, key string, args []any) {
+	r, err := b.client.Run(ctx, Leave, b.layout.Keys(key), args)
 	if err != nil {
 		return
 	}
@@ -191,6 +203,8 @@ func (b *Base) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 // connection; the first waiter on a key subscribes to the key's channel.
 func (b *Base) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	if err := b.check(ctx); err != nil {
+		// The caller's refused try took a place it will not wait in: leave it.
+		b.leave(req.Key, req.Holder, 0)
 		return nil, b.wrap("register", req.Key, err)
 	}
 	subs := b.subscriptions()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -56,7 +57,7 @@ type Subscriptions struct {
 // channel is what Subscriptions keeps for one key's channel while it is wanted.
 type channel struct {
 	name, key string
-	waiters   map[string]*waiter // holder → waiter
+	waiters   map[string][]*waiter // holder → its waiters (several under one WithHolder id)
 	// gen is nonzero while the subscription is confirmed and the connection up: the number of
 	// the confirmation, so that a try can tell whether the subscription stayed up since.
 	gen    uint64
@@ -137,7 +138,7 @@ func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (
 		c.linger = nil
 	}
 	w.ch = c
-	c.waiters[req.Holder] = w
+	c.waiters[req.Holder] = append(c.waiters[req.Holder], w)
 	tk := name + "\x00" + req.Holder
 	r, tried := s.tries[tk]
 	delete(s.tries, tk)
@@ -222,14 +223,16 @@ func (s *Subscriptions) AfterTry(ctx context.Context, t Try, key, holder string,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.channels[name]
-	if w := c.waiter(holder); w != nil {
-		if granted {
-			w.queued, w.floor = false, max(w.floor, fence)
-			if w.grant <= w.floor {
-				w.grant = 0
+	if ws := c.waitersOf(holder); len(ws) > 0 {
+		for _, w := range ws {
+			if granted {
+				w.queued, w.floor = false, max(w.floor, fence)
+				if w.grant <= w.floor {
+					w.grant = 0
+				}
+			} else {
+				w.queued, w.floor, w.since = true, last, sent
 			}
-		} else {
-			w.queued, w.floor, w.since = true, last, sent
 		}
 		return
 	}
@@ -269,14 +272,17 @@ func (s *Subscriptions) Released(key, holder string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.channels[s.Channel(key)]
-	if w := c.waiter(holder); w != nil {
-		w.floor, w.grant = math.MaxUint64, 0
+	if ws := c.waitersOf(holder); len(ws) > 0 {
+		for _, w := range ws {
+			w.floor, w.grant = math.MaxUint64, 0
+		}
 	} else if c != nil {
 		c.setFloor(holder, math.MaxUint64)
 	}
 }
 
-func (c *channel) waiter(holder string) *waiter {
+// waitersOf returns holder's waiters on c (nil for a nil c).
+func (c *channel) waitersOf(holder string) []*waiter {
 	if c == nil {
 		return nil
 	}
@@ -288,7 +294,7 @@ func (c *channel) waiter(holder string) *waiter {
 func (s *Subscriptions) channelLocked(name, key string) *channel {
 	c := s.channels[name]
 	if c == nil {
-		c = &channel{name: name, key: key, waiters: map[string]*waiter{}, floors: map[string]floorAt{}, inflight: map[string]int{}}
+		c = &channel{name: name, key: key, waiters: map[string][]*waiter{}, floors: map[string]floorAt{}, inflight: map[string]int{}}
 		s.channels[name] = c
 		c.linger = time.AfterFunc(Linger, func() { s.expire(c) })
 	}
@@ -300,8 +306,10 @@ func (s *Subscriptions) remove(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := w.ch
-	if c.waiters[w.holder] == w {
+	if ws := slices.DeleteFunc(c.waiters[w.holder], func(x *waiter) bool { return x == w }); len(ws) == 0 {
 		delete(c.waiters, w.holder)
+	} else {
+		c.waiters[w.holder] = ws
 	}
 	if len(c.waiters) == 0 && c.linger == nil && !s.closed && s.channels[c.name] == c {
 		c.linger = time.AfterFunc(Linger, func() { s.expire(c) })
@@ -368,8 +376,10 @@ func (s *Subscriptions) Confirmed(name string) {
 	}
 	s.gens++
 	c.gen = s.gens
-	for _, w := range c.waiters {
-		w.wake()
+	for _, ws := range c.waiters {
+		for _, w := range ws {
+			w.wake()
+		}
 	}
 }
 
@@ -380,8 +390,10 @@ func (s *Subscriptions) Message(name, payload string) {
 		// Not a format this version knows: wake everyone, who will look.
 		s.mu.Lock()
 		if c := s.channels[name]; c != nil {
-			for _, w := range c.waiters {
-				w.wake()
+			for _, ws := range c.waiters {
+				for _, w := range ws {
+					w.wake()
+				}
 			}
 		}
 		s.mu.Unlock()
@@ -410,8 +422,10 @@ func (s *Subscriptions) granted(name string, grants []Grant, ours bool) {
 	}
 	now := time.Now()
 	for _, g := range grants {
-		if w := c.waiters[g.Holder]; w != nil {
-			w.granted(g.Fence)
+		if ws := c.waiters[g.Holder]; len(ws) > 0 {
+			for _, w := range ws {
+				w.granted(g.Fence)
+			}
 			continue
 		}
 		// Kept even when it looks stale: the holder's refusal may not be recorded yet.
@@ -493,8 +507,10 @@ func (s *Subscriptions) Down() {
 
 func (s *Subscriptions) wakeAllLocked() {
 	for _, c := range s.channels {
-		for _, w := range c.waiters {
-			w.wake()
+		for _, ws := range c.waiters {
+			for _, w := range ws {
+				w.wake()
+			}
 		}
 	}
 }
@@ -532,9 +548,12 @@ func (s *Subscriptions) Close() []Leaving {
 		if c.linger != nil {
 			c.linger.Stop()
 		}
-		for _, w := range c.waiters {
-			if w.queued || w.grant > w.floor {
-				owed = append(owed, Leaving{c.key, w.holder, w.floor})
+		for _, ws := range c.waiters {
+			for _, w := range ws {
+				if w.queued || w.grant > w.floor {
+					owed = append(owed, Leaving{c.key, w.holder, w.floor})
+					break // the holder's place is one, whoever of its waiters owes it
+				}
 			}
 		}
 		for _, r := range c.recent {
@@ -547,7 +566,7 @@ func (s *Subscriptions) Close() []Leaving {
 	}
 	for tk, r := range s.tries {
 		name, holder, _ := strings.Cut(tk, "\x00")
-		if c := s.channels[name]; c != nil && c.waiters[holder] == nil {
+		if c := s.channels[name]; c != nil && len(c.waiters[holder]) == 0 {
 			owed = append(owed, Leaving{c.key, holder, r.floor})
 		}
 	}
@@ -606,9 +625,11 @@ func (w *waiter) Close(bool) {
 		return
 	}
 	w.closed = true
-	leave := (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed
+	// The holder's place is shared by its waiters (one WithHolder id): the last one leaves it.
+	last := len(w.ch.waiters[w.holder]) == 1 && w.ch.waiters[w.holder][0] == w
+	leave := last && (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed
 	floor := w.floor
-	if w.ch.waiters[w.holder] == w {
+	if last {
 		// The line's message about a grant the waiter took may still come: it is stale.
 		w.ch.setFloor(w.holder, max(w.floor, w.grant))
 	}
