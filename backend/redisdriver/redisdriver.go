@@ -5,12 +5,13 @@
 //
 // # Key layout
 //
-// A resource key K under prefix P is stored in five Redis keys: P{K'}:leases (a sorted set of
-// holder → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence"),
-// P{K'}:meta (a hash with the last fence, the latest limit and the line's counters),
-// P{K'}:queue (a sorted set, the line of waiters in arrival order) and P{K'}:waiting (a hash of
-// waiter → its request), where K' is K with '%', '{' and '}' percent-encoded. K' is the hash
-// tag, so the five keys (and each Store's channel for the key, P{K'}:granted:<store id>) share
+// A resource key K under prefix P is stored in six Redis keys: P{K'}:leases (a sorted set of
+// holder → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence",
+// with " q" after a grant from the line not taken yet), P{K'}:meta (a hash with the last fence,
+// the latest limit and the line's counter), P{K'}:queue (a sorted set, the line of waiters in
+// arrival order), P{K'}:waiting (a hash of waiter → its request) and P{K'}:left (a sorted set of
+// the ids of tries given up before their reply came, for a minute), where K' is K with '%', '{'
+// and '}' percent-encoded. K' is the hash tag, so the six keys (and each Store's channel for the key, P{K'}:granted:<store id>) share
 // one Redis Cluster slot and one script can touch them all; the encoding keeps any user key in
 // one slot and distinct from every other.
 //
@@ -25,18 +26,20 @@
 // # Handing over to waiters
 //
 // A refused Acquire that will wait (AcquireRequest.Wait > 0) takes a place in the key's line,
-// with its request and the channel of its Store. A release grants the permits it frees to the
-// waiters at the head of the line that they serve, in the same script, and publishes each grant
-// on the channel of the waiter's Store alone: the new holders' Stores, in whichever process,
-// learn of them without another round trip, and the releasing Store hands its own over from the
-// reply without waiting for the message. Only the waiters granted wake, and no other Store hears
-// of it; idle waiters send nothing. A waiter that gives up leaves the line (one
-// more script call, in the background; a closing Store sends those its waiters owe before Close
-// returns), passing a lease granted to it meanwhile to the next in line; a Store gives back a
-// grant for a caller that gave up before enrolling. A waiter whose
-// process dies while in line may still be granted the lease, which then stays taken until its
-// TTL passes, as if its holder had died holding it; its place lapses when its wait would have
-// ended.
+// with its request and the channel of its Store. The line is strictly FIFO: free permits go to
+// its head first, which waits until its permits are free, and no newcomer passes it. A release
+// grants the permits it frees to the head of the line in the same script, and publishes each
+// grant on the channel of the waiter's Store alone; the releasing Store wakes its own waiters
+// from the reply without waiting for the message. Only the waiters granted wake, and no other
+// Store hears of it; idle waiters send nothing. A woken waiter's next Acquire takes the grant and
+// renews it for its full TTL. A grant published to nobody (the waiter's process died and its
+// connection closed) is undone, and that Store's places dropped, in the same script, once the
+// place was checked (its Store's subscription confirmed before the try; never on a Cluster,
+// where PUBLISH counts one node's subscribers). A waiter that gives up leaves the line (one more
+// script call, in the background; a closing Store sends those its waiters owe before Close
+// returns), passing a grant it has not taken to the next in line; so does a try that failed or
+// was canceled in flight, which the leave also keeps out of the line should it arrive later. A
+// Store gives back a grant for a caller that gave up before enrolling, a second after it.
 package redisdriver
 
 import (
