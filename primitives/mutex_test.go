@@ -609,3 +609,23 @@ func TestAttemptsAreSpacedByRetryIntervalWithNotifications(t *testing.T) {
 		t.Errorf("gave up after %v, want at least one retry interval (20ms) between tries", waited)
 	}
 }
+
+// TestHandedOverLeaseHasItsFullDeadline: a waiter that waited 4.8s for a lease with a 2s TTL
+// gets a lease whose Deadline is its TTL (less the drift allowance) from when Acquire returns,
+// not what was left of a grant made while it waited.
+func TestHandedOverLeaseHasItsFullDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		ttl := 2 * time.Second
+		m := mustMutex(t, store, primitives.WithTTL(ttl), primitives.WithAcquireTimeout(time.Minute))
+		l := mustAcquire(t, m)
+		got := acquireAsync(t, asSem{m}, 1)
+		time.Sleep(4800 * time.Millisecond) // the holder refreshes; the waiter waits
+		mustRelease(t, l)
+		l2 := <-got
+		defer mustRelease(t, l2)
+		if left, want := time.Until(l2.Deadline()), ttl-ttl/100-2*time.Millisecond; left < want {
+			t.Errorf("the handed-over lease's deadline is %v away, want %v (its TTL less the drift allowance)", left, want)
+		}
+	})
+}
