@@ -301,12 +301,12 @@ func (s *Subscriptions) channelLocked(name, key string) *channel {
 	return c
 }
 
-// remove drops w; when it was the channel's last waiter, the subscription lingers.
-func (s *Subscriptions) remove(w *waiter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// removeLocked drops w and reports whether it was its holder's last waiter on the channel; when
+// it was the channel's last waiter, the subscription lingers. s.mu must be held.
+func (s *Subscriptions) removeLocked(w *waiter) (last bool) {
 	c := w.ch
-	if ws := slices.DeleteFunc(c.waiters[w.holder], func(x *waiter) bool { return x == w }); len(ws) == 0 {
+	ws := slices.DeleteFunc(c.waiters[w.holder], func(x *waiter) bool { return x == w })
+	if last = len(ws) == 0; last {
 		delete(c.waiters, w.holder)
 	} else {
 		c.waiters[w.holder] = ws
@@ -314,6 +314,7 @@ func (s *Subscriptions) remove(w *waiter) {
 	if len(c.waiters) == 0 && c.linger == nil && !s.closed && s.channels[c.name] == c {
 		c.linger = time.AfterFunc(Linger, func() { s.expire(c) })
 	}
+	return last
 }
 
 // expire unsubscribes from c's channel, which has had no waiter for Linger.
@@ -625,8 +626,9 @@ func (w *waiter) Close(bool) {
 		return
 	}
 	w.closed = true
-	// The holder's place is shared by its waiters (one WithHolder id): the last one leaves it.
-	last := len(w.ch.waiters[w.holder]) == 1 && w.ch.waiters[w.holder][0] == w
+	// The holder's place is shared by its waiters (one WithHolder id): the last one to go, as
+	// decided in the same critical section that removes it, leaves it.
+	last := s.removeLocked(w)
 	leave := last && (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed
 	floor := w.floor
 	if last {
@@ -634,7 +636,6 @@ func (w *waiter) Close(bool) {
 		w.ch.setFloor(w.holder, max(w.floor, w.grant))
 	}
 	s.mu.Unlock()
-	s.remove(w)
 	if leave {
 		s.leave(w.key, w.holder, floor)
 	}
