@@ -229,7 +229,7 @@ func TestStaleGrantDoesNotWake(t *testing.T) {
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 	ch := subs.Channel("k")
-	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", time.Now(), false, true, 100)
+	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", false, true, 100)
 	w, err := subs.Register(ctx, req)
 	if err != nil {
 		t.Fatal(err)

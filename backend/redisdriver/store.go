@@ -28,7 +28,6 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 	}
 	subs := b.loadSubs()
 	var try Try
-	sent := time.Now()
 	if subs != nil && req.Wait > 0 {
 		try = subs.BeforeTry(req.Key, req.Holder)
 	}
@@ -72,7 +71,7 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		if res.Granted {
 			fence = res.Fence
 		}
-		subs.AfterTry(ctx, try, req.Key, req.Holder, sent, res.Granted, req.Wait > 0, fence)
+		subs.AfterTry(ctx, try, req.Key, req.Holder, res.Granted, req.Wait > 0, fence)
 	}
 	if !res.Granted && req.Wait > 0 && b.closed.Load() {
 		// Closed while the try was out: Close may not have known of this place to give it up.

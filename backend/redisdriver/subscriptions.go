@@ -90,11 +90,10 @@ func (c *channel) setFloor(holder string, fence uint64) {
 }
 
 // refusal is what a refused try that will wait tells about later grants: they have a fence
-// above floor (the key's last fence then) and were made after since (when the try was sent).
+// above floor (the key's last fence then).
 // gen is the channel's confirmation when the try was sent, 0 if none.
 type refusal struct {
 	gen, floor uint64
-	since      time.Time
 }
 
 type recentGrant struct {
@@ -142,7 +141,7 @@ func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (
 	tk := name + "\x00" + req.Holder
 	r, tried := s.tries[tk]
 	delete(s.tries, tk)
-	w.floor, w.since = r.floor, r.since
+	w.floor = r.floor
 	if !tried || r.gen == 0 || r.gen != c.gen {
 		w.wake() // a grant may have come before the subscription did
 	}
@@ -200,12 +199,13 @@ func (s *Subscriptions) endTryLocked(t Try) {
 	}
 }
 
-// AfterTry records the outcome of holder's try on key, sent at sent (t from BeforeTry, or the zero
-// Try when there was none); after a refusal it subscribes to the key's channel if need be. fence is the grant's fence, or on a refusal the key's last fence then. A refusal of a
+// AfterTry records the outcome of holder's try on key (t from BeforeTry, or the zero Try when
+// there was none); after a refusal it subscribes to the key's channel if need be. fence is the
+// grant's fence, or on a refusal the key's last fence then. A refusal of a
 // try that waits keeps a place in the line, which the waiter must leave if it gives up; a grant
 // takes it out, and with it any grant from the line up to its fence (the line's message about
 // a lease the try has just found may still be on its way).
-func (s *Subscriptions) AfterTry(ctx context.Context, t Try, key, holder string, sent time.Time, granted, waits bool, fence uint64) {
+func (s *Subscriptions) AfterTry(ctx context.Context, t Try, key, holder string, granted, waits bool, fence uint64) {
 	if t.c != nil {
 		defer s.EndTry(t)
 	}
@@ -231,7 +231,7 @@ func (s *Subscriptions) AfterTry(ctx context.Context, t Try, key, holder string,
 					w.grant = 0
 				}
 			} else {
-				w.queued, w.floor, w.since = true, last, sent
+				w.queued, w.floor = true, last
 			}
 		}
 		return
@@ -249,7 +249,7 @@ func (s *Subscriptions) AfterTry(ctx context.Context, t Try, key, holder string,
 	if len(s.tries) >= 4096 {
 		clear(s.tries) // callers that gave up before registering; the rest start woken
 	}
-	s.tries[name+"\x00"+holder] = refusal{gen: token, floor: last, since: sent}
+	s.tries[name+"\x00"+holder] = refusal{gen: token, floor: last}
 }
 
 // subscribed makes sure the channel name (of key) is wanted, and reports whether it already was.
@@ -582,9 +582,8 @@ type waiter struct {
 	key, holder string
 	c           chan struct{}
 	// A grant from the line is the waiter's when its fence is above floor, the key's last fence
-	// at the waiter's latest refusal; since is when that refused try was sent.
+	// at the waiter's latest refusal.
 	floor  uint64
-	since  time.Time
 	grant  uint64 // the fence of a grant not taken yet, if above floor
 	queued bool   // its latest try was refused: it has a place in the line
 	closed bool
