@@ -117,7 +117,8 @@ func (b *Base) granted(key string, grants []Grant) {
 	}
 }
 
-// leaveTimeout bounds a waiter's leaving the line, which runs in the background.
+// leaveTimeout bounds a waiter's leaving the line, which runs in the background and is retried
+// until then (so a Store's Close waits at most that long for what it owes the lines).
 const leaveTimeout = 2 * time.Second
 
 // leave takes holder, which gave up waiting after a refusal that reported floor, out of key's
@@ -147,7 +148,18 @@ func (b *Base) leaveAfter(key, holder string, args []any) {
 	b.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
-		b.leaveNow(ctx, key, args)
+		// A leave that fails (a connection broken, say) is sent again until leaveTimeout: the
+		// place it gives up would otherwise stay until the waiter's wait lapses.
+		for backoff := 10 * time.Millisecond; b.leaveNow(ctx, key, args) != nil; backoff = min(2*backoff, 200*time.Millisecond) {
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+				continue
+			}
+			break
+		}
 		b.leavingMu.Lock()
 		if p.n--; p.n == 0 {
 			delete(b.leaving, id)
@@ -175,17 +187,18 @@ func (b *Base) awaitLeave(ctx context.Context, key, holder string) error {
 	}
 }
 
-// leaveNow sends the leave script. It is not b.run: a closing Store still sends what its
-// waiters owe the line. On failure the place lapses with the waiter's wait, and a lease granted
-// meanwhile with its TTL.
-func (b *Base) leaveNow(ctx context.Context, key string, args []any) {
+// leaveNow sends the leave script once and reports its error. It is not b.run: a closing Store
+// still sends what its waiters owe the line. A leave that never gets through leaves the place to
+// lapse with the waiter's wait, and a grant made meanwhile to expire with its TTL.
+func (b *Base) leaveNow(ctx context.Context, key string, args []any) error {
 	r, err := b.client.Run(ctx, Leave, b.layout.Keys(key), args)
 	if err != nil {
-		return
+		return err
 	}
 	if grants, err := ParseGrants(r); err == nil {
 		b.granted(key, grants)
 	}
+	return nil
 }
 
 // Inspect implements core.Store.Inspect: one script call, which writes nothing.
