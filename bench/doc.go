@@ -9,5 +9,5 @@
 //
 // The hot paths of Leasehold's own packages have go test benchmarks beside their code:
 //
-//	go test -run '^$' -bench . -benchmem ./primitives/ ./backend/memory/ ./backend/redisdriver/
+//	go test -run '^$' -bench . -benchmem ./primitives/ ./backend/memory/ ./backend/internal/rediscore/
 package bench

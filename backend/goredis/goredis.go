@@ -3,7 +3,7 @@
 // has. Every operation is one script call (one round trip); a release grants the freed permits to
 // the key's waiting line and tells the new holders' Stores through pub/sub, on one subscription
 // connection per Store. The scripts, key layout and wake-up logic
-// are shared with backend/valkey (package redisdriver), so stores of both drivers on one server
+// are shared with backend/valkey (package rediscore), so stores of both drivers on one server
 // exclude each other.
 //
 // A Store is safe for concurrent use.
@@ -15,21 +15,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/core"
 )
 
-var scripts = func() (s [len(redisdriver.Sources)]*redis.Script) {
-	for i, src := range redisdriver.Sources {
+var scripts = func() (s [len(rediscore.Sources)]*redis.Script) {
+	for i, src := range rediscore.Sources {
 		s[i] = redis.NewScript(src)
 	}
 	return s
 }()
 
 // Store is a core.Store and core.Notifier on Redis through go-redis: Acquire, Extend, Release,
-// Inspect, Register and Close come from the embedded redisdriver.Base. Make one with New.
+// Inspect, Register and Close come from the embedded rediscore.Base. Make one with New.
 type Store struct {
-	*redisdriver.Base
+	*rediscore.Base
 }
 
 var (
@@ -38,11 +38,11 @@ var (
 )
 
 // Option configures a Store.
-type Option = redisdriver.Option
+type Option = rediscore.Option
 
 // WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
 // It must not contain '{' or '}'.
-func WithPrefix(prefix string) Option { return redisdriver.WithPrefix(prefix) }
+func WithPrefix(prefix string) Option { return rediscore.WithPrefix(prefix) }
 
 // New returns a Store over client. It sends nothing until the first operation; the first
 // waiter opens one subscription connection. The client stays the caller's: Close does not
@@ -65,23 +65,23 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
-		opts = append(opts[:len(opts):len(opts)], redisdriver.WithClusterPubSub())
+		opts = append(opts[:len(opts):len(opts)], rediscore.WithClusterPubSub())
 	}
-	b, err := redisdriver.NewBase("goredis", client, d, opts...)
+	b, err := rediscore.NewBase("goredis", client, d, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{b}, nil
 }
 
-// driver is the redisdriver.Client over go-redis.
+// driver is the rediscore.Client over go-redis.
 type driver struct {
 	c          redis.UniversalClient
 	honoursCtx bool // the client bounds calls by ctx's deadline itself
 }
 
 // Run uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns when ctx ends.
-func (d driver) Run(ctx context.Context, s redisdriver.Script, keys []string, args []any) (any, error) {
+func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
 	if d.honoursCtx || ctx.Done() == nil {
 		return scripts[s].Run(ctx, d.c, keys, args...).Result()
 	}
@@ -104,7 +104,7 @@ func (d driver) Run(ctx context.Context, s redisdriver.Script, keys []string, ar
 
 // Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and
 // resubscribes on the next read; until the server confirms, waiters poll.
-func (d driver) Listen(ctx context.Context, subs *redisdriver.Subscriptions) (redisdriver.PubSub, func()) {
+func (d driver) Listen(ctx context.Context, subs *rediscore.Subscriptions) (rediscore.PubSub, func()) {
 	ps := d.c.Subscribe(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -3,7 +3,7 @@
 // trip); a release grants the freed permits to the key's waiting line and tells the new holders'
 // Stores through pub/sub, on one dedicated subscription connection per Store, resubscribed after
 // a reconnect. The scripts, key layout and wake-up logic are shared
-// with backend/goredis (package redisdriver), so stores of both drivers on one server exclude
+// with backend/goredis (package rediscore), so stores of both drivers on one server exclude
 // each other.
 //
 // Client-side caching plays no part; a client built with DisableCache works as well.
@@ -19,22 +19,22 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/core"
 )
 
-var scripts = func() (s [len(redisdriver.Sources)]*vk.Lua) {
-	for i, src := range redisdriver.Sources {
+var scripts = func() (s [len(rediscore.Sources)]*vk.Lua) {
+	for i, src := range rediscore.Sources {
 		s[i] = vk.NewLuaScript(src)
 	}
 	return s
 }()
 
 // Store is a core.Store and core.Notifier on Redis or Valkey through valkey-go: Acquire,
-// Extend, Release, Inspect, Register and Close come from the embedded redisdriver.Base. Make
+// Extend, Release, Inspect, Register and Close come from the embedded rediscore.Base. Make
 // one with New.
 type Store struct {
-	*redisdriver.Base
+	*rediscore.Base
 }
 
 var (
@@ -43,33 +43,33 @@ var (
 )
 
 // Option configures a Store.
-type Option = redisdriver.Option
+type Option = rediscore.Option
 
 // WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
 // It must not contain '{' or '}'.
-func WithPrefix(prefix string) Option { return redisdriver.WithPrefix(prefix) }
+func WithPrefix(prefix string) Option { return rediscore.WithPrefix(prefix) }
 
 // New returns a Store over client. It sends nothing until the first operation; the first
 // waiter opens one dedicated subscription connection. The client stays the caller's: Close
 // does not close it. A nil client is an error wrapping core.ErrInvalid.
 func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client != nil && client.Mode() == vk.ClientModeCluster {
-		opts = append(opts[:len(opts):len(opts)], redisdriver.WithClusterPubSub())
+		opts = append(opts[:len(opts):len(opts)], rediscore.WithClusterPubSub())
 	}
-	b, err := redisdriver.NewBase("valkey", client, driver{client}, opts...)
+	b, err := rediscore.NewBase("valkey", client, driver{client}, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{b}, nil
 }
 
-// driver is the redisdriver.Client over valkey-go.
+// driver is the rediscore.Client over valkey-go.
 type driver struct {
 	c vk.Client
 }
 
 // Run uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT.
-func (d driver) Run(ctx context.Context, s redisdriver.Script, keys []string, args []any) (any, error) {
+func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
 	strs := make([]string, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -88,7 +88,7 @@ func (d driver) Run(ctx context.Context, s redisdriver.Script, keys []string, ar
 
 // Listen keeps one dedicated connection with pub/sub hooks; when it breaks, it reports Down,
 // takes a new one and subscribes again to every channel that has waiters.
-func (d driver) Listen(ctx context.Context, subs *redisdriver.Subscriptions) (redisdriver.PubSub, func()) {
+func (d driver) Listen(ctx context.Context, subs *rediscore.Subscriptions) (rediscore.PubSub, func()) {
 	ps := &pubsub{}
 	done := make(chan struct{})
 	go func() {

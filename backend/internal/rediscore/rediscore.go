@@ -1,4 +1,4 @@
-// Package redisdriver holds what Leasehold's Redis drivers share, whatever client they use: the
+// Package rediscore holds what Leasehold's Redis drivers share, whatever client they use: the
 // Lua scripts (one copy, embedded), the key layout, the decoding of script replies into core
 // results, and the subscription bookkeeping that turns wake messages into wake-ups. The drivers
 // backend/goredis and backend/valkey only move bytes.
@@ -40,7 +40,7 @@
 // returns), passing a grant it has not taken to the next in line; so does a try that failed or
 // was canceled in flight, which the leave also keeps out of the line should it arrive later. A
 // Store gives back a grant for a caller that gave up before enrolling, a second after it.
-package redisdriver
+package rediscore
 
 import (
 	"cmp"

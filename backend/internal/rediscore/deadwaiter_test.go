@@ -1,4 +1,4 @@
-package redisdriver_test
+package rediscore_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -23,7 +23,7 @@ func places(t *testing.T, addr, key string) []string {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+	layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
 	v, err := c.HVals(context.Background(), layout.Keys(key)[4]).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package redisdriver_test
+package rediscore_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasehold/leasehold/backend/goredis"
-	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
@@ -33,8 +33,8 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	if reply, err := redistest.Do(srv.Addr, append([]string{"ACL", "SETUSER", "lh"}, strings.Fields(ACLRules)...)...); err != nil || !strings.HasPrefix(reply, "+OK") {
 		t.Fatalf("ACL SETUSER: %q, %v", reply, err)
 	}
-	stores := map[string]func(opts ...redisdriver.Option) store{
-		"goredis": func(opts ...redisdriver.Option) store {
+	stores := map[string]func(opts ...rediscore.Option) store{
+		"goredis": func(opts ...rediscore.Option) store {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lh", Password: "secret"})
 			s, err := goredis.New(c, opts...)
 			if err != nil {
@@ -43,7 +43,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 			t.Cleanup(func() { s.Close(); c.Close() })
 			return s
 		},
-		"valkey": func(opts ...redisdriver.Option) store {
+		"valkey": func(opts ...rediscore.Option) store {
 			c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr}, Username: "lh", Password: "secret", DisableCache: true})
 			if err != nil {
 				t.Fatal(err)
@@ -93,7 +93,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 				t.Fatalf("Inspect: %+v, %v", snap, err)
 			}
 			sl.Release(ctx)
-			other, _ := primitives.NewMutex(mk(redisdriver.WithPrefix("other:")), "x")
+			other, _ := primitives.NewMutex(mk(rediscore.WithPrefix("other:")), "x")
 			if _, err := other.TryAcquire(ctx); err == nil || errors.Is(err, core.ErrNotAcquired) {
 				t.Errorf("a key outside the prefix: %v, want a permission error", err)
 			}

@@ -1,4 +1,4 @@
-package redisdriver_test
+package rediscore_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 )
@@ -27,7 +27,7 @@ func drain(w core.Waiter) {
 // (a key without glob characters): PUBSUB CHANNELS, one channel per Store (Layout.Channel).
 func subscribers(t testing.TB, addr, key string) int {
 	t.Helper()
-	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+	layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
 	v, err := redistest.Do(addr, "PUBSUB", "CHANNELS", layout.Channel(key, "*"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package redisdriver_test
+package rediscore_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package redisdriver_test
+package rediscore_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/goredis"
-	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -70,7 +70,7 @@ func zcard(t *testing.T, addr, key string, i int) int {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+	layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
 	n, err := c.ZCard(context.Background(), layout.Keys(key)[i]).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package redisdriver_test
+package rediscore_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/backend/goredis"
-	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/conformance"
@@ -220,7 +220,7 @@ func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
-			layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+			layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
 			ctx := context.Background()
 			// Each of the key's Redis keys in turn holds someone else's string, among ours: a
 			// lease, a line of waiters.
@@ -292,7 +292,7 @@ func TestServerDownIsReportedWithinDeadline(t *testing.T) {
 }
 
 func TestBracesInKeysStayInOneSlot(t *testing.T) {
-	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+	layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
 	seen := map[string]string{}
 	for _, key := range []string{"a", "{a}", "a}", "}a", "{", "}", "%7B", "a%7D", "{a}:leases", "x}:leases", "leasehold:{a}"} {
 		for _, k := range append(layout.Keys(key), layout.Channel(key, "store")) {
@@ -313,7 +313,7 @@ func TestBracesInKeysStayInOneSlot(t *testing.T) {
 			}
 		}
 	}
-	if _, err := redisdriver.NewLayout("bad{"); !errors.Is(err, core.ErrInvalid) {
+	if _, err := rediscore.NewLayout("bad{"); !errors.Is(err, core.ErrInvalid) {
 		t.Errorf("prefix with a brace: err = %v, want ErrInvalid", err)
 	}
 }

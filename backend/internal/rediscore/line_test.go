@@ -1,4 +1,4 @@
-package redisdriver_test
+package rediscore_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/backend/redisdriver"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -224,12 +224,12 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 // TestStaleGrantDoesNotWake: a grant made before a holder's latest refusal (its fence not above
 // the key's last fence then) does not wake the holder's waiter; a fresh one does.
 func TestStaleGrantDoesNotWake(t *testing.T) {
-	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
-	subs := redisdriver.NewSubscriptions(layout, "store", nopPubSub{})
+	layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
+	subs := rediscore.NewSubscriptions(layout, "store", nopPubSub{})
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 	ch := subs.Channel("k")
-	subs.AfterTry(ctx, redisdriver.Try{}, "k", "h", false, true, 100)
+	subs.AfterTry(ctx, rediscore.Try{}, "k", "h", false, true, 100)
 	w, err := subs.Register(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -244,15 +244,15 @@ func TestStaleGrantDoesNotWake(t *testing.T) {
 		}
 	}
 	drain() // it starts woken: the subscription was not confirmed before the try
-	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 100}})
+	subs.Granted(ch, []rediscore.Grant{{Holder: "h", Fence: 100}})
 	if drain() {
 		t.Fatal("a grant whose fence is not above the last fence at the refusal woke the waiter")
 	}
-	subs.Granted(ch, []redisdriver.Grant{{Holder: "other", Fence: 150}})
+	subs.Granted(ch, []rediscore.Grant{{Holder: "other", Fence: 150}})
 	if drain() {
 		t.Fatal("a grant to another holder woke the waiter")
 	}
-	subs.Granted(ch, []redisdriver.Grant{{Holder: "h", Fence: 151}})
+	subs.Granted(ch, []rediscore.Grant{{Holder: "h", Fence: 151}})
 	if !drain() {
 		t.Fatal("a fresh grant did not wake the waiter")
 	}
@@ -274,7 +274,7 @@ func mustAcquire(t *testing.T, s core.Store, req core.AcquireRequest, granted bo
 
 // lineLen returns the number of waiters in key's line.
 func lineLen(t *testing.T, addr, key string) int {
-	layout, _ := redisdriver.NewLayout(redisdriver.DefaultPrefix)
+	layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
 	v, err := redistest.Do(addr, "ZCARD", layout.Keys(key)[3])
 	if err != nil {
 		t.Fatal(err)

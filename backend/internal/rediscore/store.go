@@ -1,4 +1,4 @@
-package redisdriver
+package rediscore
 
 import (
 	"context"
