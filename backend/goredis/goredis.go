@@ -2,9 +2,13 @@
 // a *redis.ClusterClient, or a failover client — any redis.UniversalClient the caller already
 // has. Every operation is one script call (one round trip); a release grants the freed permits to
 // the key's waiting line and tells the new holders' Stores through pub/sub, on one subscription
-// connection per Store. The scripts, key layout and wake-up logic
-// are shared with backend/valkey (package rediscore), so stores of both drivers on one server
-// exclude each other.
+// connection per Store. The scripts, key layout and wake-up logic are shared with backend/valkey,
+// so stores of both drivers on one server exclude and wake each other.
+//
+// Errors of the server or the network start with "goredis: ", then go-redis's; a sentinel of
+// package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or the caller's ctx error is
+// returned as it is, or with a detail after it. The portable layer (package primitives) names
+// the operation and the key.
 //
 // A Store is safe for concurrent use.
 package goredis
@@ -26,10 +30,10 @@ var scripts = func() (s [len(rediscore.Sources)]*redis.Script) {
 	return s
 }()
 
-// Store is a core.Store and core.Notifier on Redis through go-redis: Acquire, Extend, Release,
-// Inspect, Register and Close come from the embedded rediscore.Base. Make one with New.
+// Store is a core.Store and core.Notifier on Redis through go-redis. Make one with New; its
+// methods are safe for concurrent use.
 type Store struct {
-	*rediscore.Base
+	rs *rediscore.Store
 }
 
 var (
@@ -38,15 +42,19 @@ var (
 )
 
 // Option configures a Store.
-type Option = rediscore.Option
+type Option func(*options)
+
+type options struct{ shared []rediscore.Option }
 
 // WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
 // It must not contain '{' or '}'.
-func WithPrefix(prefix string) Option { return rediscore.WithPrefix(prefix) }
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.shared = append(o.shared, rediscore.WithPrefix(prefix)) }
+}
 
 // New returns a Store over client. It sends nothing until the first operation; the first
 // waiter opens one subscription connection. The client stays the caller's: Close does not
-// close it. A nil client is an error wrapping core.ErrInvalid.
+// close it. A nil client, or a prefix with a brace, is an error wrapping core.ErrInvalid.
 //
 // go-redis bounds a call by ctx's deadline only with ContextTimeoutEnabled (off by default);
 // otherwise by its ReadTimeout, 3s unless set. So that every call returns by its ctx deadline
@@ -54,6 +62,10 @@ func WithPrefix(prefix string) Option { return rediscore.WithPrefix(prefix) }
 // end on a goroutine of its own and returns when ctx ends; the goroutine, and its pooled
 // connection, are held until go-redis gives up (its ReadTimeout; never, if that is negative).
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	d := driver{c: client}
 	switch c := client.(type) {
 	case *redis.Client:
@@ -65,14 +77,60 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
-		opts = append(opts[:len(opts):len(opts)], rediscore.WithClusterPubSub())
+		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
-	b, err := rediscore.NewBase("goredis", client, d, opts...)
+	rs, err := rediscore.New("goredis", client, d, o.shared...)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{b}, nil
+	return &Store{rs: rs}, nil
 }
+
+// Acquire implements core.Store: one script call (EVALSHA; EVAL once per server). It grants the
+// request when the permits are free and nobody waits in the key's line, or renews the holder's
+// lease; otherwise it refuses and says when, by expiry alone, there would be room. A refusal
+// with req.Wait > 0 keeps the holder's place in the line, strictly FIFO, for req.Wait: a release
+// grants it the lease there, and its next Acquire takes it, renewed for its full TTL. A try that
+// fails in flight is followed by a leave of the line, sent in the background.
+func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	return s.rs.Acquire(ctx, req)
+}
+
+// Extend implements core.Store: one script call. It renews the holder's lease for req.TTL from
+// now; a lease that has expired or was released is core.ErrLost, never revived.
+func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	return s.rs.Extend(ctx, req)
+}
+
+// Release implements core.Store: one script call. It ends the holder's lease and reports whether
+// there was one; the freed permits go to the head of the key's line in the same call, and the
+// new holders' Stores are told: this one from the reply, others by a PUBLISH on their channel.
+func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	return s.rs.Release(ctx, req)
+}
+
+// Inspect implements core.Store: one script call, which writes nothing (an unused key creates
+// no Redis key). The leases are in fence order.
+func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	return s.rs.Inspect(ctx, key)
+}
+
+// Register implements core.Notifier. It runs no script: the Store's first waiter opens its one
+// subscription connection, and the first waiter on a key sends a SUBSCRIBE to the key's channel
+// (kept for 30 s after its last waiter). The Waiter is Reliable while that subscription is
+// confirmed and the connection up; its Close leaves the key's line (one script call, in the
+// background) if the waiter still had a place there. After Close, or once ctx has ended,
+// Register fails with core.ErrClosed or ctx's error, and leaves the place the caller's refused
+// try took.
+func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+	return s.rs.Register(ctx, req)
+}
+
+// Close stops the Store's subscription connection and wakes its waiters, which fail with
+// core.ErrClosed; it sends, before it returns, the leaves its waiters owe the keys' lines (each
+// retried for at most 2 s). Later calls fail with core.ErrClosed. The go-redis client stays
+// open. Close is idempotent and returns nil.
+func (s *Store) Close() error { return s.rs.Close() }
 
 // driver is the rediscore.Client over go-redis.
 type driver struct {
@@ -104,7 +162,7 @@ func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args
 
 // Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and
 // resubscribes on the next read; until the server confirms, waiters poll.
-func (d driver) Listen(ctx context.Context, subs *rediscore.Subscriptions) (rediscore.PubSub, func()) {
+func (d driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
 	ps := d.c.Subscribe(ctx)
 	done := make(chan struct{})
 	go func() {

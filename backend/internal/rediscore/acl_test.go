@@ -11,7 +11,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasehold/leasehold/backend/goredis"
-	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
@@ -33,22 +33,22 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	if reply, err := redistest.Do(srv.Addr, append([]string{"ACL", "SETUSER", "lh"}, strings.Fields(ACLRules)...)...); err != nil || !strings.HasPrefix(reply, "+OK") {
 		t.Fatalf("ACL SETUSER: %q, %v", reply, err)
 	}
-	stores := map[string]func(opts ...rediscore.Option) store{
-		"goredis": func(opts ...rediscore.Option) store {
+	stores := map[string]func(prefix string) redisharness.Store{
+		"goredis": func(prefix string) redisharness.Store {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lh", Password: "secret"})
-			s, err := goredis.New(c, opts...)
+			s, err := goredis.New(c, goredis.WithPrefix(prefix))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close(); c.Close() })
 			return s
 		},
-		"valkey": func(opts ...rediscore.Option) store {
+		"valkey": func(prefix string) redisharness.Store {
 			c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr}, Username: "lh", Password: "secret", DisableCache: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := valkey.New(c, opts...)
+			s, err := valkey.New(c, valkey.WithPrefix(prefix))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			a, b := mk(), watch(mk())
+			a, b := mk("leasehold:"), watch(mk("leasehold:"))
 			ma, _ := primitives.NewMutex(a, "acl:"+name, primitives.WithTTL(time.Second))
 			mb, _ := primitives.NewMutex(b, "acl:"+name, primitives.WithTTL(time.Second), primitives.WithAcquireTimeout(5*time.Second))
 			l, err := ma.Acquire(ctx)
@@ -77,7 +77,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 				}
 				got <- err
 			}()
-			waitFor(t, b.settled) // in line and subscribed: the release hands it the lock
+			pollUntil(t, b.settled) // in line and subscribed: the release hands it the lock
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +93,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 				t.Fatalf("Inspect: %+v, %v", snap, err)
 			}
 			sl.Release(ctx)
-			other, _ := primitives.NewMutex(mk(rediscore.WithPrefix("other:")), "x")
+			other, _ := primitives.NewMutex(mk("other:"), "x")
 			if _, err := other.TryAcquire(ctx); err == nil || errors.Is(err, core.ErrNotAcquired) {
 				t.Errorf("a key outside the prefix: %v, want a permission error", err)
 			}

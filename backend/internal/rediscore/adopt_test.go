@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -15,7 +16,7 @@ import (
 // ' q' mark, so when the original waiter gives up, leave.lua drops the adopted lease and serves
 // the next waiter: the adopter and that waiter are inside at once.
 func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			ctx := context.Background()
@@ -46,7 +47,7 @@ func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 			}
 			defer adopted.StopRefresh()
 			wb.Close(false)
-			waitFor(t, func() bool { return lineLen(t, srv.Addr, "adopt") <= 1 })
+			pollUntil(t, func() bool { return lineLen(t, srv.Addr, "adopt") <= 1 })
 			// The leave runs in the background: give it until the line shows c served or not.
 			deadline := time.Now().Add(3 * time.Second)
 			for time.Now().Before(deadline) {

@@ -9,11 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 )
 
-// TestAwaitLeaveEndsWithCtx guards Base.awaitLeave: a holder's next try waits for its pending
+// TestAwaitLeaveEndsWithCtx guards Store.Acquire's wait for a pending leave (leaves.await): a holder's next try waits for its pending
 // leave of the key, but no longer than its ctx, even when the leave hangs (a partition); and
 // Close returns once the hung leave gives up (leaveTimeout), not never.
 func TestAwaitLeaveEndsWithCtx(t *testing.T) {
@@ -26,7 +27,7 @@ func TestAwaitLeaveEndsWithCtx(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
-	owner := drivers["goredis"](t, srv.Addr)
+	owner := redisharness.Drivers["goredis"](t, srv.Addr)
 	mustAcquire(t, owner, core.AcquireRequest{Key: "await", Holder: "owner", Permits: 1, Limit: 1, TTL: time.Minute}, true)
 	req := core.AcquireRequest{Key: "await", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 	mustAcquire(t, s, req, false)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -14,7 +15,7 @@ import (
 // BenchmarkStorePair: one Store Acquire and Release on a free key, per driver: two round trips.
 func BenchmarkStorePair(b *testing.B) {
 	srv := redistest.StartServer(b)
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		b.Run(name, func(b *testing.B) {
 			s := mk(b, srv.Addr)
 			ctx := context.Background()
@@ -36,7 +37,7 @@ func BenchmarkStorePair(b *testing.B) {
 // primitives' defaults (a fresh holder id, a refreshed lease): two round trips.
 func BenchmarkMutexPair(b *testing.B) {
 	srv := redistest.StartServer(b)
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		b.Run(name, func(b *testing.B) {
 			m, _ := primitives.NewMutex(mk(b, srv.Addr), "mutex")
 			ctx := context.Background()
@@ -59,7 +60,7 @@ func BenchmarkMutexPair(b *testing.B) {
 // grants it to the next in line. It reports commands per pair.
 func BenchmarkHandoff(b *testing.B) {
 	srv := redistest.StartServer(b)
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		for _, workers := range []int{2, 16, -2} {
 			label := fmt.Sprint(workers)
 			if workers < 0 {
@@ -67,7 +68,7 @@ func BenchmarkHandoff(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("%s/%s", name, label), func(b *testing.B) {
 				var ms []*primitives.Mutex
-				var shared store
+				var shared redisharness.Store
 				for range workers {
 					s := shared
 					if s == nil {

@@ -7,19 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 )
 
 // TestConcurrentCloseOfHolderWaitersLeaves: waiters under one holder id (one WithHolder id
-// shared by several goroutines) close at once. waiter.Close decides whether it is the holder's last
-// waiter (and so owes the leave) under s.mu, but removes itself from the channel in a second
-// critical section (s.remove): two Closes that both look before either removes each see the
+// shared by several goroutines) close at once. lineWaiter.Close once decided whether it was the
+// holder's last waiter (and so owed the leave) under s.mu, but removed itself from the channel in
+// a second critical section: two Closes that both look before either removes each see the
 // other and neither leaves. The holder's place stays in the line for its whole wait (here a
 // minute), and when it reaches the head the grant sits untaken until the Store reclaims it.
 func TestConcurrentCloseOfHolderWaitersLeaves(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s := drivers["goredis"](t, srv.Addr)
+	s := redisharness.Drivers["goredis"](t, srv.Addr)
 	ctx := context.Background()
 	for i := range 200 {
 		key := fmt.Sprintf("concurrent-close-%d", i)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -23,8 +24,7 @@ func places(t *testing.T, addr, key string) []string {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
-	v, err := c.HVals(context.Background(), layout.Keys(key)[4]).Result()
+	v, err := c.HVals(context.Background(), rediscore.Keys(key)[4]).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func places(t *testing.T, addr, key string) []string {
 // timeout 10 min) is killed; the holder releases; a live waiter in another process has the
 // lock within 2s, not after the dead waiters' TTLs.
 func TestDeadWaitersArePassedOver(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			const key = "dead"
@@ -54,7 +54,7 @@ func TestDeadWaitersArePassedOver(t *testing.T) {
 			go func() { child.Wait(); close(exited) }()
 			t.Cleanup(func() { child.Process.Kill(); <-exited })
 			// Ten places, each taken after the child's subscription was confirmed (checked ones).
-			waitFor(t, func() bool {
+			pollUntil(t, func() bool {
 				ps := places(t, srv.Addr, key)
 				checked := 0
 				for _, p := range ps {
@@ -69,21 +69,14 @@ func TestDeadWaitersArePassedOver(t *testing.T) {
 				channel = f[6]
 			}
 			live, _ := primitives.NewMutex(mk(t, srv.Addr), key, primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Minute))
-			got := make(chan core.Lease, 1)
-			go func() {
-				l, err := live.Acquire(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
-			waitFor(t, func() bool { return lineLen(t, srv.Addr, key) == 11 })
+			got := acquireInBackground(t, live)
+			pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 11 })
 			child.Process.Kill()
 			<-exited
 			// The server has seen the dead process's connection close.
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer c.Close()
-			waitFor(t, func() bool {
+			pollUntil(t, func() bool {
 				v, err := c.PubSubNumSub(ctx, channel).Result()
 				return err == nil && v[channel] == 0
 			})
@@ -111,7 +104,7 @@ func TestHelperDeadWaiters(t *testing.T) {
 	if addr == "" {
 		t.Skip("run by TestDeadWaitersArePassedOver")
 	}
-	s := drivers[os.Getenv("LEASEHOLD_DRIVER")](t, addr)
+	s := redisharness.Drivers[os.Getenv("LEASEHOLD_DRIVER")](t, addr)
 	m, _ := primitives.NewMutex(s, "dead", primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Minute))
 	var wg sync.WaitGroup
 	for range 10 {

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
@@ -22,14 +23,24 @@ func noLeaks(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
 
+// fault is a fault scenario for underFault.
+type fault struct {
+	newStore func() core.Store // a Store of its own for each holder
+	ttl      time.Duration     // the holders' TTL
+	duration time.Duration     // how long the workload runs
+	// linearizable says the fault keeps the server's data: the history must be linearizable.
+	linearizable bool
+	// lost says a holder that holds across the fault must be reported lost, by its deadline.
+	lost   bool
+	inject func() // brings the fault about, and ends it, while the workload runs
+}
+
 // underFault runs the fault workload — 6 mutex holders on 2 keys, each with its own Store from
-// mk, every call bounded by 2s — for d while inject runs, and checks it (linearizable when the
-// fault keeps the server's data). When lost is set, a holder that holds across the fault must
-// also be reported lost, by its deadline.
-func underFault(t *testing.T, mk func() core.Store, ttl, d time.Duration, linearizable, lost bool, inject func()) {
+// f.newStore, every call bounded by 2s — for f.duration while f.inject runs, and checks it.
+func underFault(t *testing.T, f fault) {
 	t.Helper()
-	w := &history.Workload{Keys: 2, Workers: 6, TTL: ttl, Duration: d, CallBudget: 2 * time.Second, NewStore: mk}
-	long, _ := primitives.NewMutex(history.Record(mk(), &w.Recorder), "fault-long", primitives.WithTTL(ttl))
+	w := &history.Workload{Keys: 2, Workers: 6, TTL: f.ttl, Duration: f.duration, CallBudget: 2 * time.Second, NewStore: f.newStore}
+	long, _ := primitives.NewMutex(history.Record(f.newStore(), &w.Recorder), "fault-long", primitives.WithTTL(f.ttl))
 	l, err := long.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -44,10 +55,10 @@ func underFault(t *testing.T, mk func() core.Store, ttl, d time.Duration, linear
 		defer close(done)
 		w.Run(t)
 	}()
-	inject()
+	f.inject()
 	<-done
-	w.Check(t, linearizable)
-	if !lost {
+	w.Check(t, f.linearizable)
+	if !f.lost {
 		l.Release(context.Background())
 		<-lostAt
 		return
@@ -69,13 +80,18 @@ func underFault(t *testing.T, mk func() core.Store, ttl, d time.Duration, linear
 // Leases are forgotten, so two holders may believe they hold until the old one's refresh fails;
 // fences still never go back, and the resource refuses the stale holder.
 func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			noLeaks(t)
 			srv := redistest.StartServer(t)
-			underFault(t, func() core.Store { return mk(t, srv.Addr) }, 500*time.Millisecond, 2*time.Second, false, false, func() {
-				time.Sleep(700 * time.Millisecond)
-				srv.Restart(t)
+			underFault(t, fault{
+				newStore: func() core.Store { return mk(t, srv.Addr) },
+				ttl:      500 * time.Millisecond, duration: 2 * time.Second,
+				linearizable: false, lost: false,
+				inject: func() {
+					time.Sleep(700 * time.Millisecond)
+					srv.Restart(t)
+				},
 			})
 		})
 	}
@@ -85,16 +101,21 @@ func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
 // each lease is reported lost before its deadline; calls return within their deadlines; the
 // server keeps its data, so the history is linearizable.
 func TestFaultServerPausedPastTTL(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			noLeaks(t)
 			srv := redistest.StartServer(t)
 			const ttl = 400 * time.Millisecond
-			underFault(t, func() core.Store { return mk(t, srv.Addr) }, ttl, 3*time.Second, true, true, func() {
-				time.Sleep(600 * time.Millisecond)
-				syscall.Kill(srv.Pid(), syscall.SIGSTOP)
-				time.Sleep(3 * ttl)
-				syscall.Kill(srv.Pid(), syscall.SIGCONT)
+			underFault(t, fault{
+				newStore: func() core.Store { return mk(t, srv.Addr) },
+				ttl:      ttl, duration: 3 * time.Second,
+				linearizable: true, lost: true,
+				inject: func() {
+					time.Sleep(600 * time.Millisecond)
+					syscall.Kill(srv.Pid(), syscall.SIGSTOP)
+					time.Sleep(3 * ttl)
+					syscall.Kill(srv.Pid(), syscall.SIGCONT)
+				},
 			})
 		})
 	}
@@ -103,7 +124,7 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 // TestFaultHolderStallsPastTTL: a holder whose refresh stops (a long GC pause) and that resumes
 // after its TTL finds the lock taken by another, with a higher fence, and its write refused.
 func TestFaultHolderStallsPastTTL(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			noLeaks(t)
 			srv := redistest.StartServer(t)
@@ -149,23 +170,28 @@ func TestFaultHolderStallsPastTTL(t *testing.T) {
 // Calls return within their deadlines, a lease held across the partition is reported lost by
 // its deadline, and the server keeps its data, so the history is linearizable.
 func TestFaultNetwork(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			noLeaks(t)
 			srv := redistest.StartServer(t)
 			px := redistest.StartProxy(t, srv.Addr)
 			const ttl = 400 * time.Millisecond
-			underFault(t, func() core.Store { return mk(t, px.Addr) }, ttl, 4*time.Second, true, true, func() {
-				time.Sleep(500 * time.Millisecond)
-				px.SetLatency(30 * time.Millisecond)
-				time.Sleep(700 * time.Millisecond)
-				px.SetLatency(0)
-				px.Cut()
-				time.Sleep(300 * time.Millisecond)
-				px.Hold(true)
-				time.Sleep(3 * ttl)
-				px.Cut()
-				px.Hold(false)
+			underFault(t, fault{
+				newStore: func() core.Store { return mk(t, px.Addr) },
+				ttl:      ttl, duration: 4 * time.Second,
+				linearizable: true, lost: true,
+				inject: func() {
+					time.Sleep(500 * time.Millisecond)
+					px.SetLatency(30 * time.Millisecond)
+					time.Sleep(700 * time.Millisecond)
+					px.SetLatency(0)
+					px.Cut()
+					time.Sleep(300 * time.Millisecond)
+					px.Hold(true)
+					time.Sleep(3 * ttl)
+					px.Cut()
+					px.Hold(false)
+				},
 			})
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -16,7 +17,7 @@ import (
 // flight leaves no place in the line that nobody owns: the holder's release then frees the lock
 // (nobody is handed it), and the line is empty.
 func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			proxy := redistest.StartProxy(t, srv.Addr)
@@ -42,7 +43,7 @@ func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
 			// The leave that follows the try reaches the server after it here (the try went
 			// first, on a link as slow); on another connection it may overtake the try, which
 			// then takes no place. Either way the line is empty once the leave has run.
-			waitFor(t, func() bool { return zcard(t, srv.Addr, "orphan", 5) == 1 })
+			pollUntil(t, func() bool { return zcard(t, srv.Addr, "orphan", 5) == 1 })
 			if n := lineLen(t, srv.Addr, "orphan"); n != 0 {
 				t.Fatalf("the line has %d places after the canceled try and its leave, want none", n)
 			}
@@ -59,7 +60,7 @@ func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
 // TestLapsedPlacesAtTheHeadDoNotBlockTheLine: more lapsed places than a release reads at once
 // (64) stand at the head of the line; a release still grants the live waiter behind them.
 func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
@@ -74,7 +75,7 @@ func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
 			}
 			mustAcquire(t, s, req("live", time.Minute), false)
 			// Let the 100 places lapse: their waits were 50ms, by the server's clock.
-			waitFor(t, func() bool { return time.Since(start) > 200*time.Millisecond })
+			pollUntil(t, func() bool { return time.Since(start) > 200*time.Millisecond })
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "lapsed", Holder: "holder"}); err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +93,7 @@ func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
 // TestNewcomerDoesNotPassTheLine: permits freed by expiry go to the waiter in line, not to a
 // newcomer who finds them free first.
 func TestNewcomerDoesNotPassTheLine(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
@@ -101,7 +102,7 @@ func TestNewcomerDoesNotPassTheLine(t *testing.T) {
 			}
 			mustAcquire(t, s, req("holder", 100*time.Millisecond, 0), true)
 			mustAcquire(t, s, req("waiter", time.Minute, time.Minute), false)
-			waitFor(t, func() bool {
+			pollUntil(t, func() bool {
 				snap, _ := s.Inspect(context.Background(), "expiry")
 				return len(snap.Leases) == 0 || snap.Leases[0].Holder != "holder"
 			})

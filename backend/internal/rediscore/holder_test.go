@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -13,15 +14,15 @@ import (
 // TestReusedHolderWaitersAllWake: two concurrent Acquire calls under one WithHolder id
 // wait in one Store. Such calls share one lease (WithHolder's doc), so when the holder releases
 // and the line grants the id its lease, both must return promptly, as they do on the memory
-// store. Subscriptions keeps one waiter per holder (c.waiters[holder] = w): the second Register
+// store. The subscriptions kept one waiter per holder (c.waiters[holder] = w): the second Register
 // replaces the first, whose wake never comes, and it sleeps until the store's RetryAfter (the
 // old lease's expiry) or its acquire timeout.
 func TestReusedHolderWaitersAllWake(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			ctx := context.Background()
-			a, b := mk(t, srv.Addr), mk(t, srv.Addr)
+			a, b := mk(t, srv.Addr), watch(mk(t, srv.Addr))
 			owner, _ := primitives.NewMutex(a, "shared", primitives.WithTTL(time.Minute))
 			l, err := owner.Acquire(ctx)
 			if err != nil {
@@ -41,8 +42,8 @@ func TestReusedHolderWaitersAllWake(t *testing.T) {
 					res <- out{l, err, time.Now()}
 				}()
 			}
-			waitFor(t, func() bool { return lineLen(t, srv.Addr, "shared") == 1 })
-			time.Sleep(300 * time.Millisecond) // both enrolled, subscriptions confirmed
+			pollUntil(t, func() bool { return lineLen(t, srv.Addr, "shared") == 1 })
+			pollUntil(t, func() bool { return b.registered() == 2 && b.settled() }) // both enrolled, subscriptions confirmed
 			released := time.Now()
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)

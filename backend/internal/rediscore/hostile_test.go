@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance"
@@ -17,12 +18,12 @@ import (
 )
 
 // everyStore makes a store of each driver, the memory store included, on one server.
-func everyStore(t *testing.T) map[string]func() store {
+func everyStore(t *testing.T) map[string]func() redisharness.Store {
 	srv := redistest.StartServer(t)
 	mem := memory.New()
-	out := map[string]func() store{"memory": func() store { return memStore{mem} }}
-	for name, mk := range drivers {
-		out[name] = func() store { return mk(t, srv.Addr) }
+	out := map[string]func() redisharness.Store{"memory": func() redisharness.Store { return memStore{mem} }}
+	for name, mk := range redisharness.Drivers {
+		out[name] = func() redisharness.Store { return mk(t, srv.Addr) }
 	}
 	return out
 }

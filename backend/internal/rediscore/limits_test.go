@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -16,7 +17,7 @@ import (
 // into a negative expiry that would drop the keys), and a line on a key of limit core.MaxLimit
 // keeps its waiters' requests readable: a release grants the head.
 func TestLongestTTLAndLargestLimitOnRedis(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
@@ -62,7 +63,7 @@ func TestLongestTTLAndLargestLimitOnRedis(t *testing.T) {
 // minute gives up after about two retry intervals, having tried the store 3 times, although the
 // waiter's notifications are reliable.
 func TestAttemptsAreSpacedByRetryIntervalOnRedis(t *testing.T) {
-	for name, mk := range drivers {
+	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			ctx := context.Background()
@@ -72,7 +73,7 @@ func TestAttemptsAreSpacedByRetryIntervalOnRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Release(ctx)
-			s := &tries{store: mk(t, srv.Addr)}
+			s := &tries{Store: mk(t, srv.Addr)}
 			m, _ := primitives.NewMutex(s, "attempts", primitives.WithTTL(time.Minute), primitives.WithAttempts(3),
 				primitives.WithRetryInterval(20*time.Millisecond), primitives.WithAcquireTimeout(time.Minute))
 			start := time.Now()
@@ -93,11 +94,11 @@ func TestAttemptsAreSpacedByRetryIntervalOnRedis(t *testing.T) {
 
 // tries is a Store that counts the Acquire calls it passes on; it keeps the Notifier.
 type tries struct {
-	store
+	redisharness.Store
 	n atomic.Int64
 }
 
 func (s *tries) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	s.n.Add(1)
-	return s.store.Acquire(ctx, req)
+	return s.Store.Acquire(ctx, req)
 }

@@ -8,23 +8,23 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/goredis"
-	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/primitives"
 )
 
 // TestTryWithLostReplyLeavesNothingBehind: a waiting try reaches the server and takes a place
 // in the line, but its reply is lost to a client-side error that is not the caller's ctx (here
-// go-redis's ReadTimeout, with retries off). Base.Acquire leaves the place only when ctx ended,
+// go-redis's ReadTimeout, with retries off). Store.Acquire left the place only when ctx ended,
 // and the primitives give up on the error, so the place stays for the whole acquire timeout,
 // owned by nobody. The holder's release then grants it the lock, untaken; its Store never
-// subscribed (AfterTry did not run), so the PUBLISH reaching nobody counts for nothing, and the
+// subscribed (afterTry did not run), so the PUBLISH reaching nobody counts for nothing, and the
 // next caller waits for the whole TTL of a lease nobody holds.
 func TestTryWithLostReplyLeavesNothingBehind(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	ctx := context.Background()
-	owner, _ := primitives.NewMutex(drivers["goredis"](t, srv.Addr), "lost-reply", primitives.WithTTL(time.Minute))
+	owner, _ := primitives.NewMutex(redisharness.Drivers["goredis"](t, srv.Addr), "lost-reply", primitives.WithTTL(time.Minute))
 	l, err := owner.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -49,11 +49,11 @@ func TestTryWithLostReplyLeavesNothingBehind(t *testing.T) {
 	// The Store leaves for the try (on another connection, which may overtake it); the try,
 	// arriving before or after, must leave no place nor lease behind.
 	proxy.SetLatency(0)
-	waitFor(t, func() bool { return zcard(t, srv.Addr, "lost-reply", 5) == 1 })
+	pollUntil(t, func() bool { return zcard(t, srv.Addr, "lost-reply", 5) == 1 })
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	next, _ := primitives.NewMutex(drivers["goredis"](t, srv.Addr), "lost-reply", primitives.WithTTL(time.Minute),
+	next, _ := primitives.NewMutex(redisharness.Drivers["goredis"](t, srv.Addr), "lost-reply", primitives.WithTTL(time.Minute),
 		primitives.WithAcquireTimeout(3*time.Second))
 	start := time.Now()
 	nl, err := next.Acquire(ctx)
@@ -63,17 +63,4 @@ func TestTryWithLostReplyLeavesNothingBehind(t *testing.T) {
 			time.Since(start).Round(time.Millisecond), err, snap.Leases)
 	}
 	nl.Release(ctx)
-}
-
-// zcard returns the size of the i-th Redis key of key (a sorted set).
-func zcard(t *testing.T, addr, key string, i int) int {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	layout, _ := rediscore.NewLayout(rediscore.DefaultPrefix)
-	n, err := c.ZCard(context.Background(), layout.Keys(key)[i]).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(n)
 }

@@ -1,0 +1,64 @@
+package rediscore
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// acquireCall is one try of the acquire script: the request and, for a try that will wait
+// (req.Wait > 0), what its place in the line needs.
+type acquireCall struct {
+	req core.AcquireRequest
+	// channel is where a grant from the line to the holder is to be published.
+	channel string
+	// listens says a PUBLISH on channel counts the Store while it listens (not on a Cluster, and
+	// only once its subscription was confirmed before the try): a release then passes over the
+	// place when the PUBLISH reaches nobody.
+	listens bool
+	// try names the try, so that a leave sent after it gave up keeps it out of the line should it
+	// arrive later.
+	try string
+}
+
+// acquireArgs returns the ARGV of the acquire script.
+func acquireArgs(c acquireCall) []any {
+	req, listens := c.req, "0"
+	if c.listens {
+		listens = "1"
+	}
+	args := []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), c.channel,
+		strconv.FormatUint(req.FenceFloor, 10), listens}
+	if c.try != "" {
+		args = append(args, c.try)
+	}
+	return args
+}
+
+// extendArgs returns the ARGV of the extend script.
+func extendArgs(req core.ExtendRequest) []any {
+	return []any{req.Holder, ms(req.TTL)}
+}
+
+// releaseArgs returns the ARGV of the release script.
+func releaseArgs(req core.ReleaseRequest) []any {
+	return []any{req.Holder, strconv.FormatUint(req.Fence, 10)}
+}
+
+// leaveArgs returns the ARGV of the leave script, for holder, which gave up waiting after a
+// refusal that reported floor as the key's last fence.
+func leaveArgs(holder string, floor uint64) []any {
+	return []any{holder, strconv.FormatUint(floor, 10)}
+}
+
+// tryHold is how long a leave keeps the try it undoes from taking a place, should the try reach
+// the server after it: longer than any try stays in flight.
+const tryHold = time.Minute
+
+// leaveTryArgs returns the ARGV of the leave script for a try (named try in the acquire script's
+// ARGV) whose caller gave up before its reply came: it leaves the line, and the try, should it
+// arrive later, takes no place.
+func leaveTryArgs(holder, try string) []any {
+	return []any{holder, "0", try, ms(tryHold)}
+}

@@ -1,0 +1,136 @@
+package rediscore
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// linger is how long a Store stays subscribed to a key's channel after its last waiter on the
+// key left, so that the next waiter finds the subscription confirmed: it then waits without a
+// SUBSCRIBE, an UNSUBSCRIBE, or a second try to cover the time before the confirmation.
+const linger = 30 * time.Second
+
+// channel is what subscriptions keeps for one key's channel while it is wanted. Its fields are
+// guarded by the subscriptions' mu.
+type channel struct {
+	name, key string
+	waiters   map[string][]*lineWaiter // holder → its waiters (several under one WithHolder id)
+	// gen is nonzero while the subscription is confirmed and the connection up: the number of
+	// the confirmation, so that a try can tell whether the subscription stayed up since.
+	gen    uint64
+	recent []recentGrant // grants of the last keepGrants for holders not enrolled here
+	// floors[h] is, for a holder h not enrolled here, the fence up to which grants to h are
+	// stale: taken, found by a try, released, or made before h's latest refusal.
+	floors   map[string]floorAt
+	inflight map[string]int // holder → tries in flight
+	linger   *time.Timer    // set while the channel has no waiters
+}
+
+// waitersOf returns holder's waiters on c (nil for a nil c).
+func (c *channel) waitersOf(holder string) []*lineWaiter {
+	if c == nil {
+		return nil
+	}
+	return c.waiters[holder]
+}
+
+// wakeAll wakes every waiter on c.
+func (c *channel) wakeAll() {
+	for _, ws := range c.waiters {
+		for _, w := range ws {
+			w.wake()
+		}
+	}
+}
+
+// channelLocked returns the channel name, of key, making it if need be; a new channel lingers
+// until a waiter enrolls. s.mu must be held.
+func (s *subscriptions) channelLocked(name, key string) *channel {
+	c := s.channels[name]
+	if c == nil {
+		c = &channel{name: name, key: key, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{}, inflight: map[string]int{}}
+		s.channels[name] = c
+		c.linger = time.AfterFunc(linger, func() { s.expire(c) })
+	}
+	return c
+}
+
+// subscribed makes sure the channel name (of key) is wanted, and reports whether it already was.
+func (s *subscriptions) subscribed(name, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return true
+	}
+	_, ok := s.channels[name]
+	if !ok {
+		s.channelLocked(name, key)
+	}
+	return ok
+}
+
+// removeLocked drops w and reports whether it was its holder's last waiter on the channel; when
+// it was the channel's last waiter, the subscription lingers. s.mu must be held.
+func (s *subscriptions) removeLocked(w *lineWaiter) (last bool) {
+	c := w.ch
+	ws := slices.DeleteFunc(c.waiters[w.holder], func(x *lineWaiter) bool { return x == w })
+	if last = len(ws) == 0; last {
+		delete(c.waiters, w.holder)
+	} else {
+		c.waiters[w.holder] = ws
+	}
+	if len(c.waiters) == 0 && c.linger == nil && !s.closed && s.channels[c.name] == c {
+		c.linger = time.AfterFunc(linger, func() { s.expire(c) })
+	}
+	return last
+}
+
+// expire unsubscribes from c's channel, which has had no waiter for linger.
+func (s *subscriptions) expire(c *channel) {
+	// sendMu first, so that a channel made again meanwhile subscribes after this unsubscribes.
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	if len(c.waiters) > 0 || len(c.inflight) > 0 || s.channels[c.name] != c || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.channels, c.name)
+	for _, r := range c.recent {
+		if r.reclaim != nil {
+			r.reclaim.Stop()
+		}
+	}
+	s.mu.Unlock()
+	// Best effort: a failed UNSUBSCRIBE leaves a subscription whose messages are ignored.
+	if s.sent[c.name] && s.ps.Unsubscribe(context.Background(), c.name) == nil {
+		delete(s.sent, c.name)
+	}
+}
+
+// sync brings name's subscription on ps in line with whether it is wanted.
+func (s *subscriptions) sync(ctx context.Context, name string) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	want := s.channels[name] != nil
+	s.mu.Unlock()
+	if want == s.sent[name] {
+		return nil
+	}
+	var err error
+	if want {
+		err = s.ps.Subscribe(ctx, name)
+	} else {
+		err = s.ps.Unsubscribe(ctx, name)
+	}
+	if err == nil {
+		if want {
+			s.sent[name] = true
+		} else {
+			delete(s.sent, name)
+		}
+	}
+	return err
+}

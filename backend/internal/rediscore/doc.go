@@ -1,0 +1,44 @@
+// Package rediscore is what Leasehold's Redis adapters share, whatever client they use: the Lua
+// scripts (one copy, embedded), the key layout, the decoding of script replies into core results,
+// the Store operations, and the subscription bookkeeping that turns wake messages into wake-ups.
+// The adapters backend/goredis and backend/valkey only move bytes: each supplies a Client and
+// forwards its Store's methods to the Store here. It is internal: its names are the adapters'.
+//
+// # Key layout
+//
+// A resource key K under prefix P is stored in six Redis keys: P{K'}:leases (a sorted set of
+// holder → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence",
+// with " q" after a grant from the line not taken yet), P{K'}:meta (a hash with the last fence,
+// the latest limit and the line's counter), P{K'}:queue (a sorted set, the line of waiters in
+// arrival order), P{K'}:waiting (a hash of waiter → its request) and P{K'}:left (a sorted set of
+// the ids of tries given up before their reply came, for a minute), where K' is K with '%', '{'
+// and '}' percent-encoded. K' is the hash tag, so the six keys (and each Store's channel for the key, P{K'}:granted:<store id>) share
+// one Redis Cluster slot and one script can touch them all; the encoding keeps any user key in
+// one slot and distinct from every other.
+//
+// # Scripts
+//
+// Each Store operation is one script call (EVALSHA, falling back to EVAL once per server). The
+// scripts take the time from the server (TIME) and purge expired leases. Someone else's data
+// under the prefix is reported (an error naming the key and its type) and left untouched: each
+// key's first command is one that Redis refuses on a wrong type before it changes anything, and
+// only then is the key's type looked up, to name it. User values travel only as KEYS and ARGV.
+//
+// # Handing over to waiters
+//
+// A refused Acquire that will wait (AcquireRequest.Wait > 0) takes a place in the key's line,
+// with its request and the channel of its Store. The line is strictly FIFO: free permits go to
+// its head first, which waits until its permits are free, and no newcomer passes it. A release
+// grants the permits it frees to the head of the line in the same script, and publishes each
+// grant on the channel of the waiter's Store alone; the releasing Store wakes its own waiters
+// from the reply without waiting for the message. Only the waiters granted wake, and no other
+// Store hears of it; idle waiters send nothing. A woken waiter's next Acquire takes the grant and
+// renews it for its full TTL. A grant published to nobody (the waiter's process died and its
+// connection closed) is undone, and that Store's places dropped, in the same script, once the
+// place was checked (its Store's subscription confirmed before the try; never on a Cluster,
+// where PUBLISH counts one node's subscribers). A waiter that gives up leaves the line (one more
+// script call, in the background; a closing Store sends those its waiters owe before Close
+// returns), passing a grant it has not taken to the next in line; so does a try that failed or
+// was canceled in flight, which the leave also keeps out of the line should it arrive later. A
+// Store gives back a grant for a caller that gave up before enrolling, a second after it.
+package rediscore

@@ -1,0 +1,119 @@
+package rediscore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/backend/valkey"
+	"github.com/leasehold/leasehold/core"
+)
+
+// TestForeignDataIsReportedAndLeftAlone: someone else's data under one of a key's Redis keys
+// makes the operations that touch it fail with a wrong-type error naming that Redis key, and is
+// left as it was.
+func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			// Each of the key's Redis keys in turn holds someone else's string, among ours: a
+			// lease, a line of waiters.
+			for i := range rediscore.Keys("") {
+				key := fmt.Sprint("theirs-", i)
+				req := core.AcquireRequest{Key: key, Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+				if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
+					t.Fatalf("setting up %q: %+v, %v", key, res, err)
+				}
+				req.Holder = "c"
+				if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
+					t.Fatalf("setting up %q: %+v, %v", key, res, err)
+				}
+				foreign := rediscore.Keys(key)[i]
+				if _, err := redistest.Do(srv.Addr, "SET", foreign, "their data"); err != nil {
+					t.Fatal(err)
+				}
+				req.Holder = "a"
+				_, err := s.Acquire(ctx, req)
+				if err == nil || !strings.HasPrefix(err.Error(), name+": ") || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), foreign) {
+					t.Errorf("Acquire with %s foreign: err = %v, want the driver's name, then the wrong type and the Redis key (which holds the key)", foreign, err)
+				}
+				for _, op := range []func() error{
+					func() error { _, err := s.Acquire(ctx, req); return err },
+					func() error {
+						_, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute})
+						return err
+					},
+					func() error { _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "b"}); return err },
+					func() error { _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a"}); return err },
+					func() error { _, err := s.Inspect(ctx, key); return err },
+				} {
+					// An operation that does not touch the foreign key may succeed; one that does
+					// fails with a wrong-type error.
+					if err := op(); err != nil && !strings.Contains(err.Error(), "WRONGTYPE") {
+						t.Errorf("an operation with %s foreign: err = %v, want nil or a wrong-type error", foreign, err)
+					}
+				}
+				if v, _ := redistest.Do(srv.Addr, "GET", foreign); v != "their data" {
+					t.Errorf("foreign data under %s became %q", foreign, v)
+				}
+			}
+		})
+	}
+}
+
+// TestServerDownIsReportedWithinDeadline: with the server gone, Acquire returns the client's
+// error by its ctx deadline.
+func TestServerDownIsReportedWithinDeadline(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			if _, err := s.Inspect(ctx, "down"); err != nil {
+				t.Fatal(err)
+			}
+			srv.Close()
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := s.Acquire(ctx, core.AcquireRequest{Key: "down", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute})
+			// The driver names itself; the operation and key are the caller's to add (primitives).
+			if err == nil || !strings.Contains(err.Error(), name+": ") || strings.Contains(err.Error(), `"down"`) {
+				t.Errorf("Acquire with the server down: err = %v, want the client's error after the driver's name, without the key", err)
+			}
+			if d := time.Since(start); d > 2500*time.Millisecond {
+				t.Errorf("Acquire with the server down took %v, past its 2s deadline", d)
+			}
+		})
+	}
+}
+
+// TestNilClient: New with a nil client (or a typed nil) is core.ErrInvalid, naming the driver
+// and the argument.
+func TestNilClient(t *testing.T) {
+	var c *redis.Client
+	for _, tc := range []struct {
+		name, driver string
+		newStore     func() error
+	}{
+		{"goredis.New(nil)", "goredis", func() error { _, err := goredis.New(nil); return err }},
+		{"goredis.New((*redis.Client)(nil))", "goredis", func() error { _, err := goredis.New(c); return err }},
+		{"valkey.New(nil)", "valkey", func() error { _, err := valkey.New(nil); return err }},
+	} {
+		err := tc.newStore()
+		if !errors.Is(err, core.ErrInvalid) || !strings.HasPrefix(err.Error(), tc.driver+": new: ") || !strings.Contains(err.Error(), "client") {
+			t.Errorf("%s: %v, want ErrInvalid after %q, naming the client", tc.name, err, tc.driver+": new: ")
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package rediscore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// TestGrantToCallerGoneBeforeEnrollingIsGivenBack: a caller refused with a wait that never
+// enrolls (it gave up at once) is granted the lease by the line; its Store gives it back, and the
+// next in line gets it, within a couple of seconds rather than the lease's TTL.
+func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, gone, next := mk(t, srv.Addr), mk(t, srv.Addr), mk(t, srv.Addr)
+			ctx := context.Background()
+			req := func(holder string) core.AcquireRequest {
+				return core.AcquireRequest{Key: "gone", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+			}
+			mustAcquire(t, s, req("a"), true)
+			mustAcquire(t, gone, req("g"), false) // refused, in line, and never enrolls
+			mustAcquire(t, next, req("n"), false)
+			w, err := next.Register(ctx, req("n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close(false)
+			// The line's grant to g must reach gone's Store, which gives it back.
+			pollUntil(t, func() bool { return subscribers(t, srv.Addr, "gone") == 2 })
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "gone", Holder: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			pollUntil(t, func() bool {
+				snap, err := s.Inspect(ctx, "gone")
+				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "n"
+			})
+		})
+	}
+}
+
+// TestHandoffInOneStoreKeepsTheLease: a waiter handed its lease from the release's reply takes
+// it; the line's message about the same grant, arriving after the waiter is gone, is stale and
+// must not give the lease back.
+func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			s := watch(mk(t, redistest.StartServer(t).Addr))
+			m, _ := primitives.NewMutex(s, "kept", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+			l, err := m.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := acquireInBackground(t, m)
+			pollUntil(t, s.settled) // in line, subscribed: the release hands it the lease, and its message follows
+			l.Release(context.Background())
+			l2 := <-got
+			defer l2.Release(context.Background())
+			time.Sleep(1500 * time.Millisecond) // past the Store's give-back delay
+			snap, err := s.Inspect(context.Background(), "kept")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != l2.Holder() {
+				t.Fatalf("leases %+v, want %s's alone: the grant's late message gave it back", snap.Leases, l2.Holder())
+			}
+		})
+	}
+}
+
+// heldLock returns mutexes on key over a and b, and a lease taken through a's.
+func heldLock(t *testing.T, a, b redisharness.Store, key string) (ma, mb *primitives.Mutex, l core.Lease) {
+	t.Helper()
+	ma, _ = primitives.NewMutex(a, key, primitives.WithTTL(time.Minute))
+	mb, _ = primitives.NewMutex(b, key, primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+	l, err := ma.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ma, mb, l
+}
+
+// TestWaiterGivingUpAsItsStoreClosesLeavesTheLine: a waiter cancelled just before its Store is
+// closed (the usual shutdown order) still leaves the line, so the next release does not hand
+// the lock to a caller that is gone.
+func TestWaiterGivingUpAsItsStoreClosesLeavesTheLine(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			b := mk(t, srv.Addr)
+			ma, mb, l := heldLock(t, mk(t, srv.Addr), b, "closing")
+			ctx := context.Background()
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			if _, err := mb.Acquire(wctx); err == nil {
+				t.Fatal("the waiter acquired a held lock")
+			}
+			b.Close()
+			if n := lineLen(t, srv.Addr, "closing"); n != 0 {
+				t.Errorf("after the waiter gave up and its Store closed, the line has %d waiters, want 0", n)
+			}
+			l.Release(ctx)
+			if l2, err := ma.TryAcquire(ctx); err != nil {
+				t.Fatalf("the lock was released, yet TryAcquire: %v", err)
+			} else {
+				l2.Release(ctx)
+			}
+		})
+	}
+}
+
+// TestClosingStoreGivesUpItsWaitersPlaces: a Store closed while its waiters wait (they then fail
+// with ErrClosed) takes them out of the line: before Close returns for the places it knows of,
+// and before the waiter's Acquire returns for a try whose refusal comes back after Close.
+func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			b := mk(t, srv.Addr)
+			_, mb, l := heldLock(t, mk(t, srv.Addr), b, "closed")
+			ctx := context.Background()
+			done := make(chan error, 1)
+			go func() {
+				_, err := mb.Acquire(ctx)
+				done <- err
+			}()
+			pollUntil(t, func() bool { return lineLen(t, srv.Addr, "closed") == 1 })
+			b.Close() // enrolled or not, or its try still out: its Store owes the line its place
+			if err := <-done; !errors.Is(err, core.ErrClosed) {
+				t.Errorf("the waiter's Acquire: %v, want ErrClosed", err)
+			}
+			if n := lineLen(t, srv.Addr, "closed"); n != 0 {
+				t.Errorf("after its Store closed and its Acquire returned, the line has %d waiters, want 0", n)
+			}
+			l.Release(ctx)
+		})
+	}
+}

@@ -1,0 +1,158 @@
+package rediscore
+
+import (
+	"math"
+	"time"
+)
+
+// keepGrants is how long a grant for a holder not enrolled is kept, for a waiter whose Register
+// comes after the message.
+const keepGrants = 2 * time.Second
+
+// reclaimAfter is how long a grant on this Store's channel may wait for its holder to enroll (or
+// to find it by a try) before the Store gives it back to the line: its caller gave up between
+// the refused try and enrolling, and would otherwise keep the lease taken until its TTL.
+const reclaimAfter = time.Second
+
+// recentGrant is a grant kept for a holder not enrolled when it was heard of.
+type recentGrant struct {
+	grant
+	at      time.Time
+	reclaim *time.Timer // for a grant heard of on this Store's channel: gives it back if unclaimed
+}
+
+// floorAt is a holder's floor (see channel.floors) and when it was set.
+type floorAt struct {
+	fence uint64
+	at    time.Time
+}
+
+// grantSource says where a Store heard of grants.
+type grantSource int
+
+const (
+	// fromReply: a script's reply, to a call of this Store.
+	fromReply grantSource = iota
+	// fromChannel: a message on this Store's channel for the key, which only the line publishes
+	// to; a grant heard of so whose holder neither enrolls nor finds it by a try within
+	// reclaimAfter is given back to the line.
+	fromChannel
+)
+
+// granted wakes this Store's waiters among grants, on the channel name, and keeps each grant for
+// its waiter's next Acquire. A grant reported twice (by a script's reply and by the message) is
+// taken once; a grant for a holder not enrolled is kept for a moment, for a waiter about to
+// register.
+func (s *subscriptions) granted(name string, grants []grant, from grantSource) {
+	if len(grants) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.channels[name]
+	if c == nil || s.closed {
+		return
+	}
+	now := time.Now()
+	for _, g := range grants {
+		if ws := c.waiters[g.holder]; len(ws) > 0 {
+			for _, w := range ws {
+				w.granted(g.fence)
+			}
+			continue
+		}
+		// Kept even when it looks stale: the holder's refusal may not be recorded yet.
+		r := recentGrant{grant: g, at: now}
+		if from == fromChannel && s.leave != nil {
+			r.reclaim = time.AfterFunc(reclaimAfter, func() { s.reclaim(c, g) })
+		}
+		c.remember(r)
+	}
+}
+
+// released records that holder released its lease on key through this Store: no grant from the
+// line heard of before the holder's next refusal is its to take.
+func (s *subscriptions) released(key, holder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.channels[s.channel(key)]
+	if ws := c.waitersOf(holder); len(ws) > 0 {
+		for _, w := range ws {
+			w.floor, w.grant = math.MaxUint64, 0
+		}
+	} else if c != nil {
+		c.setFloor(holder, math.MaxUint64)
+	}
+}
+
+// reclaim gives g back to the line if it is still unclaimed.
+func (s *subscriptions) reclaim(c *channel, g grant) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if c.inflight[g.holder] > 0 {
+		// A try may be finding the grant right now: look again later.
+		for i := range c.recent {
+			if c.recent[i].grant == g && c.recent[i].reclaim != nil {
+				c.recent[i].reclaim.Reset(reclaimAfter)
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
+	found := false
+	c.forget(g.holder, g.fence, func(fence uint64) { found = found || fence == g.fence })
+	if f, ok := c.floors[g.holder]; ok && g.fence <= f.fence {
+		found = false // stale: taken, found by a try, or released
+	}
+	s.mu.Unlock()
+	if found {
+		s.leave(c.key, g.holder, g.fence-1)
+	}
+}
+
+// setFloor records holder's floor, dropping its kept grants at or below it and any floors
+// older than keepGrants.
+func (c *channel) setFloor(holder string, fence uint64) {
+	now := time.Now()
+	if len(c.floors) >= 64 {
+		for h, f := range c.floors {
+			if now.Sub(f.at) > keepGrants {
+				delete(c.floors, h)
+			}
+		}
+	}
+	c.floors[holder] = floorAt{fence, now}
+	c.forget(holder, fence, nil)
+}
+
+// forget drops the kept grants to holder with a fence up to atMost, calling took (if not nil)
+// with each, and stops their reclaim timers.
+func (c *channel) forget(holder string, atMost uint64, took func(fence uint64)) {
+	kept := c.recent[:0]
+	for _, r := range c.recent {
+		if r.holder != holder || r.fence > atMost {
+			kept = append(kept, r)
+			continue
+		}
+		if r.reclaim != nil {
+			r.reclaim.Stop()
+		}
+		if took != nil {
+			took(r.fence)
+		}
+	}
+	clear(c.recent[len(kept):])
+	c.recent = kept
+}
+
+// remember keeps g, dropping grants older than keepGrants (whose reclaim has run).
+func (c *channel) remember(g recentGrant) {
+	i := 0
+	for i < len(c.recent) && g.at.Sub(c.recent[i].at) > keepGrants {
+		i++
+	}
+	c.recent = append(c.recent[i:], g)
+}

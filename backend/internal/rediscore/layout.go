@@ -1,0 +1,55 @@
+package rediscore
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// defaultPrefix is the key prefix used unless a Store is given another.
+const defaultPrefix = "leasehold:"
+
+// layout maps resource keys to Redis keys and channels under a prefix.
+type layout struct {
+	prefix string
+}
+
+// newLayout returns the layout under prefix. The prefix must not contain '{' or '}', which would
+// change the hash tag.
+func newLayout(prefix string) (layout, error) {
+	if strings.ContainsAny(prefix, "{}") {
+		return layout{}, fmt.Errorf("%w: prefix %q: must not contain '{' or '}'", core.ErrInvalid, prefix)
+	}
+	return layout{prefix: prefix}, nil
+}
+
+var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+func (l layout) tag(key string) string {
+	return l.prefix + "{" + keyEscaper.Replace(key) + "}:"
+}
+
+// keys returns the Redis keys of a resource key, in the order the scripts take them.
+func (l layout) keys(key string) []string {
+	t := l.tag(key)
+	return []string{t + "leases", t + "holders", t + "meta", t + "queue", t + "waiting", t + "left"}
+}
+
+// channel returns the channel on which the Store with id store hears of leases on key granted to
+// its waiters from the key's line.
+func (l layout) channel(key, store string) string { return l.tag(key) + "granted:" + store }
+
+// maxMs bounds every duration sent to a script: far above any TTL or wait a caller means
+// (35,000 years), and far below 2^53, so that the scripts' arithmetic on doubles stays exact.
+const maxMs = 1 << 50
+
+// ms rounds a duration up to whole milliseconds, the server's resolution (a lease never ends
+// before its TTL), and bounds it to [0, maxMs] without overflowing.
+func ms(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return min(int64(d/time.Millisecond)+min(int64(d%time.Millisecond), 1), maxMs)
+}

@@ -1,0 +1,139 @@
+package rediscore
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// Acquire implements core.Store.Acquire: one script call. The key's line is strictly FIFO: free
+// permits go to the waiters in line first. A refusal with req.Wait > 0 keeps the holder's place
+// in the line for req.Wait; a lease the line grants it is taken by its next Acquire, which
+// renews it for its full TTL from that call. A try of a holder whose leave of the key's line is
+// still being sent waits for it first. A try that fails or whose ctx ends in flight is followed
+// by a leave, in the background, so that it leaves no place behind.
+func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	if err := s.leaves.await(ctx, req.Key, req.Holder); err != nil {
+		return core.AcquireResult{}, err
+	}
+	waits := req.Wait > 0
+	subs := s.loadSubs()
+	var t try
+	if subs != nil && waits {
+		t = subs.beforeTry(req.Key, req.Holder)
+	}
+	call := acquireCall{req: req}
+	if waits {
+		call.channel = s.layout.channel(req.Key, s.id)
+		call.try = s.id + ":" + strconv.FormatUint(s.tries.Add(1), 36)
+		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
+		// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
+		call.listens = s.listens && t.gen != 0
+	}
+	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call))
+	var res core.AcquireResult
+	var last uint64
+	if err == nil {
+		res, last, err = parseAcquire(r, req.Permits)
+		err = s.replyError(err)
+	}
+	if err != nil {
+		if subs != nil {
+			subs.endTry(t)
+		}
+		if waits {
+			// The try may have reached the server and taken a place that nobody would own (its
+			// caller takes an error as final), or may still reach it, after the leave, on its
+			// own connection: leave, and keep that try out of the line. A grant made meanwhile
+			// goes on down the line; a lease granted to the try itself is not the line's, and is
+			// the caller's to release.
+			s.leaveWith(req.Key, req.Holder, leaveTryArgs(req.Holder, call.try))
+		}
+		return core.AcquireResult{}, err
+	}
+	if subs == nil && !res.Granted && waits {
+		subs = s.subscriptions() // the caller is about to wait: open them now, to hear of grants
+	}
+	if subs != nil {
+		out := tryOutcome{key: req.Key, holder: req.Holder, granted: res.Granted, waits: waits, fence: last}
+		if res.Granted {
+			out.fence = res.Fence
+		}
+		subs.afterTry(ctx, t, out)
+	}
+	if !res.Granted && waits && s.closed.Load() {
+		// Closed while the try was out: Close may not have known of this place to give it up.
+		s.leaveNow(ctx, req.Key, leaveArgs(req.Holder, last))
+	}
+	return res, nil
+}
+
+// Extend implements core.Store.Extend: one script call. A lease that is not held (expired,
+// released, or never granted) is core.ErrLost; Extend never revives one.
+func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	r, err := s.run(ctx, extendScript, req.Key, extendArgs(req))
+	if err != nil {
+		return core.ExtendResult{}, err
+	}
+	res, err := parseExtend(r)
+	return res, s.replyError(err)
+}
+
+// Release implements core.Store.Release: one script call, which grants the freed permits to
+// the waiters at the head of the key's line and tells them: this Store's own at once, from the
+// reply, and those of other processes by a message on the key's channel.
+func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	r, err := s.run(ctx, releaseScript, req.Key, releaseArgs(req))
+	if err != nil {
+		return false, err
+	}
+	held, grants, err := parseRelease(r)
+	if err != nil {
+		return false, s.replyError(err)
+	}
+	if subs := s.loadSubs(); subs != nil && held {
+		subs.released(req.Key, req.Holder)
+	}
+	s.granted(req.Key, grants)
+	return held, nil
+}
+
+// granted hands this Store's waiters among grants (from a script's reply) their leases.
+func (s *Store) granted(key string, grants []grant) {
+	if subs := s.loadSubs(); subs != nil && len(grants) > 0 {
+		subs.granted(subs.channel(key), grants, fromReply)
+	}
+}
+
+// Inspect implements core.Store.Inspect: one script call, which writes nothing.
+func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	r, err := s.run(ctx, inspectScript, key, nil)
+	if err != nil {
+		return core.Snapshot{}, err
+	}
+	snap, err := parseInspect(r)
+	return snap, s.replyError(err)
+}
+
+// Register implements core.Notifier. The first call opens the Store's one subscription
+// connection; the first waiter on a key subscribes to the key's channel (a SUBSCRIBE, not waited
+// for: the waiter is Reliable once the server confirms it). A Store that is closed, or a ctx
+// that has ended, refuses, and the place the caller's refused try took is left in the
+// background.
+func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+	if err := s.check(ctx); err != nil {
+		// The caller's refused try took a place it will not wait in: leave it.
+		s.leave(req.Key, req.Holder, 0)
+		return nil, err
+	}
+	subs := s.subscriptions()
+	if subs == nil {
+		return nil, core.ErrClosed
+	}
+	w, err := subs.register(ctx, req)
+	if err != nil && err != core.ErrClosed {
+		return nil, s.clientError(ctx, err)
+	}
+	return w, err
+}

@@ -1,0 +1,156 @@
+package rediscore
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// errReply is a script reply or a message this version cannot read.
+var errReply = errors.New("unexpected script reply")
+
+// ints returns the leading int64 values of an array reply, at least least of them.
+func ints(r any, least int) ([]int64, error) {
+	arr, ok := r.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", errReply, r)
+	}
+	out := make([]int64, 0, len(arr))
+	for _, v := range arr {
+		n, ok := v.(int64)
+		if !ok {
+			break
+		}
+		out = append(out, n)
+	}
+	if len(out) < least {
+		return nil, fmt.Errorf("%w: %v", errReply, r)
+	}
+	return out, nil
+}
+
+// parseAcquire decodes the acquire script's reply to a request for asked permits. On a refusal,
+// last is the key's last fence at the time: a lease the line of waiters grants the holder
+// afterwards has a higher one. A holder that holds another number of permits is an error
+// wrapping core.ErrInvalid.
+func parseAcquire(r any, asked int) (res core.AcquireResult, last uint64, err error) {
+	v, err := ints(r, 2)
+	if err != nil {
+		return core.AcquireResult{}, 0, err
+	}
+	switch v[0] {
+	case 1:
+		return core.AcquireResult{Granted: true, Fence: uint64(v[1])}, 0, nil
+	case 0:
+		if len(v) > 2 {
+			last = uint64(v[2])
+		}
+		return core.AcquireResult{RetryAfter: time.Duration(v[1]) * time.Millisecond}, last, nil
+	default:
+		return core.AcquireResult{}, 0, fmt.Errorf("%w: holder holds %d permits, asked for %d", core.ErrInvalid, v[1], asked)
+	}
+}
+
+// parseExtend decodes the extend script's reply; a lease not held is core.ErrLost.
+func parseExtend(r any) (core.ExtendResult, error) {
+	v, err := ints(r, 1)
+	if err != nil {
+		return core.ExtendResult{}, err
+	}
+	if v[0] == 0 {
+		return core.ExtendResult{}, core.ErrLost
+	}
+	if len(v) < 4 {
+		return core.ExtendResult{}, fmt.Errorf("%w: %v", errReply, r)
+	}
+	return core.ExtendResult{Permits: int(v[1]), Fence: uint64(v[2]), Limit: int(v[3])}, nil
+}
+
+// parseRelease decodes the release script's reply: whether the holder held the lease, and the
+// leases the line of waiters was granted with the freed permits.
+func parseRelease(r any) (held bool, grants []grant, err error) {
+	arr, ok := r.([]any)
+	if !ok || len(arr) < 1 {
+		return false, nil, fmt.Errorf("%w: %v", errReply, r)
+	}
+	n, ok := arr[0].(int64)
+	if !ok {
+		return false, nil, fmt.Errorf("%w: %v", errReply, r)
+	}
+	grants, err = parseGrants(arr[1:])
+	return n > 0, grants, err
+}
+
+// grant is a lease that a release (or a waiter giving up) granted to a waiter in the line.
+type grant struct {
+	holder string
+	fence  uint64
+}
+
+// parseGrants decodes the grants in a script's reply: {holder, fence, ...}.
+func parseGrants(r any) ([]grant, error) {
+	arr, ok := r.([]any)
+	if !ok || len(arr)%2 != 0 {
+		return nil, fmt.Errorf("%w: %v", errReply, r)
+	}
+	var gs []grant
+	for i := 0; i < len(arr); i += 2 {
+		h, ok1 := arr[i].(string)
+		f, ok2 := arr[i+1].(int64)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%w: %v", errReply, r)
+		}
+		gs = append(gs, grant{holder: h, fence: uint64(f)})
+	}
+	return gs, nil
+}
+
+// parseMessage decodes the grants published on a key's channel: each is the holder as a
+// netstring ("<length>:<holder>"), then the fence, then a space.
+func parseMessage(payload string) ([]grant, error) {
+	var gs []grant
+	for rest := payload; rest != ""; {
+		lenText, tail, ok := strings.Cut(rest, ":")
+		n, err := strconv.Atoi(lenText)
+		if !ok || err != nil || n < 0 || n > len(tail) {
+			return nil, fmt.Errorf("%w: message %q", errReply, payload)
+		}
+		holder := tail[:n]
+		fenceText, after, ok := strings.Cut(tail[n:], " ")
+		fence, err := strconv.ParseUint(fenceText, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%w: message %q", errReply, payload)
+		}
+		gs = append(gs, grant{holder: holder, fence: fence})
+		rest = after
+	}
+	return gs, nil
+}
+
+// parseInspect decodes the inspect script's reply, the leases in fence order.
+func parseInspect(r any) (core.Snapshot, error) {
+	arr, ok := r.([]any)
+	if !ok || len(arr) < 1 || (len(arr)-1)%4 != 0 {
+		return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
+	}
+	limit, _ := arr[0].(int64)
+	snap := core.Snapshot{Limit: int(limit), Leases: make([]core.LeaseInfo, 0, (len(arr)-1)/4)}
+	for i := 1; i < len(arr); i += 4 {
+		holder, ok1 := arr[i].(string)
+		permits, ok2 := arr[i+1].(int64)
+		fence, ok3 := arr[i+2].(int64)
+		ttl, ok4 := arr[i+3].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
+		}
+		snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: holder, Permits: int(permits), Fence: uint64(fence), TTL: time.Duration(ttl) * time.Millisecond})
+	}
+	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	return snap, nil
+}

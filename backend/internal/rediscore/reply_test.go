@@ -1,0 +1,69 @@
+package rediscore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// TestParseAcquire: each reply of the acquire script decodes to its result, and a holder that
+// holds another number of permits is core.ErrInvalid saying both numbers.
+func TestParseAcquire(t *testing.T) {
+	for _, tc := range []struct {
+		reply any
+		want  string // the result and last fence, or the end of the error's text
+	}{
+		{[]any{int64(1), int64(42)}, "{Granted:true Fence:42 RetryAfter:0s} 0"},
+		{[]any{int64(0), int64(1500), int64(41)}, "{Granted:false Fence:0 RetryAfter:1.5s} 41"},
+		{[]any{int64(0), int64(0)}, "{Granted:false Fence:0 RetryAfter:0s} 0"},
+		{[]any{int64(-1), int64(2)}, ": holder holds 2 permits, asked for 1"},
+		{[]any{int64(1)}, "unexpected script reply: [1]"},
+		{"OK", "unexpected script reply: OK"},
+	} {
+		res, last, err := parseAcquire(tc.reply, 1)
+		got := fmt.Sprintf("%+v %d", res, last)
+		if err != nil {
+			got = err.Error() // a sentinel's text comes first
+		}
+		if !strings.HasSuffix(got, tc.want) {
+			t.Errorf("parseAcquire(%v) = %s, want %s", tc.reply, got, tc.want)
+		}
+	}
+	if _, _, err := parseAcquire([]any{int64(-1), int64(2)}, 1); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("a holder holding other permits: %v, want ErrInvalid", err)
+	}
+}
+
+// TestParseMessage: a channel message is netstrings of holders, each followed by a fence; any
+// other text is an unexpected reply.
+func TestParseMessage(t *testing.T) {
+	for payload, want := range map[string]string{
+		"":                     "[]",
+		"1:a5 ":                "[{holder:a fence:5}]",
+		"3:a b7 2:{}9 ":        "[{holder:a b fence:7} {holder:{} fence:9}]",
+		"4:a:b 1 ":             "[{holder:a:b  fence:1}]",
+		"x:a5 ":                "error",
+		"9:a5 ":                "error",
+		"1:a5":                 "error",
+		"1:ax ":                "error",
+		"18446744073709551616": "error",
+	} {
+		gs, err := parseMessage(payload)
+		got := fmt.Sprintf("%+v", gs)
+		if gs == nil {
+			got = "[]"
+		}
+		if err != nil {
+			got = "error"
+			if !errors.Is(err, errReply) {
+				t.Errorf("parseMessage(%q): %v, want errReply", payload, err)
+			}
+		}
+		if got != want {
+			t.Errorf("parseMessage(%q) = %s, want %s", payload, got, want)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package rediscore
+
+import "github.com/leasehold/leasehold/core"
+
+// lineWaiter is the core.Waiter of one Register: a holder waiting in a key's line, woken by the
+// grants to it heard of on its Store's channel or in its Store's replies. Its fields other than
+// c are guarded by s.mu.
+type lineWaiter struct {
+	s           *subscriptions
+	ch          *channel
+	key, holder string
+	c           chan struct{}
+	// A grant from the line is the waiter's when its fence is above floor, the key's last fence
+	// at the waiter's latest refusal.
+	floor  uint64
+	grant  uint64 // the fence of a grant not taken yet, if above floor
+	queued bool   // its latest try was refused: it has a place in the line
+	closed bool
+}
+
+var _ core.Waiter = (*lineWaiter)(nil)
+
+// granted records a grant of fence to the waiter and wakes it, unless it is stale (made before
+// the waiter's latest refusal) or already known.
+func (w *lineWaiter) granted(fence uint64) {
+	if fence > w.floor && fence != w.grant {
+		w.grant = max(w.grant, fence)
+		w.wake()
+	}
+}
+
+// wake sends on c unless a wake is already pending.
+func (w *lineWaiter) wake() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// C implements core.Waiter: it receives when a grant to the holder comes, when the key's
+// subscription is confirmed, when the connection goes down, and when the Store closes.
+func (w *lineWaiter) C() <-chan struct{} { return w.c }
+
+// Reliable implements core.Waiter: true while the key's subscription is confirmed, the
+// connection up, and the Store open.
+func (w *lineWaiter) Reliable() bool {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	return w.ch.gen != 0 && !w.s.closed
+}
+
+// Close ends the enrollment. A waiter whose latest try was refused, or that was granted a lease
+// from the line it has not taken, leaves the line, which passes such a lease on to the next in
+// line: one script call, in the background.
+func (w *lineWaiter) Close(bool) {
+	s := w.s
+	s.mu.Lock()
+	if w.closed {
+		s.mu.Unlock()
+		return
+	}
+	w.closed = true
+	// The holder's place is shared by its waiters (one WithHolder id): the last one to go, as
+	// decided in the same critical section that removes it, leaves it.
+	last := s.removeLocked(w)
+	leave := last && (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed
+	floor := w.floor
+	if last {
+		// The line's message about a grant the waiter took may still come: it is stale.
+		w.ch.setFloor(w.holder, max(w.floor, w.grant))
+	}
+	s.mu.Unlock()
+	if leave {
+		s.leave(w.key, w.holder, floor)
+	}
+}
