@@ -140,9 +140,6 @@ func (s *Server) Close() {
 	os.RemoveAll(s.dir)
 }
 
-// Stop kills the server (SIGKILL) and waits for it to exit.
-func Stop(s *Server) { stop(s.cmd) }
-
 // Pid returns the server's process id.
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
