@@ -7,14 +7,12 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// waitFor makes holder a waiter the way the primitives do: an Acquire refused with a Wait, then
-// Register with the same request. It skips the test when the store has no notifications.
-func waitFor(t *testing.T, st core.Store, key, holder string, permits, limit int) core.Waiter {
+// joinLine makes holder a waiter the way the primitives do: an Acquire refused with a Wait, then
+// Register with the same request. It skips the test when the store has no notifications (the
+// suite was told WithoutNotifier) and fails it when the store has none but should.
+func (s *suite) joinLine(t *testing.T, st core.Store, key, holder string, permits, limit int) core.Waiter {
 	t.Helper()
-	n, ok := st.(core.Notifier)
-	if !ok {
-		t.Skip("the store does not implement core.Notifier")
-	}
+	n := s.notifier(t, st)
 	req := core.AcquireRequest{Key: key, Holder: holder, Permits: permits, Limit: limit, TTL: time.Minute, Wait: time.Minute}
 	if res, err := st.Acquire(ctxFor(t), req); err != nil || res.Granted {
 		t.Fatalf("Acquire(%q, %s) = %+v, %v; want a refusal", key, holder, res, err)
@@ -23,7 +21,7 @@ func waitFor(t *testing.T, st core.Store, key, holder string, permits, limit int
 	if err != nil {
 		t.Fatalf("Register(%q): %v", key, err)
 	}
-	t.Cleanup(func() { w.Close(false) })
+	t.Cleanup(func() { w.Close() })
 	// A store may need a moment to confirm a subscription; its waiters are woken then. Wait
 	// for that, and clear the wake, so that the test sees only the wakes it causes.
 	deadline := time.Now().Add(wakeTimeout)
@@ -38,6 +36,31 @@ func waitFor(t *testing.T, st core.Store, key, holder string, permits, limit int
 	default:
 	}
 	return w
+}
+
+// notifier returns st as a core.Notifier. Without one it skips the test if the suite was told
+// WithoutNotifier, and fails it otherwise.
+func (s *suite) notifier(t *testing.T, st core.Store) core.Notifier {
+	t.Helper()
+	n, ok := st.(core.Notifier)
+	switch {
+	case !ok && s.noNotifier:
+		t.Skipf("%T has no notifications (WithoutNotifier)", st)
+	case !ok:
+		t.Fatalf("%T does not implement core.Notifier, so its waiters would poll: forward Register "+
+			"to the wrapped store's, or, if the store has no notifications by design, pass "+
+			"conformance.WithoutNotifier() to Run", st)
+	}
+	return n
+}
+
+// testStoreIsNotifier: a store either has notifications or the harness says it has none.
+func (s *suite) testStoreIsNotifier(t *testing.T) {
+	st := s.h.NewStore(t)
+	if _, ok := st.(core.Notifier); ok && s.noNotifier {
+		t.Fatalf("Run was told WithoutNotifier, but %T implements core.Notifier: drop the option", st)
+	}
+	s.notifier(t, st)
 }
 
 // strayWindow is how long woken gives a wake that should not come to arrive. Absence can only
@@ -82,7 +105,7 @@ func count(bs []bool) int {
 func (s *suite) testReleaseWakesWaiter(t *testing.T) {
 	st, other, key := s.h.NewStore(t), s.h.NewStore(t), newKey(t)
 	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	w := waitFor(t, other, key, "b", 1, 1)
+	w := s.joinLine(t, other, key, "b", 1, 1)
 	release(t, st, key, "a")
 	if !woken(1, w)[0] {
 		t.Fatalf("a waiter registered on one Store was not woken within %v of a release through another", wakeTimeout)
@@ -94,14 +117,14 @@ func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	mustGrant(t, st, key, "a", 1, 3, time.Minute)
 	mustGrant(t, st, key, "b", 2, 3, time.Minute)
-	ws := []core.Waiter{waitFor(t, st, key, "w0", 1, 3), waitFor(t, st, key, "w1", 1, 3), waitFor(t, st, key, "w2", 1, 3), waitFor(t, st, key, "w3", 1, 3)}
+	ws := []core.Waiter{s.joinLine(t, st, key, "w0", 1, 3), s.joinLine(t, st, key, "w1", 1, 3), s.joinLine(t, st, key, "w2", 1, 3), s.joinLine(t, st, key, "w3", 1, 3)}
 	release(t, st, key, "a")
 	got := woken(1, ws...)
 	if count(got) != 1 || !got[0] {
 		t.Fatalf("releasing 1 permit woke waiters %v, want only the first in line", got)
 	}
 	mustGrant(t, st, key, "w0", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
-	ws[0].Close(false)
+	ws[0].Close()
 	release(t, st, key, "b")
 	got = woken(2, ws[1:]...)
 	if count(got) != 2 || !got[0] || !got[1] {
@@ -112,13 +135,13 @@ func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	first := waitFor(t, st, key, "w0", 1, 1)
-	second := waitFor(t, st, key, "w1", 1, 1)
+	first := s.joinLine(t, st, key, "w0", 1, 1)
+	second := s.joinLine(t, st, key, "w1", 1, 1)
 	release(t, st, key, "a")
 	if got := woken(1, first, second); !got[0] || got[1] {
 		t.Fatalf("release woke %v, want the first waiter alone", got)
 	}
-	first.Close(true) // gave up without trying
+	first.Close() // gave up without trying
 	if !woken(1, second)[0] {
 		t.Fatalf("a wake given up unused was not passed on to the next waiter")
 	}
@@ -140,8 +163,8 @@ func (s *suite) testLineIsStrictlyFIFO(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	mustGrant(t, st, key, "a", 1, 3, time.Minute)
 	mustGrant(t, st, key, "b", 2, 3, time.Minute)
-	big := waitFor(t, st, key, "big", 3, 3)
-	small := waitFor(t, st, key, "small", 1, 3)
+	big := s.joinLine(t, st, key, "big", 3, 3)
+	small := s.joinLine(t, st, key, "small", 1, 3)
 	release(t, st, key, "a")
 	if got := woken(0, big, small); got[0] || got[1] {
 		t.Fatalf("releasing 1 permit with a head asking 3 woke %v, want nobody", got)

@@ -104,7 +104,7 @@ func acquireWait(t *testing.T, st core.Store, key, holder string, n, limit int) 
 		if w, err = nt.Register(ctxFor(t), req); err != nil {
 			return fmt.Errorf("Register(%q): %v", key, err)
 		}
-		defer w.Close(false)
+		defer w.Close()
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {

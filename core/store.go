@@ -42,8 +42,8 @@ type Store interface {
 	//
 	// A new grant gets a fence strictly greater than every fence granted before on the key.
 	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
-	// lease is granted again with its fence unchanged (unless req.MinFence raises it) and its
-	// expiry moved to now+TTL, so a request retried after a lost reply is safe. When the holder holds a different number of
+	// lease is granted again with its fence unchanged and its expiry moved to now+TTL, so a
+	// request retried after a lost reply is safe. When the holder holds a different number of
 	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing.
 	//
 	// The limit is not stored with the key: each request is admitted against its own req.Limit,
@@ -84,16 +84,6 @@ type AcquireRequest struct {
 	Permits int
 	Limit   int
 	TTL     time.Duration
-	// MinFence, when above the fence the grant would get, raises it: the grant's fence, and the
-	// key's counter, become at least MinFence. A holder that already holds the lease has its
-	// fence raised to MinFence if that is higher. Redlock uses it to carry the order of fences
-	// across its nodes; other callers leave it zero.
-	MinFence uint64
-	// FenceFloor, when above the fence a new grant would get, raises that grant's fence (and the
-	// key's counter) to it; unlike MinFence it leaves a lease the holder already holds as it is.
-	// Redlock sets it so that nodes whose counters are in step grant one fence at the first try.
-	// A store may ignore it; other callers leave it zero.
-	FenceFloor uint64
 	// Wait is how long the caller will go on waiting if this request is refused: a store that
 	// keeps a line of waiters keeps the caller's place that long. Zero means the caller will
 	// not wait (a single attempt). It is at most MaxDuration: a caller that will wait longer,

@@ -42,18 +42,20 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	start := time.Now()
 	quorum := s.Quorum(req.Limit)
 	timeout := s.nodeTimeout(req.TTL)
-	// Nodes grant max(their last fence + 1, their clock in µs, FenceFloor). A floor of the local
+	// Nodes grant max(their last fence + 1, their clock in µs, floor). A floor of the local
 	// clock plus fenceLead makes nodes whose counters are in step (as the last grant's raise left
 	// them) grant one fence, so the raise round is rarely needed.
+	floor := uint64(start.UnixMicro()) + fenceLead
 	first := req
-	first.FenceFloor = max(req.FenceFloor, uint64(start.UnixMicro())+fenceLead)
 	// No node keeps a place for the caller: each node's line is its own, in its own arrival
 	// order, so nodes would grant the freed permits to different waiters and none reach a
 	// quorum. Redlock waiters retry at their retry interval instead.
 	first.Wait = 0
 	st := s.newSettle(req, timeout)
 	decide := func(rs []result[core.AcquireResult]) bool { return acquireDecided(rs, quorum) }
-	res, c := fanout(ctx, s, timeout, nil, func(c context.Context, _ int, n core.Store) (core.AcquireResult, error) { return n.Acquire(c, first) }, decide)
+	res, c := fanout(ctx, s, timeout, nil, func(c context.Context, _ int, n node) (core.AcquireResult, error) {
+		return n.AcquireAbove(c, first, floor)
+	}, decide)
 	st.expect(c.then(st.late))
 	var granted, failed []int
 	answered, refused := 0, 0
@@ -153,9 +155,7 @@ func (s *Store) raise(ctx context.Context, req core.AcquireRequest, res []result
 		}
 	}
 	if len(low) > 0 {
-		up := req
-		up.MinFence = fence
-		raised, c := fanout(ctx, s, timeout, low, func(c context.Context, _ int, n core.Store) (core.AcquireResult, error) { return n.Acquire(c, up) }, nil)
+		raised, c := fanout(ctx, s, timeout, low, func(c context.Context, _ int, n node) (core.AcquireResult, error) { return n.RaiseFence(c, req, fence) }, nil)
 		c.then(nil)
 		for _, i := range low {
 			r := raised[i]
@@ -202,7 +202,7 @@ func (s *Store) releaseOn(ctx context.Context, key, holder string, fences map[in
 	for i := range fences {
 		idx = append(idx, i)
 	}
-	_, c := fanout(context.WithoutCancel(ctx), s, timeout, idx, func(c context.Context, i int, n core.Store) (bool, error) {
+	_, c := fanout(context.WithoutCancel(ctx), s, timeout, idx, func(c context.Context, i int, n node) (bool, error) {
 		return n.Release(c, core.ReleaseRequest{Key: key, Holder: holder, Fence: fences[i]})
 	}, nil)
 	c.then(nil)
@@ -347,7 +347,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 		q := s.Quorum(t.limit)
 		return t.support >= q || t.support+t.unknown < q
 	}
-	res, c := fanout(ctx, s, timeout, nil, func(c context.Context, _ int, n core.Store) (core.ExtendResult, error) { return n.Extend(c, req) }, decide)
+	res, c := fanout(ctx, s, timeout, nil, func(c context.Context, _ int, n node) (core.ExtendResult, error) { return n.Extend(c, req) }, decide)
 	t := tallyExtend(res)
 	quorum := s.Quorum(t.limit)
 	if err := ctx.Err(); err != nil {
@@ -428,7 +428,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		}
 		return held >= s.quorum || held+open < s.quorum
 	}
-	res, c := fanout(ctx, s, s.nodeTimeout(0), nil, func(c context.Context, _ int, n core.Store) (bool, error) { return n.Release(c, req) }, decide)
+	res, c := fanout(ctx, s, s.nodeTimeout(0), nil, func(c context.Context, _ int, n node) (bool, error) { return n.Release(c, req) }, decide)
 	c.then(nil)
 	if err := ctx.Err(); err != nil {
 		return false, wrap("release", key, err)
@@ -460,7 +460,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 // unless WithNodeTimeout: Inspect carries no TTL); the TTL reported may then be shorter than
 // one from every node. Cost: one round trip to every node in parallel.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
-	res, c := fanout(ctx, s, s.nodeTimeout(0), nil, func(c context.Context, _ int, n core.Store) (core.Snapshot, error) { return n.Inspect(c, key) }, s.inspectDecided)
+	res, c := fanout(ctx, s, s.nodeTimeout(0), nil, func(c context.Context, _ int, n node) (core.Snapshot, error) { return n.Inspect(c, key) }, s.inspectDecided)
 	c.then(nil)
 	if err := ctx.Err(); err != nil {
 		return core.Snapshot{}, wrap("inspect", key, err)

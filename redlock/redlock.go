@@ -54,7 +54,7 @@ import (
 
 // Store is the quorum Store. Make one with New.
 type Store struct {
-	nodes  []core.Store
+	nodes  []node
 	quorum int
 	opts   options
 
@@ -63,6 +63,13 @@ type Store struct {
 }
 
 type waiterID struct{ key, holder string }
+
+// node is what Redlock needs of each store: the driver contract and the fence floor that keeps
+// fences in order across nodes.
+type node interface {
+	core.Store
+	core.FenceRaiser
+}
 
 var (
 	_ core.Store = (*Store)(nil)
@@ -94,8 +101,9 @@ func WithDrift(factor float64, constant time.Duration) Option {
 }
 
 // New returns a quorum Store over stores. It checks its arguments — at least one store, none
-// nil, none twice, a positive node timeout, a drift factor in [0, 1) — and returns an error
-// wrapping core.ErrInvalid naming the bad one; it calls no store.
+// nil, none twice, each a core.FenceRaiser (as the memory and Redis stores are: Redlock orders
+// fences across nodes with it), a positive node timeout, a drift factor in [0, 1) — and returns
+// an error wrapping core.ErrInvalid naming the bad one; it calls no store.
 func New(stores []core.Store, opts ...Option) (*Store, error) {
 	o := options{driftFactor: 0.01, driftMin: 2 * time.Millisecond}
 	for _, opt := range opts {
@@ -122,7 +130,15 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 			}
 		}
 	}
-	return &Store{nodes: slices.Clone(stores), quorum: len(stores)/2 + 1, opts: o, settles: map[waiterID]*settle{}}, nil
+	nodes := make([]node, len(stores))
+	for i, st := range stores {
+		n, ok := st.(node)
+		if !ok {
+			return fail("stores[%d]: %T does not implement core.FenceRaiser", i, st)
+		}
+		nodes[i] = n
+	}
+	return &Store{nodes: nodes, quorum: len(stores)/2 + 1, opts: o, settles: map[waiterID]*settle{}}, nil
 }
 
 // Quorum returns the number of nodes that must hold a lease on a key of limit permits: a
@@ -194,7 +210,7 @@ const graceMin = 2 * time.Millisecond
 // answer is handed to the function given to then, on its goroutine. When ctx ends first, the
 // calls are canceled; when it has ended already, no call is made. The caller must call then
 // once (with nil to drop the stragglers' answers).
-func fanout[T any](ctx context.Context, s *Store, timeout time.Duration, idx []int, f func(context.Context, int, core.Store) (T, error), decide func([]result[T]) bool) ([]result[T], *call[T]) {
+func fanout[T any](ctx context.Context, s *Store, timeout time.Duration, idx []int, f func(context.Context, int, node) (T, error), decide func([]result[T]) bool) ([]result[T], *call[T]) {
 	if idx == nil {
 		idx = make([]int, len(s.nodes))
 		for i := range idx {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,6 +76,22 @@ func (n *node) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 		return core.AcquireResult{}, err
 	}
 	return s.Acquire(ctx, req)
+}
+
+func (n *node) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	s, err := n.get(ctx)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	return s.AcquireAbove(ctx, req, floor)
+}
+
+func (n *node) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	s, err := n.get(ctx)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	return s.RaiseFence(ctx, req, fence)
 }
 
 func (n *node) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
@@ -149,8 +166,12 @@ func (h *harness) Advance(d time.Duration) bool {
 	return true
 }
 
-func TestConformanceRedlock3(t *testing.T) { conformance.Run(t, newHarness(t, 3)) }
-func TestConformanceRedlock5(t *testing.T) { conformance.Run(t, newHarness(t, 5)) }
+func TestConformanceRedlock3(t *testing.T) {
+	conformance.Run(t, newHarness(t, 3), conformance.WithoutNotifier())
+}
+func TestConformanceRedlock5(t *testing.T) {
+	conformance.Run(t, newHarness(t, 5), conformance.WithoutNotifier())
+}
 
 func TestNewRefusesBadInput(t *testing.T) {
 	a, b := memory.New(), memory.New()
@@ -167,11 +188,12 @@ func TestNewRefusesBadInput(t *testing.T) {
 		{"same store twice", []core.Store{a, b, a}, nil, "stores[0] and stores[2]"},
 		{"node timeout", []core.Store{a}, []redlock.Option{redlock.WithNodeTimeout(0)}, "node timeout"},
 		{"drift", []core.Store{a}, []redlock.Option{redlock.WithDrift(1.5, 0)}, "drift"},
+		{"no fence floor", []core.Store{a, struct{ core.Store }{b}}, nil, "stores[1]: struct { core.Store } does not implement core.FenceRaiser"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := redlock.New(tc.stores, tc.opts...)
-			if !errors.Is(err, core.ErrInvalid) || !contains(err.Error(), tc.want) {
+			if !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want ErrInvalid naming %q", err, tc.want)
 			}
 		})
@@ -186,10 +208,6 @@ func TestNewRefusesBadInput(t *testing.T) {
 			t.Errorf("Quorum(%d) over 5 nodes = %d, want %d", limit, got, want)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
 }
 
 func TestEveryNodeDownMask(t *testing.T) {
@@ -318,15 +336,31 @@ func TestFenceOrderCarriesThroughTheSharedNode(t *testing.T) {
 	grant("b", 0)
 }
 
-// counting is a Store that counts Acquire calls answered.
-type counting struct {
+// fenceStore is what a Redlock node is: a Store and a FenceRaiser.
+type fenceStore interface {
 	core.Store
+	core.FenceRaiser
+}
+
+// counting is a Store that counts acquire calls answered, of every kind.
+type counting struct {
+	fenceStore
 	acquires atomic.Int32
 }
 
 func (c *counting) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	defer c.acquires.Add(1)
-	return c.Store.Acquire(ctx, req)
+	return c.fenceStore.Acquire(ctx, req)
+}
+
+func (c *counting) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	defer c.acquires.Add(1)
+	return c.fenceStore.AcquireAbove(ctx, req, floor)
+}
+
+func (c *counting) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	defer c.acquires.Add(1)
+	return c.fenceStore.RaiseFence(ctx, req, fence)
 }
 
 // TestNodesInStepGrantInOneRound: once the first grant has brought the nodes' counters in step,
@@ -335,7 +369,7 @@ func TestNodesInStepGrantInOneRound(t *testing.T) {
 	var cs []*counting
 	var ss []core.Store
 	for range 3 {
-		c := &counting{Store: memory.New()}
+		c := &counting{fenceStore: memory.New()}
 		cs, ss = append(cs, c), append(ss, c)
 	}
 	s, err := redlock.New(ss)

@@ -14,15 +14,15 @@ type place struct {
 	permits  int
 	limit    int
 	ttl      time.Duration
-	floor    uint64 // least fence of its grant (MinFence, FenceFloor)
+	floor    uint64 // least fence of its grant (core.FenceRaiser)
 	deadline time.Time
 }
 
 // enqueue keeps req's holder's place in the line (or gives it the last one) until req.Wait from
-// now, with the request a release will grant it.
-func (ks *keyState) enqueue(req core.AcquireRequest, now time.Time) {
+// now, with the request a release will grant it, at a fence of at least floor.
+func (ks *keyState) enqueue(req core.AcquireRequest, floor uint64, now time.Time) {
 	p := place{holder: req.Holder, permits: req.Permits, limit: req.Limit, ttl: req.TTL,
-		floor: max(req.MinFence, req.FenceFloor), deadline: now.Add(req.Wait)}
+		floor: floor, deadline: now.Add(req.Wait)}
 	if i := ks.find(req.Holder); i >= 0 {
 		ks.line[i] = p
 		return
@@ -134,9 +134,8 @@ func (w *waiter) C() <-chan struct{} { return w.c }
 func (w *waiter) Reliable() bool { return true }
 
 // Close implements core.Waiter: the waiter leaves the line, and a lease the line granted its
-// holder that was not taken goes to the next waiters. It ignores its argument: what was granted
-// is known to the store.
-func (w *waiter) Close(bool) {
+// holder that was not taken goes to the next waiters.
+func (w *waiter) Close() {
 	s := w.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
