@@ -12,9 +12,9 @@ import (
 func (s *suite) testAcquireGrantsUpToLimit(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	for _, h := range []string{"a", "b", "c"} {
-		mustGrant(t, st, key, h, 1, 3, time.Minute)
+		at(t, st, key).grant(h, 1, 3, time.Minute)
 	}
-	if r := mustRefuse(t, st, key, "d", 1, 3, time.Minute); r <= 0 || r > time.Minute {
+	if r := at(t, st, key).refuse("d", 1, 3, time.Minute); r <= 0 || r > time.Minute {
 		t.Errorf("refusal RetryAfter = %v, want in (0, 1m]", r)
 	}
 	if got := inspect(t, st, key).InUse(); got != 3 {
@@ -24,13 +24,13 @@ func (s *suite) testAcquireGrantsUpToLimit(t *testing.T) {
 
 func (s *suite) testWeightedAcquiresShareKeySpace(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 3, 4, time.Minute)
-	mustRefuse(t, st, key, "b", 2, 4, time.Minute)
-	mustGrant(t, st, key, "c", 1, 4, time.Minute)
-	mustRefuse(t, st, key, "d", 1, 4, time.Minute)
-	release(t, st, key, "a")
-	mustGrant(t, st, key, "b", 2, 4, time.Minute)
-	mustGrant(t, st, key, "d", 1, 4, time.Minute)
+	at(t, st, key).grant("a", 3, 4, time.Minute)
+	at(t, st, key).refuse("b", 2, 4, time.Minute)
+	at(t, st, key).grant("c", 1, 4, time.Minute)
+	at(t, st, key).refuse("d", 1, 4, time.Minute)
+	at(t, st, key).release("a")
+	at(t, st, key).grant("b", 2, 4, time.Minute)
+	at(t, st, key).grant("d", 1, 4, time.Minute)
 	if got := inspect(t, st, key).InUse(); got != 4 {
 		t.Errorf("Inspect: %d permits in use, want 4", got)
 	}
@@ -38,11 +38,11 @@ func (s *suite) testWeightedAcquiresShareKeySpace(t *testing.T) {
 
 func (s *suite) testRefusalReportsRetryAfter(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 3, 10*time.Second)
-	mustGrant(t, st, key, "b", 2, 3, 4*time.Second)
+	at(t, st, key).grant("a", 1, 3, 10*time.Second)
+	at(t, st, key).grant("b", 2, 3, 4*time.Second)
 	// One more permit needs b's two (expiring first) freed; three need a's as well.
-	r2 := mustRefuse(t, st, key, "c", 1, 3, time.Minute)
-	r3 := mustRefuse(t, st, key, "c", 3, 3, time.Minute)
+	r2 := at(t, st, key).refuse("c", 1, 3, time.Minute)
+	r3 := at(t, st, key).refuse("c", 3, 3, time.Minute)
 	if s.manual {
 		if r2 != 4*time.Second || r3 != 10*time.Second {
 			t.Errorf("RetryAfter = %v for 1 permit, %v for 3, want 4s and 10s", r2, r3)
@@ -56,8 +56,8 @@ func (s *suite) testRefusalReportsRetryAfter(t *testing.T) {
 
 func (s *suite) testAcquireIsIdempotentPerHolder(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	f := mustGrant(t, st, key, "a", 2, 3, time.Minute)
-	if g := mustGrant(t, st, key, "a", 2, 3, time.Minute); g != f {
+	f := at(t, st, key).grant("a", 2, 3, time.Minute)
+	if g := at(t, st, key).grant("a", 2, 3, time.Minute); g != f {
 		t.Errorf("re-acquire by the holder: fence %d, want the lease's own %d", g, f)
 	}
 	_, err := st.Acquire(ctxFor(t), core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 3, TTL: time.Minute})
@@ -72,7 +72,7 @@ func (s *suite) testAcquireIsIdempotentPerHolder(t *testing.T) {
 
 func (s *suite) testExtendOnlyByHolder(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	f := mustGrant(t, st, key, "a", 2, 2, 2*time.Second)
+	f := at(t, st, key).grant("a", 2, 2, 2*time.Second)
 	if _, err := st.Extend(ctxFor(t), core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); !errors.Is(err, core.ErrLost) {
 		t.Errorf("Extend by a non-holder: err = %v, want ErrLost", err)
 	}
@@ -93,7 +93,7 @@ func (s *suite) testExtendOnlyByHolder(t *testing.T) {
 
 func (s *suite) testExtendSetsExpiryFromNow(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 1, time.Hour)
+	at(t, st, key).grant("a", 1, 1, time.Hour)
 	if _, err := st.Extend(ctxFor(t), core.ExtendRequest{Key: key, Holder: "a", TTL: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,21 +111,21 @@ func (s *suite) testExtendSetsExpiryFromNow(t *testing.T) {
 
 func (s *suite) testReleaseOnlyByHolder(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	if release(t, st, key, "b") {
+	at(t, st, key).grant("a", 1, 1, time.Minute)
+	if at(t, st, key).release("b") {
 		t.Errorf("Release by a non-holder reported true")
 	}
 	if _, ok := holders(inspect(t, st, key))["a"]; !ok {
 		t.Fatalf("Release by a non-holder ended the holder's lease")
 	}
-	mustRefuse(t, st, key, "b", 1, 1, time.Minute)
-	if !release(t, st, key, "a") {
+	at(t, st, key).refuse("b", 1, 1, time.Minute)
+	if !at(t, st, key).release("a") {
 		t.Errorf("Release by the holder reported false")
 	}
-	if release(t, st, key, "a") {
+	if at(t, st, key).release("a") {
 		t.Errorf("second Release by the holder reported true")
 	}
-	mustGrant(t, st, key, "b", 1, 1, time.Minute)
+	at(t, st, key).grant("b", 1, 1, time.Minute)
 }
 
 // testReleaseEndsOneLease: a release names a lease by holder and fence, so the release of a stale
@@ -133,19 +133,19 @@ func (s *suite) testReleaseOnlyByHolder(t *testing.T) {
 func (s *suite) testReleaseEndsOneLease(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	ttl := 50 * time.Millisecond
-	first := mustGrant(t, st, key, "a", 1, 1, ttl)
+	first := at(t, st, key).grant("a", 1, 1, ttl)
 	s.elapse(2 * ttl)
-	second := mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	if releaseFence(t, st, key, "a", first) {
+	second := at(t, st, key).grant("a", 1, 1, time.Minute)
+	if at(t, st, key).releaseFence("a", first) {
 		t.Errorf("Release of the expired lease (fence %d) reported true", first)
 	}
 	if l, ok := holders(inspect(t, st, key))["a"]; !ok || l.Fence != second {
 		t.Fatalf("Release of the expired lease (fence %d) ended the holder's newer lease (fence %d)", first, second)
 	}
-	if releaseFence(t, st, key, "a", second+1) {
+	if at(t, st, key).releaseFence("a", second+1) {
 		t.Errorf("Release with a fence never granted reported true")
 	}
-	if !releaseFence(t, st, key, "a", second) {
+	if !at(t, st, key).releaseFence("a", second) {
 		t.Errorf("Release of the lease by its holder and fence reported false")
 	}
 	if n := len(inspect(t, st, key).Leases); n != 0 {
@@ -156,8 +156,8 @@ func (s *suite) testReleaseEndsOneLease(t *testing.T) {
 func (s *suite) testExpiryFreesPermits(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	ttl := 50 * time.Millisecond
-	mustGrant(t, st, key, "a", 1, 1, ttl)
-	mustRefuse(t, st, key, "b", 1, 1, time.Minute)
+	at(t, st, key).grant("a", 1, 1, ttl)
+	at(t, st, key).refuse("b", 1, 1, time.Minute)
 	s.elapse(2 * ttl)
 	if n := len(inspect(t, st, key).Leases); n != 0 {
 		t.Errorf("Inspect after expiry: %d leases, want 0", n)
@@ -165,8 +165,8 @@ func (s *suite) testExpiryFreesPermits(t *testing.T) {
 	if _, err := st.Extend(ctxFor(t), core.ExtendRequest{Key: key, Holder: "a", TTL: time.Minute}); !errors.Is(err, core.ErrLost) {
 		t.Errorf("Extend of an expired lease: err = %v, want ErrLost", err)
 	}
-	mustGrant(t, st, key, "b", 1, 1, time.Minute)
-	if release(t, st, key, "a") {
+	at(t, st, key).grant("b", 1, 1, time.Minute)
+	if at(t, st, key).release("a") {
 		t.Errorf("Release of an expired lease reported true")
 	}
 	if _, ok := holders(inspect(t, st, key))["b"]; !ok {
@@ -179,8 +179,8 @@ func (s *suite) testInspectReportsLeases(t *testing.T) {
 	if snap := inspect(t, st, key); len(snap.Leases) != 0 {
 		t.Fatalf("Inspect of an unused key: %+v, want no leases", snap)
 	}
-	fa := mustGrant(t, st, key, "a", 1, 5, 30*time.Second)
-	fb := mustGrant(t, st, key, "b", 3, 5, time.Minute)
+	fa := at(t, st, key).grant("a", 1, 5, 30*time.Second)
+	fb := at(t, st, key).grant("b", 3, 5, time.Minute)
 	snap := inspect(t, st, key)
 	if snap.Limit != 5 {
 		t.Errorf("Inspect: limit %d, want 5", snap.Limit)
@@ -202,10 +202,10 @@ func (s *suite) testInspectReportsLeases(t *testing.T) {
 
 func (s *suite) testKeysAreIndependent(t *testing.T) {
 	st, k1, k2 := s.h.NewStore(t), newKey(t), newKey(t)
-	mustGrant(t, st, k1, "a", 1, 1, time.Minute)
-	mustGrant(t, st, k2, "b", 1, 1, time.Minute)
-	mustRefuse(t, st, k1, "b", 1, 1, time.Minute)
-	if release(t, st, k2, "a") {
+	at(t, st, k1).grant("a", 1, 1, time.Minute)
+	at(t, st, k2).grant("b", 1, 1, time.Minute)
+	at(t, st, k1).refuse("b", 1, 1, time.Minute)
+	if at(t, st, k2).release("a") {
 		t.Errorf("Release of a holder's lease on another key reported true")
 	}
 	if n := len(inspect(t, st, k1).Leases); n != 1 {
@@ -215,7 +215,7 @@ func (s *suite) testKeysAreIndependent(t *testing.T) {
 
 func (s *suite) testCanceledContextChangesNothing(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 2, time.Minute)
+	at(t, st, key).grant("a", 1, 2, time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "b", Permits: 1, Limit: 2, TTL: time.Minute})

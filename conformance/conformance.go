@@ -93,48 +93,64 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func acquire(t *testing.T, st core.Store, key, holder string, permits, limit int, ttl time.Duration) core.AcquireResult {
-	t.Helper()
-	res, err := st.Acquire(ctxFor(t), core.AcquireRequest{Key: key, Holder: holder, Permits: permits, Limit: limit, TTL: ttl})
+// keyAt is one test's key on one of its Stores, with the calls the tests make there, each
+// failing the test on an error.
+type keyAt struct {
+	t   *testing.T
+	st  core.Store
+	key string
+}
+
+func at(t *testing.T, st core.Store, key string) keyAt { return keyAt{t: t, st: st, key: key} }
+
+func (k keyAt) request(holder string, permits, limit int, ttl time.Duration) core.AcquireRequest {
+	return core.AcquireRequest{Key: k.key, Holder: holder, Permits: permits, Limit: limit, TTL: ttl}
+}
+
+func (k keyAt) acquire(holder string, permits, limit int, ttl time.Duration) core.AcquireResult {
+	k.t.Helper()
+	res, err := k.st.Acquire(ctxFor(k.t), k.request(holder, permits, limit, ttl))
 	if err != nil {
-		t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d): %v", key, holder, permits, limit, err)
+		k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d): %v", k.key, holder, permits, limit, err)
 	}
 	return res
 }
 
-func mustGrant(t *testing.T, st core.Store, key, holder string, permits, limit int, ttl time.Duration) uint64 {
-	t.Helper()
-	res := acquire(t, st, key, holder, permits, limit, ttl)
+// grant acquires and fails the test unless granted; it returns the fence.
+func (k keyAt) grant(holder string, permits, limit int, ttl time.Duration) uint64 {
+	k.t.Helper()
+	res := k.acquire(holder, permits, limit, ttl)
 	if !res.Granted {
-		t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) refused (retry after %v), want granted", key, holder, permits, limit, res.RetryAfter)
+		k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) refused (retry after %v), want granted", k.key, holder, permits, limit, res.RetryAfter)
 	}
 	if res.Fence == 0 {
-		t.Fatalf("Acquire(%q, holder %q) granted with fence 0", key, holder)
+		k.t.Fatalf("Acquire(%q, holder %q) granted with fence 0", k.key, holder)
 	}
 	return res.Fence
 }
 
-func mustRefuse(t *testing.T, st core.Store, key, holder string, permits, limit int, ttl time.Duration) time.Duration {
-	t.Helper()
-	res := acquire(t, st, key, holder, permits, limit, ttl)
+// refuse acquires and fails the test if granted; it returns the refusal's RetryAfter.
+func (k keyAt) refuse(holder string, permits, limit int, ttl time.Duration) time.Duration {
+	k.t.Helper()
+	res := k.acquire(holder, permits, limit, ttl)
 	if res.Granted {
-		t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) granted (fence %d), want refused", key, holder, permits, limit, res.Fence)
+		k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) granted (fence %d), want refused", k.key, holder, permits, limit, res.Fence)
 	}
 	return res.RetryAfter
 }
 
-// release releases holder's lease on key whatever its fence (the suite's holder ids each name
-// one lease at a time); releaseFence names the fence too.
-func release(t *testing.T, st core.Store, key, holder string) bool {
-	t.Helper()
-	return releaseFence(t, st, key, holder, 0)
+// release releases holder's lease whatever its fence (the suite's holder ids each name one
+// lease at a time); releaseFence names the fence too.
+func (k keyAt) release(holder string) bool {
+	k.t.Helper()
+	return k.releaseFence(holder, 0)
 }
 
-func releaseFence(t *testing.T, st core.Store, key, holder string, fence uint64) bool {
-	t.Helper()
-	ok, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: key, Holder: holder, Fence: fence})
+func (k keyAt) releaseFence(holder string, fence uint64) bool {
+	k.t.Helper()
+	ok, err := k.st.Release(ctxFor(k.t), core.ReleaseRequest{Key: k.key, Holder: holder, Fence: fence})
 	if err != nil {
-		t.Fatalf("Release(%q, holder %q, fence %d): %v", key, holder, fence, err)
+		k.t.Fatalf("Release(%q, holder %q, fence %d): %v", k.key, holder, fence, err)
 	}
 	return ok
 }

@@ -18,19 +18,19 @@ func (s *suite) testFencesStrictlyIncrease(t *testing.T) {
 		last = f
 	}
 	for i := range 10 {
-		check(mustGrant(t, st, key, "a", 1, 2, time.Minute), "a release")
-		check(mustGrant(t, st, key, "b", 1, 2, time.Minute), "a concurrent grant")
-		release(t, st, key, "a")
+		check(at(t, st, key).grant("a", 1, 2, time.Minute), "a release")
+		check(at(t, st, key).grant("b", 1, 2, time.Minute), "a concurrent grant")
+		at(t, st, key).release("a")
 		if i%3 == 2 {
-			release(t, st, key, "b")
+			at(t, st, key).release("b")
 		} else {
-			mustGrant(t, st, key, "b", 1, 2, time.Minute) // re-grant: same fence, no check
-			release(t, st, key, "b")
+			at(t, st, key).grant("b", 1, 2, time.Minute) // re-grant: same fence, no check
+			at(t, st, key).release("b")
 		}
 	}
-	check(mustGrant(t, st, key, "a", 1, 1, 20*time.Millisecond), "a release")
+	check(at(t, st, key).grant("a", 1, 1, 20*time.Millisecond), "a release")
 	s.elapse(40 * time.Millisecond)
-	check(mustGrant(t, st, key, "b", 1, 1, time.Minute), "an expiry")
+	check(at(t, st, key).grant("b", 1, 1, time.Minute), "an expiry")
 }
 
 // fenceRaiser returns the store as a core.FenceRaiser, or skips the test: the capability is
@@ -50,8 +50,8 @@ func fenceRaiser(t *testing.T, st core.Store) core.FenceRaiser {
 func (s *suite) testAcquireAboveFloorsNewGrantsOnly(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	fr, ctx := fenceRaiser(t, st), ctxFor(t)
-	floor := mustGrant(t, st, key, "x", 1, 2, time.Minute) + 1_000_000
-	release(t, st, key, "x")
+	floor := at(t, st, key).grant("x", 1, 2, time.Minute) + 1_000_000
+	at(t, st, key).release("x")
 	req := core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute}
 	if res, err := fr.AcquireAbove(ctx, req, floor); err != nil || !res.Granted || res.Fence != floor {
 		t.Fatalf("AcquireAbove(floor %d), a new grant: %+v, %v; want granted at the floor", floor, res, err)
@@ -59,7 +59,7 @@ func (s *suite) testAcquireAboveFloorsNewGrantsOnly(t *testing.T) {
 	if res, err := fr.AcquireAbove(ctx, req, floor+100); err != nil || !res.Granted || res.Fence != floor {
 		t.Fatalf("AcquireAbove(floor %d) by the holder: %+v, %v; want its own fence %d kept", floor+100, res, err, floor)
 	}
-	if f := mustGrant(t, st, key, "b", 1, 2, time.Minute); f <= floor {
+	if f := at(t, st, key).grant("b", 1, 2, time.Minute); f <= floor {
 		t.Fatalf("grant after a floor of %d: fence %d, want above it", floor, f)
 	}
 	// The line: c waits with a floor well above the counter; the release grants it at least that.
@@ -68,7 +68,7 @@ func (s *suite) testAcquireAboveFloorsNewGrantsOnly(t *testing.T) {
 	if res, err := fr.AcquireAbove(ctx, wait, lineFloor); err != nil || res.Granted {
 		t.Fatalf("AcquireAbove with both permits held: %+v, %v; want a refusal", res, err)
 	}
-	release(t, st, key, "a")
+	at(t, st, key).release("a")
 	res, err := fr.AcquireAbove(ctx, wait, lineFloor)
 	if err != nil || !res.Granted || res.Fence < lineFloor {
 		t.Fatalf("the waiter's next AcquireAbove after a release: %+v, %v; want granted at %d or above", res, err, lineFloor)
@@ -81,7 +81,7 @@ func (s *suite) testAcquireAboveFloorsNewGrantsOnly(t *testing.T) {
 func (s *suite) testRaiseFenceRaisesHeldLeases(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	fr, ctx := fenceRaiser(t, st), ctxFor(t)
-	f := mustGrant(t, st, key, "a", 1, 2, time.Minute)
+	f := at(t, st, key).grant("a", 1, 2, time.Minute)
 	req := core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute}
 	if res, err := fr.RaiseFence(ctx, req, f+1000); err != nil || !res.Granted || res.Fence != f+1000 {
 		t.Fatalf("RaiseFence(%d) of a held lease: %+v, %v; want granted with that fence", f+1000, res, err)
@@ -92,10 +92,10 @@ func (s *suite) testRaiseFenceRaisesHeldLeases(t *testing.T) {
 	if res, err := fr.RaiseFence(ctx, req, 1); err != nil || res.Fence != f+1000 {
 		t.Errorf("RaiseFence(1): %+v, %v; want the fence kept at %d", res, err, f+1000)
 	}
-	if g := mustGrant(t, st, key, "b", 1, 2, time.Minute); g <= f+1000 {
+	if g := at(t, st, key).grant("b", 1, 2, time.Minute); g <= f+1000 {
 		t.Errorf("grant after a raise: fence %d, want above %d", g, f+1000)
 	}
-	release(t, st, key, "b")
+	at(t, st, key).release("b")
 	req.Holder = "c"
 	if res, err := fr.RaiseFence(ctx, req, f+5000); err != nil || !res.Granted || res.Fence < f+5000 {
 		t.Errorf("RaiseFence(%d), a new grant: %+v, %v; want granted at %d or above", f+5000, res, err, f+5000)

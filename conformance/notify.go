@@ -10,10 +10,12 @@ import (
 // joinLine makes holder a waiter the way the primitives do: an Acquire refused with a Wait, then
 // Register with the same request. It skips the test when the store has no notifications (the
 // suite was told WithoutNotifier) and fails it when the store has none but should.
-func (s *suite) joinLine(t *testing.T, st core.Store, key, holder string, permits, limit int) core.Waiter {
+func (s *suite) joinLine(k keyAt, holder string, permits, limit int) core.Waiter {
+	t, st, key := k.t, k.st, k.key
 	t.Helper()
 	n := s.notifier(t, st)
-	req := core.AcquireRequest{Key: key, Holder: holder, Permits: permits, Limit: limit, TTL: time.Minute, Wait: time.Minute}
+	req := k.request(holder, permits, limit, time.Minute)
+	req.Wait = time.Minute
 	if res, err := st.Acquire(ctxFor(t), req); err != nil || res.Granted {
 		t.Fatalf("Acquire(%q, %s) = %+v, %v; want a refusal", key, holder, res, err)
 	}
@@ -104,28 +106,28 @@ func count(bs []bool) int {
 
 func (s *suite) testReleaseWakesWaiter(t *testing.T) {
 	st, other, key := s.h.NewStore(t), s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	w := s.joinLine(t, other, key, "b", 1, 1)
-	release(t, st, key, "a")
+	at(t, st, key).grant("a", 1, 1, time.Minute)
+	w := s.joinLine(at(t, other, key), "b", 1, 1)
+	at(t, st, key).release("a")
 	if !woken(1, w)[0] {
 		t.Fatalf("a waiter registered on one Store was not woken within %v of a release through another", wakeTimeout)
 	}
-	mustGrant(t, other, key, "b", 1, 1, time.Minute)
+	at(t, other, key).grant("b", 1, 1, time.Minute)
 }
 
 func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 3, time.Minute)
-	mustGrant(t, st, key, "b", 2, 3, time.Minute)
-	ws := []core.Waiter{s.joinLine(t, st, key, "w0", 1, 3), s.joinLine(t, st, key, "w1", 1, 3), s.joinLine(t, st, key, "w2", 1, 3), s.joinLine(t, st, key, "w3", 1, 3)}
-	release(t, st, key, "a")
+	at(t, st, key).grant("a", 1, 3, time.Minute)
+	at(t, st, key).grant("b", 2, 3, time.Minute)
+	ws := []core.Waiter{s.joinLine(at(t, st, key), "w0", 1, 3), s.joinLine(at(t, st, key), "w1", 1, 3), s.joinLine(at(t, st, key), "w2", 1, 3), s.joinLine(at(t, st, key), "w3", 1, 3)}
+	at(t, st, key).release("a")
 	got := woken(1, ws...)
 	if count(got) != 1 || !got[0] {
 		t.Fatalf("releasing 1 permit woke waiters %v, want only the first in line", got)
 	}
-	mustGrant(t, st, key, "w0", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
+	at(t, st, key).grant("w0", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
 	ws[0].Close()
-	release(t, st, key, "b")
+	at(t, st, key).release("b")
 	got = woken(2, ws[1:]...)
 	if count(got) != 2 || !got[0] || !got[1] {
 		t.Fatalf("releasing 2 permits woke waiters %v of those still waiting, want the first two in line", got)
@@ -134,10 +136,10 @@ func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 
 func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	first := s.joinLine(t, st, key, "w0", 1, 1)
-	second := s.joinLine(t, st, key, "w1", 1, 1)
-	release(t, st, key, "a")
+	at(t, st, key).grant("a", 1, 1, time.Minute)
+	first := s.joinLine(at(t, st, key), "w0", 1, 1)
+	second := s.joinLine(at(t, st, key), "w1", 1, 1)
+	at(t, st, key).release("a")
 	if got := woken(1, first, second); !got[0] || got[1] {
 		t.Fatalf("release woke %v, want the first waiter alone", got)
 	}
@@ -145,7 +147,7 @@ func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 	if !woken(1, second)[0] {
 		t.Fatalf("a wake given up unused was not passed on to the next waiter")
 	}
-	mustGrant(t, st, key, "w1", 1, 1, time.Minute)
+	at(t, st, key).grant("w1", 1, 1, time.Minute)
 	// A store that granted the first waiter its lease from a line took it back when it gave up.
 	snap, err := st.Inspect(ctxFor(t), key)
 	if err != nil {
@@ -161,27 +163,27 @@ func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 // head, and those behind it that fit, in order.
 func (s *suite) testLineIsStrictlyFIFO(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 3, time.Minute)
-	mustGrant(t, st, key, "b", 2, 3, time.Minute)
-	big := s.joinLine(t, st, key, "big", 3, 3)
-	small := s.joinLine(t, st, key, "small", 1, 3)
-	release(t, st, key, "a")
+	at(t, st, key).grant("a", 1, 3, time.Minute)
+	at(t, st, key).grant("b", 2, 3, time.Minute)
+	big := s.joinLine(at(t, st, key), "big", 3, 3)
+	small := s.joinLine(at(t, st, key), "small", 1, 3)
+	at(t, st, key).release("a")
 	if got := woken(0, big, small); got[0] || got[1] {
 		t.Fatalf("releasing 1 permit with a head asking 3 woke %v, want nobody", got)
 	}
 	if _, ok := holders(inspect(t, st, key))["small"]; ok {
 		t.Fatal("a waiter behind the head was granted the freed permit: the line is not FIFO")
 	}
-	mustRefuse(t, st, key, "newcomer", 1, 3, time.Minute) // a single attempt: no Wait
-	mustRefuse(t, st, key, "small", 1, 3, time.Minute)
-	release(t, st, key, "b")
+	at(t, st, key).refuse("newcomer", 1, 3, time.Minute) // a single attempt: no Wait
+	at(t, st, key).refuse("small", 1, 3, time.Minute)
+	at(t, st, key).release("b")
 	if got := woken(1, big, small); !got[0] || got[1] {
 		t.Fatalf("freeing every permit woke %v, want the head alone (it takes all 3)", got)
 	}
-	mustGrant(t, st, key, "big", 3, 3, time.Minute)
-	release(t, st, key, "big")
+	at(t, st, key).grant("big", 3, 3, time.Minute)
+	at(t, st, key).release("big")
 	if !woken(1, small)[0] {
 		t.Fatal("the waiter behind the head was not woken when its turn came")
 	}
-	mustGrant(t, st, key, "small", 1, 3, time.Minute)
+	at(t, st, key).grant("small", 1, 3, time.Minute)
 }

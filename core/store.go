@@ -79,11 +79,16 @@ type Store interface {
 // grants it. From the portable layer, 1 <= Permits <= Limit <= MaxLimit and
 // 1ms <= TTL <= MaxDuration.
 type AcquireRequest struct {
-	Key     string
-	Holder  string
+	// Key names the resource: any non-empty string, opaque to the store.
+	Key string
+	// Holder names who asks: non-empty, opaque. A holder holds at most one lease per key.
+	Holder string
+	// Permits is how many of the key's permits the lease takes (a mutex: 1).
 	Permits int
-	Limit   int
-	TTL     time.Duration
+	// Limit is how many permits the key has, as this request sees it (a mutex: 1).
+	Limit int
+	// TTL is how long after the grant, by the store's clock, the lease expires.
+	TTL time.Duration
 	// Wait is how long the caller will go on waiting if this request is refused: a store that
 	// keeps a line of waiters keeps the caller's place that long. Zero means the caller will
 	// not wait (a single attempt). It is at most MaxDuration: a caller that will wait longer,
@@ -107,7 +112,8 @@ type AcquireResult struct {
 type ExtendRequest struct {
 	Key    string
 	Holder string
-	TTL    time.Duration
+	// TTL is the lease's new time to live, from the store's now.
+	TTL time.Duration
 }
 
 // ReleaseRequest names the lease to end: Holder's lease on Key with fence Fence. Fence zero
@@ -122,6 +128,7 @@ type ReleaseRequest struct {
 
 // ExtendResult describes the extended lease.
 type ExtendResult struct {
+	// Permits and Fence are those of the extended lease, as granted.
 	Permits int
 	Fence   uint64
 	// Limit is the limit of the latest grant on the key, as Inspect reports it.
@@ -147,6 +154,7 @@ func (s Snapshot) InUse() int {
 
 // LeaseInfo describes one lease in a Snapshot.
 type LeaseInfo struct {
+	// Holder, Permits and Fence are the lease's, as granted.
 	Holder  string
 	Permits int
 	Fence   uint64

@@ -28,7 +28,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	keys    map[string]*keyState
-	waiters map[string]map[string][]*waiter // key → holder → enrolled waiters
+	waiters map[string]map[string][]*enrollment // key → holder → enrolled waiters
 	closed  bool
 }
 
@@ -67,7 +67,7 @@ func WithClock(clock core.Clock) Option {
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: core.SystemClock{}, keys: make(map[string]*keyState), waiters: make(map[string]map[string][]*waiter)}
+	s := &Store{clock: core.SystemClock{}, keys: make(map[string]*keyState), waiters: make(map[string]map[string][]*enrollment)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -154,12 +154,12 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 	used := ks.used()
 	if used+req.Permits > req.Limit || len(ks.line) > 0 {
 		if req.Wait > 0 {
-			ks.enqueue(req, least.grant, now)
+			ks.enqueue(newPlace(req, least.grant), req.Wait, now)
 		}
 		// With room but others ahead, the first expiry is the next change expiry alone brings.
 		return core.AcquireResult{RetryAfter: retryAfter(ks, now, max(used+req.Permits-req.Limit, 1))}, nil
 	}
-	ks.grant(req.Holder, req.Permits, req.Limit, req.TTL, least.grant, now, false)
+	ks.grant(newPlace(req, least.grant), now)
 	return core.AcquireResult{Granted: true, Fence: ks.fence}, nil
 }
 
@@ -172,11 +172,14 @@ func (ks *keyState) used() int {
 	return n
 }
 
-// grant gives holder a lease with the key's next fence (at least floor).
-func (ks *keyState) grant(holder string, permits, limit int, ttl time.Duration, floor uint64, now time.Time, fromLine bool) {
-	ks.fence = max(nextFence(ks.fence, now), floor)
-	ks.limit = limit
-	ks.leases[holder] = entry{permits: permits, fence: ks.fence, expiry: now.Add(ttl), untaken: fromLine}
+// grant gives the request p a lease with the key's next fence (at least p.floor), and returns it
+// for the caller to mark.
+func (ks *keyState) grant(p place, now time.Time) entry {
+	ks.fence = max(nextFence(ks.fence, now), p.floor)
+	ks.limit = p.limit
+	e := entry{permits: p.permits, fence: ks.fence, expiry: now.Add(p.ttl)}
+	ks.leases[p.holder] = e
+	return e
 }
 
 // retryAfter returns how long until leases holding at least need permits have expired.
