@@ -19,7 +19,6 @@ type waiter struct {
 
 	enrolled   bool        // registration with the notifier was attempted
 	w          core.Waiter // nil when not registered
-	woken      bool        // a wake was received and not yet acted on by a try
 	timeout    *time.Timer // acquire timeout, started at the first wait
 	retryTimer *time.Timer
 }
@@ -38,7 +37,6 @@ func (w *waiter) try(ctx context.Context) (core.AcquireResult, error) {
 		}
 		return res, err
 	}
-	w.woken = false
 	if !res.Granted && w.attempts > 0 && w.tries >= w.attempts {
 		if w.attempts == 1 {
 			return res, fmt.Errorf("%w: busy", core.ErrNotAcquired)
@@ -123,7 +121,6 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	}
 	select {
 	case <-wake:
-		w.woken = true
 		return nil
 	case <-w.retryTimer.C:
 		return nil
@@ -134,10 +131,11 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	}
 }
 
-// close ends the enrollment, passing an unused wake on to the next waiter, and stops the timers.
+// close ends the enrollment (the store passes on a grant the caller did not take) and stops the
+// timers.
 func (w *waiter) close() {
 	if w.w != nil {
-		w.w.Close(w.woken)
+		w.w.Close()
 	}
 	if w.timeout != nil {
 		w.timeout.Stop()

@@ -34,15 +34,16 @@ var scripts = func() (s [len(rediscore.Sources)]*vk.Lua) {
 	return s
 }()
 
-// Store is a core.Store and core.Notifier on Redis or Valkey through valkey-go. Make one with
-// New; its methods are safe for concurrent use.
+// Store is a core.Store, core.Notifier and core.FenceRaiser on Redis or Valkey through
+// valkey-go. Make one with New; its methods are safe for concurrent use.
 type Store struct {
 	rs *rediscore.Store
 }
 
 var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Notifier = (*Store)(nil)
+	_ core.Store       = (*Store)(nil)
+	_ core.Notifier    = (*Store)(nil)
+	_ core.FenceRaiser = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -83,6 +84,20 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // fails in flight is followed by a leave of the line, sent in the background.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.rs.Acquire(ctx, req)
+}
+
+// AcquireAbove implements core.FenceRaiser, for a Store that is a Redlock node: Acquire, where a
+// new grant's fence (one the key's line makes later included) is at least floor, and the key's
+// counter with it; a lease the holder holds keeps its fence. One script call.
+func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	return s.rs.AcquireAbove(ctx, req, floor)
+}
+
+// RaiseFence implements core.FenceRaiser, for a Store that is a Redlock node: Acquire, where the
+// lease, new or already held, has a fence of at least fence, and the key's counter with it. One
+// script call.
+func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	return s.rs.RaiseFence(ctx, req, fence)
 }
 
 // Extend implements core.Store: one script call. It renews the holder's lease for req.TTL from

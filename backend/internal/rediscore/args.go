@@ -10,7 +10,8 @@ import (
 // acquireCall is one try of the acquire script: the request and, for a try that will wait
 // (req.Wait > 0), what its place in the line needs.
 type acquireCall struct {
-	req core.AcquireRequest
+	req    core.AcquireRequest
+	fences fences
 	// channel is where a grant from the line to the holder is to be published.
 	channel string
 	// listens says a PUBLISH on channel counts the Store while it listens (not on a Cluster, and
@@ -22,14 +23,18 @@ type acquireCall struct {
 	try string
 }
 
+// fences are the least fences an acquire gives (zero: no floor): grant to a new grant, held to a
+// lease the holder already holds. See core.FenceRaiser.
+type fences struct{ grant, held uint64 }
+
 // acquireArgs returns the ARGV of the acquire script.
 func acquireArgs(c acquireCall) []any {
 	req, listens := c.req, "0"
 	if c.listens {
 		listens = "1"
 	}
-	args := []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), c.channel,
-		strconv.FormatUint(req.FenceFloor, 10), listens}
+	args := []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(c.fences.held, 10), ms(req.Wait), c.channel,
+		strconv.FormatUint(c.fences.grant, 10), listens}
 	if c.try != "" {
 		args = append(args, c.try)
 	}

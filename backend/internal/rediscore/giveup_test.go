@@ -31,7 +31,7 @@ func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer w.Close(false)
+			defer w.Close()
 			// The line's grant to g must reach gone's Store, which gives it back.
 			pollUntil(t, func() bool { return subscribers(t, srv.Addr, "gone") == 2 })
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "gone", Holder: "a"}); err != nil {

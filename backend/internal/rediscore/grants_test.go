@@ -21,7 +21,7 @@ func TestStaleGrantDoesNotWake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close(false)
+	defer w.Close()
 	drain := func() bool {
 		select {
 		case <-w.C():

@@ -177,7 +177,7 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer w.Close(false)
+			defer w.Close()
 			// The waiter starts woken (its subscription is new) and is woken again when the
 			// subscription is confirmed, which may come after the first wake was read. Reliable
 			// means the confirmation's wake was sent: clear it, so that the next is the grant's.
@@ -214,28 +214,6 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 			}
 			if left := snap.Leases[0].TTL; left < ttl-200*time.Millisecond {
 				t.Errorf("the taken lease has %v left by the store's clock, want its full TTL %v from the taking call", left, ttl)
-			}
-		})
-	}
-}
-
-// TestFenceFloorRaisesNewGrantsOnly: FenceFloor lifts a new grant's fence, never a held lease's.
-func TestFenceFloorRaisesNewGrantsOnly(t *testing.T) {
-	for name, mk := range redisharness.Drivers {
-		t.Run(name, func(t *testing.T) {
-			s := mk(t, redistest.StartServer(t).Addr)
-			floor := uint64(time.Now().Add(time.Hour).UnixMicro())
-			req := core.AcquireRequest{Key: "floor", Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute, FenceFloor: floor}
-			if res := mustAcquire(t, s, req, true); res.Fence != floor {
-				t.Fatalf("new grant: fence %d, want the floor %d", res.Fence, floor)
-			}
-			req.FenceFloor = floor + 100
-			if res := mustAcquire(t, s, req, true); res.Fence != floor {
-				t.Fatalf("re-acquire by the holder: fence %d, want its own %d", res.Fence, floor)
-			}
-			req.Holder, req.FenceFloor = "b", 0
-			if res := mustAcquire(t, s, req, true); res.Fence != floor+1 {
-				t.Fatalf("next grant: fence %d, want %d", res.Fence, floor+1)
 			}
 		})
 	}

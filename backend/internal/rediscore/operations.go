@@ -14,6 +14,23 @@ import (
 // still being sent waits for it first. A try that fails or whose ctx ends in flight is followed
 // by a leave, in the background, so that it leaves no place behind.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, fences{})
+}
+
+// AcquireAbove implements core.FenceRaiser: Acquire, where a new grant's fence (one the line
+// makes included) is at least floor; a lease the holder holds keeps its fence. One script call.
+func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, fences{grant: floor})
+}
+
+// RaiseFence implements core.FenceRaiser: Acquire, where the lease's fence, new or held, is at
+// least fence. One script call.
+func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, fences{grant: fence, held: fence})
+}
+
+// acquire is Acquire with the least fences f.
+func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) (core.AcquireResult, error) {
 	if err := s.leaves.await(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, err
 	}
@@ -23,7 +40,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	if subs != nil && waits {
 		t = subs.beforeTry(req.Key, req.Holder)
 	}
-	call := acquireCall{req: req}
+	call := acquireCall{req: req, fences: f}
 	if waits {
 		call.channel = s.layout.channel(req.Key, s.id)
 		call.try = s.id + ":" + strconv.FormatUint(s.tries.Add(1), 36)

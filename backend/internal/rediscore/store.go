@@ -25,7 +25,7 @@ type Client interface {
 	Listen(ctx context.Context, l Listener) (PubSub, func())
 }
 
-// Store is a complete core.Store and core.Notifier over a driver's Client; each adapter's Store
+// Store is a complete core.Store, core.Notifier and core.FenceRaiser over a driver's Client; each adapter's Store
 // holds one and forwards its methods to it. It checks the closed flag and ctx before every
 // call, puts the driver's name before an error of the server or the network, and opens the
 // subscription connection on the first waiter. Safe for concurrent use.
@@ -50,8 +50,9 @@ type Store struct {
 }
 
 var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Notifier = (*Store)(nil)
+	_ core.Store       = (*Store)(nil)
+	_ core.Notifier    = (*Store)(nil)
+	_ core.FenceRaiser = (*Store)(nil)
 )
 
 // Option configures a Store; the adapters' options are these.

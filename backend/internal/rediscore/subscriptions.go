@@ -113,7 +113,7 @@ func (s *subscriptions) register(ctx context.Context, req core.AcquireRequest) (
 	}
 	s.mu.Unlock()
 	if err := s.sync(ctx, name); err != nil {
-		w.Close(false)
+		w.Close()
 		return nil, fmt.Errorf("subscribe %q: %w", name, err)
 	}
 	return w, nil

@@ -52,7 +52,7 @@ func (w *lineWaiter) Reliable() bool {
 // Close ends the enrollment. A waiter whose latest try was refused, or that was granted a lease
 // from the line it has not taken, leaves the line, which passes such a lease on to the next in
 // line: one script call, in the background.
-func (w *lineWaiter) Close(bool) {
+func (w *lineWaiter) Close() {
 	s := w.s
 	s.mu.Lock()
 	if w.closed {
