@@ -61,7 +61,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		switch {
 		case errors.Is(r.err, core.ErrInvalid):
 			st.decide(0, true) // the holder holds other permits: nothing of this call to undo
-			return core.AcquireResult{}, wrap("acquire", req.Key, r.err)
+			return core.AcquireResult{}, r.err
 		case r.err == errNoAnswer:
 		case r.err != nil:
 			failed = append(failed, i)
@@ -95,10 +95,10 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	s.releaseOn(ctx, req.Key, req.Holder, rel, timeout)
 	if err := ctx.Err(); err != nil {
-		return core.AcquireResult{}, wrap("acquire", req.Key, err)
+		return core.AcquireResult{}, err
 	}
 	if answered < quorum && len(failed) > 0 && refused <= len(s.nodes)-quorum { // failures, not refusals, decided it
-		return core.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%d of %d nodes answered, %d needed: %w", answered, len(s.nodes), quorum, nodeErrors(res)))
+		return core.AcquireResult{}, fmt.Errorf("redlock: %d of %d nodes answered, %d needed: %w", answered, len(s.nodes), quorum, nodeErrors(res))
 	}
 	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
 }
@@ -352,14 +352,14 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	quorum := s.Quorum(t.limit)
 	if err := ctx.Err(); err != nil {
 		c.then(nil)
-		return core.ExtendResult{}, wrap("extend", req.Key, err)
+		return core.ExtendResult{}, err
 	}
 	if t.support < quorum {
 		c.then(nil)
 		if t.support+t.unknown < quorum {
-			return core.ExtendResult{}, wrap("extend", req.Key, fmt.Errorf("%w: %d of %d nodes hold it at one fence, %d needed", core.ErrLost, t.support, len(s.nodes), quorum))
+			return core.ExtendResult{}, fmt.Errorf("%w: redlock: %d of %d nodes hold it at one fence, %d needed", core.ErrLost, t.support, len(s.nodes), quorum)
 		}
-		return core.ExtendResult{}, wrap("extend", req.Key, fmt.Errorf("%d of %d nodes extended, %d needed: %w", t.support, len(s.nodes), quorum, nodeErrors(res)))
+		return core.ExtendResult{}, fmt.Errorf("redlock: %d of %d nodes extended, %d needed: %w", t.support, len(s.nodes), quorum, nodeErrors(res))
 	}
 	out := core.ExtendResult{Fence: t.fence, Limit: t.limit}
 	stray := func(i int, r result[core.ExtendResult]) {
@@ -375,7 +375,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	}
 	c.then(stray)
 	if time.Since(start) >= req.TTL-s.drift(req.TTL) {
-		return core.ExtendResult{}, wrap("extend", req.Key, fmt.Errorf("a quorum extended after the TTL's validity: %w", nodeErrors(res)))
+		return core.ExtendResult{}, fmt.Errorf("redlock: a quorum extended after the TTL's validity: %w", nodeErrors(res))
 	}
 	return out, nil
 }
@@ -415,7 +415,6 @@ func tallyExtend(rs []result[core.ExtendResult]) extendTally {
 // WithNodeTimeout: Release carries no TTL). When fewer than a majority answer, it returns their
 // errors joined. Cost: one round trip to every node in parallel.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
-	key := req.Key
 	decide := func(rs []result[bool]) bool {
 		held, open := 0, 0
 		for _, r := range rs {
@@ -431,7 +430,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 	res, c := fanout(ctx, s, s.nodeTimeout(0), nil, func(c context.Context, _ int, n core.Store) (bool, error) { return n.Release(c, req) }, decide)
 	c.then(nil)
 	if err := ctx.Err(); err != nil {
-		return false, wrap("release", key, err)
+		return false, err
 	}
 	held, answered := 0, 0
 	for _, r := range res {
@@ -446,7 +445,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		return true, nil
 	}
 	if answered < s.quorum {
-		return false, wrap("release", key, fmt.Errorf("%d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res)))
+		return false, fmt.Errorf("redlock: %d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res))
 	}
 	return false, nil
 }
@@ -463,11 +462,11 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	res, c := fanout(ctx, s, s.nodeTimeout(0), nil, func(c context.Context, _ int, n core.Store) (core.Snapshot, error) { return n.Inspect(c, key) }, s.inspectDecided)
 	c.then(nil)
 	if err := ctx.Err(); err != nil {
-		return core.Snapshot{}, wrap("inspect", key, err)
+		return core.Snapshot{}, err
 	}
 	by, limit, answered := tallyInspect(res)
 	if answered < s.quorum {
-		return core.Snapshot{}, wrap("inspect", key, fmt.Errorf("%d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res)))
+		return core.Snapshot{}, fmt.Errorf("redlock: %d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res))
 	}
 	snap := core.Snapshot{Limit: limit}
 	quorum := s.Quorum(limit)

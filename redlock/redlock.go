@@ -102,7 +102,7 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 		opt(&o)
 	}
 	fail := func(format string, args ...any) (*Store, error) {
-		return nil, fmt.Errorf("leasehold/redlock: new: %w: %s", core.ErrInvalid, fmt.Sprintf(format, args...))
+		return nil, fmt.Errorf("redlock: new: %w: %s", core.ErrInvalid, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case len(stores) == 0:
@@ -307,8 +307,4 @@ func nodeErrors[T any](res []result[T]) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func wrap(op, key string, err error) error {
-	return fmt.Errorf("leasehold/redlock: %s %q: %w", op, key, err)
 }

@@ -241,7 +241,7 @@ func (d *demo) hold(ctx context.Context, name string, acquire func(context.Conte
 	l, err := acquire(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			d.problem("%s: acquire: %v", name, err)
+			d.problem("%s: %v", name, err)
 		}
 		return
 	}
@@ -261,7 +261,7 @@ func (d *demo) hold(ctx context.Context, name string, acquire func(context.Conte
 		d.note("%s lost a refreshed lease on %q (fence %d); a TTL of %v may be too short for this machine: %v",
 			name, l.Key(), l.Fence(), d.cfg.ttl, err)
 	case err != nil:
-		d.problem("%s: release %q: %v", name, l.Key(), err)
+		d.problem("%s: %v", name, err)
 	}
 }
 
