@@ -81,7 +81,7 @@ func startLease(p leaseParams) *lease {
 		extending: make(chan struct{}, 1),
 		req:       core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
 		deadline:  p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
-		stopped:   !p.cfg.refresh,
+		stopped:   p.cfg.noRefresh,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -24,11 +24,9 @@ type config struct {
 	attempts        int // 0: unlimited
 	retryInterval   time.Duration
 	refreshInterval time.Duration // 0: TTL/3
-	refresh         bool
-	noRefresh       bool // WithoutRefresh was given: it wins over WithRefreshInterval
+	noRefresh       bool          // WithoutRefresh was given: it wins over WithRefreshInterval
 	onLost          func(core.Lease, error)
-	holder          string
-	holderSet       bool
+	holder          string // "": a fresh random id per lease (WithHolder refuses "")
 	events          []func(Event)
 	extended        func(core.ExtendRequest) // tests only: runs when a lease's Extend returns from the store, before its result is applied
 	err             error                    // the first invalid option
@@ -114,7 +112,6 @@ func WithRefreshInterval(d time.Duration) Option {
 			c.invalid("refresh interval %v: must be at most %v (core.MaxDuration)", d, core.MaxDuration)
 		}
 		c.refreshInterval = d
-		c.refresh = true
 	}
 }
 
@@ -139,7 +136,7 @@ func WithHolder(id string) Option {
 		if id == "" {
 			c.invalid("holder: must not be empty")
 		}
-		c.holder, c.holderSet = id, true
+		c.holder = id
 	}
 }
 
@@ -148,7 +145,6 @@ func newConfig(opts []Option) (config, error) {
 		ttl:            DefaultTTL,
 		acquireTimeout: DefaultAcquireTimeout,
 		retryInterval:  DefaultRetryInterval,
-		refresh:        true,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -158,13 +154,10 @@ func newConfig(opts []Option) (config, error) {
 	if c.err != nil {
 		return c, c.err
 	}
-	if c.noRefresh {
-		c.refresh = false
-	}
 	if c.refreshInterval == 0 {
 		c.refreshInterval = c.ttl / 3
 	}
-	if valid := c.ttl - drift(c.ttl); c.refresh && c.refreshInterval > valid/2 {
+	if valid := c.ttl - drift(c.ttl); !c.noRefresh && c.refreshInterval > valid/2 {
 		return c, fmt.Errorf("%w: refresh interval %v: must be at most half the lease's validity (%v of ttl %v), so a failed refresh can be retried in time",
 			core.ErrInvalid, c.refreshInterval, valid, c.ttl)
 	}

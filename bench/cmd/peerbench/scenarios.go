@@ -52,11 +52,11 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
-	{"uncontended", []column{colUncontended}, always, uncontended},
-	{"contended", []column{colContended, colP50, colP99, colCmds, colOther}, always, contended},
-	{"idle", []column{colIdle}, always, idle},
-	{"semaphore", []column{colSemaphore}, func(l lockers.Lib) bool { return l.Semaphore != nil }, semaphore},
-	{"redlock", []column{colRedlock}, func(l lockers.Lib) bool { return l.Redlock != nil }, redlockScenario},
+	{name: "uncontended", columns: []column{colUncontended}, applies: always, run: uncontended},
+	{name: "contended", columns: []column{colContended, colP50, colP99, colCmds, colOther}, applies: always, run: contended},
+	{name: "idle", columns: []column{colIdle}, applies: always, run: idle},
+	{name: "semaphore", columns: []column{colSemaphore}, applies: func(l lockers.Lib) bool { return l.Semaphore != nil }, run: semaphore},
+	{name: "redlock", columns: []column{colRedlock}, applies: func(l lockers.Lib) bool { return l.Redlock != nil }, run: redlockScenario},
 }
 
 func always(lockers.Lib) bool { return true }
@@ -207,28 +207,30 @@ func hammer(ctx context.Context, ls []lockers.Locker, d time.Duration, c *wire.C
 	h.cmds = c.Snapshot().Since(before)
 	h.elapsed = time.Since(start)
 	stop.Store(true)
-	if !waitFor(&wg, grace) {
-		h.stranded = running.Load()
-		cancel()
-		wg.Wait()
-	}
+	h.stranded = cancelStragglers(&wg, &running, cancel)
 	h.pairs, h.other = pairs.Load(), other.Load()
 	return h
 }
 
-// waitFor waits for wg for up to d and reports whether it finished.
-func waitFor(wg *sync.WaitGroup, d time.Duration) bool {
+// cancelStragglers waits up to grace for the workers in wg to end. If some have not, it counts
+// them (running), cancels them, and waits for them; it returns how many were still running.
+func cancelStragglers(wg *sync.WaitGroup, running *atomic.Int64, cancel context.CancelFunc) int64 {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
 		close(done)
 	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
 	select {
 	case <-done:
-		return true
-	case <-time.After(d):
-		return false
+		return 0
+	case <-t.C:
 	}
+	stranded := running.Load()
+	cancel()
+	<-done
+	return stranded
 }
 
 func (h *hammered) rate() float64 { return float64(h.pairs) / h.elapsed.Seconds() }
@@ -387,12 +389,7 @@ func idle(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 	if err := release(); err != nil {
 		fails.add(err)
 	}
-	var stranded int64
-	if !waitFor(&wg, grace) {
-		stranded = running.Load()
-		cancel()
-		wg.Wait()
-	}
+	stranded := cancelStragglers(&wg, &running, cancel)
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}
