@@ -309,11 +309,8 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	fail := func(err error) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("leasehold: extend %q: %w", l.p.key, err)
 	}
-	switch {
-	case ttl < MinTTL:
-		return fail(fmt.Errorf("%w: ttl %v: must be at least %v", core.ErrInvalid, ttl, MinTTL))
-	case ttl > core.MaxDuration:
-		return fail(fmt.Errorf("%w: ttl %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, ttl, core.MaxDuration))
+	if err := checkTTL(ttl); err != nil {
+		return fail(err)
 	}
 	l.mu.Lock()
 	released, lost := l.released, l.lost

@@ -15,15 +15,23 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
+// mustMutex returns a Mutex on the key "job", or fails the test.
 func mustMutex(t *testing.T, store core.Store, opts ...primitives.Option) *primitives.Mutex {
 	t.Helper()
-	m, err := primitives.NewMutex(store, "job", opts...)
+	return mustMutexOn(t, store, "job", opts...)
+}
+
+// mustMutexOn returns a Mutex on key, or fails the test.
+func mustMutexOn(t *testing.T, store core.Store, key string, opts ...primitives.Option) *primitives.Mutex {
+	t.Helper()
+	m, err := primitives.NewMutex(store, key, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
+// mustAcquire acquires m, or fails the test.
 func mustAcquire(t *testing.T, m *primitives.Mutex) core.Lease {
 	t.Helper()
 	l, err := m.Acquire(t.Context())
@@ -53,6 +61,7 @@ type asSem struct{ m *primitives.Mutex }
 
 func (a asSem) Acquire(ctx context.Context, _ int) (core.Lease, error) { return a.m.Acquire(ctx) }
 
+// mustRelease releases l, or fails the test.
 func mustRelease(t *testing.T, l core.Lease) {
 	t.Helper()
 	if err := l.Release(context.Background()); err != nil {

@@ -32,10 +32,39 @@ type config struct {
 	err             error                    // the first invalid option
 }
 
+// invalid records the option described by format as invalid, unless one was already.
 func (c *config) invalid(format string, args ...any) {
+	c.check(fmt.Errorf("%w: %s", core.ErrInvalid, fmt.Sprintf(format, args...)))
+}
+
+// check records err, if not nil, as the first invalid option, unless one was already.
+func (c *config) check(err error) {
 	if c.err == nil {
-		c.err = fmt.Errorf("%w: %s", core.ErrInvalid, fmt.Sprintf(format, args...))
+		c.err = err
 	}
+}
+
+// checkTTL returns an error wrapping core.ErrInvalid unless MinTTL <= ttl <= core.MaxDuration.
+func checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl < MinTTL:
+		return fmt.Errorf("%w: ttl %v: must be at least %v", core.ErrInvalid, ttl, MinTTL)
+	case ttl > core.MaxDuration:
+		return fmt.Errorf("%w: ttl %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, ttl, core.MaxDuration)
+	}
+	return nil
+}
+
+// checkInterval returns an error wrapping core.ErrInvalid, naming the interval, unless
+// 0 < d <= core.MaxDuration.
+func checkInterval(name string, d time.Duration) error {
+	switch {
+	case d <= 0:
+		return fmt.Errorf("%w: %s %v: must be > 0", core.ErrInvalid, name, d)
+	case d > core.MaxDuration:
+		return fmt.Errorf("%w: %s %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, name, d, core.MaxDuration)
+	}
+	return nil
 }
 
 // MinTTL is the shortest TTL accepted: below it the drift allowance (1% + 2ms) would leave a
@@ -46,12 +75,7 @@ const MinTTL = 10 * time.Millisecond
 // MinTTL (10ms) and at most core.MaxDuration (about 100 years).
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) {
-		switch {
-		case ttl < MinTTL:
-			c.invalid("ttl %v: must be at least %v", ttl, MinTTL)
-		case ttl > core.MaxDuration:
-			c.invalid("ttl %v: must be at most %v (core.MaxDuration)", ttl, core.MaxDuration)
-		}
+		c.check(checkTTL(ttl))
 		c.ttl = ttl
 	}
 }
@@ -90,12 +114,7 @@ func WithAttempts(n int) Option {
 // be at most core.MaxDuration.
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) {
-		switch {
-		case d <= 0:
-			c.invalid("retry interval %v: must be > 0", d)
-		case d > core.MaxDuration:
-			c.invalid("retry interval %v: must be at most %v (core.MaxDuration)", d, core.MaxDuration)
-		}
+		c.check(checkInterval("retry interval", d))
 		c.retryInterval = d
 	}
 }
@@ -105,12 +124,7 @@ func WithRetryInterval(d time.Duration) Option {
 // to be retried before the deadline, and at most core.MaxDuration.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(c *config) {
-		switch {
-		case d <= 0:
-			c.invalid("refresh interval %v: must be > 0", d)
-		case d > core.MaxDuration:
-			c.invalid("refresh interval %v: must be at most %v (core.MaxDuration)", d, core.MaxDuration)
-		}
+		c.check(checkInterval("refresh interval", d))
 		c.refreshInterval = d
 	}
 }

@@ -74,10 +74,7 @@ func TestLeaseTakenIsReportedLost(t *testing.T) {
 		if err := l.Release(context.Background()); err != nil {
 			t.Errorf("second Release = %v, want nil", err)
 		}
-		synctest.Wait()
-		if n := calls.Load(); n != 1 {
-			t.Errorf("OnLost ran %d times, want once", n)
-		}
+		assertOnLostOnce(t, &calls)
 	})
 }
 

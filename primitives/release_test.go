@@ -17,9 +17,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 		rec := newRecorder()
 		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
 		l := mustAcquire(t, m)
-		rec.mu.Lock()
-		rec.releaseErr = errNetwork
-		rec.mu.Unlock()
+		rec.failReleases(errNetwork)
 		if err := l.Release(context.Background()); !errors.Is(err, errNetwork) {
 			t.Fatalf("Release with the store unreachable: %v, want the store's error", err)
 		}
@@ -28,9 +26,7 @@ func TestFailedReleaseCanBeRetried(t *testing.T) {
 			t.Fatal("a lease whose release failed was reported ended")
 		default:
 		}
-		rec.mu.Lock()
-		rec.releaseErr = nil
-		rec.mu.Unlock()
+		rec.failReleases(nil)
 		if err := l.Release(context.Background()); err != nil {
 			t.Fatalf("retried Release: %v", err)
 		}
@@ -45,9 +41,7 @@ func TestFailedReleaseLeavesLeaseToItsDeadline(t *testing.T) {
 		rec := newRecorder()
 		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
 		l := mustAcquire(t, m)
-		rec.mu.Lock()
-		rec.releaseErr = errNetwork
-		rec.mu.Unlock()
+		rec.failReleases(errNetwork)
 		l.Release(context.Background())
 		extends := rec.extends.Load()
 		<-l.Done() // lost at the deadline, unrefreshed

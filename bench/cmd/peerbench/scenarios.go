@@ -246,19 +246,29 @@ func (h *hammered) check() error {
 	return errors.New("no acquire succeeded")
 }
 
+// hammerLockers opens n Lockers with newLocker, warms them up, hammers them for e.duration
+// (counting the commands sent through c, when not nil) and closes them. It returns what hammer
+// measured, or an error if a Locker could not be made or warmed, or no pair succeeded.
+func hammerLockers(ctx context.Context, e *env, n int, newLocker func() (lockers.Locker, error), c *wire.Counter) (*hammered, error) {
+	ls, err := open(n, newLocker)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(ls)
+	if err := warm(ctx, ls); err != nil {
+		return nil, err
+	}
+	h := hammer(ctx, ls, e.duration, c)
+	if err := h.check(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
 // single runs hammer with one Locker from newLocker and reports its rate in col.
 func single(ctx context.Context, e *env, col column, newLocker func() (lockers.Locker, error)) (result, error) {
-	l, err := newLocker()
+	h, err := hammerLockers(ctx, e, 1, newLocker, nil)
 	if err != nil {
-		return result{}, err
-	}
-	defer l.Close()
-	ls := []lockers.Locker{l}
-	if err := warm(ctx, ls); err != nil {
-		return result{}, err
-	}
-	h := hammer(ctx, ls, e.duration, nil)
-	if err := h.check(); err != nil {
 		return result{}, err
 	}
 	r := result{cells: map[column]cell{col: {v: h.rate(), ok: true}}}
@@ -282,16 +292,8 @@ func redlockScenario(ctx context.Context, e *env, l lockers.Lib) (result, error)
 
 func contended(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 	c := wire.NewCounter()
-	ls, err := open(e.workers, func() (lockers.Locker, error) { return l.Mutex(e.addr, key("contended", l), c) })
+	h, err := hammerLockers(ctx, e, e.workers, func() (lockers.Locker, error) { return l.Mutex(e.addr, key("contended", l), c) }, c)
 	if err != nil {
-		return result{}, err
-	}
-	defer closeAll(ls)
-	if err := warm(ctx, ls); err != nil {
-		return result{}, err
-	}
-	h := hammer(ctx, ls, e.duration, c)
-	if err := h.check(); err != nil {
 		return result{}, err
 	}
 	r := result{cells: map[column]cell{
@@ -313,18 +315,10 @@ func contended(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 }
 
 func semaphore(ctx context.Context, e *env, l lockers.Lib) (result, error) {
-	ls, err := open(e.workers, func() (lockers.Locker, error) {
+	h, err := hammerLockers(ctx, e, e.workers, func() (lockers.Locker, error) {
 		return l.Semaphore(e.addr, key("semaphore", l), semaphoreLimit, nil)
-	})
+	}, nil)
 	if err != nil {
-		return result{}, err
-	}
-	defer closeAll(ls)
-	if err := warm(ctx, ls); err != nil {
-		return result{}, err
-	}
-	h := hammer(ctx, ls, e.duration, nil)
-	if err := h.check(); err != nil {
 		return result{}, err
 	}
 	r := result{cells: map[column]cell{colSemaphore: {v: h.rate(), ok: true}}}
