@@ -64,12 +64,26 @@ func (b *broken) Release(ctx context.Context, req core.ReleaseRequest) (bool, er
 	return b.Store.Release(ctx, req)
 }
 
+func (b *broken) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	if b.fault == "floorsHeldLeases" {
+		return b.Store.RaiseFence(ctx, req, floor)
+	}
+	return b.Store.AcquireAbove(ctx, req, floor)
+}
+
+func (b *broken) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	if b.fault == "raisesNewGrantsOnly" {
+		return b.Store.AcquireAbove(ctx, req, fence)
+	}
+	return b.Store.RaiseFence(ctx, req, fence)
+}
+
 // silent is a waiter that is never woken.
 type silent struct{}
 
 func (silent) C() <-chan struct{} { return nil }
 func (silent) Reliable() bool     { return true }
-func (silent) Close(bool)         {}
+func (silent) Close()             {}
 
 func (b *broken) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	if b.fault == "forgetsToNotify" {
@@ -83,7 +97,14 @@ type brokenHarness struct {
 	store *broken
 }
 
-func (h brokenHarness) NewStore(*testing.T) core.Store { return h.store }
+// NewStore returns the broken store; for the fault "hidesNotifier", wrapped in a Store that
+// forgot to forward Register.
+func (h brokenHarness) NewStore(*testing.T) core.Store {
+	if h.store.fault == "hidesNotifier" {
+		return struct{ core.Store }{h.store}
+	}
+	return h.store
+}
 func (h brokenHarness) Advance(d time.Duration) bool {
 	h.clock.Advance(d)
 	return true
@@ -92,12 +113,15 @@ func (h brokenHarness) Advance(d time.Duration) bool {
 // faults maps each deliberate fault to the suite tests that must catch it: the behaviour test
 // written for it and, for faults of the store's state, the state machine on its own.
 var faults = map[string][]string{
-	"ignoresLimit":     {"AcquireGrantsUpToLimit", "StateMachine"},
-	"anyoneReleases":   {"ReleaseOnlyByHolder", "StateMachine"},
-	"releasesByHolder": {"ReleaseEndsOneLease", "StateMachine"},
-	"neverExpires":     {"ExpiryFreesPermits", "StateMachine"},
-	"repeatsFence":     {"FencesStrictlyIncrease", "StateMachine"},
-	"forgetsToNotify":  {"ReleaseWakesWaiter"},
+	"ignoresLimit":        {"AcquireGrantsUpToLimit", "StateMachine"},
+	"anyoneReleases":      {"ReleaseOnlyByHolder", "StateMachine"},
+	"releasesByHolder":    {"ReleaseEndsOneLease", "StateMachine"},
+	"neverExpires":        {"ExpiryFreesPermits", "StateMachine"},
+	"repeatsFence":        {"FencesStrictlyIncrease", "StateMachine"},
+	"forgetsToNotify":     {"ReleaseWakesWaiter"},
+	"hidesNotifier":       {"StoreIsNotifier", "ReleaseWakesWaiter"},
+	"floorsHeldLeases":    {"AcquireAboveFloorsNewGrantsOnly"},
+	"raisesNewGrantsOnly": {"RaiseFenceRaisesHeldLeases"},
 }
 
 // TestBrokenStore runs the suite against the store named by LEASEHOLD_BROKEN. It is run, and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"testing"
 	"time"
 
@@ -15,9 +14,17 @@ import (
 const wakeTimeout = 2 * time.Second
 
 // Run runs the whole conformance suite against the backend h connects to, as subtests of t.
-func Run(t *testing.T, h Harness) {
+//
+// The optional capabilities are checked when the Store has them: core.FenceRaiser's tests are
+// skipped without it (only a Redlock node needs it). A Store without core.Notifier fails the
+// notification tests with a message saying so, unless Run is told WithoutNotifier: a wrapper
+// that forgets to forward Register would otherwise leave every waiter polling unnoticed.
+func Run(t *testing.T, h Harness, opts ...Option) {
 	t.Helper()
 	s := &suite{h: h, manual: h.Advance(0)}
+	for _, o := range opts {
+		o(s)
+	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T)
@@ -32,10 +39,12 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseEndsOneLease", s.testReleaseEndsOneLease},
 		{"ExpiryFreesPermits", s.testExpiryFreesPermits},
 		{"FencesStrictlyIncrease", s.testFencesStrictlyIncrease},
-		{"MinFenceRaisesFence", s.testMinFenceRaisesFence},
+		{"AcquireAboveFloorsNewGrantsOnly", s.testAcquireAboveFloorsNewGrantsOnly},
+		{"RaiseFenceRaisesHeldLeases", s.testRaiseFenceRaisesHeldLeases},
 		{"InspectReportsLeases", s.testInspectReportsLeases},
 		{"KeysAreIndependent", s.testKeysAreIndependent},
 		{"CanceledContextChangesNothing", s.testCanceledContextChangesNothing},
+		{"StoreIsNotifier", s.testStoreIsNotifier},
 		{"ReleaseWakesWaiter", s.testReleaseWakesWaiter},
 		{"ReleaseWakesOneWaiterPerPermit", s.testReleaseWakesOneWaiterPerPermit},
 		{"LineIsStrictlyFIFO", s.testLineIsStrictlyFIFO},
@@ -48,9 +57,20 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
+// Option changes what Run expects of a Store.
+type Option func(*suite)
+
+// WithoutNotifier tells Run that the Store has no notifications by design (it does not implement
+// core.Notifier: its waiters retry at their retry interval, as over Redlock). Run then skips the
+// notification tests instead of failing them, and fails if the Store is a core.Notifier after all.
+func WithoutNotifier() Option {
+	return func(s *suite) { s.noNotifier = true }
+}
+
 type suite struct {
-	h      Harness
-	manual bool // the backend's time can be moved
+	h          Harness
+	manual     bool // the backend's time can be moved
+	noNotifier bool // WithoutNotifier: the Store is meant to have no notifications
 }
 
 // elapse lets d pass on the backend's clock: moved if the harness can, waited for if not.
@@ -73,48 +93,64 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func acquire(t *testing.T, st core.Store, key, holder string, permits, limit int, ttl time.Duration) core.AcquireResult {
-	t.Helper()
-	res, err := st.Acquire(ctxFor(t), core.AcquireRequest{Key: key, Holder: holder, Permits: permits, Limit: limit, TTL: ttl})
+// keyAt is one test's key on one of its Stores, with the calls the tests make there, each
+// failing the test on an error.
+type keyAt struct {
+	t   *testing.T
+	st  core.Store
+	key string
+}
+
+func at(t *testing.T, st core.Store, key string) keyAt { return keyAt{t: t, st: st, key: key} }
+
+func (k keyAt) request(holder string, permits, limit int, ttl time.Duration) core.AcquireRequest {
+	return core.AcquireRequest{Key: k.key, Holder: holder, Permits: permits, Limit: limit, TTL: ttl}
+}
+
+func (k keyAt) acquire(holder string, permits, limit int, ttl time.Duration) core.AcquireResult {
+	k.t.Helper()
+	res, err := k.st.Acquire(ctxFor(k.t), k.request(holder, permits, limit, ttl))
 	if err != nil {
-		t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d): %v", key, holder, permits, limit, err)
+		k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d): %v", k.key, holder, permits, limit, err)
 	}
 	return res
 }
 
-func mustGrant(t *testing.T, st core.Store, key, holder string, permits, limit int, ttl time.Duration) uint64 {
-	t.Helper()
-	res := acquire(t, st, key, holder, permits, limit, ttl)
+// grant acquires and fails the test unless granted; it returns the fence.
+func (k keyAt) grant(holder string, permits, limit int, ttl time.Duration) uint64 {
+	k.t.Helper()
+	res := k.acquire(holder, permits, limit, ttl)
 	if !res.Granted {
-		t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) refused (retry after %v), want granted", key, holder, permits, limit, res.RetryAfter)
+		k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) refused (retry after %v), want granted", k.key, holder, permits, limit, res.RetryAfter)
 	}
 	if res.Fence == 0 {
-		t.Fatalf("Acquire(%q, holder %q) granted with fence 0", key, holder)
+		k.t.Fatalf("Acquire(%q, holder %q) granted with fence 0", k.key, holder)
 	}
 	return res.Fence
 }
 
-func mustRefuse(t *testing.T, st core.Store, key, holder string, permits, limit int, ttl time.Duration) time.Duration {
-	t.Helper()
-	res := acquire(t, st, key, holder, permits, limit, ttl)
+// refuse acquires and fails the test if granted; it returns the refusal's RetryAfter.
+func (k keyAt) refuse(holder string, permits, limit int, ttl time.Duration) time.Duration {
+	k.t.Helper()
+	res := k.acquire(holder, permits, limit, ttl)
 	if res.Granted {
-		t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) granted (fence %d), want refused", key, holder, permits, limit, res.Fence)
+		k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) granted (fence %d), want refused", k.key, holder, permits, limit, res.Fence)
 	}
 	return res.RetryAfter
 }
 
-// release releases holder's lease on key whatever its fence (the suite's holder ids each name
-// one lease at a time); releaseFence names the fence too.
-func release(t *testing.T, st core.Store, key, holder string) bool {
-	t.Helper()
-	return releaseFence(t, st, key, holder, 0)
+// release releases holder's lease whatever its fence (the suite's holder ids each name one
+// lease at a time); releaseFence names the fence too.
+func (k keyAt) release(holder string) bool {
+	k.t.Helper()
+	return k.releaseFence(holder, 0)
 }
 
-func releaseFence(t *testing.T, st core.Store, key, holder string, fence uint64) bool {
-	t.Helper()
-	ok, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: key, Holder: holder, Fence: fence})
+func (k keyAt) releaseFence(holder string, fence uint64) bool {
+	k.t.Helper()
+	ok, err := k.st.Release(ctxFor(k.t), core.ReleaseRequest{Key: k.key, Holder: holder, Fence: fence})
 	if err != nil {
-		t.Fatalf("Release(%q, holder %q, fence %d): %v", key, holder, fence, err)
+		k.t.Fatalf("Release(%q, holder %q, fence %d): %v", k.key, holder, fence, err)
 	}
 	return ok
 }
@@ -134,283 +170,4 @@ func holders(snap core.Snapshot) map[string]core.LeaseInfo {
 		m[l.Holder] = l
 	}
 	return m
-}
-
-func (s *suite) testAcquireGrantsUpToLimit(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	for _, h := range []string{"a", "b", "c"} {
-		mustGrant(t, st, key, h, 1, 3, time.Minute)
-	}
-	if r := mustRefuse(t, st, key, "d", 1, 3, time.Minute); r <= 0 || r > time.Minute {
-		t.Errorf("refusal RetryAfter = %v, want in (0, 1m]", r)
-	}
-	if got := inspect(t, st, key).InUse(); got != 3 {
-		t.Errorf("Inspect: %d permits in use, want 3", got)
-	}
-}
-
-func (s *suite) testWeightedAcquiresShareKeySpace(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 3, 4, time.Minute)
-	mustRefuse(t, st, key, "b", 2, 4, time.Minute)
-	mustGrant(t, st, key, "c", 1, 4, time.Minute)
-	mustRefuse(t, st, key, "d", 1, 4, time.Minute)
-	release(t, st, key, "a")
-	mustGrant(t, st, key, "b", 2, 4, time.Minute)
-	mustGrant(t, st, key, "d", 1, 4, time.Minute)
-	if got := inspect(t, st, key).InUse(); got != 4 {
-		t.Errorf("Inspect: %d permits in use, want 4", got)
-	}
-}
-
-func (s *suite) testRefusalReportsRetryAfter(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 3, 10*time.Second)
-	mustGrant(t, st, key, "b", 2, 3, 4*time.Second)
-	// One more permit needs b's two (expiring first) freed; three need a's as well.
-	r2 := mustRefuse(t, st, key, "c", 1, 3, time.Minute)
-	r3 := mustRefuse(t, st, key, "c", 3, 3, time.Minute)
-	if s.manual {
-		if r2 != 4*time.Second || r3 != 10*time.Second {
-			t.Errorf("RetryAfter = %v for 1 permit, %v for 3, want 4s and 10s", r2, r3)
-		}
-		return
-	}
-	if r2 <= 3*time.Second || r2 > 4*time.Second || r3 <= 9*time.Second || r3 > 10*time.Second {
-		t.Errorf("RetryAfter = %v for 1 permit, %v for 3, want about 4s and 10s", r2, r3)
-	}
-}
-
-func (s *suite) testAcquireIsIdempotentPerHolder(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	f := mustGrant(t, st, key, "a", 2, 3, time.Minute)
-	if g := mustGrant(t, st, key, "a", 2, 3, time.Minute); g != f {
-		t.Errorf("re-acquire by the holder: fence %d, want the lease's own %d", g, f)
-	}
-	_, err := st.Acquire(ctxFor(t), core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 3, TTL: time.Minute})
-	if !errors.Is(err, core.ErrInvalid) {
-		t.Errorf("re-acquire by the holder with other permits: err = %v, want ErrInvalid", err)
-	}
-	snap := inspect(t, st, key)
-	if len(snap.Leases) != 1 || snap.Leases[0].Permits != 2 || snap.Leases[0].Fence != f {
-		t.Errorf("after re-acquires: leases %+v, want one of holder a with 2 permits and fence %d", snap.Leases, f)
-	}
-}
-
-func (s *suite) testExtendOnlyByHolder(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	f := mustGrant(t, st, key, "a", 2, 2, 2*time.Second)
-	if _, err := st.Extend(ctxFor(t), core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); !errors.Is(err, core.ErrLost) {
-		t.Errorf("Extend by a non-holder: err = %v, want ErrLost", err)
-	}
-	res, err := st.Extend(ctxFor(t), core.ExtendRequest{Key: key, Holder: "a", TTL: time.Minute})
-	if err != nil {
-		t.Fatalf("Extend by the holder: %v", err)
-	}
-	if res.Permits != 2 || res.Fence != f || res.Limit != 2 {
-		t.Errorf("Extend = %+v, want permits 2, fence %d, limit 2", res, f)
-	}
-	if l := holders(inspect(t, st, key))["a"]; l.TTL <= 2*time.Second {
-		t.Errorf("after Extend to 1m, TTL left = %v", l.TTL)
-	}
-	if _, ok := holders(inspect(t, st, key))["b"]; ok {
-		t.Errorf("Extend by a non-holder created a lease")
-	}
-}
-
-func (s *suite) testReleaseOnlyByHolder(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	if release(t, st, key, "b") {
-		t.Errorf("Release by a non-holder reported true")
-	}
-	if _, ok := holders(inspect(t, st, key))["a"]; !ok {
-		t.Fatalf("Release by a non-holder ended the holder's lease")
-	}
-	mustRefuse(t, st, key, "b", 1, 1, time.Minute)
-	if !release(t, st, key, "a") {
-		t.Errorf("Release by the holder reported false")
-	}
-	if release(t, st, key, "a") {
-		t.Errorf("second Release by the holder reported true")
-	}
-	mustGrant(t, st, key, "b", 1, 1, time.Minute)
-}
-
-// testReleaseEndsOneLease: a release names a lease by holder and fence, so the release of a stale
-// lease under a reused holder id never ends the newer one.
-func (s *suite) testReleaseEndsOneLease(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	ttl := 50 * time.Millisecond
-	first := mustGrant(t, st, key, "a", 1, 1, ttl)
-	s.elapse(2 * ttl)
-	second := mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	if releaseFence(t, st, key, "a", first) {
-		t.Errorf("Release of the expired lease (fence %d) reported true", first)
-	}
-	if l, ok := holders(inspect(t, st, key))["a"]; !ok || l.Fence != second {
-		t.Fatalf("Release of the expired lease (fence %d) ended the holder's newer lease (fence %d)", first, second)
-	}
-	if releaseFence(t, st, key, "a", second+1) {
-		t.Errorf("Release with a fence never granted reported true")
-	}
-	if !releaseFence(t, st, key, "a", second) {
-		t.Errorf("Release of the lease by its holder and fence reported false")
-	}
-	if n := len(inspect(t, st, key).Leases); n != 0 {
-		t.Errorf("after the release, %d leases remain", n)
-	}
-}
-
-func (s *suite) testExpiryFreesPermits(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	ttl := 50 * time.Millisecond
-	mustGrant(t, st, key, "a", 1, 1, ttl)
-	mustRefuse(t, st, key, "b", 1, 1, time.Minute)
-	s.elapse(2 * ttl)
-	if n := len(inspect(t, st, key).Leases); n != 0 {
-		t.Errorf("Inspect after expiry: %d leases, want 0", n)
-	}
-	if _, err := st.Extend(ctxFor(t), core.ExtendRequest{Key: key, Holder: "a", TTL: time.Minute}); !errors.Is(err, core.ErrLost) {
-		t.Errorf("Extend of an expired lease: err = %v, want ErrLost", err)
-	}
-	mustGrant(t, st, key, "b", 1, 1, time.Minute)
-	if release(t, st, key, "a") {
-		t.Errorf("Release of an expired lease reported true")
-	}
-	if _, ok := holders(inspect(t, st, key))["b"]; !ok {
-		t.Errorf("Release of an expired lease ended the new holder's lease")
-	}
-}
-
-func (s *suite) testFencesStrictlyIncrease(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	var last uint64
-	check := func(f uint64, how string) {
-		t.Helper()
-		if f <= last {
-			t.Fatalf("fence %d after %s is not above the previous %d", f, how, last)
-		}
-		last = f
-	}
-	for i := range 10 {
-		check(mustGrant(t, st, key, "a", 1, 2, time.Minute), "a release")
-		check(mustGrant(t, st, key, "b", 1, 2, time.Minute), "a concurrent grant")
-		release(t, st, key, "a")
-		if i%3 == 2 {
-			release(t, st, key, "b")
-		} else {
-			mustGrant(t, st, key, "b", 1, 2, time.Minute) // re-grant: same fence, no check
-			release(t, st, key, "b")
-		}
-	}
-	check(mustGrant(t, st, key, "a", 1, 1, 20*time.Millisecond), "a release")
-	s.elapse(40 * time.Millisecond)
-	check(mustGrant(t, st, key, "b", 1, 1, time.Minute), "an expiry")
-}
-
-func (s *suite) testInspectReportsLeases(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	if snap := inspect(t, st, key); len(snap.Leases) != 0 {
-		t.Fatalf("Inspect of an unused key: %+v, want no leases", snap)
-	}
-	fa := mustGrant(t, st, key, "a", 1, 5, 30*time.Second)
-	fb := mustGrant(t, st, key, "b", 3, 5, time.Minute)
-	snap := inspect(t, st, key)
-	if snap.Limit != 5 {
-		t.Errorf("Inspect: limit %d, want 5", snap.Limit)
-	}
-	if len(snap.Leases) != 2 || snap.Leases[0].Fence > snap.Leases[1].Fence {
-		t.Fatalf("Inspect: leases %+v, want 2 ordered by fence", snap.Leases)
-	}
-	m := holders(snap)
-	if a := m["a"]; a.Permits != 1 || a.Fence != fa || a.TTL <= 0 || a.TTL > 30*time.Second {
-		t.Errorf("Inspect: holder a = %+v, want 1 permit, fence %d, TTL in (0, 30s]", a, fa)
-	}
-	if b := m["b"]; b.Permits != 3 || b.Fence != fb || b.TTL <= 30*time.Second || b.TTL > time.Minute {
-		t.Errorf("Inspect: holder b = %+v, want 3 permits, fence %d, TTL in (30s, 1m]", b, fb)
-	}
-	if again := inspect(t, st, key); len(again.Leases) != 2 {
-		t.Errorf("a second Inspect saw %d leases: Inspect changed state", len(again.Leases))
-	}
-}
-
-func (s *suite) testKeysAreIndependent(t *testing.T) {
-	st, k1, k2 := s.h.NewStore(t), newKey(t), newKey(t)
-	mustGrant(t, st, k1, "a", 1, 1, time.Minute)
-	mustGrant(t, st, k2, "b", 1, 1, time.Minute)
-	mustRefuse(t, st, k1, "b", 1, 1, time.Minute)
-	if release(t, st, k2, "a") {
-		t.Errorf("Release of a holder's lease on another key reported true")
-	}
-	if n := len(inspect(t, st, k1).Leases); n != 1 {
-		t.Errorf("key 1 has %d leases, want 1", n)
-	}
-}
-
-func (s *suite) testCanceledContextChangesNothing(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 2, time.Minute)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "b", Permits: 1, Limit: 2, TTL: time.Minute})
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Acquire with a canceled ctx: err = %v, want one wrapping context.Canceled", err)
-	}
-	if _, err := st.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a"}); !errors.Is(err, context.Canceled) {
-		t.Errorf("Release with a canceled ctx: err = %v, want one wrapping context.Canceled", err)
-	}
-	if _, err := st.Extend(ctx, core.ExtendRequest{Key: key, Holder: "a", TTL: time.Hour}); !errors.Is(err, context.Canceled) {
-		t.Errorf("Extend with a canceled ctx: err = %v, want one wrapping context.Canceled", err)
-	}
-	if _, err := st.Inspect(ctx, key); !errors.Is(err, context.Canceled) {
-		t.Errorf("Inspect with a canceled ctx: err = %v, want one wrapping context.Canceled", err)
-	}
-	m := holders(inspect(t, st, key))
-	if _, ok := m["a"]; !ok || len(m) != 1 || m["a"].TTL > time.Minute {
-		t.Errorf("after canceled calls: leases %+v, want a's alone, unextended", m)
-	}
-}
-
-func (s *suite) testMinFenceRaisesFence(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	ctx := ctxFor(t)
-	f := mustGrant(t, st, key, "a", 1, 2, time.Minute)
-	res, err := st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute, MinFence: f + 1000})
-	if err != nil || !res.Granted || res.Fence != f+1000 {
-		t.Fatalf("re-acquire with MinFence %d: %+v, %v; want granted with that fence", f+1000, res, err)
-	}
-	if got := holders(inspect(t, st, key))["a"].Fence; got != f+1000 {
-		t.Errorf("Inspect after raising: fence %d, want %d", got, f+1000)
-	}
-	res, err = st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute, MinFence: 1})
-	if err != nil || res.Fence != f+1000 {
-		t.Errorf("re-acquire with a lower MinFence: %+v, %v; want the fence kept at %d", res, err, f+1000)
-	}
-	if g := mustGrant(t, st, key, "b", 1, 2, time.Minute); g <= f+1000 {
-		t.Errorf("grant after a raise: fence %d, want above %d", g, f+1000)
-	}
-	release(t, st, key, "b")
-	res, err = st.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "c", Permits: 1, Limit: 2, TTL: time.Minute, MinFence: f + 5000})
-	if err != nil || !res.Granted || res.Fence < f+5000 {
-		t.Errorf("new grant with MinFence %d: %+v, %v", f+5000, res, err)
-	}
-}
-
-func (s *suite) testExtendSetsExpiryFromNow(t *testing.T) {
-	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 1, time.Hour)
-	if _, err := st.Extend(ctxFor(t), core.ExtendRequest{Key: key, Holder: "a", TTL: 2 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	if ttl := holders(inspect(t, st, key))["a"].TTL; ttl <= 0 || ttl > 2*time.Second {
-		t.Errorf("after Extend to 2s from a 1h lease, TTL left = %v, want in (0, 2s]", ttl)
-	}
-	s.elapse(2 * time.Second)
-	if !s.manual {
-		return
-	}
-	if _, ok := holders(inspect(t, st, key))["a"]; ok {
-		t.Errorf("the lease outlived the shorter TTL it was extended to")
-	}
 }

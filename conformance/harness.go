@@ -8,6 +8,13 @@
 // advance-time steps for several holders against a pure model, and a concurrent stress test that
 // counts simultaneous holders. Its own tests run it against deliberately broken stores and check
 // that each one fails.
+//
+// What a driver implements is core.Store (four operations, each atomic per key) and, so that its
+// waiters are woken rather than polling, core.Notifier; the suite fails a Store without
+// notifications unless told WithoutNotifier. core.FenceRaiser is checked when present (a Store
+// needs it only to be a Redlock node). A Store that wraps another forwards each capability it
+// keeps: the package's wrapper example (a Store that puts every key under a prefix) is a whole
+// driver in sixty lines, hooked up with one Run call.
 package conformance
 
 import (

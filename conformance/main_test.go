@@ -4,6 +4,11 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/conformance"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestPrefixStore runs the suite over the wrapper Store of Example_wrapperStore.
+func TestPrefixStore(t *testing.T) { conformance.Run(t, newPrefixHarness()) }

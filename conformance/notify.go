@@ -7,15 +7,15 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// waitFor makes holder a waiter the way the primitives do: an Acquire refused with a Wait, then
-// Register with the same request. It skips the test when the store has no notifications.
-func waitFor(t *testing.T, st core.Store, key, holder string, permits, limit int) core.Waiter {
+// joinLine makes holder a waiter the way the primitives do: an Acquire refused with a Wait, then
+// Register with the same request. It skips the test when the store has no notifications (the
+// suite was told WithoutNotifier) and fails it when the store has none but should.
+func (s *suite) joinLine(k keyAt, holder string, permits, limit int) core.Waiter {
+	t, st, key := k.t, k.st, k.key
 	t.Helper()
-	n, ok := st.(core.Notifier)
-	if !ok {
-		t.Skip("the store does not implement core.Notifier")
-	}
-	req := core.AcquireRequest{Key: key, Holder: holder, Permits: permits, Limit: limit, TTL: time.Minute, Wait: time.Minute}
+	n := s.notifier(t, st)
+	req := k.request(holder, permits, limit, time.Minute)
+	req.Wait = time.Minute
 	if res, err := st.Acquire(ctxFor(t), req); err != nil || res.Granted {
 		t.Fatalf("Acquire(%q, %s) = %+v, %v; want a refusal", key, holder, res, err)
 	}
@@ -23,7 +23,7 @@ func waitFor(t *testing.T, st core.Store, key, holder string, permits, limit int
 	if err != nil {
 		t.Fatalf("Register(%q): %v", key, err)
 	}
-	t.Cleanup(func() { w.Close(false) })
+	t.Cleanup(func() { w.Close() })
 	// A store may need a moment to confirm a subscription; its waiters are woken then. Wait
 	// for that, and clear the wake, so that the test sees only the wakes it causes.
 	deadline := time.Now().Add(wakeTimeout)
@@ -38,6 +38,31 @@ func waitFor(t *testing.T, st core.Store, key, holder string, permits, limit int
 	default:
 	}
 	return w
+}
+
+// notifier returns st as a core.Notifier. Without one it skips the test if the suite was told
+// WithoutNotifier, and fails it otherwise.
+func (s *suite) notifier(t *testing.T, st core.Store) core.Notifier {
+	t.Helper()
+	n, ok := st.(core.Notifier)
+	switch {
+	case !ok && s.noNotifier:
+		t.Skipf("%T has no notifications (WithoutNotifier)", st)
+	case !ok:
+		t.Fatalf("%T does not implement core.Notifier, so its waiters would poll: forward Register "+
+			"to the wrapped store's, or, if the store has no notifications by design, pass "+
+			"conformance.WithoutNotifier() to Run", st)
+	}
+	return n
+}
+
+// testStoreIsNotifier: a store either has notifications or the harness says it has none.
+func (s *suite) testStoreIsNotifier(t *testing.T) {
+	st := s.h.NewStore(t)
+	if _, ok := st.(core.Notifier); ok && s.noNotifier {
+		t.Fatalf("Run was told WithoutNotifier, but %T implements core.Notifier: drop the option", st)
+	}
+	s.notifier(t, st)
 }
 
 // strayWindow is how long woken gives a wake that should not come to arrive. Absence can only
@@ -81,28 +106,28 @@ func count(bs []bool) int {
 
 func (s *suite) testReleaseWakesWaiter(t *testing.T) {
 	st, other, key := s.h.NewStore(t), s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	w := waitFor(t, other, key, "b", 1, 1)
-	release(t, st, key, "a")
+	at(t, st, key).grant("a", 1, 1, time.Minute)
+	w := s.joinLine(at(t, other, key), "b", 1, 1)
+	at(t, st, key).release("a")
 	if !woken(1, w)[0] {
 		t.Fatalf("a waiter registered on one Store was not woken within %v of a release through another", wakeTimeout)
 	}
-	mustGrant(t, other, key, "b", 1, 1, time.Minute)
+	at(t, other, key).grant("b", 1, 1, time.Minute)
 }
 
 func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 3, time.Minute)
-	mustGrant(t, st, key, "b", 2, 3, time.Minute)
-	ws := []core.Waiter{waitFor(t, st, key, "w0", 1, 3), waitFor(t, st, key, "w1", 1, 3), waitFor(t, st, key, "w2", 1, 3), waitFor(t, st, key, "w3", 1, 3)}
-	release(t, st, key, "a")
+	at(t, st, key).grant("a", 1, 3, time.Minute)
+	at(t, st, key).grant("b", 2, 3, time.Minute)
+	ws := []core.Waiter{s.joinLine(at(t, st, key), "w0", 1, 3), s.joinLine(at(t, st, key), "w1", 1, 3), s.joinLine(at(t, st, key), "w2", 1, 3), s.joinLine(at(t, st, key), "w3", 1, 3)}
+	at(t, st, key).release("a")
 	got := woken(1, ws...)
 	if count(got) != 1 || !got[0] {
 		t.Fatalf("releasing 1 permit woke waiters %v, want only the first in line", got)
 	}
-	mustGrant(t, st, key, "w0", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
-	ws[0].Close(false)
-	release(t, st, key, "b")
+	at(t, st, key).grant("w0", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
+	ws[0].Close()
+	at(t, st, key).release("b")
 	got = woken(2, ws[1:]...)
 	if count(got) != 2 || !got[0] || !got[1] {
 		t.Fatalf("releasing 2 permits woke waiters %v of those still waiting, want the first two in line", got)
@@ -111,18 +136,18 @@ func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 
 func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 1, time.Minute)
-	first := waitFor(t, st, key, "w0", 1, 1)
-	second := waitFor(t, st, key, "w1", 1, 1)
-	release(t, st, key, "a")
+	at(t, st, key).grant("a", 1, 1, time.Minute)
+	first := s.joinLine(at(t, st, key), "w0", 1, 1)
+	second := s.joinLine(at(t, st, key), "w1", 1, 1)
+	at(t, st, key).release("a")
 	if got := woken(1, first, second); !got[0] || got[1] {
 		t.Fatalf("release woke %v, want the first waiter alone", got)
 	}
-	first.Close(true) // gave up without trying
+	first.Close() // gave up without trying
 	if !woken(1, second)[0] {
 		t.Fatalf("a wake given up unused was not passed on to the next waiter")
 	}
-	mustGrant(t, st, key, "w1", 1, 1, time.Minute)
+	at(t, st, key).grant("w1", 1, 1, time.Minute)
 	// A store that granted the first waiter its lease from a line took it back when it gave up.
 	snap, err := st.Inspect(ctxFor(t), key)
 	if err != nil {
@@ -138,27 +163,27 @@ func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 // head, and those behind it that fit, in order.
 func (s *suite) testLineIsStrictlyFIFO(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
-	mustGrant(t, st, key, "a", 1, 3, time.Minute)
-	mustGrant(t, st, key, "b", 2, 3, time.Minute)
-	big := waitFor(t, st, key, "big", 3, 3)
-	small := waitFor(t, st, key, "small", 1, 3)
-	release(t, st, key, "a")
+	at(t, st, key).grant("a", 1, 3, time.Minute)
+	at(t, st, key).grant("b", 2, 3, time.Minute)
+	big := s.joinLine(at(t, st, key), "big", 3, 3)
+	small := s.joinLine(at(t, st, key), "small", 1, 3)
+	at(t, st, key).release("a")
 	if got := woken(0, big, small); got[0] || got[1] {
 		t.Fatalf("releasing 1 permit with a head asking 3 woke %v, want nobody", got)
 	}
 	if _, ok := holders(inspect(t, st, key))["small"]; ok {
 		t.Fatal("a waiter behind the head was granted the freed permit: the line is not FIFO")
 	}
-	mustRefuse(t, st, key, "newcomer", 1, 3, time.Minute) // a single attempt: no Wait
-	mustRefuse(t, st, key, "small", 1, 3, time.Minute)
-	release(t, st, key, "b")
+	at(t, st, key).refuse("newcomer", 1, 3, time.Minute) // a single attempt: no Wait
+	at(t, st, key).refuse("small", 1, 3, time.Minute)
+	at(t, st, key).release("b")
 	if got := woken(1, big, small); !got[0] || got[1] {
 		t.Fatalf("freeing every permit woke %v, want the head alone (it takes all 3)", got)
 	}
-	mustGrant(t, st, key, "big", 3, 3, time.Minute)
-	release(t, st, key, "big")
+	at(t, st, key).grant("big", 3, 3, time.Minute)
+	at(t, st, key).release("big")
 	if !woken(1, small)[0] {
 		t.Fatal("the waiter behind the head was not woken when its turn came")
 	}
-	mustGrant(t, st, key, "small", 1, 3, time.Minute)
+	at(t, st, key).grant("small", 1, 3, time.Minute)
 }

@@ -43,14 +43,14 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 			for r := range rounds {
 				holder := fmt.Sprintf("w%d-r%d", w, r)
 				n := 1 + (w+r)%2
-				if err := acquireWait(t, st, semKey, holder, n, limit); err != nil {
+				if err := at(t, st, semKey).acquireWait(holder, n, limit); err != nil {
 					fail(err.Error())
 					return
 				}
 				leaveSem := sem.Enter(n)
 				time.Sleep(time.Millisecond) // hold a moment, so that holders overlap
 				if r%2 == 0 {
-					if err := acquireWait(t, st, muKey, holder, 1, 1); err != nil {
+					if err := at(t, st, muKey).acquireWait(holder, 1, 1); err != nil {
 						fail(err.Error())
 						return
 					}
@@ -96,15 +96,17 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 
 // acquireWait acquires, waiting by notification when the store has it and by the store's
 // RetryAfter capped at a millisecond otherwise.
-func acquireWait(t *testing.T, st core.Store, key, holder string, n, limit int) error {
-	req := core.AcquireRequest{Key: key, Holder: holder, Permits: n, Limit: limit, TTL: time.Minute, Wait: 20 * time.Second}
+func (k keyAt) acquireWait(holder string, n, limit int) error {
+	t, st, key := k.t, k.st, k.key
+	req := k.request(holder, n, limit, time.Minute)
+	req.Wait = 20 * time.Second
 	var w core.Waiter
 	if nt, ok := st.(core.Notifier); ok {
 		var err error
 		if w, err = nt.Register(ctxFor(t), req); err != nil {
 			return fmt.Errorf("Register(%q): %v", key, err)
 		}
-		defer w.Close(false)
+		defer w.Close()
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {

@@ -13,12 +13,12 @@ type Clock interface {
 }
 
 // SystemClock is the Clock of the machine: time.Now, read at each call (nothing is cached), so
-// inside a testing/synctest bubble it follows the bubble's fake time.
-var SystemClock Clock = systemClock{}
+// inside a testing/synctest bubble it follows the bubble's fake time. Its zero value is the
+// clock: SystemClock{}.
+type SystemClock struct{}
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
 
 // ManualClock is a Clock that moves only when told to: forwards with Advance, and backwards too,
 // to imitate a clock jump. The zero value is not usable; make one with NewManualClock. It is safe
@@ -29,7 +29,7 @@ func (systemClock) Now() time.Time { return time.Now() }
 // timers, run on the time package's clock. Advancing a ManualClock past a lease's expiry frees
 // the lease in the store, but the lease learns of it only at its next refresh in real time, and
 // under primitives.WithoutRefresh not before its real-time deadline. To test code that holds leases on fake
-// time, run it in a testing/synctest bubble over a store on SystemClock instead: there leases,
+// time, run it in a testing/synctest bubble over a store on SystemClock{} instead: there leases,
 // refreshes, waiters and expiry all follow the bubble's clock.
 
 type ManualClock struct {

@@ -26,8 +26,9 @@ type Waiter interface {
 	// retry interval. A store whose reliability changes wakes every waiter, so that each one
 	// looks again.
 	Reliable() bool
-	// Close ends the enrollment. A wake still pending in C is passed on to the next waiter;
-	// so is a wake already received from C when unused is true, meaning the caller gave up
-	// without trying to acquire.
-	Close(unused bool)
+	// Close ends the enrollment: the caller's place leaves the line, and a grant the line made
+	// it that no Acquire has taken yet goes to the next waiters, as if released. A waiter that
+	// took its grant (its Acquire returned it) keeps the lease. Close is idempotent and does
+	// not block on I/O; a driver that must tell a server sends that in the background.
+	Close()
 }

@@ -42,8 +42,8 @@ type Store interface {
 	//
 	// A new grant gets a fence strictly greater than every fence granted before on the key.
 	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
-	// lease is granted again with its fence unchanged (unless req.MinFence raises it) and its
-	// expiry moved to now+TTL, so a request retried after a lost reply is safe. When the holder holds a different number of
+	// lease is granted again with its fence unchanged and its expiry moved to now+TTL, so a
+	// request retried after a lost reply is safe. When the holder holds a different number of
 	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing.
 	//
 	// The limit is not stored with the key: each request is admitted against its own req.Limit,
@@ -79,21 +79,16 @@ type Store interface {
 // grants it. From the portable layer, 1 <= Permits <= Limit <= MaxLimit and
 // 1ms <= TTL <= MaxDuration.
 type AcquireRequest struct {
-	Key     string
-	Holder  string
+	// Key names the resource: any non-empty string, opaque to the store.
+	Key string
+	// Holder names who asks: non-empty, opaque. A holder holds at most one lease per key.
+	Holder string
+	// Permits is how many of the key's permits the lease takes (a mutex: 1).
 	Permits int
-	Limit   int
-	TTL     time.Duration
-	// MinFence, when above the fence the grant would get, raises it: the grant's fence, and the
-	// key's counter, become at least MinFence. A holder that already holds the lease has its
-	// fence raised to MinFence if that is higher. Redlock uses it to carry the order of fences
-	// across its nodes; other callers leave it zero.
-	MinFence uint64
-	// FenceFloor, when above the fence a new grant would get, raises that grant's fence (and the
-	// key's counter) to it; unlike MinFence it leaves a lease the holder already holds as it is.
-	// Redlock sets it so that nodes whose counters are in step grant one fence at the first try.
-	// A store may ignore it; other callers leave it zero.
-	FenceFloor uint64
+	// Limit is how many permits the key has, as this request sees it (a mutex: 1).
+	Limit int
+	// TTL is how long after the grant, by the store's clock, the lease expires.
+	TTL time.Duration
 	// Wait is how long the caller will go on waiting if this request is refused: a store that
 	// keeps a line of waiters keeps the caller's place that long. Zero means the caller will
 	// not wait (a single attempt). It is at most MaxDuration: a caller that will wait longer,
@@ -117,7 +112,8 @@ type AcquireResult struct {
 type ExtendRequest struct {
 	Key    string
 	Holder string
-	TTL    time.Duration
+	// TTL is the lease's new time to live, from the store's now.
+	TTL time.Duration
 }
 
 // ReleaseRequest names the lease to end: Holder's lease on Key with fence Fence. Fence zero
@@ -132,6 +128,7 @@ type ReleaseRequest struct {
 
 // ExtendResult describes the extended lease.
 type ExtendResult struct {
+	// Permits and Fence are those of the extended lease, as granted.
 	Permits int
 	Fence   uint64
 	// Limit is the limit of the latest grant on the key, as Inspect reports it.
@@ -157,6 +154,7 @@ func (s Snapshot) InUse() int {
 
 // LeaseInfo describes one lease in a Snapshot.
 type LeaseInfo struct {
+	// Holder, Permits and Fence are the lease's, as granted.
 	Holder  string
 	Permits int
 	Fence   uint64

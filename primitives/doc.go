@@ -24,7 +24,7 @@
 // # Testing on fake time
 //
 // Leases, refreshes and waiters keep time with the time package, and the memory store's default
-// clock is core.SystemClock, which reads time.Now at each call. So code that holds leases is
+// clock is core.SystemClock{}, which reads time.Now at each call. So code that holds leases is
 // unit-tested on fake time by running it in a testing/synctest bubble, with the store, the
 // Mutex or Semaphore and the leases all made inside it:
 //

@@ -13,7 +13,7 @@ import (
 )
 
 // The recommended way to unit-test code that holds leases: run it in a testing/synctest bubble
-// over a memory store made inside the bubble. The store's clock (core.SystemClock), the lease's
+// over a memory store made inside the bubble. The store's clock (core.SystemClock{}), the lease's
 // timer and refreshes, and waiters all follow the bubble's fake clock, which time.Sleep moves.
 
 // TestSynctestLeaseExpiresAtItsDeadline: without refresh, a 10s lease is held until its

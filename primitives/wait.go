@@ -19,7 +19,6 @@ type acquisition struct {
 
 	enrolled   bool        // registration with the notifier was attempted
 	waiter     core.Waiter // nil when not registered
-	woken      bool        // a wake was received and not yet acted on by a try
 	timeout    *time.Timer // acquire timeout, started at the first wait
 	retryTimer *time.Timer
 }
@@ -38,7 +37,6 @@ func (a *acquisition) try(ctx context.Context) (core.AcquireResult, error) {
 		}
 		return res, err
 	}
-	a.woken = false
 	if !res.Granted && a.attempts > 0 && a.tries >= a.attempts {
 		if a.attempts == 1 {
 			return res, fmt.Errorf("%w: busy", core.ErrNotAcquired)
@@ -123,7 +121,6 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 	}
 	select {
 	case <-wake:
-		a.woken = true
 		return nil
 	case <-a.retryTimer.C:
 		return nil
@@ -134,10 +131,11 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 	}
 }
 
-// close ends the enrollment, passing an unused wake on to the next waiter, and stops the timers.
+// close ends the enrollment (the store passes on a grant the caller did not take) and stops the
+// timers.
 func (a *acquisition) close() {
 	if a.waiter != nil {
-		a.waiter.Close(a.woken)
+		a.waiter.Close()
 	}
 	if a.timeout != nil {
 		a.timeout.Stop()

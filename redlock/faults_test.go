@@ -19,7 +19,7 @@ import (
 // workload with a linearizable history; then a lease is held while one more node fails, and
 // is reported lost (a majority can no longer be kept) by its deadline.
 func TestFaultMinorityDownThenOneMore(t *testing.T) {
-	ns, ss := nodes(core.SystemClock, 5)
+	ns, ss := nodes(core.SystemClock{}, 5)
 	ns[3].set(true, 0)
 	ns[4].set(true, 0)
 	const ttl = 300 * time.Millisecond

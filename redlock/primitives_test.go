@@ -19,7 +19,7 @@ import (
 // The seed library's RedlockMutex and RedlockSemaphore scenarios: with every node up, the
 // primitives behave over Redlock as over one store.
 func TestMutexOverRedlockExcludes(t *testing.T) {
-	_, ss := nodes(core.SystemClock, 3)
+	_, ss := nodes(core.SystemClock{}, 3)
 	s := mustNew(t, ss)
 	m, err := primitives.NewMutex(s, "job", primitives.WithRetryInterval(time.Millisecond))
 	if err != nil {
@@ -55,7 +55,7 @@ func TestMutexOverRedlockExcludes(t *testing.T) {
 }
 
 func TestSemaphoreOverRedlockKeepsLimit(t *testing.T) {
-	_, ss := nodes(core.SystemClock, 5)
+	_, ss := nodes(core.SystemClock{}, 5)
 	s := mustNew(t, ss)
 	sem, err := primitives.NewSemaphore(s, "pool", 3, primitives.WithRetryInterval(time.Millisecond))
 	if err != nil {
@@ -88,7 +88,7 @@ func TestSemaphoreOverRedlockKeepsLimit(t *testing.T) {
 }
 
 func TestLeaseSurvivesMinorityFailure(t *testing.T) {
-	ns, ss := nodes(core.SystemClock, 3)
+	ns, ss := nodes(core.SystemClock{}, 3)
 	s := mustNew(t, ss)
 	m, _ := primitives.NewMutex(s, "job", primitives.WithTTL(300*time.Millisecond))
 	l, err := m.Acquire(context.Background())
@@ -135,7 +135,7 @@ func TestConformanceRedlockRedisServers(t *testing.T) {
 	for range 3 {
 		addrs = append(addrs, redistest.StartServer(t).Addr)
 	}
-	conformance.Run(t, redisHarness{addrs})
+	conformance.Run(t, redisHarness{addrs}, conformance.WithoutNotifier())
 }
 
 // TestWaiterOverRedisNodesIsHandedTheLock: a Redlock waiter over Redis nodes, refused, gets the

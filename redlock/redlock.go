@@ -41,11 +41,8 @@
 package redlock
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"sync"
 	"time"
 
@@ -54,15 +51,22 @@ import (
 
 // Store is the quorum Store. Make one with New.
 type Store struct {
-	nodes  []core.Store
+	nodes  []node
 	quorum int
 	opts   options
 
 	mu      sync.Mutex
-	settles map[waiterID]*settle // the latest acquire of each holder with stragglers to settle
+	settles map[keyHolder]*settle // the latest acquire of each holder with stragglers to settle
 }
 
-type waiterID struct{ key, holder string }
+type keyHolder struct{ key, holder string }
+
+// node is what Redlock needs of each store: the driver contract and the fence floor that keeps
+// fences in order across nodes.
+type node interface {
+	core.Store
+	core.FenceRaiser
+}
 
 var (
 	_ core.Store = (*Store)(nil)
@@ -94,8 +98,9 @@ func WithDrift(factor float64, constant time.Duration) Option {
 }
 
 // New returns a quorum Store over stores. It checks its arguments — at least one store, none
-// nil, none twice, a positive node timeout, a drift factor in [0, 1) — and returns an error
-// wrapping core.ErrInvalid naming the bad one; it calls no store.
+// nil, none twice, each a core.FenceRaiser (as the memory and Redis stores are: Redlock orders
+// fences across nodes with it), a positive node timeout, a drift factor in [0, 1) — and returns
+// an error wrapping core.ErrInvalid naming the bad one; it calls no store.
 func New(stores []core.Store, opts ...Option) (*Store, error) {
 	o := options{driftFactor: 0.01, driftMin: 2 * time.Millisecond}
 	for _, opt := range opts {
@@ -122,7 +127,15 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 			}
 		}
 	}
-	return &Store{nodes: slices.Clone(stores), quorum: len(stores)/2 + 1, opts: o, settles: map[waiterID]*settle{}}, nil
+	nodes := make([]node, len(stores))
+	for i, st := range stores {
+		n, ok := st.(node)
+		if !ok {
+			return fail("stores[%d]: %T does not implement core.FenceRaiser", i, st)
+		}
+		nodes[i] = n
+	}
+	return &Store{nodes: nodes, quorum: len(stores)/2 + 1, opts: o, settles: map[keyHolder]*settle{}}, nil
 }
 
 // Quorum returns the number of nodes that must hold a lease on a key of limit permits: a
@@ -155,156 +168,4 @@ func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
 
 func (s *Store) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*s.opts.driftFactor) + s.opts.driftMin
-}
-
-type result[T any] struct {
-	v   T
-	err error
-}
-
-// errNoAnswer stands for the answer of a node that had not answered when its call's outcome
-// was decided.
-var errNoAnswer = errors.New("no answer yet")
-
-// call is one fan-out: a call to some nodes in parallel, decided by the first answers that
-// settle its outcome. Answers that come after it was decided (stragglers) go to the handler
-// set by then.
-type call[T any] struct {
-	mu       sync.Mutex
-	res      []result[T]
-	waiting  int                // nodes that have not answered
-	decided  bool               // the caller has taken its results: later answers are stragglers
-	done     chan struct{}      // closed once when decided
-	all      chan struct{}      // closed once every node answered
-	cancel   context.CancelFunc // of the calls' context: when the last one ends, or ctx did first
-	late     func(i int, r result[T])
-	set      bool  // then was called
-	stragged []int // stragglers that answered before then
-}
-
-// graceMin is the least time a decided fan-out waits on for the nodes that have not answered.
-const graceMin = 2 * time.Millisecond
-
-// fanout calls f on the nodes in idx (all nodes when idx is nil) in parallel, each call
-// bounded by timeout, and returns the results, indexed like s.nodes, once decide reports that
-// the answers so far settle the outcome and the others had as long again to come (at least
-// graceMin), or every node answered, or ctx ended (a nil decide waits for every node). A node that had not answered then has errNoAnswer. Each call
-// runs on its own goroutine, which ends when the call does, within timeout. Calls still out
-// when the outcome is decided go on (ctx's cancellation no longer reaches them): a straggler's
-// answer is handed to the function given to then, on its goroutine. When ctx ends first, the
-// calls are canceled; when it has ended already, no call is made. The caller must call then
-// once (with nil to drop the stragglers' answers).
-func fanout[T any](ctx context.Context, s *Store, timeout time.Duration, idx []int, f func(context.Context, int, core.Store) (T, error), decide func([]result[T]) bool) ([]result[T], *call[T]) {
-	if idx == nil {
-		idx = make([]int, len(s.nodes))
-		for i := range idx {
-			idx[i] = i
-		}
-	}
-	if ctx.Err() != nil {
-		idx = nil
-	}
-	begin := time.Now()
-	c := &call[T]{res: make([]result[T], len(s.nodes)), waiting: len(idx), done: make(chan struct{}), all: make(chan struct{})}
-	for i := range c.res {
-		c.res[i].err = errNoAnswer
-	}
-	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cancel = cancel
-	stop := context.AfterFunc(ctx, cancel) // until decided, ctx's end cancels the calls
-	for _, i := range idx {
-		go func() {
-			nc, cancel := context.WithTimeout(base, timeout)
-			v, err := f(nc, i, s.nodes[i])
-			cancel()
-			c.answer(i, result[T]{v, err}, decide)
-		}()
-	}
-	if len(idx) == 0 {
-		c.decided = true
-		close(c.done)
-		close(c.all)
-		cancel()
-	}
-	select {
-	case <-c.done:
-		// Decided: give the other nodes as long again (at least graceMin) to answer, so that a
-		// node merely slower than the quorum, not hung, is not left behind (a release it has not
-		// done yet would refuse the next acquire that needs it).
-		if grace := max(time.Since(begin), graceMin); len(idx) > 0 {
-			t := time.NewTimer(grace)
-			select {
-			case <-c.all:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-		}
-	case <-ctx.Done():
-	}
-	stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.decided {
-		c.decided = true
-		close(c.done)
-	}
-	return slices.Clone(c.res), c
-}
-
-// answer records node i's answer, or hands it on as a straggler's.
-func (c *call[T]) answer(i int, r result[T], decide func([]result[T]) bool) {
-	c.mu.Lock()
-	if c.waiting--; c.waiting == 0 {
-		c.cancel()
-		close(c.all)
-	}
-	if !c.decided {
-		c.res[i] = r
-		if c.waiting == 0 || (decide != nil && decide(c.res)) {
-			c.decided = true
-			close(c.done)
-		}
-		c.mu.Unlock()
-		return
-	}
-	c.res[i] = r
-	late, set := c.late, c.set
-	if !set {
-		c.stragged = append(c.stragged, i)
-	}
-	c.mu.Unlock()
-	if set && late != nil {
-		late(i, r)
-	}
-}
-
-// then sets what happens to stragglers' answers: late runs on the straggler's goroutine, or on
-// a new one for those that answered before then was called. A nil late drops them. It returns
-// the number of calls to late to come.
-func (c *call[T]) then(late func(i int, r result[T])) int {
-	c.mu.Lock()
-	c.late, c.set = late, true
-	early := c.stragged
-	c.stragged = nil
-	res := slices.Clone(c.res)
-	n := c.waiting + len(early)
-	c.mu.Unlock()
-	if late == nil {
-		return 0
-	}
-	for _, i := range early {
-		go late(i, res[i])
-	}
-	return n
-}
-
-func nodeErrors[T any](res []result[T]) error {
-	var errs []error
-	for i, r := range res {
-		if r.err != nil {
-			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,117 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var errDown = errors.New("node down")
-
-// node is a memory store that can be taken down, slowed, or wiped (a restart without
-// persistence), to inject faults into one Redlock node.
-type node struct {
-	clock core.Clock
-
-	mu    sync.Mutex
-	inner *memory.Store
-	down  bool
-	delay time.Duration
-}
-
-func newNode(clock core.Clock) *node {
-	return &node{clock: clock, inner: memory.New(memory.WithClock(clock))}
-}
-
-func (n *node) set(down bool, delay time.Duration) {
-	n.mu.Lock()
-	n.down, n.delay = down, delay
-	n.mu.Unlock()
-}
-
-// wipe replaces the node's data with nothing, as a restart without persistence would.
-func (n *node) wipe() {
-	n.mu.Lock()
-	n.inner = memory.New(memory.WithClock(n.clock))
-	n.mu.Unlock()
-}
-
-func (n *node) get(ctx context.Context) (*memory.Store, error) {
-	n.mu.Lock()
-	inner, down, delay := n.inner, n.down, n.delay
-	n.mu.Unlock()
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if down {
-		return nil, errDown
-	}
-	return inner, nil
-}
-
-func (n *node) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
-	s, err := n.get(ctx)
-	if err != nil {
-		return core.AcquireResult{}, err
-	}
-	return s.Acquire(ctx, req)
-}
-
-func (n *node) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
-	s, err := n.get(ctx)
-	if err != nil {
-		return core.ExtendResult{}, err
-	}
-	return s.Extend(ctx, req)
-}
-
-func (n *node) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
-	s, err := n.get(ctx)
-	if err != nil {
-		return false, err
-	}
-	return s.Release(ctx, req)
-}
-
-func (n *node) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
-	s, err := n.get(ctx)
-	if err != nil {
-		return core.Snapshot{}, err
-	}
-	return s.Inspect(ctx, key)
-}
-
-func (n *node) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
-	n.mu.Lock()
-	inner := n.inner
-	n.mu.Unlock()
-	return inner.Register(ctx, req)
-}
-
-func nodes(clock core.Clock, n int) ([]*node, []core.Store) {
-	var ns []*node
-	var ss []core.Store
-	for range n {
-		nd := newNode(clock)
-		ns = append(ns, nd)
-		ss = append(ss, nd)
-	}
-	return ns, ss
-}
-
-func mustNew(t interface {
-	Helper()
-	Fatal(...any)
-}, stores []core.Store, opts ...redlock.Option) *redlock.Store {
-	t.Helper()
-	s, err := redlock.New(stores, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // harness runs the suite over Redlock of n memory stores sharing a manual clock.
 type harness struct {
@@ -149,8 +38,12 @@ func (h *harness) Advance(d time.Duration) bool {
 	return true
 }
 
-func TestConformanceRedlock3(t *testing.T) { conformance.Run(t, newHarness(t, 3)) }
-func TestConformanceRedlock5(t *testing.T) { conformance.Run(t, newHarness(t, 5)) }
+func TestConformanceRedlock3(t *testing.T) {
+	conformance.Run(t, newHarness(t, 3), conformance.WithoutNotifier())
+}
+func TestConformanceRedlock5(t *testing.T) {
+	conformance.Run(t, newHarness(t, 5), conformance.WithoutNotifier())
+}
 
 func TestNewRefusesBadInput(t *testing.T) {
 	a, b := memory.New(), memory.New()
@@ -167,11 +60,12 @@ func TestNewRefusesBadInput(t *testing.T) {
 		{"same store twice", []core.Store{a, b, a}, nil, "stores[0] and stores[2]"},
 		{"node timeout", []core.Store{a}, []redlock.Option{redlock.WithNodeTimeout(0)}, "node timeout"},
 		{"drift", []core.Store{a}, []redlock.Option{redlock.WithDrift(1.5, 0)}, "drift"},
+		{"no fence floor", []core.Store{a, struct{ core.Store }{b}}, nil, "stores[1]: struct { core.Store } does not implement core.FenceRaiser"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := redlock.New(tc.stores, tc.opts...)
-			if !errors.Is(err, core.ErrInvalid) || !contains(err.Error(), tc.want) {
+			if !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want ErrInvalid naming %q", err, tc.want)
 			}
 		})
@@ -186,10 +80,6 @@ func TestNewRefusesBadInput(t *testing.T) {
 			t.Errorf("Quorum(%d) over 5 nodes = %d, want %d", limit, got, want)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
 }
 
 func TestEveryNodeDownMask(t *testing.T) {
@@ -318,15 +208,31 @@ func TestFenceOrderCarriesThroughTheSharedNode(t *testing.T) {
 	grant("b", 0)
 }
 
-// counting is a Store that counts Acquire calls answered.
-type counting struct {
+// fenceStore is what a Redlock node is: a Store and a FenceRaiser.
+type fenceStore interface {
 	core.Store
+	core.FenceRaiser
+}
+
+// counting is a Store that counts acquire calls answered, of every kind.
+type counting struct {
+	fenceStore
 	acquires atomic.Int32
 }
 
 func (c *counting) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	defer c.acquires.Add(1)
-	return c.Store.Acquire(ctx, req)
+	return c.fenceStore.Acquire(ctx, req)
+}
+
+func (c *counting) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	defer c.acquires.Add(1)
+	return c.fenceStore.AcquireAbove(ctx, req, floor)
+}
+
+func (c *counting) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	defer c.acquires.Add(1)
+	return c.fenceStore.RaiseFence(ctx, req, fence)
 }
 
 // TestNodesInStepGrantInOneRound: once the first grant has brought the nodes' counters in step,
@@ -335,7 +241,7 @@ func TestNodesInStepGrantInOneRound(t *testing.T) {
 	var cs []*counting
 	var ss []core.Store
 	for range 3 {
-		c := &counting{Store: memory.New()}
+		c := &counting{fenceStore: memory.New()}
 		cs, ss = append(cs, c), append(ss, c)
 	}
 	s, err := redlock.New(ss)

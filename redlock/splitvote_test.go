@@ -14,13 +14,13 @@ import (
 // memory store keeps no line). W's Redlock lease is healthy: its refreshes must not report it
 // lost, Held must say true, and the node-local lease must be released so node 2 is free again.
 func TestSplitVoteLineGrantIsNoLoss(t *testing.T) {
-	ns, ss := nodes(core.SystemClock, 3)
+	ns, ss := nodes(core.SystemClock{}, 3)
 	s := mustNew(t, ss)
 	ctx := context.Background()
 	const key = "split"
-	y := core.AcquireRequest{Key: key, Holder: "y", Permits: 1, Limit: 1, TTL: time.Minute,
-		FenceFloor: uint64(time.Now().Add(time.Hour).UnixMicro())} // Y's try came later: a higher floor
-	if r, err := ns[2].Acquire(ctx, y); err != nil || !r.Granted {
+	y := core.AcquireRequest{Key: key, Holder: "y", Permits: 1, Limit: 1, TTL: time.Minute}
+	yFloor := uint64(time.Now().Add(time.Hour).UnixMicro()) // Y's try came later: a higher floor
+	if r, err := ns[2].AcquireAbove(ctx, y, yFloor); err != nil || !r.Granted {
 		t.Fatalf("Y on node 2: %+v, %v", r, err)
 	}
 	refreshed := make(chan struct{}, 100)
@@ -39,8 +39,8 @@ func TestSplitVoteLineGrantIsNoLoss(t *testing.T) {
 	defer l.Release(ctx)
 	// Y gives node 2 up; its line hands W a lease there, at a fence above Y's.
 	ns[2].Release(ctx, core.ReleaseRequest{Key: key, Holder: "y"})
-	w := core.AcquireRequest{Key: key, Holder: l.Holder(), Permits: 1, Limit: 1, TTL: time.Minute, MinFence: y.FenceFloor + 1}
-	if r, err := ns[2].Acquire(ctx, w); err != nil || !r.Granted || r.Fence == l.Fence() {
+	w := core.AcquireRequest{Key: key, Holder: l.Holder(), Permits: 1, Limit: 1, TTL: time.Minute}
+	if r, err := ns[2].RaiseFence(ctx, w, yFloor+1); err != nil || !r.Granted || r.Fence == l.Fence() {
 		t.Fatalf("line grant to W on node 2: %+v, %v; want a fence other than the lease's %d", r, err, l.Fence())
 	}
 	for n := 0; n < 3; {

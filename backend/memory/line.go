@@ -8,22 +8,26 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// place is a waiter's request in a key's line.
+// place is a request for a grant: a waiter's in a key's line, or a caller's granted at once.
 type place struct {
 	holder   string
 	permits  int
 	limit    int
 	ttl      time.Duration
-	floor    uint64 // least fence of its grant (MinFence, FenceFloor)
-	deadline time.Time
+	floor    uint64    // least fence of its grant (core.FenceRaiser)
+	deadline time.Time // the end of its wait, for a place in the line
 }
 
-// enqueue keeps req's holder's place in the line (or gives it the last one) until req.Wait from
-// now, with the request a release will grant it.
-func (ks *keyState) enqueue(req core.AcquireRequest, now time.Time) {
-	p := place{holder: req.Holder, permits: req.Permits, limit: req.Limit, ttl: req.TTL,
-		floor: max(req.MinFence, req.FenceFloor), deadline: now.Add(req.Wait)}
-	if i := ks.find(req.Holder); i >= 0 {
+// newPlace returns req as a place, with the least fence its grant may have.
+func newPlace(req core.AcquireRequest, floor uint64) place {
+	return place{holder: req.Holder, permits: req.Permits, limit: req.Limit, ttl: req.TTL, floor: floor}
+}
+
+// enqueue keeps p's holder's place in the line (or gives it the last one) until wait from now,
+// with the request a release will grant it.
+func (ks *keyState) enqueue(p place, wait time.Duration, now time.Time) {
+	p.deadline = now.Add(wait)
+	if i := ks.find(p.holder); i >= 0 {
 		ks.line[i] = p
 		return
 	}
@@ -54,7 +58,9 @@ func (s *Store) serveLocked(key string, ks *keyState, now time.Time) {
 			break
 		}
 		ks.line = ks.line[1:]
-		ks.grant(p.holder, p.permits, p.limit, p.ttl, p.floor, now, true)
+		e := ks.grant(p, now)
+		e.untaken = true // the line's grant, until the holder's next Acquire or Extend takes it
+		ks.leases[p.holder] = e
 		used += p.permits
 		s.wakeLocked(key, p.holder)
 	}
@@ -81,9 +87,9 @@ func (s *Store) leaveLocked(key, holder string) {
 	s.serveLocked(key, ks, now)
 }
 
-// waiter is one caller's enrollment on a key: it is woken when the line grants its holder a
+// enrollment is one caller's enrollment on a key: it is woken when the line grants its holder a
 // lease, and when the store closes.
-type waiter struct {
+type enrollment struct {
 	s           *Store
 	key, holder string
 	c           chan struct{}
@@ -98,10 +104,10 @@ func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waite
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	w := &waiter{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1)}
+	w := &enrollment{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1)}
 	hs := s.waiters[req.Key]
 	if hs == nil {
-		hs = make(map[string][]*waiter)
+		hs = make(map[string][]*enrollment)
 		s.waiters[req.Key] = hs
 	}
 	hs[req.Holder] = append(hs[req.Holder], w)
@@ -120,7 +126,7 @@ func (s *Store) wakeLocked(key, holder string) {
 	}
 }
 
-func (w *waiter) wake() {
+func (w *enrollment) wake() {
 	select {
 	case w.c <- struct{}{}:
 	default:
@@ -128,15 +134,14 @@ func (w *waiter) wake() {
 }
 
 // C implements core.Waiter.
-func (w *waiter) C() <-chan struct{} { return w.c }
+func (w *enrollment) C() <-chan struct{} { return w.c }
 
 // Reliable implements core.Waiter: an in-process line misses no grant.
-func (w *waiter) Reliable() bool { return true }
+func (w *enrollment) Reliable() bool { return true }
 
 // Close implements core.Waiter: the waiter leaves the line, and a lease the line granted its
-// holder that was not taken goes to the next waiters. It ignores its argument: what was granted
-// is known to the store.
-func (w *waiter) Close(bool) {
+// holder that was not taken goes to the next waiters.
+func (w *enrollment) Close() {
 	s := w.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,7 +150,7 @@ func (w *waiter) Close(bool) {
 	}
 	w.closed = true
 	hs := s.waiters[w.key]
-	ws := slices.DeleteFunc(hs[w.holder], func(x *waiter) bool { return x == w })
+	ws := slices.DeleteFunc(hs[w.holder], func(x *enrollment) bool { return x == w })
 	if len(ws) == 0 {
 		delete(hs, w.holder)
 		if len(hs) == 0 {

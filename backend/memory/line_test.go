@@ -42,7 +42,7 @@ func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer wc.Close(false)
+	defer wc.Close()
 	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a", Fence: a.Fence}); !ok || err != nil {
 		t.Fatalf("release: %v, %v", ok, err)
 	}
@@ -53,7 +53,7 @@ func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 		t.Fatalf("adopt the line's grant: %v", err)
 	}
 	defer adopted.StopRefresh()
-	wb.Close(false) // b's original caller gives up
+	wb.Close() // b's original caller gives up
 	snap, _ := s.Inspect(ctx, "k")
 	if held, _ := adopted.Held(ctx); !held {
 		t.Fatalf("the adopted lease (fence %d) was ended by its former waiter's leave; leases now %+v", adopted.Fence(), snap.Leases)
@@ -78,7 +78,7 @@ func TestLineOrderAndExtremes(t *testing.T) {
 		t.Fatalf("in use %d, want %d: someone passed the head", snap.InUse(), lim-1)
 	}
 	w, _ := s.Register(ctx, big("head", 2, core.MaxDuration))
-	defer w.Close(false)
+	defer w.Close()
 	s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a", Fence: a.Fence})
 	<-w.C()
 	if r := must(t, s, big("head", 2, core.MaxDuration), true); r.Fence <= a.Fence {

@@ -28,7 +28,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	keys    map[string]*keyState
-	waiters map[string]map[string][]*waiter // key → holder → enrolled waiters
+	waiters map[string]map[string][]*enrollment // key → holder → enrolled waiters
 	closed  bool
 }
 
@@ -47,14 +47,15 @@ type entry struct {
 }
 
 var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Notifier = (*Store)(nil)
+	_ core.Store       = (*Store)(nil)
+	_ core.Notifier    = (*Store)(nil)
+	_ core.FenceRaiser = (*Store)(nil)
 )
 
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock makes the store decide expiry by clock instead of core.SystemClock. Tests pass a
+// WithClock makes the store decide expiry by clock instead of core.SystemClock{}. Tests pass a
 // core.ManualClock to move time by hand.
 func WithClock(clock core.Clock) Option {
 	return func(s *Store) {
@@ -66,7 +67,7 @@ func WithClock(clock core.Clock) Option {
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: core.SystemClock, keys: make(map[string]*keyState), waiters: make(map[string]map[string][]*waiter)}
+	s := &Store{clock: core.SystemClock{}, keys: make(map[string]*keyState), waiters: make(map[string]map[string][]*enrollment)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -106,6 +107,24 @@ func (s *Store) live(key string, now time.Time) *keyState {
 // the line or when nobody waits. A refusal with req.Wait > 0 keeps the caller's place for that
 // long.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, fenceMin{})
+}
+
+// AcquireAbove implements core.FenceRaiser: Acquire, where a new grant's fence is at least floor.
+func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, fenceMin{grant: floor})
+}
+
+// RaiseFence implements core.FenceRaiser: Acquire, where the lease's fence, new or held, is at
+// least fence.
+func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, fenceMin{grant: fence, held: fence})
+}
+
+// fenceMin is the least fence an acquire gives a new grant, and a lease the holder already holds.
+type fenceMin struct{ grant, held uint64 }
+
+func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenceMin) (core.AcquireResult, error) {
 	if err := s.lock(ctx); err != nil {
 		return core.AcquireResult{}, err
 	}
@@ -124,9 +143,9 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 		e.expiry = now.Add(req.TTL)
 		e.untaken = false
-		if req.MinFence > e.fence {
-			e.fence = req.MinFence
-			ks.fence = max(ks.fence, req.MinFence)
+		if least.held > e.fence {
+			e.fence = least.held
+			ks.fence = max(ks.fence, least.held)
 		}
 		ks.leases[req.Holder] = e
 		ks.limit = req.Limit
@@ -135,12 +154,12 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	used := ks.used()
 	if used+req.Permits > req.Limit || len(ks.line) > 0 {
 		if req.Wait > 0 {
-			ks.enqueue(req, now)
+			ks.enqueue(newPlace(req, least.grant), req.Wait, now)
 		}
 		// With room but others ahead, the first expiry is the next change expiry alone brings.
 		return core.AcquireResult{RetryAfter: retryAfter(ks, now, max(used+req.Permits-req.Limit, 1))}, nil
 	}
-	ks.grant(req.Holder, req.Permits, req.Limit, req.TTL, max(req.MinFence, req.FenceFloor), now, false)
+	ks.grant(newPlace(req, least.grant), now)
 	return core.AcquireResult{Granted: true, Fence: ks.fence}, nil
 }
 
@@ -153,11 +172,14 @@ func (ks *keyState) used() int {
 	return n
 }
 
-// grant gives holder a lease with the key's next fence (at least floor).
-func (ks *keyState) grant(holder string, permits, limit int, ttl time.Duration, floor uint64, now time.Time, fromLine bool) {
-	ks.fence = max(nextFence(ks.fence, now), floor)
-	ks.limit = limit
-	ks.leases[holder] = entry{permits: permits, fence: ks.fence, expiry: now.Add(ttl), untaken: fromLine}
+// grant gives the request p a lease with the key's next fence (at least p.floor), and returns it
+// for the caller to mark.
+func (ks *keyState) grant(p place, now time.Time) entry {
+	ks.fence = max(nextFence(ks.fence, now), p.floor)
+	ks.limit = p.limit
+	e := entry{permits: p.permits, fence: ks.fence, expiry: now.Add(p.ttl)}
+	ks.leases[p.holder] = e
+	return e
 }
 
 // retryAfter returns how long until leases holding at least need permits have expired.

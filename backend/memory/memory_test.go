@@ -1,7 +1,6 @@
 package memory_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -41,21 +40,3 @@ func (h realTime) NewStore(*testing.T) core.Store { return h.store }
 func (realTime) Advance(time.Duration) bool       { return false }
 
 func TestConformanceRealTime(t *testing.T) { conformance.Run(t, realTime{memory.New()}) }
-
-func TestFenceFloorRaisesNewGrantsOnly(t *testing.T) {
-	s := memory.New()
-	ctx := context.Background()
-	floor := uint64(time.Now().Add(time.Hour).UnixMicro())
-	req := core.AcquireRequest{Key: "floor", Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute, FenceFloor: floor}
-	if res, err := s.Acquire(ctx, req); err != nil || res.Fence != floor {
-		t.Fatalf("new grant: %+v, %v; want fence %d", res, err, floor)
-	}
-	req.FenceFloor = floor + 100
-	if res, err := s.Acquire(ctx, req); err != nil || res.Fence != floor {
-		t.Fatalf("re-acquire by the holder: %+v, %v; want its own fence %d", res, err, floor)
-	}
-	req.Holder, req.FenceFloor = "b", 0
-	if res, err := s.Acquire(ctx, req); err != nil || res.Fence != floor+1 {
-		t.Fatalf("next grant: %+v, %v; want fence %d", res, err, floor+1)
-	}
-}

@@ -34,7 +34,7 @@ func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer wc.Close(false)
+			defer wc.Close()
 			if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "adopt", Holder: "a", Fence: a.Fence}); !ok || err != nil {
 				t.Fatalf("release: %v, %v", ok, err)
 			}
@@ -45,7 +45,7 @@ func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 				t.Fatalf("adopt: %v", err)
 			}
 			defer adopted.StopRefresh()
-			wb.Close(false)
+			wb.Close()
 			waitFor(t, func() bool { return lineLen(t, srv.Addr, "adopt") <= 1 })
 			// The leave runs in the background: give it until the line shows c served or not.
 			deadline := time.Now().Add(3 * time.Second)

@@ -35,7 +35,7 @@ func TestAwaitLeaveEndsWithCtx(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Hold(true)
-	w.Close(false) // the leave goes out, and hangs
+	w.Close() // the leave goes out, and hangs
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()

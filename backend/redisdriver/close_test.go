@@ -37,7 +37,7 @@ func TestConcurrentCloseOfHolderWaitersLeaves(t *testing.T) {
 		var start, wg sync.WaitGroup
 		start.Add(1)
 		for _, w := range ws {
-			wg.Go(func() { start.Wait(); w.Close(false) })
+			wg.Go(func() { start.Wait(); w.Close() })
 		}
 		start.Done()
 		wg.Wait()

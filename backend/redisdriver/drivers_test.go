@@ -454,7 +454,7 @@ func TestCloseLeavesClientOpen(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Error("Close did not wake the Store's waiters")
 	}
-	w.Close(false)
+	w.Close()
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}

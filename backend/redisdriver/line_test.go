@@ -179,7 +179,7 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer w.Close(false)
+			defer w.Close()
 			// The waiter starts woken (its subscription is new) and is woken again when the
 			// subscription is confirmed, which may come after the first wake was read. Reliable
 			// means the confirmation's wake was sent: clear it, so that the next is the grant's.
@@ -234,7 +234,7 @@ func TestStaleGrantDoesNotWake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close(false)
+	defer w.Close()
 	drain := func() bool {
 		select {
 		case <-w.C():
@@ -297,28 +297,6 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// TestFenceFloorRaisesNewGrantsOnly: FenceFloor lifts a new grant's fence, never a held lease's.
-func TestFenceFloorRaisesNewGrantsOnly(t *testing.T) {
-	for name, mk := range drivers {
-		t.Run(name, func(t *testing.T) {
-			s := mk(t, redistest.StartServer(t).Addr)
-			floor := uint64(time.Now().Add(time.Hour).UnixMicro())
-			req := core.AcquireRequest{Key: "floor", Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute, FenceFloor: floor}
-			if res := mustAcquire(t, s, req, true); res.Fence != floor {
-				t.Fatalf("new grant: fence %d, want the floor %d", res.Fence, floor)
-			}
-			req.FenceFloor = floor + 100
-			if res := mustAcquire(t, s, req, true); res.Fence != floor {
-				t.Fatalf("re-acquire by the holder: fence %d, want its own %d", res.Fence, floor)
-			}
-			req.Holder, req.FenceFloor = "b", 0
-			if res := mustAcquire(t, s, req, true); res.Fence != floor+1 {
-				t.Fatalf("next grant: fence %d, want %d", res.Fence, floor+1)
-			}
-		})
-	}
-}
-
 // TestGrantToCallerGoneBeforeEnrollingIsGivenBack: a caller refused with a wait that never
 // enrolls (it gave up at once) is granted the lease by the line; its Store gives it back, and the
 // next in line gets it, within a couple of seconds rather than the lease's TTL.
@@ -338,7 +316,7 @@ func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer w.Close(false)
+			defer w.Close()
 			// The line's grant to g must reach gone's Store, which gives it back.
 			waitFor(t, func() bool { return subscribers(t, srv.Addr, "gone") == 2 })
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "gone", Holder: "a"}); err != nil {

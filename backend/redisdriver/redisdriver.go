@@ -130,16 +130,20 @@ func ms(d time.Duration) int64 {
 	return min(int64(d/time.Millisecond)+min(int64(d%time.Millisecond), 1), maxMs)
 }
 
+// Fences are the least fences an acquire gives: Grant to a new grant, Held to a lease the holder
+// already holds (see core.FenceRaiser). Zero is no floor.
+type Fences struct{ Grant, Held uint64 }
+
 // AcquireArgs returns the ARGV of the acquire script; channel is where a grant from the line is
 // to be published, used when req.Wait > 0, and listens says whether a PUBLISH there counts the
 // Store while it listens (not on a Cluster).
-func AcquireArgs(req core.AcquireRequest, channel string, listens bool, try string) []any {
+func AcquireArgs(req core.AcquireRequest, f Fences, channel string, listens bool, try string) []any {
 	l := "0"
 	if listens {
 		l = "1"
 	}
-	args := []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(req.MinFence, 10), ms(req.Wait), channel,
-		strconv.FormatUint(req.FenceFloor, 10), l}
+	args := []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(f.Held, 10), ms(req.Wait), channel,
+		strconv.FormatUint(f.Grant, 10), l}
 	if try != "" {
 		args = append(args, try)
 	}

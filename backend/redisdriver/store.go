@@ -11,8 +11,9 @@ import (
 var errClosed = core.ErrClosed
 
 var (
-	_ core.Store    = (*Base)(nil)
-	_ core.Notifier = (*Base)(nil)
+	_ core.Store       = (*Base)(nil)
+	_ core.Notifier    = (*Base)(nil)
+	_ core.FenceRaiser = (*Base)(nil)
 )
 
 // Acquire implements core.Store.Acquire: one script call. The key's line is strictly FIFO: free
@@ -21,6 +22,22 @@ var (
 // renews it for its full TTL from that call. A try of a holder whose leave of the key's line is
 // still being sent waits for it first.
 func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	return b.acquire(ctx, req, Fences{})
+}
+
+// AcquireAbove implements core.FenceRaiser: Acquire, where a new grant's fence is at least floor.
+// One script call.
+func (b *Base) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	return b.acquire(ctx, req, Fences{Grant: floor})
+}
+
+// RaiseFence implements core.FenceRaiser: Acquire, where the lease's fence, new or held, is at
+// least fence. One script call.
+func (b *Base) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	return b.acquire(ctx, req, Fences{Grant: fence, Held: fence})
+}
+
+func (b *Base) acquire(ctx context.Context, req core.AcquireRequest, f Fences) (core.AcquireResult, error) {
 	if b.nLeaving.Load() > 0 {
 		if err := b.awaitLeave(ctx, req.Key, req.Holder); err != nil {
 			return core.AcquireResult{}, b.wrap("acquire", req.Key, err)
@@ -42,7 +59,7 @@ func (b *Base) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqui
 	if req.Wait > 0 {
 		tryID = b.id + ":" + strconv.FormatUint(b.tries.Add(1), 36)
 	}
-	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req, channel, listens, tryID))
+	r, err := b.run(ctx, "acquire", req.Key, Acquire, AcquireArgs(req, f, channel, listens, tryID))
 	var res core.AcquireResult
 	var last uint64
 	if err == nil {

@@ -153,7 +153,7 @@ func (s *Subscriptions) Register(ctx context.Context, req core.AcquireRequest) (
 	}
 	s.mu.Unlock()
 	if err := s.sync(ctx, name); err != nil {
-		w.Close(false)
+		w.Close()
 		return nil, fmt.Errorf("subscribe %q: %w", name, err)
 	}
 	return w, nil
@@ -617,7 +617,7 @@ func (w *waiter) Reliable() bool {
 // Close ends the enrollment. A waiter whose latest try was refused, or that was granted a lease
 // from the line it has not taken, leaves the line, which passes such a lease on to the next in
 // line: one script call, in the background.
-func (w *waiter) Close(bool) {
+func (w *waiter) Close() {
 	s := w.s
 	s.mu.Lock()
 	if w.closed {

@@ -1,0 +1,229 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// Acquire implements core.Store.Acquire: granted when a quorum (Quorum(req.Limit): a majority
+// for a mutex) grants with validity left, with the highest fence among them (the lower ones
+// raised to it in a second round, which nodes whose counters are in step make unnecessary).
+// It returns as soon as the answers decide: a quorum granted, or so many refused or failed that
+// a quorum can no longer grant; a hung node costs nothing while the others decide.
+//
+// Cost: one round trip to every node, in parallel (the latency of the quorum-th fastest node,
+// bounded by the node timeout); two when the granting nodes' fences differ. On refusal whatever was granted is released, each node at the fence it granted,
+// before Acquire returns, and the refusal's RetryAfter is when, by the refusing nodes' word, a
+// quorum would have room. When fewer than a quorum of nodes answer, it returns their errors
+// joined.
+//
+// Waiting: every try goes to the nodes with Wait = 0, so no node keeps a place in its line for a
+// Redlock caller (nodes' lines, each in its own arrival order, would grant freed permits to
+// different waiters, none of which reached a quorum), and a caller that wins leaves no place
+// behind. Redlock is no core.Notifier: its waiters retry at their retry interval.
+//
+// Stragglers: a node that answers after the outcome is decided is settled in the background: a
+// grant at another fence than the lease's (or any grant, after a refusal) is released at the
+// fence it was granted; a node that failed after a refusal is released at any fence (it may have
+// granted unseen). Each such call ends within the node timeout, and its release within one more.
+//
+// A failed acquire releases req.Holder on the nodes that granted or failed: a caller-chosen
+// holder id that already held the lease loses it. A late release of a failed try can race a
+// retry of the same holder on a node that answers slowly; the retry's lease then holds one node
+// fewer until its next acquire.
+func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	start := time.Now()
+	quorum := s.Quorum(req.Limit)
+	timeout := s.nodeTimeout(req.TTL)
+	// Nodes grant max(their last fence + 1, their clock in µs, floor). A floor of the local
+	// clock plus fenceLead makes nodes whose counters are in step (as the last grant's raise left
+	// them) grant one fence, so the raise round is rarely needed.
+	floor := uint64(start.UnixMicro()) + fenceLead
+	first := req
+	// No node keeps a place for the caller: each node's line is its own, in its own arrival
+	// order, so nodes would grant the freed permits to different waiters and none reach a
+	// quorum. Redlock waiters retry at their retry interval instead.
+	first.Wait = 0
+	st := s.newSettle(req, timeout)
+	decide := func(rs []result[core.AcquireResult]) bool { return acquireDecided(rs, quorum) }
+	res, c := fanout(ctx, s, round[core.AcquireResult]{timeout: timeout, decided: decide,
+		call: func(c context.Context, _ int, n node) (core.AcquireResult, error) {
+			return n.AcquireAbove(c, first, floor)
+		}})
+	st.expect(c.then(st.late))
+	var granted, failed []int
+	answered, refused := 0, 0
+	for i, r := range res {
+		switch {
+		case errors.Is(r.err, core.ErrInvalid):
+			st.decide(0, true) // the holder holds other permits: nothing of this call to undo
+			return core.AcquireResult{}, r.err
+		case r.err == errNoAnswer:
+		case r.err != nil:
+			failed = append(failed, i)
+		case r.v.Granted:
+			answered++
+			granted = append(granted, i)
+		default:
+			answered++
+			refused++
+		}
+	}
+	if len(granted) >= quorum && ctx.Err() == nil {
+		fence, ok := s.raise(ctx, raising{req: req, quorum: quorum, timeout: timeout}, res, granted)
+		if ok && time.Since(start) < req.TTL-s.drift(req.TTL) {
+			st.decide(fence, false)
+			return core.AcquireResult{Granted: true, Fence: fence}, nil
+		}
+	}
+	// No valid quorum: give back what was granted, each node at its fence, and whatever a node
+	// that failed may have granted unseen; stragglers are released as they answer.
+	st.decide(0, false)
+	rel := map[int]uint64{}
+	for _, i := range granted {
+		rel[i] = 0
+		if res[i].err == nil {
+			rel[i] = res[i].v.Fence
+		}
+	}
+	for _, i := range failed {
+		rel[i] = 0
+	}
+	s.releaseOn(ctx, keyHolder{req.Key, req.Holder}, rel, timeout)
+	if err := ctx.Err(); err != nil {
+		return core.AcquireResult{}, err
+	}
+	if answered < quorum && len(failed) > 0 && refused <= len(s.nodes)-quorum { // failures, not refusals, decided it
+		return core.AcquireResult{}, fmt.Errorf("redlock: %d of %d nodes answered, %d needed: %w", answered, len(s.nodes), quorum, nodeErrors(res))
+	}
+	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
+}
+
+// acquireDecided reports whether the answers so far settle an acquire: a quorum granted, so
+// many refused or failed that a quorum cannot grant, or a node found the request invalid.
+func acquireDecided(rs []result[core.AcquireResult], quorum int) bool {
+	granted, not := 0, 0
+	for _, r := range rs {
+		switch {
+		case r.err == errNoAnswer:
+		case errors.Is(r.err, core.ErrInvalid):
+			return true
+		case r.err == nil && r.v.Granted:
+			granted++
+		default:
+			not++
+		}
+	}
+	return granted >= quorum || not > len(rs)-quorum
+}
+
+func acquireGranted(rs []result[core.AcquireResult], quorum int) bool {
+	n := 0
+	for _, r := range rs {
+		if r.err == nil && r.v.Granted {
+			n++
+		}
+	}
+	return n >= quorum
+}
+
+// fenceLead is how far ahead of the local clock, in µs, a first round asks new grants' fences
+// to be: more than the clocks of this process and the nodes are apart.
+const fenceLead = uint64(time.Second / time.Microsecond)
+
+// raising is the acquire whose fences raise lifts: its request, quorum and node timeout.
+type raising struct {
+	req     core.AcquireRequest
+	quorum  int
+	timeout time.Duration
+}
+
+// raise brings the granting nodes whose fence is below the highest up to it, and reports the
+// fence and whether a quorum now holds the lease at that fence. It records each raised node's
+// answer in res: its new fence, or its error (it may have been raised unseen).
+func (s *Store) raise(ctx context.Context, a raising, res []result[core.AcquireResult], granted []int) (uint64, bool) {
+	req, quorum, timeout := a.req, a.quorum, a.timeout
+	var fence uint64
+	for _, i := range granted {
+		fence = max(fence, res[i].v.Fence)
+	}
+	var low []int
+	at := 0
+	for _, i := range granted {
+		if res[i].v.Fence == fence {
+			at++
+		} else {
+			low = append(low, i)
+		}
+	}
+	if len(low) > 0 {
+		raised, c := fanout(ctx, s, round[core.AcquireResult]{timeout: timeout, nodes: low,
+			call: func(c context.Context, _ int, n node) (core.AcquireResult, error) { return n.RaiseFence(c, req, fence) }})
+		c.then(nil)
+		for _, i := range low {
+			r := raised[i]
+			if r.err == nil && !r.v.Granted {
+				r.err = errors.New("raise refused") // expired meanwhile
+			}
+			res[i] = r
+			if r.err == nil && r.v.Fence == fence {
+				at++
+			}
+		}
+	}
+	return fence, at >= quorum
+}
+
+// retryAfter is when a quorum of nodes would have room: the quorum-th shortest wait among
+// the nodes that answered (a node that granted, and was released, has room now), counting a
+// node that had not answered when the refusal was decided as having room now.
+func retryAfter(res []result[core.AcquireResult], quorum int) time.Duration {
+	var waits []time.Duration
+	for _, r := range res {
+		switch {
+		case r.err == nil:
+			waits = append(waits, r.v.RetryAfter)
+		case r.err == errNoAnswer:
+			waits = append(waits, 0)
+		}
+	}
+	if len(waits) < quorum {
+		return 0
+	}
+	slices.Sort(waits)
+	return waits[quorum-1]
+}
+
+// releaseOn releases lease (a key and holder) on the nodes in fences, each at its fence (0: any), and
+// waits for them, with a context that outlives the caller's for at most the node timeout: a
+// grant must not be left to expire because the caller gave up.
+func (s *Store) releaseOn(ctx context.Context, lease keyHolder, fences map[int]uint64, timeout time.Duration) {
+	if len(fences) == 0 {
+		return
+	}
+	idx := make([]int, 0, len(fences))
+	for i := range fences {
+		idx = append(idx, i)
+	}
+	_, c := fanout(context.WithoutCancel(ctx), s, round[bool]{timeout: timeout, nodes: idx,
+		call: func(c context.Context, i int, n node) (bool, error) {
+			return n.Release(c, core.ReleaseRequest{Key: lease.key, Holder: lease.holder, Fence: fences[i]})
+		}})
+	c.then(nil)
+}
+
+// releaseStray releases, in the background, the lease req names on node i: a node-local lease
+// that is not the quorum's (a grant from that node's line, say), which would otherwise block
+// that node until it expired. It ends within timeout.
+func (s *Store) releaseStray(i int, req core.ReleaseRequest, timeout time.Duration) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		s.nodes[i].Release(ctx, req)
+	}()
+}
