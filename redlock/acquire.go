@@ -122,16 +122,6 @@ func acquireDecided(rs []result[core.AcquireResult], quorum int) bool {
 	return granted >= quorum || not > len(rs)-quorum
 }
 
-func acquireGranted(rs []result[core.AcquireResult], quorum int) bool {
-	n := 0
-	for _, r := range rs {
-		if r.err == nil && r.v.Granted {
-			n++
-		}
-	}
-	return n >= quorum
-}
-
 // fenceLead is how far ahead of the local clock, in µs, a first round asks new grants' fences
 // to be: more than the clocks of this process and the nodes are apart.
 const fenceLead = uint64(time.Second / time.Microsecond)
