@@ -46,7 +46,11 @@ type lease struct {
 	stopped     bool               // no more refreshes
 	ended       bool               // done is closed
 	released    bool               // Release was called
-	err         error
+	// lost says why the lease was lost, wrapping core.ErrLost, with no operation or key: each
+	// later call adds its own. err, what Err reports, is lost with the operation that found the
+	// loss and the key.
+	lost error
+	err  error
 }
 
 var _ core.Lease = (*lease)(nil)
@@ -77,7 +81,7 @@ func startLease(p leaseParams) *lease {
 		extending: make(chan struct{}, 1),
 		req:       core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
 		deadline:  p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
-		stopped:   !p.cfg.refresh,
+		stopped:   p.cfg.noRefresh,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -163,15 +167,15 @@ func (l *lease) Release(ctx context.Context) error {
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
 	}
 	l.endLocked()
-	wasLost := l.err
+	wasLost := l.lost
 	switch {
 	case wasLost != nil:
 	case closed:
 		// Neither released nor ever to be refreshed: lost, now. The backend may keep it until
 		// it expires.
-		l.err = fmt.Errorf("%w: %q: release: %w", core.ErrLost, l.p.key, err)
+		l.setLostLocked("release", err)
 	case err == nil && !held:
-		l.err = fmt.Errorf("%w: %q: the store no longer held it at release (expired or taken)", core.ErrLost, l.p.key)
+		l.setLostLocked("release", errors.New("the store no longer held it (expired or taken)"))
 	}
 	lostNow := l.err
 	l.mu.Unlock()
@@ -186,19 +190,29 @@ func (l *lease) Release(ctx context.Context) error {
 		if f := l.p.cfg.onLost; f != nil {
 			go f(l, lostNow)
 		}
-		return fmt.Errorf("leasehold: release %q: %w", l.p.key, lostNow)
+		return lostNow
 	}
 	l.event(EventReleased, nil)
 	return nil
 }
 
-// loseLocked ends the lease as lost and returns the OnLost call to make, if any, once l.mu is
-// released. l.mu must be held.
-func (l *lease) loseLocked(cause error) func() {
+// setLostLocked records that the operation op found the lease lost, for cause (which may wrap
+// core.ErrLost already). l.mu must be held.
+func (l *lease) setLostLocked(op string, cause error) {
+	l.lost = cause
+	if !errors.Is(cause, core.ErrLost) {
+		l.lost = fmt.Errorf("%w: %w", core.ErrLost, cause)
+	}
+	l.err = fmt.Errorf("leasehold: %s %q: %w", op, l.p.key, l.lost)
+}
+
+// loseLocked ends the lease as lost, found so by the operation op, and returns the OnLost call
+// to make, if any, once l.mu is released. l.mu must be held.
+func (l *lease) loseLocked(op string, cause error) func() {
 	if l.ended || l.released {
 		return nil
 	}
-	l.err = fmt.Errorf("%w: %q: %w", core.ErrLost, l.p.key, cause)
+	l.setLostLocked(op, cause)
 	l.endLocked()
 	f, err := l.p.cfg.onLost, l.err
 	return func() {
@@ -219,7 +233,7 @@ func (l *lease) tick() {
 		return
 	}
 	if !now.Before(l.deadline) {
-		notify := l.loseLocked(errDeadline)
+		notify := l.loseLocked("hold", errDeadline)
 		l.mu.Unlock()
 		if notify != nil {
 			notify()
@@ -265,12 +279,12 @@ func (l *lease) tick() {
 	var notify func()
 	switch {
 	case err == nil && res.Fence != l.p.fence:
-		notify = l.loseLocked(fmt.Errorf("the holder now holds a newer grant (fence %d)", res.Fence))
+		notify = l.loseLocked("refresh", fmt.Errorf("the holder now holds a newer grant (fence %d)", res.Fence))
 	case err == nil:
 		l.deadline = now.Add(l.p.cfg.ttl - drift(l.p.cfg.ttl))
 		l.nextRefresh = now.Add(l.p.cfg.refreshInterval)
 	case errors.Is(err, core.ErrLost), errors.Is(err, core.ErrClosed):
-		notify = l.loseLocked(fmt.Errorf("refresh: %w", err))
+		notify = l.loseLocked("refresh", err)
 	default:
 		after := time.Now()
 		l.nextRefresh = after.Add(max(min(l.p.cfg.refreshInterval, l.deadline.Sub(after)/2), time.Millisecond))
@@ -295,14 +309,11 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	fail := func(err error) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("leasehold: extend %q: %w", l.p.key, err)
 	}
-	switch {
-	case ttl < MinTTL:
-		return fail(fmt.Errorf("%w: ttl %v: must be at least %v", core.ErrInvalid, ttl, MinTTL))
-	case ttl > core.MaxDuration:
-		return fail(fmt.Errorf("%w: ttl %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, ttl, core.MaxDuration))
+	if err := checkTTL(ttl); err != nil {
+		return fail(err)
 	}
 	l.mu.Lock()
-	released, lost := l.released, l.err
+	released, lost := l.released, l.lost
 	l.mu.Unlock()
 	switch {
 	case lost != nil:
@@ -330,9 +341,9 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	var notify func()
 	switch {
 	case err != nil && (errors.Is(err, core.ErrLost) || errors.Is(err, core.ErrClosed)):
-		notify = l.loseLocked(err)
-		if l.err != nil {
-			err = l.err
+		notify = l.loseLocked("extend", err)
+		if l.lost != nil {
+			err = l.lost
 		}
 	case err != nil:
 	case l.ended || l.released:
@@ -363,7 +374,7 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 	snap, err := l.p.store.Inspect(ctx, l.p.key)
 	if err != nil {
 		if errors.Is(err, core.ErrClosed) {
-			l.lose(fmt.Errorf("held: %w", err))
+			l.lose("held", err)
 		}
 		return false, fmt.Errorf("leasehold: held %q: %w", l.p.key, err)
 	}
@@ -374,14 +385,15 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 	}
 	// Gone for certain: a store never revives a lease, so unless Release ended it meanwhile
 	// (which lose checks), it is lost now rather than at the next refresh or the deadline.
-	l.lose(errors.New("held: the store no longer holds it (expired or taken)"))
+	l.lose("held", errors.New("the store no longer holds it (expired or taken)"))
 	return false, nil
 }
 
-// lose ends the lease as lost, unless it has ended or is being released, and runs OnLost.
-func (l *lease) lose(cause error) {
+// lose ends the lease as lost, found so by the operation op, unless it has ended or is being
+// released, and runs OnLost.
+func (l *lease) lose(op string, cause error) {
 	l.mu.Lock()
-	notify := l.loseLocked(cause)
+	notify := l.loseLocked(op, cause)
 	l.mu.Unlock()
 	if notify != nil {
 		notify()

@@ -19,6 +19,18 @@ func onLostCounter() (primitives.Option, *atomic.Int32) {
 	return primitives.WithOnLost(func(core.Lease, error) { n.Add(1) }), &n
 }
 
+// assertOnLostOnce waits until the bubble's goroutines are blocked (OnLost runs on its own)
+// and checks that the callback counted by lost ran exactly once. It runs inside a synctest bubble.
+func assertOnLostOnce(t *testing.T, lost *atomic.Int32) {
+	t.Helper()
+	synctest.Wait()
+	if n := lost.Load(); n != 1 {
+		t.Errorf("OnLost ran %d times, want once", n)
+	}
+}
+
+// assertLostNow checks that l has ended as lost, with an Err wrapping core.ErrLost and also
+// (unless nil).
 func assertLostNow(t *testing.T, l core.Lease, also error) {
 	t.Helper()
 	select {
@@ -52,10 +64,7 @@ func TestClosedStoreLosesLeaseAtItsNextRefresh(t *testing.T) {
 			t.Errorf("lost %v after the acquire, want at the next refresh (1s), not at the deadline", at)
 		}
 		assertLostNow(t, l, core.ErrClosed)
-		synctest.Wait()
-		if n := lost.Load(); n != 1 {
-			t.Errorf("OnLost ran %d times, want once", n)
-		}
+		assertOnLostOnce(t, lost)
 	})
 }
 
@@ -84,10 +93,7 @@ func TestClosedStoreLosesLeaseAtOnceWhenTold(t *testing.T) {
 				if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) && tc.name != "release" {
 					t.Errorf("Release after the loss = %v, want ErrLost", err)
 				}
-				synctest.Wait()
-				if n := lost.Load(); n != 1 {
-					t.Errorf("OnLost ran %d times, want once", n)
-				}
+				assertOnLostOnce(t, lost)
 			})
 		})
 	}
@@ -114,10 +120,7 @@ func TestHeldFindingLeaseGoneMarksItLost(t *testing.T) {
 		if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) {
 			t.Errorf("Release of a lost lease = %v, want ErrLost", err)
 		}
-		synctest.Wait()
-		if n := lost.Load(); n != 1 {
-			t.Errorf("OnLost ran %d times, want once", n)
-		}
+		assertOnLostOnce(t, lost)
 	})
 }
 

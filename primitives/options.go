@@ -24,20 +24,47 @@ type config struct {
 	attempts        int // 0: unlimited
 	retryInterval   time.Duration
 	refreshInterval time.Duration // 0: TTL/3
-	refresh         bool
-	noRefresh       bool // WithoutRefresh was given: it wins over WithRefreshInterval
+	noRefresh       bool          // WithoutRefresh was given: it wins over WithRefreshInterval
 	onLost          func(core.Lease, error)
-	holder          string
-	holderSet       bool
+	holder          string // "": a fresh random id per lease (WithHolder refuses "")
 	events          []func(Event)
 	extended        func(core.ExtendRequest) // tests only: runs when a lease's Extend returns from the store, before its result is applied
 	err             error                    // the first invalid option
 }
 
+// invalid records the option described by format as invalid, unless one was already.
 func (c *config) invalid(format string, args ...any) {
+	c.check(fmt.Errorf("%w: %s", core.ErrInvalid, fmt.Sprintf(format, args...)))
+}
+
+// check records err, if not nil, as the first invalid option, unless one was already.
+func (c *config) check(err error) {
 	if c.err == nil {
-		c.err = fmt.Errorf("%w: %s", core.ErrInvalid, fmt.Sprintf(format, args...))
+		c.err = err
 	}
+}
+
+// checkTTL returns an error wrapping core.ErrInvalid unless MinTTL <= ttl <= core.MaxDuration.
+func checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl < MinTTL:
+		return fmt.Errorf("%w: ttl %v: must be at least %v", core.ErrInvalid, ttl, MinTTL)
+	case ttl > core.MaxDuration:
+		return fmt.Errorf("%w: ttl %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, ttl, core.MaxDuration)
+	}
+	return nil
+}
+
+// checkInterval returns an error wrapping core.ErrInvalid, naming the interval, unless
+// 0 < d <= core.MaxDuration.
+func checkInterval(name string, d time.Duration) error {
+	switch {
+	case d <= 0:
+		return fmt.Errorf("%w: %s %v: must be > 0", core.ErrInvalid, name, d)
+	case d > core.MaxDuration:
+		return fmt.Errorf("%w: %s %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, name, d, core.MaxDuration)
+	}
+	return nil
 }
 
 // MinTTL is the shortest TTL accepted: below it the drift allowance (1% + 2ms) would leave a
@@ -48,12 +75,7 @@ const MinTTL = 10 * time.Millisecond
 // MinTTL (10ms) and at most core.MaxDuration (about 100 years).
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) {
-		switch {
-		case ttl < MinTTL:
-			c.invalid("ttl %v: must be at least %v", ttl, MinTTL)
-		case ttl > core.MaxDuration:
-			c.invalid("ttl %v: must be at most %v (core.MaxDuration)", ttl, core.MaxDuration)
-		}
+		c.check(checkTTL(ttl))
 		c.ttl = ttl
 	}
 }
@@ -92,12 +114,7 @@ func WithAttempts(n int) Option {
 // be at most core.MaxDuration.
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) {
-		switch {
-		case d <= 0:
-			c.invalid("retry interval %v: must be > 0", d)
-		case d > core.MaxDuration:
-			c.invalid("retry interval %v: must be at most %v (core.MaxDuration)", d, core.MaxDuration)
-		}
+		c.check(checkInterval("retry interval", d))
 		c.retryInterval = d
 	}
 }
@@ -107,14 +124,8 @@ func WithRetryInterval(d time.Duration) Option {
 // to be retried before the deadline, and at most core.MaxDuration.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(c *config) {
-		switch {
-		case d <= 0:
-			c.invalid("refresh interval %v: must be > 0", d)
-		case d > core.MaxDuration:
-			c.invalid("refresh interval %v: must be at most %v (core.MaxDuration)", d, core.MaxDuration)
-		}
+		c.check(checkInterval("refresh interval", d))
 		c.refreshInterval = d
-		c.refresh = true
 	}
 }
 
@@ -139,7 +150,7 @@ func WithHolder(id string) Option {
 		if id == "" {
 			c.invalid("holder: must not be empty")
 		}
-		c.holder, c.holderSet = id, true
+		c.holder = id
 	}
 }
 
@@ -148,7 +159,6 @@ func newConfig(opts []Option) (config, error) {
 		ttl:            DefaultTTL,
 		acquireTimeout: DefaultAcquireTimeout,
 		retryInterval:  DefaultRetryInterval,
-		refresh:        true,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -158,13 +168,10 @@ func newConfig(opts []Option) (config, error) {
 	if c.err != nil {
 		return c, c.err
 	}
-	if c.noRefresh {
-		c.refresh = false
-	}
 	if c.refreshInterval == 0 {
 		c.refreshInterval = c.ttl / 3
 	}
-	if valid := c.ttl - drift(c.ttl); c.refresh && c.refreshInterval > valid/2 {
+	if valid := c.ttl - drift(c.ttl); !c.noRefresh && c.refreshInterval > valid/2 {
 		return c, fmt.Errorf("%w: refresh interval %v: must be at most half the lease's validity (%v of ttl %v), so a failed refresh can be retried in time",
 			core.ErrInvalid, c.refreshInterval, valid, c.ttl)
 	}

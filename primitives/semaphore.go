@@ -100,21 +100,21 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 		return nil, fmt.Errorf("leasehold: acquire %q: %w: permits %d: must be in [1, %d]", s.key, core.ErrInvalid, n, s.limit)
 	}
 	holder := s.cfg.holder
-	if !s.cfg.holderSet {
+	if holder == "" {
 		holder = newHolder()
 	}
 	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl}
-	w := waiter{s: s, req: req, attempts: attempts, begin: time.Now()}
-	defer w.close()
+	a := acquisition{s: s, req: req, attempts: attempts, begin: time.Now()}
+	defer a.close()
 	fail := func(err error) (core.Lease, error) {
 		if len(s.cfg.events) > 0 && errors.Is(err, core.ErrNotAcquired) {
-			s.cfg.emit(Event{Kind: EventRefused, Key: s.key, Holder: holder, Permits: n, Wait: time.Since(w.begin), Err: err})
+			s.cfg.emit(Event{Kind: EventRefused, Key: s.key, Holder: holder, Permits: n, Wait: time.Since(a.begin), Err: err})
 		}
 		return nil, fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
 	}
 	for {
 		start := time.Now()
-		res, err := w.try(ctx)
+		res, err := a.try(ctx)
 		if err != nil {
 			return fail(err)
 		}
@@ -123,9 +123,9 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 				// The grant came back after the deadline it would have (a stalled store, say):
 				// the lease would be lost on arrival. Ask again: the holder's re-acquire is
 				// idempotent and renews the lease from a fresh send time.
-				if time.Since(w.begin) >= s.cfg.acquireTimeout {
-					if !s.cfg.holderSet { // a chosen id may name a lease held elsewhere: leave it be
-						w.abandon()
+				if time.Since(a.begin) >= s.cfg.acquireTimeout {
+					if s.cfg.holder == "" { // a chosen id may name a lease held elsewhere: leave it be
+						a.abandon()
 					}
 					return fail(fmt.Errorf("%w: acquire timeout %v exceeded", core.ErrNotAcquired, s.cfg.acquireTimeout))
 				}
@@ -133,11 +133,11 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 			}
 			l := s.newLease(holder, n, res.Fence, start)
 			if len(s.cfg.events) > 0 {
-				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(w.begin)})
+				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(a.begin)})
 			}
 			return l, nil
 		}
-		if err := w.wait(ctx, res.RetryAfter); err != nil {
+		if err := a.wait(ctx, res.RetryAfter); err != nil {
 			return fail(err)
 		}
 	}

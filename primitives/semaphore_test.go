@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
+// mustSemaphore returns a Semaphore of limit permits on the key "pool", or fails the test.
 func mustSemaphore(t *testing.T, store core.Store, limit int, opts ...primitives.Option) *primitives.Semaphore {
 	t.Helper()
 	s, err := primitives.NewSemaphore(store, "pool", limit, opts...)
@@ -52,15 +53,6 @@ func TestSemaphoreWeightedPermitsShareKeySpace(t *testing.T) {
 	}
 	mustRelease(t, big)
 	mustRelease(t, small)
-}
-
-func mustMutexOn(t *testing.T, store core.Store, key string) *primitives.Mutex {
-	t.Helper()
-	m, err := primitives.NewMutex(store, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 func TestSemaphoreLargeRequestIsNotStarved(t *testing.T) {

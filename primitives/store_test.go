@@ -99,9 +99,17 @@ func (r *recorder) acquireWaits() []time.Duration {
 	return slices.Clone(r.waits)
 }
 
+// failExtends makes every Extend return err instead of extending; nil ends the fault.
 func (r *recorder) failExtends(err error) {
 	r.mu.Lock()
 	r.extendErr = err
+	r.mu.Unlock()
+}
+
+// failReleases makes every Release return err instead of releasing; nil ends the fault.
+func (r *recorder) failReleases(err error) {
+	r.mu.Lock()
+	r.releaseErr = err
 	r.mu.Unlock()
 }
 

@@ -62,7 +62,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		switch {
 		case errors.Is(r.err, core.ErrInvalid):
 			st.decide(0, true) // the holder holds other permits: nothing of this call to undo
-			return core.AcquireResult{}, wrap("acquire", req.Key, r.err)
+			return core.AcquireResult{}, r.err
 		case r.err == errNoAnswer:
 		case r.err != nil:
 			failed = append(failed, i)
@@ -96,10 +96,10 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	s.releaseOn(ctx, keyHolder{req.Key, req.Holder}, rel, timeout)
 	if err := ctx.Err(); err != nil {
-		return core.AcquireResult{}, wrap("acquire", req.Key, err)
+		return core.AcquireResult{}, err
 	}
 	if answered < quorum && len(failed) > 0 && refused <= len(s.nodes)-quorum { // failures, not refusals, decided it
-		return core.AcquireResult{}, wrap("acquire", req.Key, fmt.Errorf("%d of %d nodes answered, %d needed: %w", answered, len(s.nodes), quorum, nodeErrors(res)))
+		return core.AcquireResult{}, fmt.Errorf("redlock: %d of %d nodes answered, %d needed: %w", answered, len(s.nodes), quorum, nodeErrors(res))
 	}
 	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
 }
@@ -120,16 +120,6 @@ func acquireDecided(rs []result[core.AcquireResult], quorum int) bool {
 		}
 	}
 	return granted >= quorum || not > len(rs)-quorum
-}
-
-func acquireGranted(rs []result[core.AcquireResult], quorum int) bool {
-	n := 0
-	for _, r := range rs {
-		if r.err == nil && r.v.Granted {
-			n++
-		}
-	}
-	return n >= quorum
 }
 
 // fenceLead is how far ahead of the local clock, in µs, a first round asks new grants' fences

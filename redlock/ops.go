@@ -33,14 +33,14 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	quorum := s.Quorum(t.limit)
 	if err := ctx.Err(); err != nil {
 		c.then(nil)
-		return core.ExtendResult{}, wrap("extend", req.Key, err)
+		return core.ExtendResult{}, err
 	}
 	if t.support < quorum {
 		c.then(nil)
 		if t.support+t.unknown < quorum {
-			return core.ExtendResult{}, wrap("extend", req.Key, fmt.Errorf("%w: %d of %d nodes hold it at one fence, %d needed", core.ErrLost, t.support, len(s.nodes), quorum))
+			return core.ExtendResult{}, fmt.Errorf("%w: redlock: %d of %d nodes hold it at one fence, %d needed", core.ErrLost, t.support, len(s.nodes), quorum)
 		}
-		return core.ExtendResult{}, wrap("extend", req.Key, fmt.Errorf("%d of %d nodes extended, %d needed: %w", t.support, len(s.nodes), quorum, nodeErrors(res)))
+		return core.ExtendResult{}, fmt.Errorf("redlock: %d of %d nodes extended, %d needed: %w", t.support, len(s.nodes), quorum, nodeErrors(res))
 	}
 	out := core.ExtendResult{Fence: t.fence, Limit: t.limit}
 	stray := func(i int, r result[core.ExtendResult]) {
@@ -56,7 +56,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	}
 	c.then(stray)
 	if time.Since(start) >= req.TTL-s.drift(req.TTL) {
-		return core.ExtendResult{}, wrap("extend", req.Key, fmt.Errorf("a quorum extended after the TTL's validity: %w", nodeErrors(res)))
+		return core.ExtendResult{}, fmt.Errorf("redlock: a quorum extended after the TTL's validity: %w", nodeErrors(res))
 	}
 	return out, nil
 }
@@ -96,7 +96,6 @@ func tallyExtend(rs []result[core.ExtendResult]) extendTally {
 // WithNodeTimeout: Release carries no TTL). When fewer than a majority answer, it returns their
 // errors joined. Cost: one round trip to every node in parallel.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
-	key := req.Key
 	decide := func(rs []result[bool]) bool {
 		held, open := 0, 0
 		for _, r := range rs {
@@ -113,7 +112,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		call: func(c context.Context, _ int, n node) (bool, error) { return n.Release(c, req) }})
 	c.then(nil)
 	if err := ctx.Err(); err != nil {
-		return false, wrap("release", key, err)
+		return false, err
 	}
 	held, answered := 0, 0
 	for _, r := range res {
@@ -128,7 +127,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		return true, nil
 	}
 	if answered < s.quorum {
-		return false, wrap("release", key, fmt.Errorf("%d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res)))
+		return false, fmt.Errorf("redlock: %d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res))
 	}
 	return false, nil
 }
@@ -146,11 +145,11 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		call: func(c context.Context, _ int, n node) (core.Snapshot, error) { return n.Inspect(c, key) }})
 	c.then(nil)
 	if err := ctx.Err(); err != nil {
-		return core.Snapshot{}, wrap("inspect", key, err)
+		return core.Snapshot{}, err
 	}
 	by, limit, answered := tallyInspect(res)
 	if answered < s.quorum {
-		return core.Snapshot{}, wrap("inspect", key, fmt.Errorf("%d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res)))
+		return core.Snapshot{}, fmt.Errorf("redlock: %d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res))
 	}
 	snap := core.Snapshot{Limit: limit}
 	quorum := s.Quorum(limit)

@@ -107,7 +107,7 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 		opt(&o)
 	}
 	fail := func(format string, args ...any) (*Store, error) {
-		return nil, fmt.Errorf("leasehold/redlock: new: %w: %s", core.ErrInvalid, fmt.Sprintf(format, args...))
+		return nil, fmt.Errorf("redlock: new: %w: %s", core.ErrInvalid, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case len(stores) == 0:
@@ -168,8 +168,4 @@ func (s *Store) nodeTimeout(ttl time.Duration) time.Duration {
 
 func (s *Store) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*s.opts.driftFactor) + s.opts.driftMin
-}
-
-func wrap(op, key string, err error) error {
-	return fmt.Errorf("leasehold/redlock: %s %q: %w", op, key, err)
 }

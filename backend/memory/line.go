@@ -100,7 +100,7 @@ type enrollment struct {
 // a lease. It starts woken when that happened already. It never blocks, so it ignores ctx: a
 // caller whose ctx ended still gets the Waiter whose Close takes its place out of the line.
 func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waiter, error) {
-	if err := s.lock(context.Background(), "register", req.Key); err != nil {
+	if err := s.lock(context.Background()); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()

@@ -75,14 +75,14 @@ func New(opts ...Option) *Store {
 }
 
 // lock takes the store lock after checking ctx and the closed flag; on error the lock is not held.
-func (s *Store) lock(ctx context.Context, op, key string) error {
+func (s *Store) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("leasehold/memory: %s %q: %w", op, key, err)
+		return err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return fmt.Errorf("leasehold/memory: %s %q: %w", op, key, core.ErrClosed)
+		return core.ErrClosed
 	}
 	return nil
 }
@@ -125,7 +125,7 @@ func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence u
 type fenceMin struct{ grant, held uint64 }
 
 func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenceMin) (core.AcquireResult, error) {
-	if err := s.lock(ctx, "acquire", req.Key); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return core.AcquireResult{}, err
 	}
 	defer s.mu.Unlock()
@@ -138,8 +138,8 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 	s.serveLocked(req.Key, ks, now)
 	if e, ok := ks.leases[req.Holder]; ok {
 		if e.permits != req.Permits {
-			return core.AcquireResult{}, fmt.Errorf("leasehold/memory: acquire %q: %w: holder already holds %d permits, asked for %d",
-				req.Key, core.ErrInvalid, e.permits, req.Permits)
+			return core.AcquireResult{}, fmt.Errorf("%w: holder already holds %d permits, asked for %d",
+				core.ErrInvalid, e.permits, req.Permits)
 		}
 		e.expiry = now.Add(req.TTL)
 		e.untaken = false
@@ -200,18 +200,18 @@ func retryAfter(ks *keyState, now time.Time, need int) time.Duration {
 
 // Extend implements core.Store.Extend.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
-	if err := s.lock(ctx, "extend", req.Key); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return core.ExtendResult{}, err
 	}
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	ks := s.live(req.Key, now)
 	if ks == nil {
-		return core.ExtendResult{}, fmt.Errorf("leasehold/memory: extend %q: %w", req.Key, core.ErrLost)
+		return core.ExtendResult{}, core.ErrLost
 	}
 	e, ok := ks.leases[req.Holder]
 	if !ok {
-		return core.ExtendResult{}, fmt.Errorf("leasehold/memory: extend %q: %w", req.Key, core.ErrLost)
+		return core.ExtendResult{}, core.ErrLost
 	}
 	e.expiry = now.Add(req.TTL)
 	e.untaken = false // a grant from the line, extended (adopted), is taken
@@ -223,7 +223,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 // whose waiters are woken before it returns.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	key := req.Key
-	if err := s.lock(ctx, "release", key); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
 	defer s.mu.Unlock()
@@ -243,7 +243,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 
 // Inspect implements core.Store.Inspect.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
-	if err := s.lock(ctx, "inspect", key); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return core.Snapshot{}, err
 	}
 	defer s.mu.Unlock()

@@ -46,8 +46,8 @@ func TestDemoKeepsTheLimitsAndReportsTheLoss(t *testing.T) {
 		t.Errorf("fences increasing %v, lease lost %v, problems %q", rep.fencesIncreasing, rep.leaseLost, rep.problems)
 	}
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^ +[0-9.]+s +w1 +LOST +demo:pool +1 +[0-9]{10,} .*OnLost: leasehold: lease lost`),
-		regexp.MustCompile(`(?m)^ +[0-9.]+s +w1 +Release\(\) +demo:pool .*returned .*leasehold: lease lost`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+s +w1 +LOST +demo:pool +1 +[0-9]{10,} .*OnLost: leasehold: (hold|release) "demo:pool": lease lost`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+s +w1 +Release\(\) +demo:pool .*returned leasehold: release "demo:pool": lease lost`),
 		regexp.MustCompile(`(?m)^ +[0-9.]+s +w[0-9] +acquired +demo:lock +1 +[0-9]{10,} +1 +1/1$`),
 		regexp.MustCompile(`(?m)^  result +OK`),
 	} {

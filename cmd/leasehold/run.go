@@ -215,7 +215,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, command []string, stdout,
 			cmd.Process.Signal(s)
 		case <-lost:
 			lost = nil
-			fmt.Fprintf(stderr, "leasehold run: lease on %q lost (%v); stopping the command\n", cfg.key, lease.Err())
+			fmt.Fprintf(stderr, "leasehold run: %v; stopping the command\n", lease.Err())
 			cmd.Process.Signal(syscall.SIGTERM)
 			kill = time.After(cfg.grace)
 		case <-kill:
@@ -223,7 +223,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, command []string, stdout,
 		case err := <-exited:
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if rerr := lease.Release(rctx); rerr != nil && !errors.Is(rerr, core.ErrLost) {
-				fmt.Fprintf(stderr, "leasehold run: release: %v\n", rerr)
+				fmt.Fprintf(stderr, "leasehold run: %v\n", rerr)
 			}
 			cancel()
 			return exitStatus(err)

@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/core"
 )
 
 // demoReport is what a run of the demo measured.
@@ -105,4 +108,45 @@ func (d *demo) summary(interrupted bool) demoReport {
 		fmt.Fprintf(w, "    - %s\n", p)
 	}
 	return rep
+}
+
+// event prints one line about lease l: the time, the worker, what happened, the lease, and the
+// key's holders and permits once delta holders of the lease's size are counted. After runDemo
+// has returned it prints nothing.
+func (d *demo) event(who, what string, l core.Lease, delta int, note string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	t := d.shown[l.Key()]
+	t.holders += delta
+	t.permits += delta * l.Permits()
+	limit := d.cfg.limit
+	if l.Key() == lockKey {
+		limit = 1
+	}
+	d.printRow(fmt.Sprintf("%.3fs", time.Since(d.start).Seconds()), who, what, l.Key(), fmt.Sprint(l.Permits()),
+		fmt.Sprint(l.Fence()), fmt.Sprint(t.holders), fmt.Sprintf("%d/%d", t.permits, limit), note)
+}
+
+// printRow prints one line of the event table; d.mu must be held, or no other goroutine running.
+func (d *demo) printRow(at, who, what, key, permits, fence, holders, inUse, note string) {
+	line := fmt.Sprintf("%8s  %-*s  %-9s  %-9s  %7s  %16s  %7s  %6s  %s",
+		at, d.nameWidth, who, what, key, permits, fence, holders, inUse, note)
+	fmt.Fprintln(d.w, strings.TrimRight(line, " "))
+}
+
+// problem records a failed check.
+func (d *demo) problem(format string, args ...any) {
+	d.mu.Lock()
+	d.problems = append(d.problems, fmt.Sprintf(format, args...))
+	d.mu.Unlock()
+}
+
+// note records something worth reporting that is not a failed check.
+func (d *demo) note(format string, args ...any) {
+	d.mu.Lock()
+	d.notes = append(d.notes, fmt.Sprintf(format, args...))
+	d.mu.Unlock()
 }

@@ -105,8 +105,13 @@ func TestCheckersCatchBrokenStores(t *testing.T) {
 
 func TestResourceRefusesStaleFences(t *testing.T) {
 	var r history.Resource
-	if !r.Write(5) || !r.Write(5) || !r.Write(7) || r.Write(6) {
-		t.Fatal("want 5, 5, 7 accepted and 6 refused")
+	for _, w := range []struct {
+		fence    uint64
+		accepted bool
+	}{{fence: 5, accepted: true}, {fence: 5, accepted: true}, {fence: 7, accepted: true}, {fence: 6, accepted: false}} {
+		if got := r.Write(w.fence); got != w.accepted {
+			t.Fatalf("Write(%d) = %v; want 5, 5, 7 accepted in turn, then 6 refused", w.fence, got)
+		}
 	}
 	if a, f := r.Counts(); a != 3 || f != 1 {
 		t.Fatalf("counts %d, %d; want 3, 1", a, f)

@@ -159,15 +159,16 @@ func New(store core.Store, limit int, opts ...Option) (func(http.Handler) http.H
 		c.invalid("limit %d: must be at most %d (core.MaxLimit)", limit, core.MaxLimit)
 	}
 	if c.err != nil {
-		return nil, fmt.Errorf("leasehold/httplimit: new: %w", c.err)
+		return nil, fmt.Errorf("leasehold: new httplimit: %w", c.err)
 	}
 	l := &limiter{store: store, limit: limit, cfg: c, opts: []primitives.Option{primitives.WithTTL(c.ttl)}}
 	if c.wait > 0 {
 		l.opts = append(l.opts, primitives.WithAcquireTimeout(c.wait))
 	}
-	// Building the default key's Semaphore checks the options once, here, and costs no store call.
+	// Building the default key's Semaphore checks the options once, here, and costs no store
+	// call. Its error names the operation and key already.
 	if _, err := l.semaphore(DefaultKey); err != nil {
-		return nil, fmt.Errorf("leasehold/httplimit: new: %w", err)
+		return nil, err
 	}
 	return l.wrap, nil
 }

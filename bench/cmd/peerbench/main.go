@@ -163,7 +163,7 @@ func bounded(ctx context.Context, limit time.Duration, f func(context.Context) (
 			}
 		}()
 		r, err := f(ctx)
-		ch <- outcome{r, err}
+		ch <- outcome{r: r, err: err}
 	}()
 	t := time.NewTimer(limit)
 	defer t.Stop()

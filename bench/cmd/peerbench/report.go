@@ -43,15 +43,15 @@ type spec struct {
 func specs(workers int) [numColumns]spec {
 	w := strconv.Itoa(workers)
 	return [numColumns]spec{
-		colUncontended: {"Uncontended pairs/s (1 worker) ↑", true, true, integer},
-		colContended:   {w + " workers, 1 key: pairs/s ↑", true, true, integer},
-		colP50:         {"Handoff p50 µs ↓", false, true, small},
-		colP99:         {"Handoff p99 µs ↓", false, true, small},
-		colCmds:        {"Commands/handoff ↓", false, true, fixed2},
-		colOther:       {"Grants to another worker (no ratio)", true, false, percent},
-		colIdle:        {"Commands/s, " + w + " waiting ↓", false, true, small},
-		colSemaphore:   {"Semaphore(" + strconv.Itoa(semaphoreLimit) + "), " + w + " workers: acquires/s ↑", true, true, integer},
-		colRedlock:     {"Redlock(3) pairs/s (1 worker) ↑", true, true, integer},
+		colUncontended: {title: "Uncontended pairs/s (1 worker) ↑", higher: true, ratio: true, format: integer},
+		colContended:   {title: w + " workers, 1 key: pairs/s ↑", higher: true, ratio: true, format: integer},
+		colP50:         {title: "Handoff p50 µs ↓", higher: false, ratio: true, format: small},
+		colP99:         {title: "Handoff p99 µs ↓", higher: false, ratio: true, format: small},
+		colCmds:        {title: "Commands/handoff ↓", higher: false, ratio: true, format: fixed2},
+		colOther:       {title: "Grants to another worker (no ratio)", higher: true, ratio: false, format: percent},
+		colIdle:        {title: "Commands/s, " + w + " waiting ↓", higher: false, ratio: true, format: small},
+		colSemaphore:   {title: "Semaphore(" + strconv.Itoa(semaphoreLimit) + "), " + w + " workers: acquires/s ↑", higher: true, ratio: true, format: integer},
+		colRedlock:     {title: "Redlock(3) pairs/s (1 worker) ↑", higher: true, ratio: true, format: integer},
 	}
 }
 

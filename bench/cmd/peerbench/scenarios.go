@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -52,211 +51,21 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
-	{"uncontended", []column{colUncontended}, always, uncontended},
-	{"contended", []column{colContended, colP50, colP99, colCmds, colOther}, always, contended},
-	{"idle", []column{colIdle}, always, idle},
-	{"semaphore", []column{colSemaphore}, func(l lockers.Lib) bool { return l.Semaphore != nil }, semaphore},
-	{"redlock", []column{colRedlock}, func(l lockers.Lib) bool { return l.Redlock != nil }, redlockScenario},
+	{name: "uncontended", columns: []column{colUncontended}, applies: always, run: uncontended},
+	{name: "contended", columns: []column{colContended, colP50, colP99, colCmds, colOther}, applies: always, run: contended},
+	{name: "idle", columns: []column{colIdle}, applies: always, run: idle},
+	{name: "semaphore", columns: []column{colSemaphore}, applies: func(l lockers.Lib) bool { return l.Semaphore != nil }, run: semaphore},
+	{name: "redlock", columns: []column{colRedlock}, applies: func(l lockers.Lib) bool { return l.Redlock != nil }, run: redlockScenario},
 }
 
 func always(lockers.Lib) bool { return true }
 
 func key(scenario string, l lockers.Lib) string { return "peerbench:" + scenario + ":" + l.Name }
 
-// open makes n Lockers with newLocker, closing those made if one fails.
-func open(n int, newLocker func() (lockers.Locker, error)) ([]lockers.Locker, error) {
-	var ls []lockers.Locker
-	for range n {
-		l, err := newLocker()
-		if err != nil {
-			closeAll(ls)
-			return nil, err
-		}
-		ls = append(ls, l)
-	}
-	return ls, nil
-}
-
-func closeAll(ls []lockers.Locker) {
-	for _, l := range ls {
-		l.Close()
-	}
-}
-
-// warm takes and releases the lock once with each Locker in turn, so connections are open and
-// scripts loaded before anything is measured.
-func warm(ctx context.Context, ls []lockers.Locker) error {
-	for _, l := range ls {
-		ctx, cancel := context.WithCancel(ctx)
-		t := time.AfterFunc(10*time.Second, cancel)
-		unlock, err := l.Lock(ctx)
-		t.Stop()
-		if err == nil {
-			err = unlock()
-		}
-		cancel()
-		if err != nil {
-			return fmt.Errorf("warm-up: %w", err)
-		}
-	}
-	return nil
-}
-
-// failures counts acquires and releases that returned an error other than the run ending, and
-// keeps the first.
-type failures struct {
-	n     atomic.Int64
-	mu    sync.Mutex
-	first error
-}
-
-func (f *failures) add(err error) {
-	if f.n.Add(1) == 1 {
-		f.mu.Lock()
-		f.first = err
-		f.mu.Unlock()
-	}
-}
-
-func (f *failures) note(what string) string {
-	n := f.n.Load()
-	if n == 0 {
-		return ""
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return fmt.Sprintf("%s: %d acquires or releases returned an error and the worker went on (first: %v)", what, n, f.first)
-}
-
-// hammered is what hammer measured.
-type hammered struct {
-	pairs    int64
-	elapsed  time.Duration
-	lat      []time.Duration // from the start of a release to the return of another worker's acquire
-	other    int64           // grants to a worker other than the previous holder
-	fails    failures
-	stranded int64 // workers still waiting when the grace after the run ran out
-	cmds     wire.Counts
-}
-
-// hammer has each Locker take and release the lock in a loop, all at once, for d. It counts the
-// pairs whose acquire returned within d and times each handoff, from the moment the holder
-// starts its release to the moment another worker's acquire returns. When d is up
-// the workers finish the acquire they are in and stop; any still waiting after grace are
-// counted as stranded and cancelled. Commands sent through c are counted over d.
-func hammer(ctx context.Context, ls []lockers.Locker, d time.Duration, c *wire.Counter) *hammered {
-	h := &hammered{}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		stop       atomic.Bool
-		releasedAt atomic.Int64
-		last       atomic.Int64
-		pairs      atomic.Int64
-		other      atomic.Int64
-		running    atomic.Int64
-		mu         sync.Mutex
-		wg         sync.WaitGroup
-		end        time.Time
-	)
-	begin := make(chan struct{})
-	for i, l := range ls {
-		id := int64(i + 1)
-		running.Add(1)
-		wg.Go(func() {
-			defer running.Add(-1)
-			<-begin
-			for !stop.Load() {
-				unlock, err := l.Lock(runCtx)
-				if err != nil {
-					if runCtx.Err() != nil {
-						return
-					}
-					h.fails.add(err)
-					continue
-				}
-				if now := time.Now(); now.Before(end) {
-					pairs.Add(1)
-					// A handoff is a grant to another worker: a worker taking the lock straight
-					// back after its own release hands nothing over, and is not timed.
-					if prev := last.Load(); prev != 0 && prev != id {
-						other.Add(1)
-						if r := releasedAt.Load(); r != 0 {
-							mu.Lock()
-							h.lat = append(h.lat, time.Duration(now.UnixNano()-r))
-							mu.Unlock()
-						}
-					}
-				}
-				last.Store(id)
-				releasedAt.Store(time.Now().UnixNano())
-				if err := unlock(); err != nil {
-					h.fails.add(err)
-				}
-			}
-		})
-	}
-	before := c.Snapshot()
-	start := time.Now()
-	end = start.Add(d)
-	close(begin)
-	select {
-	case <-time.After(d):
-	case <-ctx.Done():
-	}
-	h.cmds = c.Snapshot().Since(before)
-	h.elapsed = time.Since(start)
-	stop.Store(true)
-	if !waitFor(&wg, grace) {
-		h.stranded = running.Load()
-		cancel()
-		wg.Wait()
-	}
-	h.pairs, h.other = pairs.Load(), other.Load()
-	return h
-}
-
-// waitFor waits for wg for up to d and reports whether it finished.
-func waitFor(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-func (h *hammered) rate() float64 { return float64(h.pairs) / h.elapsed.Seconds() }
-
-// check turns a run with no pairs at all into an error.
-func (h *hammered) check() error {
-	if h.pairs > 0 {
-		return nil
-	}
-	if h.fails.n.Load() > 0 {
-		return fmt.Errorf("no acquire succeeded: %v", h.fails.first)
-	}
-	return errors.New("no acquire succeeded")
-}
-
 // single runs hammer with one Locker from newLocker and reports its rate in col.
 func single(ctx context.Context, e *env, col column, newLocker func() (lockers.Locker, error)) (result, error) {
-	l, err := newLocker()
+	h, err := hammerLockers(ctx, e, 1, newLocker, nil)
 	if err != nil {
-		return result{}, err
-	}
-	defer l.Close()
-	ls := []lockers.Locker{l}
-	if err := warm(ctx, ls); err != nil {
-		return result{}, err
-	}
-	h := hammer(ctx, ls, e.duration, nil)
-	if err := h.check(); err != nil {
 		return result{}, err
 	}
 	r := result{cells: map[column]cell{col: {v: h.rate(), ok: true}}}
@@ -280,16 +89,8 @@ func redlockScenario(ctx context.Context, e *env, l lockers.Lib) (result, error)
 
 func contended(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 	c := wire.NewCounter()
-	ls, err := open(e.workers, func() (lockers.Locker, error) { return l.Mutex(e.addr, key("contended", l), c) })
+	h, err := hammerLockers(ctx, e, e.workers, func() (lockers.Locker, error) { return l.Mutex(e.addr, key("contended", l), c) }, c)
 	if err != nil {
-		return result{}, err
-	}
-	defer closeAll(ls)
-	if err := warm(ctx, ls); err != nil {
-		return result{}, err
-	}
-	h := hammer(ctx, ls, e.duration, c)
-	if err := h.check(); err != nil {
 		return result{}, err
 	}
 	r := result{cells: map[column]cell{
@@ -311,18 +112,10 @@ func contended(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 }
 
 func semaphore(ctx context.Context, e *env, l lockers.Lib) (result, error) {
-	ls, err := open(e.workers, func() (lockers.Locker, error) {
+	h, err := hammerLockers(ctx, e, e.workers, func() (lockers.Locker, error) {
 		return l.Semaphore(e.addr, key("semaphore", l), semaphoreLimit, nil)
-	})
+	}, nil)
 	if err != nil {
-		return result{}, err
-	}
-	defer closeAll(ls)
-	if err := warm(ctx, ls); err != nil {
-		return result{}, err
-	}
-	h := hammer(ctx, ls, e.duration, nil)
-	if err := h.check(); err != nil {
 		return result{}, err
 	}
 	r := result{cells: map[column]cell{colSemaphore: {v: h.rate(), ok: true}}}
@@ -387,12 +180,7 @@ func idle(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 	if err := release(); err != nil {
 		fails.add(err)
 	}
-	var stranded int64
-	if !waitFor(&wg, grace) {
-		stranded = running.Load()
-		cancel()
-		wg.Wait()
-	}
+	stranded := cancelStragglers(&wg, &running, cancel)
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}

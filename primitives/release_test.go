@@ -1,0 +1,97 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+func TestFailedReleaseCanBeRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		rec.failReleases(errNetwork)
+		if err := l.Release(context.Background()); !errors.Is(err, errNetwork) {
+			t.Fatalf("Release with the store unreachable: %v, want the store's error", err)
+		}
+		select {
+		case <-l.Done():
+			t.Fatal("a lease whose release failed was reported ended")
+		default:
+		}
+		rec.failReleases(nil)
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatalf("retried Release: %v", err)
+		}
+		if snap, _ := rec.inner.Inspect(context.Background(), "job"); len(snap.Leases) != 0 {
+			t.Errorf("the retried Release left %+v", snap.Leases)
+		}
+	})
+}
+
+func TestFailedReleaseLeavesLeaseToItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		rec.failReleases(errNetwork)
+		l.Release(context.Background())
+		extends := rec.extends.Load()
+		<-l.Done() // lost at the deadline, unrefreshed
+		if rec.extends.Load() != extends || !errors.Is(l.Err(), core.ErrLost) {
+			t.Errorf("after a failed release: %d more refreshes, Err %v; want none and ErrLost", rec.extends.Load()-extends, l.Err())
+		}
+	})
+}
+
+// TestStaleReleaseUnderOneHolderIDLeavesTheNewerLease: under WithHolder, a lease that was lost
+// and expired must not free a newer lease taken under the same id: release names the fence.
+func TestStaleReleaseUnderOneHolderIDLeavesTheNewerLease(t *testing.T) {
+	store := memory.New()
+	ctx := context.Background()
+	stale, _ := primitives.NewMutex(store, "job", primitives.WithHolder("worker-1"), primitives.WithTTL(50*time.Millisecond), primitives.WithoutRefresh())
+	l1, err := stale.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l1.Done() // lost at its deadline; then the store's expiry passes too
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		snap, err := store.Inspect(ctx, "job")
+		if err != nil || len(snap.Leases) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store still holds the lease 5s after its TTL")
+		}
+		time.Sleep(time.Millisecond) // poll, bounded
+	}
+	fresh, _ := primitives.NewMutex(store, "job", primitives.WithHolder("worker-1"), primitives.WithTTL(time.Minute))
+	l2, err := fresh.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	if l2.Fence() == l1.Fence() {
+		t.Fatalf("the second lease has the first one's fence %d", l1.Fence())
+	}
+	if err := l1.Release(ctx); !errors.Is(err, core.ErrLost) {
+		t.Errorf("stale Release: %v, want ErrLost", err)
+	}
+	snap, err := store.Inspect(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Leases) != 1 || snap.Leases[0].Fence != l2.Fence() {
+		t.Fatalf("after the stale lease's Release the store holds %+v, want the newer lease (fence %d)", snap.Leases, l2.Fence())
+	}
+	if held, err := l2.Held(ctx); err != nil || !held {
+		t.Errorf("newer lease Held = %v, %v; want true", held, err)
+	}
+}
