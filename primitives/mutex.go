@@ -17,7 +17,7 @@ type Mutex struct {
 // NewMutex returns a Mutex on key. It checks its arguments and options and returns an error
 // wrapping core.ErrInvalid that names the bad one; it does not touch the store.
 func NewMutex(store core.Store, key string, opts ...Option) (*Mutex, error) {
-	s, err := newSemaphore("mutex", store, key, 1, opts)
+	s, err := newSemaphore(store, resource{kind: "mutex", key: key, limit: 1}, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -25,10 +25,17 @@ type Semaphore struct {
 // checks its arguments and options and returns an error wrapping core.ErrInvalid that names the
 // bad one; it does not touch the store.
 func NewSemaphore(store core.Store, key string, limit int, opts ...Option) (*Semaphore, error) {
-	return newSemaphore("semaphore", store, key, limit, opts)
+	return newSemaphore(store, resource{kind: "semaphore", key: key, limit: limit}, opts)
 }
 
-func newSemaphore(kind string, store core.Store, key string, limit int, opts []Option) (*Semaphore, error) {
+// resource is what a constructor was asked for: its kind (for messages), key and limit.
+type resource struct {
+	kind, key string
+	limit     int
+}
+
+func newSemaphore(store core.Store, r resource, opts []Option) (*Semaphore, error) {
+	kind, key, limit := r.kind, r.key, r.limit
 	fail := func(err error) (*Semaphore, error) {
 		return nil, fmt.Errorf("leasehold: new %s %q: %w", kind, key, err)
 	}

@@ -188,7 +188,7 @@ func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) (demoReport, erro
 		cfg.workers, poolKey, cfg.limit, lockKey, cfg.duration)
 	fmt.Fprintf(w, "Their leases have TTL %v, refreshed every %v; w1 lets one lease of TTL %v expire.\n\n",
 		cfg.ttl, (cfg.ttl / 3).Round(time.Millisecond), d.stallTTL)
-	d.printRow("time", "worker", "event", "key", "permits", "fence", "holders", "in use", "")
+	d.printRow(tableRow{at: "time", who: "worker", what: "event", key: "key", permits: "permits", fence: "fence", holders: "holders", inUse: "in use"})
 	d.start = time.Now()
 
 	workCtx, cancel := context.WithTimeout(ctx, cfg.duration)
@@ -224,20 +224,34 @@ func (d *demo) worker(workCtx, runCtx context.Context, id int) {
 	}
 	for workCtx.Err() == nil {
 		n := 1 + rand.IntN(min(2, d.cfg.limit))
-		acquire := func(ctx context.Context) (core.Lease, error) { return d.pool.Acquire(ctx, n) }
-		d.hold(workCtx, name, acquire, &d.poolInUse, &d.poolAcquired, between(d.cfg.duration/12, d.cfg.duration/6))
+		d.hold(workCtx, name, job{
+			acquire:  func(ctx context.Context) (core.Lease, error) { return d.pool.Acquire(ctx, n) },
+			held:     &d.poolInUse,
+			acquired: &d.poolAcquired,
+			work:     between(d.cfg.duration/12, d.cfg.duration/6),
+		})
 		if rand.IntN(3) == 0 {
-			d.hold(workCtx, name, d.lock.Acquire, &d.lockHolders, &d.lockAcquired, d.cfg.duration/50)
+			d.hold(workCtx, name, job{acquire: d.lock.Acquire, held: &d.lockHolders, acquired: &d.lockAcquired, work: d.cfg.duration / 50})
 		}
 		sleep(workCtx, nil, between(0, d.cfg.duration/40))
 	}
 }
 
-// hold acquires a lease, counts it in held, works under it for work (less if ctx ends or the lease
-// is lost), and releases it. An acquire that fails before ctx ends is a failed check; a lease
-// lost although it was refreshed is noted.
-func (d *demo) hold(ctx context.Context, name string, acquire func(context.Context) (core.Lease, error), held *gauge, acquired *atomic.Int64, work time.Duration) {
-	l, err := acquire(ctx)
+// job is one turn of a worker on a key: how it acquires, where the lease is counted while held
+// and once acquired, and how long it works under the lease.
+type job struct {
+	acquire  func(context.Context) (core.Lease, error)
+	held     *gauge
+	acquired *atomic.Int64
+	work     time.Duration
+}
+
+// hold acquires a lease, counts it in j.held, works under it for j.work (less if ctx ends or the
+// lease is lost), and releases it. An acquire that fails before ctx ends is a failed check; a
+// lease lost although it was refreshed is noted.
+func (d *demo) hold(ctx context.Context, name string, j job) {
+	held, acquired := j.held, j.acquired
+	l, err := j.acquire(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.problem("%s: %v", name, err)
@@ -246,13 +260,13 @@ func (d *demo) hold(ctx context.Context, name string, acquire func(context.Conte
 	}
 	held.add(l.Permits())
 	acquired.Add(1)
-	d.event(name, "acquired", l, 1, "")
-	lost := sleep(ctx, l.Done(), work)
+	d.event(l, happening{who: name, what: "acquired", delta: 1})
+	lost := sleep(ctx, l.Done(), j.work)
 	held.add(-l.Permits())
 	if lost {
-		d.event(name, "LOST", l, -1, l.Err().Error())
+		d.event(l, happening{who: name, what: "LOST", delta: -1, note: l.Err().Error()})
 	} else {
-		d.event(name, "released", l, -1, "")
+		d.event(l, happening{who: name, what: "released", delta: -1})
 	}
 	err = l.Release(context.WithoutCancel(ctx))
 	switch {

@@ -93,6 +93,7 @@ type runConfig struct {
 	ttl     time.Duration
 	wait    time.Duration
 	grace   time.Duration
+	command []string // what to run, after "--"
 }
 
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -139,7 +140,8 @@ Flags:
 	case cfg.wait < 0 || cfg.grace < 0:
 		usageError(stderr, "run", "-wait and -grace must not be negative")
 	default:
-		return runUnderLease(ctx, cfg, command, stdout, stderr)
+		cfg.command = command
+		return runUnderLease(ctx, cfg, stdout, stderr)
 	}
 	return exitUsage
 }
@@ -164,7 +166,8 @@ func afterDashes(args []string) []string {
 	return nil
 }
 
-func runUnderLease(ctx context.Context, cfg runConfig, command []string, stdout, stderr io.Writer) int {
+func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) int {
+	command := cfg.command
 	// Signals go to the command from here on, not to our context.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)

@@ -25,7 +25,7 @@ func (d *demo) stall(workCtx, runCtx context.Context, name string) {
 	d.stalled = true
 	d.mu.Unlock()
 	pause := 2 * d.stallTTL
-	d.event(name, "acquired", l, 1, fmt.Sprintf("no refresh, TTL %v; now stalls %v without checking", d.stallTTL, pause))
+	d.event(l, happening{who: name, what: "acquired", delta: 1, note: fmt.Sprintf("no refresh, TTL %v; now stalls %v without checking", d.stallTTL, pause)})
 	sleep(runCtx, nil, pause)
 
 	// What the lease says when its holder wakes: by now its timer has declared it lost.
@@ -36,10 +36,10 @@ func (d *demo) stall(workCtx, runCtx context.Context, name string) {
 	default:
 	}
 	errSeen := l.Err()
-	d.event(name, "woke", l, 0, fmt.Sprintf("Done() closed: %v; Err() wraps core.ErrLost: %v", doneClosed, errors.Is(errSeen, core.ErrLost)))
+	d.event(l, happening{who: name, what: "woke", note: fmt.Sprintf("Done() closed: %v; Err() wraps core.ErrLost: %v", doneClosed, errors.Is(errSeen, core.ErrLost))})
 	relErr := l.Release(context.WithoutCancel(runCtx))
 	if relErr == nil && runCtx.Err() != nil {
-		d.event(name, "released", l, -1, "interrupted before the lease expired")
+		d.event(l, happening{who: name, what: "released", delta: -1, note: "interrupted before the lease expired"})
 		return
 	}
 	var lostErr error
@@ -47,9 +47,9 @@ func (d *demo) stall(workCtx, runCtx context.Context, name string) {
 		// The loss has been handed to OnLost by now, on a goroutine of its own.
 		lostErr = d.waitLost()
 	}
-	d.event(name, "Release()", l, 0, "returned "+errString(relErr))
+	d.event(l, happening{who: name, what: "Release()", note: "returned " + errString(relErr)})
 	if latest := d.store.record(poolKey).maxFence; latest > l.Fence() {
-		d.event(name, "fenced", l, 0, fmt.Sprintf("a resource that has seen fence %d refuses this holder's writes", latest))
+		d.event(l, happening{who: name, what: "fenced", note: fmt.Sprintf("a resource that has seen fence %d refuses this holder's writes", latest)})
 	}
 
 	if !doneClosed || errSeen == nil {
@@ -76,7 +76,7 @@ func (d *demo) onLost(l core.Lease, err error) {
 	d.mu.Lock()
 	d.lostAt = time.Since(d.start)
 	d.mu.Unlock()
-	d.event(workerName(1), "LOST", l, -1, "OnLost: "+err.Error())
+	d.event(l, happening{who: workerName(1), what: "LOST", delta: -1, note: "OnLost: " + err.Error()})
 	select {
 	case d.lost <- err:
 	default: // a second call would be a library bug; stall reports the first

@@ -110,10 +110,18 @@ func (d *demo) summary(interrupted bool) demoReport {
 	return rep
 }
 
+// happening is what a worker did with a lease: who, what, how many holders of the lease's size
+// it adds to the key's count (-1 when it lets go), and a note.
+type happening struct {
+	who, what, note string
+	delta           int
+}
+
 // event prints one line about lease l: the time, the worker, what happened, the lease, and the
-// key's holders and permits once delta holders of the lease's size are counted. After runDemo
+// key's holders and permits once h.delta holders of the lease's size are counted. After runDemo
 // has returned it prints nothing.
-func (d *demo) event(who, what string, l core.Lease, delta int, note string) {
+func (d *demo) event(l core.Lease, h happening) {
+	who, what, delta, note := h.who, h.what, h.delta, h.note
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -126,14 +134,20 @@ func (d *demo) event(who, what string, l core.Lease, delta int, note string) {
 	if l.Key() == lockKey {
 		limit = 1
 	}
-	d.printRow(fmt.Sprintf("%.3fs", time.Since(d.start).Seconds()), who, what, l.Key(), fmt.Sprint(l.Permits()),
-		fmt.Sprint(l.Fence()), fmt.Sprint(t.holders), fmt.Sprintf("%d/%d", t.permits, limit), note)
+	d.printRow(tableRow{at: fmt.Sprintf("%.3fs", time.Since(d.start).Seconds()), who: who, what: what, key: l.Key(),
+		permits: fmt.Sprint(l.Permits()), fence: fmt.Sprint(l.Fence()), holders: fmt.Sprint(t.holders),
+		inUse: fmt.Sprintf("%d/%d", t.permits, limit), note: note})
+}
+
+// tableRow is one line of the event table, its cells formatted.
+type tableRow struct {
+	at, who, what, key, permits, fence, holders, inUse, note string
 }
 
 // printRow prints one line of the event table; d.mu must be held, or no other goroutine running.
-func (d *demo) printRow(at, who, what, key, permits, fence, holders, inUse, note string) {
+func (d *demo) printRow(r tableRow) {
 	line := fmt.Sprintf("%8s  %-*s  %-9s  %-9s  %7s  %16s  %7s  %6s  %s",
-		at, d.nameWidth, who, what, key, permits, fence, holders, inUse, note)
+		r.at, d.nameWidth, r.who, r.what, r.key, r.permits, r.fence, r.holders, r.inUse, r.note)
 	fmt.Fprintln(d.w, strings.TrimRight(line, " "))
 }
 

@@ -195,10 +195,19 @@ func (h *hammered) check() error {
 	return errors.New("no acquire succeeded")
 }
 
-// hammerLockers opens n Lockers with newLocker, warms them up, hammers them for e.duration
-// (counting the commands sent through c, when not nil) and closes them. It returns what hammer
-// measured, or an error if a Locker could not be made or warmed, or no pair succeeded.
-func hammerLockers(ctx context.Context, e *env, n int, newLocker func() (lockers.Locker, error), c *wire.Counter) (*hammered, error) {
+// fleet is the Lockers a scenario hammers: n of them, each made by newLocker, their commands
+// counted through counter when it is not nil.
+type fleet struct {
+	n         int
+	newLocker func() (lockers.Locker, error)
+	counter   *wire.Counter
+}
+
+// hammerLockers opens f's Lockers, warms them up, hammers them for e.duration and closes them. It
+// returns what hammer measured, or an error if a Locker could not be made or warmed, or no pair
+// succeeded.
+func hammerLockers(ctx context.Context, e *env, f fleet) (*hammered, error) {
+	n, newLocker, c := f.n, f.newLocker, f.counter
 	ls, err := open(n, newLocker)
 	if err != nil {
 		return nil, err

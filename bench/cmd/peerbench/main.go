@@ -118,7 +118,7 @@ func run() error {
 		}
 	}
 
-	fmt.Print(report(rows, cols, e, version, time.Since(began)))
+	fmt.Print(report(rows, cols, e, runFacts{redisVersion: version, took: time.Since(began)}))
 	return nil
 }
 
@@ -233,7 +233,14 @@ func pickScenarios(list string) ([]scenario, error) {
 	return chosen, nil
 }
 
-func report(rows []*row, cols []column, e *env, redisVersion string, took time.Duration) string {
+// runFacts is what report says of the run itself: the server's version and how long it took.
+type runFacts struct {
+	redisVersion string
+	took         time.Duration
+}
+
+func report(rows []*row, cols []column, e *env, run runFacts) string {
+	redisVersion, took := run.redisVersion, run.took
 	var b strings.Builder
 	fmt.Fprintf(&b, "Machine: %s, %d cores (GOMAXPROCS %d), %s/%s, %s, redis-server %s on loopback\n\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), redisVersion)

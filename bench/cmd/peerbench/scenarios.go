@@ -64,7 +64,7 @@ func key(scenario string, l lockers.Lib) string { return "peerbench:" + scenario
 
 // single runs hammer with one Locker from newLocker and reports its rate in col.
 func single(ctx context.Context, e *env, col column, newLocker func() (lockers.Locker, error)) (result, error) {
-	h, err := hammerLockers(ctx, e, 1, newLocker, nil)
+	h, err := hammerLockers(ctx, e, fleet{n: 1, newLocker: newLocker})
 	if err != nil {
 		return result{}, err
 	}
@@ -89,7 +89,8 @@ func redlockScenario(ctx context.Context, e *env, l lockers.Lib) (result, error)
 
 func contended(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 	c := wire.NewCounter()
-	h, err := hammerLockers(ctx, e, e.workers, func() (lockers.Locker, error) { return l.Mutex(e.addr, key("contended", l), c) }, c)
+	h, err := hammerLockers(ctx, e, fleet{n: e.workers, counter: c,
+		newLocker: func() (lockers.Locker, error) { return l.Mutex(e.addr, key("contended", l), c) }})
 	if err != nil {
 		return result{}, err
 	}
@@ -112,9 +113,9 @@ func contended(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 }
 
 func semaphore(ctx context.Context, e *env, l lockers.Lib) (result, error) {
-	h, err := hammerLockers(ctx, e, e.workers, func() (lockers.Locker, error) {
+	h, err := hammerLockers(ctx, e, fleet{n: e.workers, newLocker: func() (lockers.Locker, error) {
 		return l.Semaphore(e.addr, key("semaphore", l), semaphoreLimit, nil)
-	}, nil)
+	}})
 	if err != nil {
 		return result{}, err
 	}
