@@ -92,26 +92,17 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // parkSignal wraps the memory store to tell the benchmark when a waiter has committed to waiting:
-// a contended Acquire tries once, registers for notifications, tries again, and then blocks on its
-// wake channel. From that second refusal on, a release is certain to reach it by notification.
+// a contended Acquire is refused once, which puts it in the key's line, and then registers for
+// its wake. From its Register on, a release grants it the lease from the line and wakes it.
 type parkSignal struct {
 	*memory.Store
-	armed  atomic.Bool // a waiter registered and has not yet been refused since
-	parked atomic.Bool // a registered waiter was refused: it is waiting for a wake
+	parked atomic.Bool // a refused waiter registered: it is in line, waiting for a wake
 }
 
 func (p *parkSignal) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	w, err := p.Store.Register(ctx, req)
-	p.armed.Store(true)
+	p.parked.Store(true)
 	return w, err
-}
-
-func (p *parkSignal) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
-	res, err := p.Store.Acquire(ctx, req)
-	if err == nil && !res.Granted && p.armed.CompareAndSwap(true, false) {
-		p.parked.Store(true)
-	}
-	return res, err
 }
 
 // awaitParked spins until a waiter is parked behind the holder, and consumes the signal.
