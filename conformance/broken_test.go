@@ -97,11 +97,26 @@ type brokenHarness struct {
 	store *broken
 }
 
+// halfFenceRaiser is a wrapper that forwards AcquireAbove but forgot RaiseFence, so it is no
+// core.FenceRaiser: redlock.New refuses it, and the suite must say so rather than skip.
+type halfFenceRaiser struct {
+	core.Store
+	core.Notifier
+	b *broken
+}
+
+func (h halfFenceRaiser) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	return h.b.AcquireAbove(ctx, req, floor)
+}
+
 // NewStore returns the broken store; for the fault "hidesNotifier", wrapped in a Store that
-// forgot to forward Register.
+// forgot to forward Register; for "halfFenceRaiser", in one that forgot RaiseFence.
 func (h brokenHarness) NewStore(*testing.T) core.Store {
-	if h.store.fault == "hidesNotifier" {
+	switch h.store.fault {
+	case "hidesNotifier":
 		return struct{ core.Store }{h.store}
+	case "halfFenceRaiser":
+		return halfFenceRaiser{h.store, h.store, h.store}
 	}
 	return h.store
 }
@@ -122,6 +137,10 @@ var faults = map[string][]string{
 	"hidesNotifier":       {"StoreIsNotifier", "ReleaseWakesWaiter"},
 	"floorsHeldLeases":    {"AcquireAboveFloorsNewGrantsOnly"},
 	"raisesNewGrantsOnly": {"RaiseFenceRaisesHeldLeases"},
+	"halfFenceRaiser":     {"AcquireAboveFloorsNewGrantsOnly", "RaiseFenceRaisesHeldLeases"},
+	// Not a broken store but a wrong hookup: Run told WithoutNotifier about a store that has
+	// notifications, which would skip their tests.
+	"claimsNoNotifier": {"StoreIsNotifier"},
 }
 
 // TestBrokenStore runs the suite against the store named by LEASEHOLD_BROKEN. It is run, and
@@ -132,7 +151,11 @@ func TestBrokenStore(t *testing.T) {
 		t.Skip("run by TestSuiteCatchesBrokenStores")
 	}
 	c := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	conformance.Run(t, brokenHarness{clock: c, store: &broken{Store: memory.New(memory.WithClock(c)), fault: fault}})
+	var opts []conformance.Option
+	if fault == "claimsNoNotifier" {
+		opts = append(opts, conformance.WithoutNotifier())
+	}
+	conformance.Run(t, brokenHarness{clock: c, store: &broken{Store: memory.New(memory.WithClock(c)), fault: fault}}, opts...)
 }
 
 func TestSuiteCatchesBrokenStores(t *testing.T) {

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -34,11 +35,21 @@ func (s *suite) testFencesStrictlyIncrease(t *testing.T) {
 }
 
 // fenceRaiser returns the store as a core.FenceRaiser, or skips the test: the capability is
-// optional (only a Redlock node needs it, and redlock.New refuses a store without it).
+// optional (only a Redlock node needs it, and redlock.New refuses a store without it). A store
+// that has a method of the interface by name but is no core.FenceRaiser (a wrapper that forgot
+// the other method, or got a signature wrong) fails instead: skipping would hide the mistake
+// until redlock.New refuses the store.
 func fenceRaiser(t *testing.T, st core.Store) core.FenceRaiser {
 	t.Helper()
 	fr, ok := st.(core.FenceRaiser)
 	if !ok {
+		v := reflect.ValueOf(st)
+		for _, m := range []string{"AcquireAbove", "RaiseFence"} {
+			if v.MethodByName(m).IsValid() {
+				t.Fatalf("%T has a method %s but does not implement core.FenceRaiser: implement both "+
+					"AcquireAbove and RaiseFence with the interface's signatures, or neither", st, m)
+			}
+		}
 		t.Skipf("%T does not implement core.FenceRaiser (optional: redlock.New refuses it as a node)", st)
 	}
 	return fr

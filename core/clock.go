@@ -28,10 +28,9 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // a clock jump. It does not drive leases: a lease's refresh and deadline timers, and a waiter's
 // timers, run on the time package's clock. Advancing a ManualClock past a lease's expiry frees
 // the lease in the store, but the lease learns of it only at its next refresh in real time, and
-// under primitives.WithoutRefresh not before its real-time deadline. To test code that holds leases on fake
-// time, run it in a testing/synctest bubble over a store on SystemClock{} instead: there leases,
-// refreshes, waiters and expiry all follow the bubble's clock.
-
+// under primitives.WithoutRefresh not before its real-time deadline. To test code that holds
+// leases on fake time, run it in a testing/synctest bubble over a store on SystemClock{} instead:
+// there leases, refreshes, waiters and expiry all follow the bubble's clock.
 type ManualClock struct {
 	mu  sync.Mutex
 	now time.Time

@@ -12,6 +12,11 @@ import "context"
 // idempotence, the same errors, one round trip. Raising a fence also raises the key's counter,
 // so every later grant's fence is above it. Package conformance checks both methods of a Store
 // that has them.
+//
+// A store refuses a floor it cannot honour exactly, or that would leave its counter no room to
+// grow, with an error wrapping ErrInvalid, and changes nothing: the memory store takes floors up
+// to 2^64 − 2^32 (fences after a higher one would wrap), the Redis stores, which count in Lua
+// doubles, up to 2^53 − 2^32. Redlock passes only fences its nodes granted, far below that.
 type FenceRaiser interface {
 	// AcquireAbove is Acquire, except that a new grant's fence is at least floor:
 	// max(floor, the fence Acquire would give). A lease the holder already holds is granted

@@ -32,9 +32,9 @@
 // return as soon as the answers decide the outcome (latency of the quorum-th fastest node; the
 // others get as long again, at least 2ms, before being left to finish in the background, each
 // within the node timeout, which scales with the TTL: see WithNodeTimeout). An acquire costs a
-// second round when its granting nodes disagree on the fence, and when a first try that will
-// wait is refused (it takes its places in the nodes' lines then; a refusal that will wait
-// returns once every node has its place, or the node timeout passed). Inspect waits for a node
+// second round only when its granting nodes disagree on the fence; a refusal costs none, even
+// for a caller that will wait: no node keeps a place in its line for a Redlock caller, whose
+// waiters retry at their retry interval (Store.Acquire says why). Inspect waits for a node
 // whose answer could still change which leases a quorum holds. There is no Close: every
 // background call ends within the node timeout, and a release that settles a straggler's grant
 // within one more.

@@ -99,14 +99,15 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 
 // AcquireAbove implements core.FenceRaiser, for a Store that is a Redlock node: Acquire, where a
 // new grant's fence (one the key's line makes later included) is at least floor, and the key's
-// counter with it; a lease the holder holds keeps its fence. One script call.
+// counter with it; a lease the holder holds keeps its fence. One script call. A floor above
+// 2^53 − 2^32, which the scripts' doubles cannot count exactly, is core.ErrInvalid.
 func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
 	return s.rs.AcquireAbove(ctx, req, floor)
 }
 
 // RaiseFence implements core.FenceRaiser, for a Store that is a Redlock node: Acquire, where the
 // lease, new or already held, has a fence of at least fence, and the key's counter with it. One
-// script call.
+// script call. A fence above 2^53 − 2^32 is core.ErrInvalid.
 func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
 	return s.rs.RaiseFence(ctx, req, fence)
 }

@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -111,12 +112,14 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 }
 
 // AcquireAbove implements core.FenceRaiser: Acquire, where a new grant's fence is at least floor.
+// A floor within 2^32 of the top of the uint64 range is core.ErrInvalid (fences after it would
+// wrap), and changes nothing.
 func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, fenceMin{grant: floor})
 }
 
 // RaiseFence implements core.FenceRaiser: Acquire, where the lease's fence, new or held, is at
-// least fence.
+// least fence. A fence within 2^32 of the top of the uint64 range is core.ErrInvalid.
 func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, fenceMin{grant: fence, held: fence})
 }
@@ -124,7 +127,14 @@ func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence u
 // fenceMin is the least fence an acquire gives a new grant, and a lease the holder already holds.
 type fenceMin struct{ grant, held uint64 }
 
+// maxFloor is the highest fence floor the store takes: above it, the 2^32 grants after it could
+// carry the key's counter past 2^64 − 1, where it would wrap and fences would go back.
+const maxFloor = math.MaxUint64 - 1<<32
+
 func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenceMin) (core.AcquireResult, error) {
+	if m := max(least.grant, least.held); m > maxFloor {
+		return core.AcquireResult{}, fmt.Errorf("%w: fence %d: must be at most %d", core.ErrInvalid, m, uint64(maxFloor))
+	}
 	if err := s.lock(ctx); err != nil {
 		return core.AcquireResult{}, err
 	}

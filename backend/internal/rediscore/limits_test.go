@@ -102,3 +102,48 @@ func (s *tries) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	s.n.Add(1)
 	return s.Store.Acquire(ctx, req)
 }
+
+// TestFenceFloorBeyondExactRangeOnRedis: a fence floor the scripts cannot count exactly (Lua
+// numbers are doubles: above 2^53 a floor rounds down, and last + 1 rounds back to last) is
+// refused with core.ErrInvalid and changes nothing, rather than granted below the floor and
+// then granted again at the same fence to another holder.
+func TestFenceFloorBeyondExactRangeOnRedis(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			fr := s.(core.FenceRaiser)
+			ctx := context.Background()
+			req := func(key, holder string) core.AcquireRequest {
+				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 2, TTL: time.Minute}
+			}
+			for _, floor := range []uint64{1<<53 + 1, 1<<63 + 1, ^uint64(0)} {
+				for op, call := range map[string]func(core.AcquireRequest, uint64) (core.AcquireResult, error){
+					"AcquireAbove": func(r core.AcquireRequest, f uint64) (core.AcquireResult, error) { return fr.AcquireAbove(ctx, r, f) },
+					"RaiseFence":   func(r core.AcquireRequest, f uint64) (core.AcquireResult, error) { return fr.RaiseFence(ctx, r, f) },
+				} {
+					key := "floor-" + op + "-" + time.Now().Format("150405.000000000")
+					res, err := call(req(key, "a"), floor)
+					switch {
+					case err == nil && res.Granted && res.Fence >= floor:
+						// Honoured exactly: then the next grant must be above it.
+						if next := mustAcquire(t, s, req(key, "b"), true); next.Fence <= res.Fence {
+							t.Errorf("%s(floor %d) granted fence %d, and the next grant fence %d: not above it", op, floor, res.Fence, next.Fence)
+						}
+					case errors.Is(err, core.ErrInvalid):
+						if snap, err := s.Inspect(ctx, key); err != nil || len(snap.Leases) != 0 {
+							t.Errorf("%s(floor %d) refused as invalid, but the key holds %+v, %v", op, floor, snap.Leases, err)
+						}
+					default:
+						t.Errorf("%s(floor %d): %+v, %v; want a fence of at least the floor, or ErrInvalid", op, floor, res, err)
+					}
+				}
+			}
+			// A held lease is not raised past the exact range either.
+			held := mustAcquire(t, s, req("floor-held", "h"), true)
+			if res, err := fr.RaiseFence(ctx, req("floor-held", "h"), 1<<53+1); err == nil && res.Fence < 1<<53+1 {
+				t.Errorf("RaiseFence of a held lease (fence %d) to 2^53+1: %+v, want ErrInvalid or the fence", held.Fence, res)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package rediscore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/leasehold/leasehold/core"
@@ -19,18 +20,28 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 
 // AcquireAbove implements core.FenceRaiser: Acquire, where a new grant's fence (one the line
 // makes included) is at least floor; a lease the holder holds keeps its fence. One script call.
+// A floor above maxFloor is core.ErrInvalid, and nothing is sent.
 func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, fences{grant: floor})
 }
 
 // RaiseFence implements core.FenceRaiser: Acquire, where the lease's fence, new or held, is at
-// least fence. One script call.
+// least fence. One script call. A fence above maxFloor is core.ErrInvalid, and nothing is sent.
 func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, fences{grant: fence, held: fence})
 }
 
+// maxFloor is the highest fence floor the scripts honour. Lua numbers are doubles: above 2^53 a
+// floor would round down (a grant below its floor) and last + 1 back to last (two grants at one
+// fence). Below it are 2^32 grants of room, and the server clock in µs, which fences follow,
+// reaches it in the year 2255; the fences Redlock passes are its nodes' own, far below.
+const maxFloor = 1<<53 - 1<<32
+
 // acquire is Acquire with the least fences f.
 func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) (core.AcquireResult, error) {
+	if m := max(f.grant, f.held); m > maxFloor {
+		return core.AcquireResult{}, fmt.Errorf("%w: fence %d: must be at most %d, the most this store counts exactly", core.ErrInvalid, m, uint64(maxFloor))
+	}
 	if err := s.leaves.await(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, err
 	}

@@ -1,0 +1,221 @@
+package rediscore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+	"github.com/leasehold/leasehold/redlock"
+)
+
+// closable is a Store whose tests close it to provoke core.ErrClosed.
+type closable interface {
+	core.Store
+	Close() error
+}
+
+// redlockOver is a Redlock Store over nodes, closed by closing every node.
+type redlockOver struct {
+	*redlock.Store
+	nodes []closable
+}
+
+func (r redlockOver) Close() error {
+	for _, n := range r.nodes {
+		n.Close()
+	}
+	return nil
+}
+
+// TestErrorsAreWrappedOnceOnEveryBackend drives the same failures through the primitives over
+// memory, both Redis adapters and Redlock (over memory and over Redis), and checks every
+// message: it wraps its sentinels, says "leasehold:" once, at the front, names the operation
+// and the key once, and carries no driver prefix of the old form ("leasehold/…").
+func TestErrorsAreWrappedOnceOnEveryBackend(t *testing.T) {
+	srv := redistest.StartServer(t)
+	backends := map[string]func(t *testing.T) closable{
+		"memory":  func(t *testing.T) closable { return memory.New() },
+		"goredis": func(t *testing.T) closable { return redisharness.GoRedis(t, srv.Addr) },
+		"valkey":  func(t *testing.T) closable { return redisharness.Valkey(t, srv.Addr) },
+		"redlock/memory": func(t *testing.T) closable {
+			return newRedlock(t, memory.New(), memory.New(), memory.New())
+		},
+		"redlock/redis": func(t *testing.T) closable {
+			return newRedlock(t, redisharness.GoRedis(t, srv.Addr), redisharness.Valkey(t, redistest.StartServer(t).Addr),
+				redisharness.GoRedis(t, redistest.StartServer(t).Addr))
+		},
+	}
+	ctx := context.Background()
+	type failure struct {
+		name string
+		is   []error
+		op   string // the operation the message must name, after "leasehold: "
+		err  func(t *testing.T, store closable, key string) error
+	}
+	failures := []failure{
+		{"Acquire on a closed store", []error{core.ErrClosed}, "acquire", func(t *testing.T, s closable, key string) error {
+			s.Close()
+			m, _ := primitives.NewMutex(s, key)
+			_, err := m.Acquire(ctx)
+			return err
+		}},
+		{"TryAcquire of a held lock", []error{core.ErrNotAcquired}, "acquire", func(t *testing.T, s closable, key string) error {
+			m, _ := primitives.NewMutex(s, key)
+			l, err := m.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			_, err = m.TryAcquire(ctx)
+			return err
+		}},
+		{"Acquire timeout", []error{core.ErrNotAcquired}, "acquire", func(t *testing.T, s closable, key string) error {
+			m, _ := primitives.NewMutex(s, key, primitives.WithAcquireTimeout(50*time.Millisecond), primitives.WithRetryInterval(10*time.Millisecond))
+			l, err := m.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			_, err = m.Acquire(ctx)
+			return err
+		}},
+		{"Acquire of other permits than the holder holds", []error{core.ErrInvalid}, "acquire", func(t *testing.T, s closable, key string) error {
+			sem, _ := primitives.NewSemaphore(s, key, 3, primitives.WithHolder("h"))
+			l, err := sem.Acquire(ctx, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			_, err = sem.Acquire(ctx, 1)
+			return err
+		}},
+		{"Acquire with ctx canceled", []error{context.Canceled}, "acquire", func(t *testing.T, s closable, key string) error {
+			m, _ := primitives.NewMutex(s, key)
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			_, err := m.Acquire(c)
+			return err
+		}},
+		{"Adopt of a holder that holds nothing", []error{core.ErrNotHeld}, "adopt", func(t *testing.T, s closable, key string) error {
+			sem, _ := primitives.NewSemaphore(s, key, 1)
+			_, err := sem.Adopt(ctx, "nobody")
+			return err
+		}},
+		{"Extend of a lease released behind its back", []error{core.ErrLost}, "extend", func(t *testing.T, s closable, key string) error {
+			m, _ := primitives.NewMutex(s, key)
+			l, err := m.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: l.Holder(), Fence: l.Fence()}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = l.Extend(ctx, time.Minute)
+			if err2 := l.Err(); !errors.Is(err2, core.ErrLost) || strings.Count(err2.Error(), "leasehold:") != 1 || !strings.HasPrefix(err2.Error(), `leasehold: extend "`) {
+				t.Errorf("Err after the failed Extend: %v", err2)
+			}
+			return err
+		}},
+		{"Extend on a closed store", []error{core.ErrLost, core.ErrClosed}, "extend", func(t *testing.T, s closable, key string) error {
+			m, _ := primitives.NewMutex(s, key)
+			l, err := m.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			_, err = l.Extend(ctx, time.Minute)
+			return err
+		}},
+		{"Held on a closed store", []error{core.ErrClosed}, "held", func(t *testing.T, s closable, key string) error {
+			m, _ := primitives.NewMutex(s, key)
+			l, err := m.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			_, err = l.Held(ctx)
+			if err2 := l.Err(); !errors.Is(err2, core.ErrLost) || !errors.Is(err2, core.ErrClosed) || strings.Count(err2.Error(), "leasehold:") != 1 {
+				t.Errorf("Err after Held on a closed store: %v", err2)
+			}
+			return err
+		}},
+		{"Release on a closed store", []error{core.ErrLost, core.ErrClosed}, "release", func(t *testing.T, s closable, key string) error {
+			m, _ := primitives.NewMutex(s, key)
+			l, err := m.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			return l.Release(ctx)
+		}},
+		{"Release of a lease lost to a refresh", []error{core.ErrLost}, "release", func(t *testing.T, s closable, key string) error {
+			m, _ := primitives.NewMutex(s, key, primitives.WithTTL(300*time.Millisecond))
+			l, err := m.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: l.Holder(), Fence: l.Fence()}); err != nil {
+				t.Fatal(err)
+			}
+			<-l.Done() // the next refresh finds it gone
+			if err := l.Err(); !strings.HasPrefix(err.Error(), `leasehold: refresh "`+key+`": `) {
+				t.Errorf("Err of a lease a refresh found gone: %v", err)
+			}
+			return l.Release(ctx)
+		}},
+	}
+	for name, mk := range backends {
+		t.Run(name, func(t *testing.T) {
+			for i, f := range failures {
+				t.Run(f.name, func(t *testing.T) {
+					key := "msg-" + name + "-" + string(rune('a'+i))
+					err := f.err(t, mk(t), key)
+					t.Logf("%s", err)
+					if err == nil {
+						t.Fatal("no error")
+					}
+					for _, is := range f.is {
+						if !errors.Is(err, is) {
+							t.Errorf("error %q does not wrap %v", err, is)
+						}
+					}
+					msg := err.Error()
+					if want := "leasehold: " + f.op + ` "` + key + `": `; !strings.HasPrefix(msg, want) {
+						t.Errorf("error %q does not start with %q", msg, want)
+					}
+					if n := strings.Count(msg, "leasehold"); n != 1 {
+						t.Errorf("error %q says leasehold %d times, want once", msg, n)
+					}
+					if n := strings.Count(msg, `"`+key+`"`); n != 1 {
+						t.Errorf("error %q names the key %d times, want once", msg, n)
+					}
+					for _, sentinel := range []error{core.ErrClosed, core.ErrLost, core.ErrNotAcquired, core.ErrNotHeld, core.ErrInvalid} {
+						if n := strings.Count(msg, sentinel.Error()); n > 1 && !strings.HasPrefix(name, "redlock") {
+							t.Errorf("error %q says %q %d times", msg, sentinel, n)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func newRedlock(t *testing.T, nodes ...closable) closable {
+	t.Helper()
+	stores := make([]core.Store, len(nodes))
+	for i, n := range nodes {
+		stores[i] = n
+	}
+	rl, err := redlock.New(stores)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return redlockOver{rl, nodes}
+}
