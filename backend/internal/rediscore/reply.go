@@ -53,7 +53,7 @@ func parseAcquire(r any, asked int) (res core.AcquireResult, last uint64, err er
 		}
 		return core.AcquireResult{RetryAfter: time.Duration(v[1]) * time.Millisecond}, last, nil
 	default:
-		return core.AcquireResult{}, 0, fmt.Errorf("%w: holder holds %d permits, asked for %d", core.ErrInvalid, v[1], asked)
+		return core.AcquireResult{}, 0, fmt.Errorf("%w: holder already holds %d permits, asked for %d", core.ErrInvalid, v[1], asked)
 	}
 }
 

@@ -19,7 +19,7 @@ func TestParseAcquire(t *testing.T) {
 		{[]any{int64(1), int64(42)}, "{Granted:true Fence:42 RetryAfter:0s} 0"},
 		{[]any{int64(0), int64(1500), int64(41)}, "{Granted:false Fence:0 RetryAfter:1.5s} 41"},
 		{[]any{int64(0), int64(0)}, "{Granted:false Fence:0 RetryAfter:0s} 0"},
-		{[]any{int64(-1), int64(2)}, ": holder holds 2 permits, asked for 1"},
+		{[]any{int64(-1), int64(2)}, ": holder already holds 2 permits, asked for 1"},
 		{[]any{int64(1)}, "unexpected script reply: [1]"},
 		{"OK", "unexpected script reply: OK"},
 	} {
