@@ -3,9 +3,10 @@ package core
 import "errors"
 
 // Sentinel errors. Errors returned by Leasehold wrap one of these, so callers branch with
-// errors.Is, never by comparing messages. Their texts carry no prefix: the layer a user calls adds
-// the operation and key once, as in `leasehold: acquire "k": not acquired: busy`, and a driver
-// returns a sentinel bare or with detail after it, as in `invalid argument: holder already holds 2 permits, asked for 1`.
+// errors.Is, never by comparing messages. Their texts carry no prefix: the layer a user calls
+// adds the operation and key once, as in `leasehold: acquire "k": not acquired: busy`, and a
+// driver returns a sentinel bare or with detail after it, as in
+// `invalid argument: holder already holds 2 permits, asked for 1`.
 var (
 	// ErrNotAcquired means the lease was busy: TryAcquire found no room, or Acquire ran out of
 	// attempts or of its acquire timeout. The message says which.

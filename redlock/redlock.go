@@ -25,8 +25,9 @@
 // the resource when those assumptions fail: pass them on and have the resource reject stale ones.
 //
 // A lease is the quorum's: Extend and Inspect report a lease at the fence a quorum of nodes
-// holds; a node that holds the holder at another fence (a grant from its line after the lease
-// was won elsewhere) does not count, and Extend releases that node-local lease.
+// holds; a node that holds the holder at another fence (a straggler's late grant, or a grant
+// made to the same holder id by a client of that node alone) does not count, and Extend
+// releases that node-local lease.
 //
 // A Store is safe for concurrent use. Its operations cost one parallel round of store calls and
 // return as soon as the answers decide the outcome (latency of the quorum-th fastest node; the
