@@ -29,24 +29,33 @@ func LeaseContext(parent context.Context, l core.Lease) (context.Context, contex
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// Do acquires the lock, runs fn with a context that is canceled (cause wrapping core.ErrLost)
-// if the lease is lost, and releases. It returns the acquire's error, or fn's error joined with
-// the release's (which wraps core.ErrLost when fn ran partly unprotected). The release is sent
-// even when ctx has ended, bounded by the TTL. Costs: those of Acquire and Release.
-func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+// Do acquires the lock, runs fn with the lease and with a context derived from ctx that is
+// canceled if the lease ends first (cause wrapping core.ErrLost when it is lost), and releases
+// the lease when fn returns, or panics (the panic then goes on). fn gets the very lease that is
+// held, so it can hand lease.Fence() to the resource it writes, which then rejects a stale
+// holder; it may also Extend it or ask Held, and should leave Release to Do (a Release by fn
+// makes Do's a no-op). If the acquire fails, Do returns its error and fn does not run.
+// Otherwise it returns fn's error joined with the release's (which wraps core.ErrLost when fn ran
+// partly unprotected). The release is sent even when ctx has ended, bounded by the TTL and 10s.
+// Costs: those of Acquire and Release, and one goroutine while fn runs (LeaseContext's).
+func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lease core.Lease) error) error {
 	return m.sem.Do(ctx, 1, fn)
 }
 
-// Do takes n permits, runs fn under the lease as Mutex.Do does, and releases them.
-func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) error) error {
+// Do takes n permits as one lease, runs fn with it as Mutex.Do does, and releases them. It
+// returns an error wrapping core.ErrInvalid, without running fn, when n is out of range.
+func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context, lease core.Lease) error) (err error) {
 	l, err := s.Acquire(ctx, n)
 	if err != nil {
 		return err
 	}
 	lctx, cancel := LeaseContext(ctx, l)
-	ferr := fn(lctx)
-	cancel()
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.ttl, 10*time.Second))
-	defer rcancel()
-	return errors.Join(ferr, l.Release(rctx))
+	defer func() {
+		// Deferred so that a panicking fn does not leave the lease held and refreshed for good.
+		cancel()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.ttl, 10*time.Second))
+		defer rcancel()
+		err = errors.Join(err, l.Release(rctx))
+	}()
+	return fn(lctx, l)
 }

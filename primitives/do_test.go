@@ -16,7 +16,7 @@ func TestDoRunsUnderTheLeaseAndReleases(t *testing.T) {
 	store := memory.New()
 	m := mustMutex(t, store)
 	errWork := errors.New("work failed")
-	err := m.Do(t.Context(), func(ctx context.Context) error {
+	err := m.Do(t.Context(), func(ctx context.Context, _ core.Lease) error {
 		if st, _ := m.Inspect(ctx); st.InUse != 1 {
 			t.Errorf("inside Do: %d in use, want 1", st.InUse)
 		}
@@ -30,11 +30,126 @@ func TestDoRunsUnderTheLeaseAndReleases(t *testing.T) {
 	}
 }
 
+func TestDoHandsFnTheHeldLease(t *testing.T) {
+	type doFunc func(context.Context, func(context.Context, core.Lease) error) error
+	for _, tc := range []struct {
+		name    string
+		key     string
+		permits int
+		// setup returns Do on store, after taking and keeping any other lease the case wants
+		// beside fn's, so that fn's lease must be told apart by its holder.
+		setup func(t *testing.T, store core.Store) doFunc
+	}{
+		{name: "mutex", key: "job", permits: 1, setup: func(t *testing.T, store core.Store) doFunc {
+			m := mustMutex(t, store)
+			mustRelease(t, mustAcquire(t, m)) // an earlier grant, so fn's fence is not the first
+			return m.Do
+		}},
+		{name: "semaphore", key: "pool", permits: 2, setup: func(t *testing.T, store core.Store) doFunc {
+			s := mustSemaphore(t, store, 3)
+			other, err := s.Acquire(t.Context(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { mustRelease(t, other) })
+			return func(ctx context.Context, fn func(context.Context, core.Lease) error) error {
+				return s.Do(ctx, 2, fn)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := memory.New()
+			do := tc.setup(t, store)
+			before, err := store.Inspect(t.Context(), tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got core.Lease
+			err = do(t.Context(), func(ctx context.Context, lease core.Lease) error {
+				got = lease
+				snap, err := store.Inspect(ctx, tc.key)
+				if err != nil {
+					return err
+				}
+				var mine []core.LeaseInfo
+				for _, li := range snap.Leases {
+					if li.Holder == lease.Holder() {
+						mine = append(mine, li)
+					}
+				}
+				if len(mine) != 1 || mine[0].Fence != lease.Fence() || mine[0].Permits != tc.permits ||
+					lease.Permits() != tc.permits || lease.Key() != tc.key {
+					t.Errorf("inside Do: fn's lease is %q holder %s, %d permits, fence %d; the store holds %+v",
+						lease.Key(), lease.Holder(), lease.Permits(), lease.Fence(), snap.Leases)
+				}
+				if len(snap.Leases) != len(before.Leases)+1 {
+					t.Errorf("inside Do: %d leases, want %d", len(snap.Leases), len(before.Leases)+1)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			if got == nil {
+				t.Fatal("fn did not run")
+			}
+			select {
+			case <-got.Done(): // Release has returned, so the lease has ended
+			default:
+				t.Error("after Do: fn's lease has not ended")
+			}
+			if err := got.Err(); err != nil {
+				t.Errorf("after Do: fn's lease Err = %v, want nil (a clean release)", err)
+			}
+			after, err := store.Inspect(t.Context(), tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, li := range after.Leases {
+				if li.Holder == got.Holder() {
+					t.Errorf("after Do: the store still holds fn's lease %+v", li)
+				}
+			}
+			if len(after.Leases) != len(before.Leases) {
+				t.Errorf("after Do: %d leases, want %d as before", len(after.Leases), len(before.Leases))
+			}
+		})
+	}
+}
+
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	store := memory.New()
+	m := mustMutex(t, store)
+	var got core.Lease
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want fn's panic to go on", r)
+			}
+		}()
+		m.Do(t.Context(), func(_ context.Context, lease core.Lease) error {
+			got = lease
+			panic("boom")
+		})
+	}()
+	if got == nil {
+		t.Fatal("fn did not run")
+	}
+	select {
+	case <-got.Done(): // the release returned before the panic went on
+	default:
+		t.Error("after a panicking fn: its lease has not ended")
+	}
+	if snap, _ := store.Inspect(t.Context(), "job"); len(snap.Leases) != 0 {
+		t.Errorf("after a panicking fn: the store holds %+v, want nothing", snap.Leases)
+	}
+}
+
 func TestDoCancelsOnLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.New()
 		m := mustMutex(t, store, primitives.WithTTL(3*time.Second))
-		err := m.Do(context.Background(), func(ctx context.Context) error {
+		err := m.Do(context.Background(), func(ctx context.Context, _ core.Lease) error {
 			snap, _ := store.Inspect(ctx, "job")
 			store.Release(ctx, core.ReleaseRequest{Key: "job", Holder: snap.Leases[0].Holder}) // taken away behind its back
 			<-ctx.Done()
@@ -52,7 +167,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 func TestDoAcquireFailure(t *testing.T) {
 	sem := mustSemaphore(t, memory.New(), 2)
 	ran := false
-	err := sem.Do(t.Context(), 3, func(context.Context) error { ran = true; return nil })
+	err := sem.Do(t.Context(), 3, func(context.Context, core.Lease) error { ran = true; return nil })
 	if !errors.Is(err, core.ErrInvalid) || ran {
 		t.Errorf("Do with too many permits: %v, ran %v", err, ran)
 	}

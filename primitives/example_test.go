@@ -142,17 +142,17 @@ func Example_leaseHeld() {
 	// Output: still held: pay out with fence true
 }
 
-func ExampleMutex_Do() {
+func ExampleSemaphore_Do() {
 	ctx := context.Background()
-	mu, _ := primitives.NewMutex(memory.New(), "report:daily")
-	err := mu.Do(ctx, func(ctx context.Context) error {
+	gpus, _ := primitives.NewSemaphore(memory.New(), "gpu-pool", 4)
+	err := gpus.Do(ctx, 3, func(ctx context.Context, lease core.Lease) error {
 		// ctx is canceled, with a cause wrapping core.ErrLost, if the lease is lost meanwhile.
-		fmt.Println("writing the report")
+		fmt.Println("training on", lease.Permits(), "GPUs")
 		return nil
 	})
 	fmt.Println(err)
 	// Output:
-	// writing the report
+	// training on 3 GPUs
 	// <nil>
 }
 

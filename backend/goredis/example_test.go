@@ -6,6 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -18,5 +19,7 @@ func ExampleNew() {
 	defer store.Close() // the Store's subscription; rdb stays open
 
 	mu, _ := primitives.NewMutex(store, "report:daily")
-	_ = mu.Do(context.Background(), func(ctx context.Context) error { return nil })
+	_ = mu.Do(context.Background(), func(ctx context.Context, lease core.Lease) error {
+		return nil // the work, with lease.Fence() sent along with each write
+	})
 }
