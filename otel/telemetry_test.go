@@ -3,10 +3,13 @@ package leaseotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -405,4 +408,59 @@ func TestDefaultsAreTheGlobalProviders(t *testing.T) {
 	if n := len(r.spans.GetSpans()); n != 2 {
 		t.Errorf("%d spans, want 2", n)
 	}
+}
+
+// TestWaitAndHoldTimesAreTheEvents: in a bubble with fake time, a waiter kept in line for
+// 500ms by a lease held as long, and its lease held 2.5s (refreshed twice meanwhile) are recorded with exactly those durations,
+// on the histograms and as the spans' extents; refreshes are counted and make no span.
+func TestWaitAndHoldTimesAreTheEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t)
+		m, err := primitives.NewMutex(memory.New(), "job", r.tel.Option(), primitives.WithTTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := m.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := make(chan core.Lease, 1)
+		go func() {
+			l, err := m.Acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			second <- l
+		}()
+		synctest.Wait()                    // the second Acquire waits in line
+		time.Sleep(500 * time.Millisecond) // less than the TTL/3 to the first refresh
+		if err := first.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		l := <-second
+		time.Sleep(2500 * time.Millisecond) // refreshes at 1s and 2s
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+
+		counts := r.counts(t)
+		if counts["leasehold.outcome=acquired"] != 2 || counts["leasehold.outcome=released"] != 2 || counts["leasehold.outcome=refreshed"] != 2 {
+			t.Errorf("events %v, want 2 acquired, 2 refreshed, 2 released", counts)
+		}
+		if wait := r.histogram(t, leaseotel.WaitHistogram)["leasehold.outcome=acquired"]; wait.Count != 2 || wait.Sum != 0.5 {
+			t.Errorf("wait histogram %+v, want 0s and 0.5s", wait)
+		}
+		if held := r.histogram(t, leaseotel.HeldHistogram)["leasehold.outcome=released"]; held.Count != 2 || held.Sum != 3 {
+			t.Errorf("held histogram %+v, want 0.5s and 2.5s", held)
+		}
+		var extents []string
+		for _, s := range r.spans.GetSpans() {
+			extents = append(extents, fmt.Sprintf("%s %v", s.Name, s.EndTime.Sub(s.StartTime)))
+		}
+		slices.Sort(extents) // the waiter's grant may be told before the release that made it
+		want := "leasehold.acquire 0s, leasehold.acquire 500ms, leasehold.hold 2.5s, leasehold.hold 500ms"
+		if got := strings.Join(extents, ", "); got != want {
+			t.Errorf("spans %s, want %s", got, want)
+		}
+	})
 }
