@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/otel"
+	leaseotel "github.com/leasehold/leasehold/otel"
 	"github.com/leasehold/leasehold/primitives"
 )
 
