@@ -83,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCommand(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return inspectCommand(ctx, args[1:], stdout, stderr)
+	case "version":
+		return versionCommand(ctx, args[1:], stdout, stderr)
 	default:
 		what := "command"
 		if strings.HasPrefix(cmd, "-") {
