@@ -117,7 +117,7 @@ func TestVersionFromACheckout(t *testing.T) {
 	version := func() string {
 		t.Helper()
 		bin := filepath.Join(t.TempDir(), "leasehold")
-		build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, "./cmd/leasehold")
+		build := exec.Command("go", "build", "-buildvcs=true", "-trimpath", "-o", bin, "./cmd/leasehold")
 		build.Dir = src
 		build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=true", "GOPROXY=off", "GOWORK=off")
 		if out, err := build.CombinedOutput(); err != nil {
