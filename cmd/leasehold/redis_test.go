@@ -177,8 +177,13 @@ func TestRedlockGoesOnWithAQuorum(t *testing.T) {
 		t.Errorf("stderr %q, want a line from run and one from inspect naming %s", lines, servers[2].Addr)
 	}
 
+	code, _, errOut := runArgs(t, t.Context(), append(append([]string{"run", "-key", "quorum", "-driver", "valkey"}, redisFlags...), "--", "true")...)
+	if code != exitOK || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "leasehold run: "+down) {
+		t.Errorf("-driver valkey over 2 of 3 servers: exit %d, stderr %q; want %d and one line naming %s", code, errOut, exitOK, servers[2].Addr)
+	}
+
 	// A semaphore of limit 2 over 3 servers needs all three.
-	code, _, errOut := runArgs(t, t.Context(), append(append([]string{"run", "-key", "sem", "-limit", "2"}, redisFlags...), "--", "true")...)
+	code, _, errOut = runArgs(t, t.Context(), append(append([]string{"run", "-key", "sem", "-limit", "2"}, redisFlags...), "--", "true")...)
 	if code != exitFail || !strings.Contains(errOut, "only 2 of 3 Redis servers answer; Redlock needs 3 for -limit 2") {
 		t.Errorf("-limit 2 over 2 of 3 servers: exit %d, stderr %q; want %d and a clear error", code, errOut, exitFail)
 	}
