@@ -61,7 +61,8 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 }
 
 // check returns an error naming the first bad flag: no -redis, a -redis that is neither a URL
-// nor host:port, an unknown -driver, a -prefix with a brace.
+// nor host:port, the same server twice (which would count twice in a Redlock quorum), an
+// unknown -driver, a -prefix with a brace.
 func (r *redisFlags) check() error {
 	switch {
 	case len(r.urls) == 0:
@@ -71,10 +72,16 @@ func (r *redisFlags) check() error {
 	case strings.ContainsAny(r.prefix, "{}"):
 		return fmt.Errorf("-prefix %q: must not contain '{' or '}'", r.prefix)
 	}
+	seen := make(map[string]string, len(r.urls))
 	for _, u := range r.urls {
-		if _, err := r.node(u); err != nil {
+		nc, err := r.node(u)
+		if err != nil {
 			return err
 		}
+		if first, ok := seen[nc.addr]; ok {
+			return fmt.Errorf("-redis %q and -redis %q: the same server twice", first, u)
+		}
+		seen[nc.addr] = u
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ func TestBadRedisFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"run", "-redis", "127.0.0.1:6379", "-driver", "jedis", "-key", "k", "--", "true"}, `leasehold run: -driver "jedis": must be goredis or valkey`},
 		{[]string{"run", "-redis", "127.0.0.1:6379", "-driver", "valkey", "-redis", "ftp://x", "-key", "k", "--", "true"}, `leasehold run: -redis "ftp://x": valkey: invalid URL scheme`},
 		{[]string{"run", "-redis", "127.0.0.1:6379", "-prefix", "a{b}:", "-key", "k", "--", "true"}, `leasehold run: -prefix "a{b}:": must not contain`},
+		{[]string{"run", "-redis", "127.0.0.1:6379", "-redis", "redis://127.0.0.1:6379/0", "-key", "k", "--", "true"}, `leasehold run: -redis "127.0.0.1:6379" and -redis "redis://127.0.0.1:6379/0": the same server twice`},
 		{[]string{"run", "-redis", "127.0.0.1:6379", "-key", "k", "echo", "hi"}, `leasehold run: unexpected argument "echo": the command goes after "--", as in leasehold run [flags] -- echo hi`},
 		{[]string{"run", "-redis", "127.0.0.1:6379", "-key", "k"}, "leasehold run: no command given after --"},
 		{[]string{"inspect", "-redis", "127.0.0.1:6379"}, "leasehold inspect: KEY is required"},
