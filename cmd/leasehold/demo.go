@@ -71,8 +71,11 @@ and checks Leasehold's guarantees while it does:
     how a resource can refuse its late writes.
 
 Each line shows the time since the start, the worker, the event, the key,
-the lease's permits and fencing token (in full), and the key's holders and
-permits in use after the event.
+the lease's permits and fencing token, and the key's holders and permits in
+use after the event. Fences are printed less the run's first fence (so the
+first is 0), short enough to compare by eye; the summary gives the first in
+full. Their order is the order of the fences themselves. Lines fit in 100
+columns: a long note goes on the lines below its event.
 
 The summary compares the most permits held at once with the limit, counted
 twice: by the workers (a counter raised after Acquire and lowered before
@@ -138,6 +141,7 @@ type demo struct {
 	shown     map[string]*tally // per key, as the lines tell it
 	stalled   bool              // w1 took the lease to let expire
 	lostAt    time.Duration     // when OnLost ran, since start
+	fence0    uint64            // the first fence printed; fences are printed less it
 	leaseLost bool              // and every report of its loss was right
 	problems  []string          // failed checks: the demo fails
 	notes     []string          // worth knowing, but no failure
@@ -184,10 +188,11 @@ func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) (demoReport, erro
 		return demoReport{}, err
 	}
 
-	fmt.Fprintf(w, "%d workers share semaphore %q (limit %d) and mutex %q on the in-memory store for %v.\n",
-		cfg.workers, poolKey, cfg.limit, lockKey, cfg.duration)
-	fmt.Fprintf(w, "Their leases have TTL %v, refreshed every %v; w1 lets one lease of TTL %v expire.\n\n",
-		cfg.ttl, (cfg.ttl / 3).Round(time.Millisecond), d.stallTTL)
+	d.paragraph(fmt.Sprintf("%d workers share semaphore %q (limit %d) and mutex %q in memory for %v.",
+		cfg.workers, poolKey, cfg.limit, lockKey, cfg.duration))
+	d.paragraph(fmt.Sprintf("Their leases have TTL %v, refreshed every %v; w1 lets one lease of TTL %v expire. "+
+		"Fences are shown less the first one of the run.", cfg.ttl, (cfg.ttl / 3).Round(time.Millisecond), d.stallTTL))
+	fmt.Fprintln(w)
 	d.printRow(tableRow{at: "time", who: "worker", what: "event", key: "key", permits: "permits", fence: "fence", holders: "holders", inUse: "in use"})
 	d.start = time.Now()
 

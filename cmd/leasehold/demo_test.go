@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/core"
@@ -46,9 +47,9 @@ func TestDemoKeepsTheLimitsAndReportsTheLoss(t *testing.T) {
 		t.Errorf("fences increasing %v, lease lost %v, problems %q", rep.fencesIncreasing, rep.leaseLost, rep.problems)
 	}
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^ +[0-9.]+s +w1 +LOST +demo:pool +1 +[0-9]{10,} .*OnLost: leasehold: (hold|release) "demo:pool": lease lost`),
-		regexp.MustCompile(`(?m)^ +[0-9.]+s +w1 +Release\(\) +demo:pool .*returned leasehold: release "demo:pool": lease lost`),
-		regexp.MustCompile(`(?m)^ +[0-9.]+s +w[0-9] +acquired +demo:lock +1 +[0-9]{10,} +1 +1/1$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+s +w1 +LOST +demo:pool +1 +[0-9]+ [ 0-9/]*\s+OnLost: leasehold: (hold|release) "demo:pool": lease lost`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+s +w1 +Release\(\) +demo:pool [ 0-9/]*\s+returned leasehold: release "demo:pool": lease lost`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+s +w[0-9] +acquired +demo:lock +1 +[0-9]+ +1 +1/1$`),
 		regexp.MustCompile(`(?m)^  result +OK`),
 	} {
 		if !want.MatchString(text) {
@@ -219,5 +220,65 @@ func TestObservedStoreRecordsGrantsInOrder(t *testing.T) {
 	grant(bad, "b", 1)
 	if r := bad.record("k"); r.backwards != 1 || !strings.Contains(r.firstBad, "grant 2") {
 		t.Errorf("over decreasing fences: %+v; want the second grant flagged", r)
+	}
+}
+
+func TestDemoFitsIn100Columns(t *testing.T) {
+	t.Parallel()
+	many := shortDemo()
+	many.workers, many.limit = 120, 40
+	failing := demoConfig{workers: 4, limit: 1, duration: 400 * time.Millisecond, ttl: time.Second,
+		newStore: func() core.Store { return overAdmitting{memory.New()} }}
+	for name, cfg := range map[string]demoConfig{"default": shortDemo(), "120 workers": many, "failing": failing} {
+		var out bytes.Buffer
+		runDemo(context.Background(), &out, cfg)
+		for i, line := range strings.Split(out.String(), "\n") {
+			if n := utf8.RuneCountInString(line); n > 100 {
+				t.Errorf("%s: line %d has %d columns:\n%s", name, i+1, n, line)
+			}
+		}
+	}
+}
+
+func TestDemoFencesAreShortAndFromTheFirst(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if _, err := runDemo(context.Background(), &out, shortDemo()); err != nil {
+		t.Fatalf("runDemo: %v\n%s", err, out.String())
+	}
+	row := regexp.MustCompile(`(?m)^ +[0-9.]+s +w[0-9]+ +\S+ +demo:(pool|lock) +[0-9]+ +(-?[0-9]+) +[0-9]+ +[0-9]+/[0-9]+`)
+	rows := row.FindAllStringSubmatch(out.String(), -1)
+	if len(rows) < 10 || rows[0][2] != "0" {
+		t.Fatalf("%d event lines, the first with fence %q; want 10 or more, the first with fence 0:\n%s", len(rows), rows[0][2], out.String())
+	}
+	for _, r := range rows {
+		// The memory store's fences count microseconds: the run's span of them is under a
+		// second.
+		if len(r[2]) > 7 {
+			t.Errorf("fence %s is not short:\n%s", r[2], r[0])
+		}
+	}
+	if !regexp.MustCompile(`(?m)^ +shown less the first, [0-9]{10,}$`).MatchString(out.String()) {
+		t.Errorf("the summary does not give the first fence:\n%s", out.String())
+	}
+}
+
+func TestWrap(t *testing.T) {
+	tests := []struct {
+		text, first, rest string
+		width             int
+		want              []string
+	}{
+		{"a b c", "", "", 10, []string{"a b c"}},
+		{"", "> ", "  ", 10, []string{"> "}},
+		{"aaaa bbbb cccc", "> ", "  ", 9, []string{"> aaaa", "  bbbb", "  cccc"}},
+		{"aaaa bb cccc", "> ", "  ", 9, []string{"> aaaa bb", "  cccc"}},
+		{"ééé ààà", "", "", 3, []string{"ééé", "ààà"}},
+		{"abcdefghij k", "- ", "  ", 6, []string{"- abcd", "  efgh", "  ij k"}},
+	}
+	for _, tc := range tests {
+		if got := wrap(tc.text, tc.first, tc.rest, tc.width); !slices.Equal(got, tc.want) {
+			t.Errorf("wrap(%q, %q, %q, %d) = %q, want %q", tc.text, tc.first, tc.rest, tc.width, got, tc.want)
+		}
 	}
 }

@@ -7,66 +7,85 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
-
-	"github.com/leasehold/leasehold/primitives"
 )
 
-func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var redisURLs urls
-	var limit int
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.Var(&redisURLs, "redis", "Redis URL (repeat for Redlock over several servers)")
-	fs.IntVar(&limit, "limit", 1, "the key's limit, for the free count")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: leasehold inspect -redis URL [-limit N] KEY
+// inspectHelp is the text of `leasehold inspect --help`, before the flags.
+const inspectHelp = `Usage: leasehold inspect -redis URL [flags] KEY
 
 Shows who holds KEY: each holder's id, permits, fence and time left by the server's clock,
-and the permits in use and free. It changes nothing.
+and the permits in use and free of the key's limit, the one its latest grant was made with
+as the store records it (-limit to count against another). It changes nothing. KEY may
+come before or after the flags.
+
+With several -redis servers it reads them as Redlock does: a lease shows when a quorum of
+them holds it. Servers that do not answer are named on stderr, one line each; a majority
+must answer.
+
+Exit status: 0 if the key was read, 1 if Redis could not be read, 2 for bad usage.
 
 Flags:
-`)
+`
+
+// inspectCommand runs `leasehold inspect args` and returns the exit status.
+func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var r redisFlags
+	var limit int
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	r.register(fs)
+	fs.IntVar(&limit, "limit", 0, "count free permits against this limit (0: the limit the store records for KEY)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), inspectHelp)
 		fs.PrintDefaults()
 	}
-	// The key is the one positional argument; flags may come before it.
-	var key string
-	if n := len(args); n > 0 && len(args[n-1]) > 0 && args[n-1][0] != '-' {
-		key, args = args[n-1], args[:n-1]
-	}
-	if ok, code := parseFlags(fs, args, stdout, stderr); !ok {
+	keys, ok, code := parseInterleaved(fs, args, stdout, stderr)
+	if !ok {
 		return code
 	}
+	var err error
 	switch {
-	case key == "":
-		usageError(stderr, "inspect", "KEY is required")
-		return exitUsage
-	case len(redisURLs) == 0:
-		usageError(stderr, "inspect", "-redis is required")
-		return exitUsage
-	case limit < 1:
-		usageError(stderr, "inspect", fmt.Sprintf("-limit %d: must be at least 1", limit))
+	case len(keys) == 0:
+		err = fmt.Errorf("KEY is required")
+	case len(keys) > 1:
+		err = fmt.Errorf("unexpected argument %q: one KEY only", keys[1])
+	case keys[0] == "":
+		err = fmt.Errorf("KEY must not be empty")
+	case limit < 0:
+		err = fmt.Errorf("-limit %d: must not be negative", limit)
+	default:
+		err = r.check()
+	}
+	if err != nil {
+		usageError(stderr, "inspect", err.Error())
 		return exitUsage
 	}
-	store, closeStore, err := connect(ctx, redisURLs)
+	key := keys[0]
+	store, closeStore, err := r.connect(ctx, "inspect", stderr, 1)
 	if err != nil {
 		fmt.Fprintf(stderr, "leasehold inspect: %v\n", err)
 		return exitFail
 	}
 	defer closeStore()
-	sem, err := primitives.NewSemaphore(store, key, limit)
+	snap, err := store.Inspect(ctx, key)
 	if err != nil {
-		fmt.Fprintf(stderr, "leasehold inspect: %v\n", err)
-		return exitUsage
-	}
-	st, err := sem.Inspect(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "leasehold inspect: %v\n", err)
+		fmt.Fprintf(stderr, "leasehold inspect: %q: %v\n", key, err)
 		return exitFail
 	}
-	fmt.Fprintf(stdout, "%s: %d holder(s), %d permit(s) in use, %d free of %d\n", key, len(st.Leases), st.InUse, st.Free, st.Limit)
-	if len(st.Leases) > 0 {
+	inUse := snap.InUse()
+	fmt.Fprintf(stdout, "%s: %d holder(s), %d permit(s) in use", key, len(snap.Leases), inUse)
+	switch {
+	case limit > 0 && snap.Limit > 0 && snap.Limit != limit:
+		fmt.Fprintf(stdout, ", %d free of %d (-limit; the store records limit %d)\n", max(limit-inUse, 0), limit, snap.Limit)
+	case limit > 0:
+		fmt.Fprintf(stdout, ", %d free of %d\n", max(limit-inUse, 0), limit)
+	case snap.Limit > 0:
+		fmt.Fprintf(stdout, ", %d free of %d\n", max(snap.Limit-inUse, 0), snap.Limit)
+	default:
+		fmt.Fprintf(stdout, "; no limit recorded (no grant on it for a week, or ever): -limit N counts the free permits\n")
+	}
+	if len(snap.Leases) > 0 {
 		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "holder\tpermits\tfence\tttl")
-		for _, l := range st.Leases {
+		for _, l := range snap.Leases {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%v\n", l.Holder, l.Permits, l.Fence, l.TTL.Round(time.Millisecond))
 		}
 		tw.Flush()

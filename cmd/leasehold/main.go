@@ -1,8 +1,9 @@
 // Command leasehold is Leasehold's command-line tool.
 //
-//	leasehold demo [flags]                        workers share a Semaphore and a Mutex in memory
+//	leasehold demo [flags]                          workers share a Semaphore and a Mutex in memory
 //	leasehold run -redis URL -key K [flags] -- cmd  run cmd while holding a lease
-//	leasehold inspect -redis URL KEY              show who holds KEY
+//	leasehold inspect -redis URL [flags] KEY        show who holds KEY
+//	leasehold version                               the version and commit it was built from
 //
 // Run `leasehold --help` or `leasehold demo --help` for details.
 package main
@@ -15,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -30,9 +32,13 @@ Commands:
   demo     run workers that share a weighted Semaphore and a Mutex on the
            in-memory store, let one lease expire to show how loss is reported,
            and check that no limit was exceeded and no fence went backwards
-  run      run a command while holding a lease on a key in Redis (or Redlock
-           over several Redis servers): leasehold run -redis URL -key K -- cmd
+  run      run a command while holding a lease on a key in Redis or Valkey (or
+           Redlock over several servers): leasehold run -redis URL -key K -- cmd
   inspect  show who holds a key in Redis: holders, permits, fences, TTLs
+  version  print leasehold's version and the commit it was built from
+
+run and inspect take -redis as a URL or host:port, -driver goredis|valkey
+(the client library) and -prefix (of the keys in Redis).
 
 Run 'leasehold <command> --help' (or 'leasehold help <command>') for a
 command's flags.
@@ -83,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCommand(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return inspectCommand(ctx, args[1:], stdout, stderr)
+	case "version":
+		return versionCommand(ctx, args[1:], stdout, stderr)
 	default:
 		what := "command"
 		if strings.HasPrefix(cmd, "-") {
@@ -97,6 +105,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // or a stray argument, one line to stderr. ok reports whether the command should go on; when it
 // is false, code is the exit status.
 func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (ok bool, code int) {
+	if ok, code := parseOnly(fs, args, stdout, stderr); !ok {
+		return false, code
+	}
+	if fs.NArg() > 0 {
+		usageError(stderr, fs.Name(), fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+		return false, exitUsage
+	}
+	return true, exitOK
+}
+
+// parseOnly is parseFlags that leaves the arguments after the flags in fs.Args().
+func parseOnly(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (ok bool, code int) {
 	fs.SetOutput(io.Discard) // the flag package's own messages are replaced by the ones below
 	err := fs.Parse(args)
 	switch {
@@ -107,11 +127,45 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (ok b
 	case err != nil:
 		usageError(stderr, fs.Name(), err.Error())
 		return false, exitUsage
-	case fs.NArg() > 0:
-		usageError(stderr, fs.Name(), fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
-		return false, exitUsage
 	}
 	return true, exitOK
+}
+
+// parseInterleaved is parseFlags for a command whose arguments may come before, between or
+// after its flags; it returns the arguments in order. Everything after "--" is an argument.
+func parseInterleaved(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positional []string, ok bool, code int) {
+	for {
+		if ok, code := parseOnly(fs, args, stdout, stderr); !ok {
+			return nil, false, code
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, true, exitOK
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(positional, rest...), true, exitOK
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
+	}
+}
+
+// parseRunFlags parses the flags of `leasehold run`, which come before "--", and returns the
+// command after it, as parseFlags does. A word where a flag should be (a command given without
+// "--") is a usage error that says where the command goes.
+func parseRunFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (command []string, ok bool, code int) {
+	flags := args
+	if i := slices.Index(args, "--"); i >= 0 {
+		flags, command = args[:i], args[i+1:]
+	}
+	if ok, code := parseOnly(fs, flags, stdout, stderr); !ok {
+		return nil, false, code
+	}
+	if fs.NArg() > 0 {
+		usageError(stderr, fs.Name(), fmt.Sprintf("unexpected argument %q: the command goes after \"--\", as in leasehold %s [flags] -- %s",
+			fs.Arg(0), fs.Name(), strings.Join(fs.Args(), " ")))
+		return nil, false, exitUsage
+	}
+	return command, true, exitOK
 }
 
 // usageError prints msg about command cmd as one line on stderr, with a hint to its help.

@@ -9,84 +9,19 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
-	"github.com/leasehold/leasehold/redlock"
 )
 
 // exitBusy is the status of `leasehold run` when the lease could not be had within --wait.
 const exitBusy = 3
 
-func init() {
-	// go-redis logs dial failures itself; the CLI reports each failure once, in one line.
-	redis.SetLogger(quiet{})
-}
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
-
-// urls is a repeatable -redis flag.
-type urls []string
-
-func (u *urls) String() string     { return strings.Join(*u, ",") }
-func (u *urls) Set(s string) error { *u = append(*u, s); return nil }
-
-// connect returns a Store over the Redis servers at urls (Redlock over them when there are
-// several), after checking each answers, and a func that closes everything.
-func connect(ctx context.Context, us []string) (core.Store, func(), error) {
-	var stores []core.Store
-	var closers []func()
-	closeAll := func() {
-		for _, c := range closers {
-			c()
-		}
-	}
-	for _, u := range us {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("-redis %q: %v", u, err)
-		}
-		client := redis.NewClient(opt)
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err = client.Ping(pctx).Err()
-		cancel()
-		if err != nil {
-			client.Close()
-			closeAll()
-			return nil, nil, fmt.Errorf("redis %s unreachable: %v", opt.Addr, err)
-		}
-		s, err := goredis.New(client)
-		if err != nil {
-			client.Close()
-			closeAll()
-			return nil, nil, err
-		}
-		stores = append(stores, s)
-		closers = append(closers, func() { s.Close(); client.Close() })
-	}
-	if len(stores) == 1 {
-		return stores[0], closeAll, nil
-	}
-	rl, err := redlock.New(stores)
-	if err != nil {
-		closeAll()
-		return nil, nil, err
-	}
-	return rl, closeAll, nil
-}
-
 // runConfig is what `leasehold run` is told.
 type runConfig struct {
-	redis   urls
+	redis   redisFlags
 	key     string
 	limit   int
 	permits int
@@ -99,7 +34,7 @@ type runConfig struct {
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cfg runConfig
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Var(&cfg.redis, "redis", "Redis URL, e.g. redis://127.0.0.1:6379/0 (repeat for Redlock over several servers)")
+	cfg.redis.register(fs)
 	fs.StringVar(&cfg.key, "key", "", "the lease key (required)")
 	fs.IntVar(&cfg.limit, "limit", 1, "permits on the key: 1 is a mutex, more a semaphore")
 	fs.IntVar(&cfg.permits, "permits", 1, "permits this command takes")
@@ -120,13 +55,13 @@ Flags:
 `, exitBusy)
 		fs.PrintDefaults()
 	}
-	if ok, code := parseFlags(fs, cutCommand(args), stdout, stderr); !ok {
+	command, ok, code := parseRunFlags(fs, args, stdout, stderr)
+	if !ok {
 		return code
 	}
-	command := afterDashes(args)
-	switch {
-	case len(cfg.redis) == 0:
-		usageError(stderr, "run", "-redis is required")
+	switch err := cfg.redis.check(); {
+	case err != nil:
+		usageError(stderr, "run", err.Error())
 	case cfg.key == "":
 		usageError(stderr, "run", "-key is required")
 	case len(command) == 0:
@@ -146,26 +81,6 @@ Flags:
 	return exitUsage
 }
 
-// cutCommand returns the flags before "--".
-func cutCommand(args []string) []string {
-	for i, a := range args {
-		if a == "--" {
-			return args[:i]
-		}
-	}
-	return args
-}
-
-// afterDashes returns what follows "--".
-func afterDashes(args []string) []string {
-	for i, a := range args {
-		if a == "--" {
-			return args[i+1:]
-		}
-	}
-	return nil
-}
-
 func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) int {
 	command := cfg.command
 	// Signals go to the command from here on, not to our context.
@@ -173,7 +88,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 
-	store, closeStore, err := connect(ctx, cfg.redis)
+	store, closeStore, err := cfg.redis.connect(ctx, "run", stderr, cfg.limit)
 	if err != nil {
 		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
 		return exitFail

@@ -49,7 +49,8 @@ func (d *demo) stall(workCtx, runCtx context.Context, name string) {
 	}
 	d.event(l, happening{who: name, what: "Release()", note: "returned " + errString(relErr)})
 	if latest := d.store.record(poolKey).maxFence; latest > l.Fence() {
-		d.event(l, happening{who: name, what: "fenced", note: fmt.Sprintf("a resource that has seen fence %d refuses this holder's writes", latest)})
+		d.event(l, happening{who: name, what: "fenced", fenceNote: latest,
+			note: "a resource that has seen fence %s refuses this holder's writes"})
 	}
 
 	if !doneClosed || errSeen == nil {

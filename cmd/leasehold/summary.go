@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/core"
 )
@@ -69,7 +70,9 @@ func (d *demo) summary(interrupted bool) demoReport {
 	}
 	fmt.Fprintf(w, "\n")
 	row := func(label, format string, args ...any) {
-		fmt.Fprintf(w, "  %-22s %s\n", label, fmt.Sprintf(format, args...))
+		for _, line := range wrap(fmt.Sprintf(format, args...), fmt.Sprintf("  %-22s ", label), strings.Repeat(" ", 25), lineWidth) {
+			fmt.Fprintln(w, line)
+		}
 	}
 	row("acquisitions", "%d on %s, %d on %s", rep.poolAcquired, poolKey, rep.lockAcquired, lockKey)
 	row("most permits at once", "%d of %d on %s by the workers' count, %d by the store's (Inspect after each grant)",
@@ -79,6 +82,9 @@ func (d *demo) summary(interrupted bool) demoReport {
 		row("fences", "strictly increasing in grant order (%d grants on %s, %d on %s)", rep.poolGrants, poolKey, rep.lockGrants, lockKey)
 	} else {
 		row("fences", "WENT BACKWARDS (%d grants on %s, %d on %s)", rep.poolGrants, poolKey, rep.lockGrants, lockKey)
+	}
+	if d.fence0 != 0 {
+		row("", "shown less the first, %d", d.fence0)
 	}
 	switch {
 	case d.leaseLost:
@@ -105,16 +111,20 @@ func (d *demo) summary(interrupted bool) demoReport {
 	}
 	row("result", "FAILED")
 	for _, p := range problems {
-		fmt.Fprintf(w, "    - %s\n", p)
+		for _, line := range wrap(p, "    - ", "      ", lineWidth) {
+			fmt.Fprintln(w, line)
+		}
 	}
 	return rep
 }
 
 // happening is what a worker did with a lease: who, what, how many holders of the lease's size
-// it adds to the key's count (-1 when it lets go), and a note.
+// it adds to the key's count (-1 when it lets go), and a note. When fenceNote is set, the note
+// is a format whose %s is that fence as the table shows fences.
 type happening struct {
 	who, what, note string
 	delta           int
+	fenceNote       uint64
 }
 
 // event prints one line about lease l: the time, the worker, what happened, the lease, and the
@@ -134,21 +144,93 @@ func (d *demo) event(l core.Lease, h happening) {
 	if l.Key() == lockKey {
 		limit = 1
 	}
+	if d.fence0 == 0 {
+		d.fence0 = l.Fence()
+	}
+	if h.fenceNote != 0 {
+		note = fmt.Sprintf(note, d.shownFence(h.fenceNote))
+	}
 	d.printRow(tableRow{at: fmt.Sprintf("%.3fs", time.Since(d.start).Seconds()), who: who, what: what, key: l.Key(),
-		permits: fmt.Sprint(l.Permits()), fence: fmt.Sprint(l.Fence()), holders: fmt.Sprint(t.holders),
+		permits: fmt.Sprint(l.Permits()), fence: d.shownFence(l.Fence()), holders: fmt.Sprint(t.holders),
 		inUse: fmt.Sprintf("%d/%d", t.permits, limit), note: note})
 }
+
+// shownFence formats fence as the table shows it: less the run's first fence, so that a run's
+// fences are a few digits long and compare as the fences do (a fence below the first, which a
+// store with a counter per key can grant on the other key, is negative). d.mu must be held.
+func (d *demo) shownFence(fence uint64) string {
+	return fmt.Sprint(int64(fence - d.fence0))
+}
+
+// lineWidth is the most runes a line of the demo's output has: it fits a 100-column terminal.
+const lineWidth = 100
 
 // tableRow is one line of the event table, its cells formatted.
 type tableRow struct {
 	at, who, what, key, permits, fence, holders, inUse, note string
 }
 
-// printRow prints one line of the event table; d.mu must be held, or no other goroutine running.
+// printRow prints one line of the event table, its note on the same line when it fits within
+// lineWidth and on the lines below, indented, when it does not. d.mu must be held, or no other
+// goroutine running.
 func (d *demo) printRow(r tableRow) {
-	line := fmt.Sprintf("%8s  %-*s  %-9s  %-9s  %7s  %16s  %7s  %6s  %s",
-		r.at, d.nameWidth, r.who, r.what, r.key, r.permits, r.fence, r.holders, r.inUse, r.note)
-	fmt.Fprintln(d.w, strings.TrimRight(line, " "))
+	line := strings.TrimRight(fmt.Sprintf("%8s  %-*s  %-9s  %-9s  %7s  %10s  %7s  %6s",
+		r.at, d.nameWidth, r.who, r.what, r.key, r.permits, r.fence, r.holders, r.inUse), " ")
+	if r.note == "" {
+		fmt.Fprintln(d.w, line)
+		return
+	}
+	if utf8.RuneCountInString(line)+2+utf8.RuneCountInString(r.note) <= lineWidth {
+		fmt.Fprintln(d.w, line+"  "+r.note)
+		return
+	}
+	fmt.Fprintln(d.w, line)
+	indent := strings.Repeat(" ", 12)
+	for _, l := range wrap(r.note, indent, indent, lineWidth) {
+		fmt.Fprintln(d.w, l)
+	}
+}
+
+// paragraph prints text wrapped to lineWidth. d.mu must be held, or no other goroutine running.
+func (d *demo) paragraph(text string) {
+	for _, l := range wrap(text, "", "", lineWidth) {
+		fmt.Fprintln(d.w, l)
+	}
+}
+
+// wrap breaks text into lines of at most width runes, prefixes included, at spaces: the first
+// line starts with first, the others with rest. A word longer than a line is cut.
+func wrap(text, first, rest string, width int) []string {
+	var lines []string
+	line, prefix := first, first
+	for _, word := range strings.Fields(text) {
+		for {
+			room := width - utf8.RuneCountInString(line)
+			if line != prefix {
+				room-- // the space before the word
+			}
+			n := utf8.RuneCountInString(word)
+			if n <= room {
+				if line != prefix {
+					line += " "
+				}
+				line += word
+				break
+			}
+			if line == prefix { // the word alone does not fit: cut it
+				cut := max(room, 1)
+				r := []rune(word)
+				line += string(r[:cut])
+				word = string(r[cut:])
+			}
+			lines = append(lines, line)
+			line, prefix = rest, rest
+		}
+	}
+	if line != prefix || len(lines) == 0 {
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // problem records a failed check.

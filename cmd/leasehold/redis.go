@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/valkey"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/redlock"
+)
+
+func init() {
+	// go-redis logs dial failures itself; the CLI reports each failure once, in one line.
+	redis.SetLogger(quiet{})
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// The -driver values.
+const (
+	driverGoredis = "goredis"
+	driverValkey  = "valkey"
+)
+
+// pingTimeout bounds the PING that checks each server before a command starts.
+const pingTimeout = 3 * time.Second
+
+// redisFlags are the flags of every subcommand that talks to Redis: the servers, the client
+// library and the key prefix. Register them with register, check them with check once the flags
+// are parsed, then connect.
+type redisFlags struct {
+	urls   []string // -redis, as given
+	driver string
+	prefix string
+}
+
+// register adds -redis, -driver and -prefix to fs.
+func (r *redisFlags) register(fs *flag.FlagSet) {
+	fs.Func("redis", "Redis server: a `URL` (redis://[user:password@]host:port/db, rediss:// for TLS,\n"+
+		"unix:///path) or host:port. Repeat it for Redlock over several servers: leasehold goes on\n"+
+		"when enough of them answer for a quorum (a majority for -limit 1) and names the others on\n"+
+		"stderr, one line each", func(s string) error {
+		r.urls = append(r.urls, s)
+		return nil
+	})
+	fs.StringVar(&r.driver, "driver", driverGoredis, "Redis client library: goredis (go-redis) or valkey (valkey-go)")
+	fs.StringVar(&r.prefix, "prefix", "leasehold:", "prefix of every Redis key and channel Leasehold uses (the drivers' WithPrefix);\n"+
+		"clients sharing a key must use the same prefix")
+}
+
+// check returns an error naming the first bad flag: no -redis, a -redis that is neither a URL
+// nor host:port, the same server twice (which would count twice in a Redlock quorum), an
+// unknown -driver, a -prefix with a brace.
+func (r *redisFlags) check() error {
+	switch {
+	case len(r.urls) == 0:
+		return fmt.Errorf("-redis is required")
+	case r.driver != driverGoredis && r.driver != driverValkey:
+		return fmt.Errorf("-driver %q: must be %s or %s", r.driver, driverGoredis, driverValkey)
+	case strings.ContainsAny(r.prefix, "{}"):
+		return fmt.Errorf("-prefix %q: must not contain '{' or '}'", r.prefix)
+	}
+	seen := make(map[string]string, len(r.urls))
+	for _, u := range r.urls {
+		nc, err := r.node(u)
+		if err != nil {
+			return err
+		}
+		if first, ok := seen[nc.addr]; ok {
+			return fmt.Errorf("-redis %q and -redis %q: the same server twice", first, u)
+		}
+		seen[nc.addr] = u
+	}
+	return nil
+}
+
+// normalURL returns s as a URL: s itself when it has a scheme, redis://s when it is host:port
+// or a host name alone.
+func normalURL(s string) (string, error) {
+	if strings.Contains(s, "://") {
+		return s, nil
+	}
+	host := s
+	if strings.Contains(s, ":") {
+		h, port, err := net.SplitHostPort(s)
+		if err != nil || port == "" {
+			return "", fmt.Errorf("-redis %q: neither a URL (redis://host:port) nor host:port", s)
+		}
+		host = h
+	}
+	if host == "" || strings.ContainsAny(host, "/?#@ ") {
+		return "", fmt.Errorf("-redis %q: neither a URL (redis://host:port) nor host:port", s)
+	}
+	return "redis://" + s, nil
+}
+
+// server is one -redis server, its client made but not yet connected.
+type server struct {
+	addr  string // for messages: host:port, or a socket's path
+	store core.Store
+	ping  func(context.Context) error
+	close func()
+}
+
+// nodeConfig is a -redis server's client configuration for the chosen driver.
+type nodeConfig struct {
+	addr    string
+	goredis *redis.Options
+	valkey  vk.ClientOption
+}
+
+// node parses URL u for the chosen driver.
+func (r *redisFlags) node(u string) (nodeConfig, error) {
+	full, err := normalURL(u)
+	if err != nil {
+		return nodeConfig{}, err
+	}
+	if r.driver == driverValkey {
+		opt, err := vk.ParseURL(full)
+		if err != nil {
+			return nodeConfig{}, fmt.Errorf("-redis %q: %v", u, err)
+		}
+		if len(opt.InitAddress) != 1 {
+			return nodeConfig{}, fmt.Errorf("-redis %q: one server per -redis", u)
+		}
+		// One standalone server per -redis, even when it cannot be reached now: Redlock keeps
+		// the node and the client dials it again on each call.
+		opt.ForceSingleClient = true
+		opt.DisableCache = true
+		return nodeConfig{addr: opt.InitAddress[0], valkey: opt}, nil
+	}
+	opt, err := redis.ParseURL(full)
+	if err != nil {
+		return nodeConfig{}, fmt.Errorf("-redis %q: %v", u, err)
+	}
+	return nodeConfig{addr: opt.Addr, goredis: opt}, nil
+}
+
+// open makes the client and the store of a checked -redis server. It sends nothing, except
+// valkey-go, which dials at once: a failed dial is left for the ping to report.
+func (r *redisFlags) open(u string) (*server, error) {
+	nc, err := r.node(u)
+	if err != nil {
+		return nil, err
+	}
+	if nc.goredis != nil {
+		client := redis.NewClient(nc.goredis)
+		s, err := goredis.New(client, goredis.WithPrefix(r.prefix))
+		if err != nil {
+			client.Close()
+			return nil, err
+		}
+		return &server{addr: nc.addr, store: s,
+			ping:  func(ctx context.Context) error { return client.Ping(ctx).Err() },
+			close: func() { s.Close(); client.Close() }}, nil
+	}
+	client, err := vk.NewClient(nc.valkey)
+	if client == nil {
+		return nil, fmt.Errorf("redis %s: %v", nc.addr, err)
+	}
+	s, err := valkey.New(client, valkey.WithPrefix(r.prefix))
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &server{addr: nc.addr, store: s,
+		ping:  func(ctx context.Context) error { return client.Do(ctx, client.B().Ping().Build()).Error() },
+		close: func() { s.Close(); client.Close() }}, nil
+}
+
+// connect returns a Store over the -redis servers, Redlock over them when there are several,
+// and a func that closes everything. It first PINGs every server in parallel (up to 3s). One
+// server must answer. Of several, those that do not are reported on warn, one line each
+// starting with "leasehold cmd: ", and kept in the Redlock, which uses them again if they come
+// back; it goes on when enough answer to grant a key of limit permits (Quorum(limit): a
+// majority for a mutex, more for a semaphore), and is an error otherwise. On error nothing is
+// left open.
+func (r *redisFlags) connect(ctx context.Context, cmd string, warn io.Writer, limit int) (core.Store, func(), error) {
+	servers := make([]*server, 0, len(r.urls))
+	closeAll := func() {
+		for _, s := range servers {
+			s.close()
+		}
+	}
+	for _, u := range r.urls {
+		s, err := r.open(u)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		servers = append(servers, s)
+	}
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			defer cancel()
+			errs[i] = s.ping(pctx)
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	if len(servers) == 1 {
+		if errs[0] != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("redis %s unreachable: %v", servers[0].addr, errs[0])
+		}
+		return servers[0].store, closeAll, nil
+	}
+
+	stores := make([]core.Store, len(servers))
+	for i, s := range servers {
+		stores[i] = s.store
+	}
+	rl, err := redlock.New(stores)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	up, need := 0, rl.Quorum(limit)
+	for _, err := range errs {
+		if err == nil {
+			up++
+		}
+	}
+	then := fmt.Sprintf("going on without it: %d of %d answer, Redlock needs %d", up, len(servers), need)
+	if up < need {
+		then = "too few answer"
+	}
+	for i, err := range errs {
+		if err != nil {
+			fmt.Fprintf(warn, "leasehold %s: redis %s unreachable: %v; %s\n", cmd, servers[i].addr, err, then)
+		}
+	}
+	if up < need {
+		closeAll()
+		what := fmt.Sprintf("%d (a majority)", need)
+		if limit > 1 {
+			what = fmt.Sprintf("%d for -limit %d", need, limit)
+		}
+		return nil, nil, fmt.Errorf("only %d of %d Redis servers answer; Redlock needs %s", up, len(servers), what)
+	}
+	return rl, closeAll, nil
+}
