@@ -93,7 +93,7 @@ func TestRunExitStatuses(t *testing.T) {
 	defer stop()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", "--", "true"))
+		code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", "-n", "--", "true"))
 		if code == exitBusy {
 			if !strings.Contains(out, `"busy" is busy`) || strings.Count(out, "\n") != 1 {
 				t.Errorf("busy: %q, want one clear line", out)
@@ -105,6 +105,11 @@ func TestRunExitStatuses(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	for _, flag := range []string{"-nowait", "-wait=0"} {
+		if code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", flag, "--", "true")); code != exitBusy || strings.Count(out, "\n") != 1 {
+			t.Errorf("%s on a busy key: exit %d, %q; want %d and one line", flag, code, out, exitBusy)
+		}
+	}
 	code, out := status(cli(t.Context(), "run", "-redis", "redis://127.0.0.1:1", "-key", "k", "--", "true"))
 	if code != exitFail || strings.Count(out, "\n") != 1 || !strings.Contains(out, "unreachable") {
 		t.Errorf("unreachable server: exit %d, %q; want %d and one line", code, out, exitFail)
@@ -112,6 +117,10 @@ func TestRunExitStatuses(t *testing.T) {
 	code, out = status(cli(t.Context(), "run", "-redis", url, "-key", "k", "-limit", "0", "--", "true"))
 	if code != exitUsage || !strings.Contains(out, "-limit 0") {
 		t.Errorf("bad flag: exit %d, %q", code, out)
+	}
+	code, out = status(cli(t.Context(), "run", "-redis", url, "-key", "k", "-n", "-wait", "5s", "--", "true"))
+	if code != exitUsage || !strings.Contains(out, "-n and -wait") {
+		t.Errorf("-n with -wait: exit %d, %q; want %d", code, out, exitUsage)
 	}
 }
 
@@ -134,8 +143,8 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the command ran %v after its lease was lost", d)
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 128+15 || !strings.Contains(out.String(), "lost") {
-		t.Errorf("exit %d, output %q; want 143 (SIGTERM) and a line saying the lease was lost", code, out.String())
+	if code := cmd.ProcessState.ExitCode(); code != exitLost || !strings.Contains(out.String(), "lost") {
+		t.Errorf("exit %d, output %q; want %d and a line saying the lease was lost", code, out.String(), exitLost)
 	}
 }
 
