@@ -83,6 +83,9 @@ func TestRunExitStatuses(t *testing.T) {
 	if code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "s", "--", "sh", "-c", "exit 7")); code != 7 {
 		t.Errorf("command exiting 7: leasehold exited %d\n%s", code, out)
 	}
+	if code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "s", "--", "/nonexistent/command")); code != exitCannotStart || !strings.Contains(out, "/nonexistent/command") {
+		t.Errorf("command that cannot start: leasehold exited %d, %q; want %d", code, out, exitCannotStart)
+	}
 	hctx, stop := context.WithCancel(t.Context())
 	holder := cli(hctx, "run", "-redis", url, "-key", "busy", "-wait", "30s", "--", "sleep", "30")
 	var hout strings.Builder
