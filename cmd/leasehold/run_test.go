@@ -302,3 +302,18 @@ func TestRunInterruptedWhileWaitingExits130(t *testing.T) {
 		}
 	}
 }
+
+func TestRunHelpDocumentsWaitingAndStatuses(t *testing.T) {
+	code, out, errOut := runArgs(t, context.Background(), "run", "--help")
+	if code != exitOK || errOut != "" {
+		t.Fatalf("exit %d, stderr %q; want %d", code, errOut, exitOK)
+	}
+	for _, want := range []string{
+		"waiting until it is free", "-n\ttry once", "-nowait", "-wait duration", "0 is -n",
+		"process group", "Exit status", fmt.Sprint(exitBusy), fmt.Sprint(exitLost), fmt.Sprint(exitInterrupted), fmt.Sprint(exitCannotStart),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run --help does not say %q:\n%s", want, out)
+		}
+	}
+}
