@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,8 +17,34 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// exitBusy is the status of `leasehold run` when the lease could not be had within --wait.
-const exitBusy = 3
+// Exit statuses of `leasehold run` besides the command's own.
+const (
+	exitBusy        = 3   // the key was busy: -n, or -wait ran out; nothing acquired
+	exitLost        = 75  // the lease was lost and the command stopped (EX_TEMPFAIL: try again later)
+	exitCannotStart = 127 // the command could not be started, as a shell reports it
+)
+
+// waitFlag is the -wait flag: unset, Acquire waits until the lease is free.
+type waitFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (w *waitFlag) String() string {
+	if w == nil || !w.set {
+		return ""
+	}
+	return w.d.String()
+}
+
+func (w *waitFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	w.d, w.set = d, true
+	return nil
+}
 
 // runConfig is what `leasehold run` is told.
 type runConfig struct {
@@ -26,10 +53,14 @@ type runConfig struct {
 	limit   int
 	permits int
 	ttl     time.Duration
-	wait    time.Duration
+	wait    waitFlag
+	nowait  bool
 	grace   time.Duration
 	command []string // what to run, after "--"
 }
+
+// oneTry reports whether the lease is to be tried once, not waited for.
+func (c *runConfig) oneTry() bool { return c.nowait || (c.wait.set && c.wait.d == 0) }
 
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cfg runConfig
@@ -39,20 +70,32 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&cfg.limit, "limit", 1, "permits on the key: 1 is a mutex, more a semaphore")
 	fs.IntVar(&cfg.permits, "permits", 1, "permits this command takes")
 	fs.DurationVar(&cfg.ttl, "ttl", 10*time.Second, "lease TTL; the lease is refreshed every TTL/3 while the command runs")
-	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait for the lease (0: fail at once if busy)")
+	fs.Var(&cfg.wait, "wait", "wait at most this `duration` for the lease (default: until it is free; 0 is -n)")
+	fs.BoolVar(&cfg.nowait, "n", false, "try once: exit at once if the key is busy")
+	fs.BoolVar(&cfg.nowait, "nowait", false, "the same as -n")
 	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after the lease is lost, how long the command has after SIGTERM before SIGKILL")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: leasehold run -redis URL -key KEY [flags] -- command [args...]
 
 Runs the command while holding a lease on KEY, like flock or consul lock: the lease is taken
-first (waiting up to -wait), refreshed while the command runs, and released when it exits.
+first, waiting until it is free (-wait D: at most D; -n: one try), refreshed while the
+command runs, and released when it exits. The command sees LEASEHOLD_FENCE and LEASEHOLD_HOLDER.
 Signals (INT, TERM, HUP, QUIT, USR1, USR2) are passed to the command. If the lease is lost, the
-command gets SIGTERM, then SIGKILL after -grace. leasehold exits with the command's status
-(128+N if a signal N ended it), %d if the lease could not be had within -wait, 2 on bad usage,
-1 if Redis could not be reached; nothing is acquired then.
+command gets SIGTERM, then SIGKILL after -grace.
+
+%s
+
+Exit status:
+  the command's     128+N if signal N ended it
+  %-3d               the key was busy: -n, or -wait ran out
+  %-3d               the lease was lost; the command was stopped
+  %-3d               interrupted (INT, TERM, HUP, ...) before the command started
+  %-3d               the command could not be started
+  2                 bad usage
+  1                 Redis could not be reached (over Redlock: fewer than a quorum answered), or another error
 
 Flags:
-`, exitBusy)
+`, processGroupNote, exitBusy, exitLost, exitInterrupted, exitCannotStart)
 		fs.PrintDefaults()
 	}
 	command, ok, code := parseRunFlags(fs, args, stdout, stderr)
@@ -72,8 +115,10 @@ Flags:
 		usageError(stderr, "run", fmt.Sprintf("-permits %d: must be in [1, -limit %d]", cfg.permits, cfg.limit))
 	case cfg.ttl < primitives.MinTTL:
 		usageError(stderr, "run", fmt.Sprintf("-ttl %v: must be at least %v", cfg.ttl, primitives.MinTTL))
-	case cfg.wait < 0 || cfg.grace < 0:
+	case cfg.wait.d < 0 || cfg.grace < 0:
 		usageError(stderr, "run", "-wait and -grace must not be negative")
+	case cfg.nowait && cfg.wait.set:
+		usageError(stderr, "run", "-n and -wait: give one")
 	default:
 		cfg.command = command
 		return runUnderLease(ctx, cfg, stdout, stderr)
@@ -81,69 +126,94 @@ Flags:
 	return exitUsage
 }
 
+// runUnderLease takes the lease, runs the command under it, and returns run's exit status.
 func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) int {
-	command := cfg.command
-	// Signals go to the command from here on, not to our context.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
+	// Until the command starts, any of those signals ends the wait. One that comes as the lease
+	// is granted stays in sigs and goes to the command.
+	wctx, stopWaiting := signal.NotifyContext(ctx, forwarded...)
+	defer stopWaiting()
+	interrupted := func() int {
+		fmt.Fprintf(stderr, "leasehold run: interrupted while waiting for %q; nothing acquired\n", cfg.key)
+		return exitInterrupted
+	}
 
-	store, closeStore, err := cfg.redis.connect(ctx, "run", stderr, cfg.limit)
+	store, closeStore, err := cfg.redis.connect(wctx, "run", stderr, cfg.limit)
 	if err != nil {
+		if wctx.Err() != nil {
+			return interrupted()
+		}
 		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
 		return exitFail
 	}
 	defer closeStore()
-	sem, err := primitives.NewSemaphore(store, cfg.key, cfg.limit, primitives.WithTTL(cfg.ttl), primitives.WithAcquireTimeout(max(cfg.wait, time.Millisecond)))
+	timeout := time.Duration(math.MaxInt64) // no acquire timeout
+	if cfg.wait.set {
+		timeout = max(cfg.wait.d, time.Millisecond)
+	}
+	sem, err := primitives.NewSemaphore(store, cfg.key, cfg.limit, primitives.WithTTL(cfg.ttl), primitives.WithAcquireTimeout(timeout))
 	if err != nil {
 		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
 		return exitUsage
 	}
 	var lease core.Lease
-	if cfg.wait == 0 {
-		lease, err = sem.TryAcquire(ctx, cfg.permits)
+	if cfg.oneTry() {
+		lease, err = sem.TryAcquire(wctx, cfg.permits)
 	} else {
-		lease, err = sem.Acquire(ctx, cfg.permits)
+		lease, err = sem.Acquire(wctx, cfg.permits)
 	}
+	interruptedWaiting := wctx.Err() != nil // before stopWaiting, which cancels wctx
+	stopWaiting()
 	switch {
+	case err != nil && interruptedWaiting:
+		return interrupted()
+	case errors.Is(err, core.ErrNotAcquired) && cfg.oneTry():
+		fmt.Fprintf(stderr, "leasehold run: %q is busy\n", cfg.key)
+		return exitBusy
 	case errors.Is(err, core.ErrNotAcquired):
-		fmt.Fprintf(stderr, "leasehold run: %q is busy: not acquired within %v\n", cfg.key, cfg.wait)
+		fmt.Fprintf(stderr, "leasehold run: %q is busy: not acquired within %v\n", cfg.key, cfg.wait.d)
 		return exitBusy
 	case err != nil:
 		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
 		return exitFail
 	}
-
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
-	if err := cmd.Start(); err != nil {
-		lease.Release(context.WithoutCancel(ctx))
-		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
-		return 127
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := lease.Release(rctx); err != nil && !errors.Is(err, core.ErrLost) {
+			fmt.Fprintf(stderr, "leasehold run: %v\n", err)
+		}
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 
+	env := append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
+	c, err := startChild(cfg.command, env, os.Stdin, stdout, stderr)
+	if err != nil {
+		release()
+		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
+		return exitCannotStart
+	}
 	var kill <-chan time.Time
 	lost := lease.Done()
 	for {
 		select {
 		case s := <-sigs:
-			cmd.Process.Signal(s)
+			c.signal(s.(syscall.Signal))
 		case <-lost:
 			lost = nil
-			fmt.Fprintf(stderr, "leasehold run: %v; stopping the command\n", lease.Err())
-			cmd.Process.Signal(syscall.SIGTERM)
+			fmt.Fprintf(stderr, "leasehold run: %v; stopping the command: SIGTERM, SIGKILL after -grace %v\n", lease.Err(), cfg.grace)
+			c.signal(syscall.SIGTERM)
 			kill = time.After(cfg.grace)
 		case <-kill:
-			cmd.Process.Kill()
-		case err := <-exited:
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if rerr := lease.Release(rctx); rerr != nil && !errors.Is(rerr, core.ErrLost) {
-				fmt.Fprintf(stderr, "leasehold run: %v\n", rerr)
+			fmt.Fprintf(stderr, "leasehold run: the command outlived -grace %v; SIGKILL\n", cfg.grace)
+			c.signal(syscall.SIGKILL)
+		case <-c.done():
+			err := c.wait()
+			release()
+			if lost == nil {
+				return exitLost
 			}
-			cancel()
 			return exitStatus(err)
 		}
 	}

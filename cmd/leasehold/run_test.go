@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,6 +83,9 @@ func TestRunExitStatuses(t *testing.T) {
 	if code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "s", "--", "sh", "-c", "exit 7")); code != 7 {
 		t.Errorf("command exiting 7: leasehold exited %d\n%s", code, out)
 	}
+	if code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "s", "--", "/nonexistent/command")); code != exitCannotStart || !strings.Contains(out, "/nonexistent/command") {
+		t.Errorf("command that cannot start: leasehold exited %d, %q; want %d", code, out, exitCannotStart)
+	}
 	hctx, stop := context.WithCancel(t.Context())
 	holder := cli(hctx, "run", "-redis", url, "-key", "busy", "-wait", "30s", "--", "sleep", "30")
 	var hout strings.Builder
@@ -93,7 +97,7 @@ func TestRunExitStatuses(t *testing.T) {
 	defer stop()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", "--", "true"))
+		code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", "-n", "--", "true"))
 		if code == exitBusy {
 			if !strings.Contains(out, `"busy" is busy`) || strings.Count(out, "\n") != 1 {
 				t.Errorf("busy: %q, want one clear line", out)
@@ -105,6 +109,11 @@ func TestRunExitStatuses(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	for _, flag := range []string{"-nowait", "-wait=0"} {
+		if code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", flag, "--", "true")); code != exitBusy || strings.Count(out, "\n") != 1 {
+			t.Errorf("%s on a busy key: exit %d, %q; want %d and one line", flag, code, out, exitBusy)
+		}
+	}
 	code, out := status(cli(t.Context(), "run", "-redis", "redis://127.0.0.1:1", "-key", "k", "--", "true"))
 	if code != exitFail || strings.Count(out, "\n") != 1 || !strings.Contains(out, "unreachable") {
 		t.Errorf("unreachable server: exit %d, %q; want %d and one line", code, out, exitFail)
@@ -112,6 +121,10 @@ func TestRunExitStatuses(t *testing.T) {
 	code, out = status(cli(t.Context(), "run", "-redis", url, "-key", "k", "-limit", "0", "--", "true"))
 	if code != exitUsage || !strings.Contains(out, "-limit 0") {
 		t.Errorf("bad flag: exit %d, %q", code, out)
+	}
+	code, out = status(cli(t.Context(), "run", "-redis", url, "-key", "k", "-n", "-wait", "5s", "--", "true"))
+	if code != exitUsage || !strings.Contains(out, "-n and -wait") {
+		t.Errorf("-n with -wait: exit %d, %q; want %d", code, out, exitUsage)
 	}
 }
 
@@ -134,8 +147,8 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the command ran %v after its lease was lost", d)
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 128+15 || !strings.Contains(out.String(), "lost") {
-		t.Errorf("exit %d, output %q; want 143 (SIGTERM) and a line saying the lease was lost", code, out.String())
+	if code := cmd.ProcessState.ExitCode(); code != exitLost || !strings.Contains(out.String(), "lost") {
+		t.Errorf("exit %d, output %q; want %d and a line saying the lease was lost", code, out.String(), exitLost)
 	}
 }
 
@@ -168,5 +181,139 @@ func waitInspect(t *testing.T, url, key, limit, want string) {
 			t.Fatalf("inspect %s never showed %q:\n%s", key, want, out)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestRunStopsCommandIgnoringTermAfterGrace(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	cmd := cli(t.Context(), "run", "-redis", url, "-key", "stubborn", "-ttl", "1s", "-grace", "300ms", "--", "sh", "-c", "trap '' TERM; sleep 30")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitInspect(t, url, "stubborn", "1", "1 holder(s)")
+	if _, err := redistest.Do(srv.Addr, "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitLost || !strings.Contains(out.String(), "SIGKILL") {
+		t.Errorf("exit %d, output %q; want %d and a line saying SIGKILL followed -grace", code, out.String(), exitLost)
+	}
+}
+
+// holdKey starts `leasehold run` holding key until the returned func is called, which waits for
+// it to exit.
+func holdKey(t *testing.T, url, key string) (release func()) {
+	t.Helper()
+	holder := cli(t.Context(), "run", "-redis", url, "-key", key, "--", "sh", "-c", "read x; exit 0")
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	release = sync.OnceFunc(func() {
+		stdin.Close()
+		holder.Wait()
+	})
+	t.Cleanup(release)
+	waitInspect(t, url, key, "1", "1 holder(s)")
+	return release
+}
+
+// waitForWaiters waits until n processes wait on the server at addr: subscribed to a key's
+// release channel, which a waiter does after its first refused try.
+func waitForWaiters(t *testing.T, addr string, n int) {
+	t.Helper()
+	want := fmt.Sprintf("*%d", n)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := redistest.Do(addr, "PUBSUB", "CHANNELS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(got) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PUBSUB CHANNELS: %q, want %s", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRunWaitsForTheLeaseByDefault(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	release := holdKey(t, url, "queue")
+	waiter := cli(t.Context(), "run", "-redis", url, "-key", "queue", "--", "echo", "ran")
+	var out strings.Builder
+	waiter.Stdout, waiter.Stderr = &out, &out
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitForWaiters(t, srv.Addr, 1)
+	release()
+	waiter.Wait()
+	if code := waiter.ProcessState.ExitCode(); code != 0 || out.String() != "ran\n" {
+		t.Errorf("exit %d, output %q; want 0 and the command's output once the key was free", code, out.String())
+	}
+}
+
+func TestRunWaitGivesUpAfterItsBound(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	holdKey(t, url, "bounded")
+	start := time.Now()
+	cmd := cli(t.Context(), "run", "-redis", url, "-key", "bounded", "-wait", "300ms", "--", "true")
+	out, _ := cmd.CombinedOutput() // its error only repeats the exit status, checked below
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("gave up after %v, before -wait 300ms", d)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitBusy || !strings.Contains(string(out), `"bounded" is busy: not acquired within 300ms`) {
+		t.Errorf("exit %d, output %q; want %d and the busy line naming -wait", code, out, exitBusy)
+	}
+}
+
+func TestRunInterruptedWhileWaitingExits130(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	holdKey(t, url, "interrupted")
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		waitForWaiters(t, srv.Addr, 0) // the previous waiter's subscription is gone
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		waiter := cli(ctx, "run", "-redis", url, "-key", "interrupted", "--", "echo", "ran")
+		var out strings.Builder
+		waiter.Stdout, waiter.Stderr = &out, &out
+		if err := waiter.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitForWaiters(t, srv.Addr, 1)
+		if err := waiter.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		waiter.Wait()
+		cancel()
+		if code := waiter.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(out.String(), "interrupted while waiting") {
+			t.Errorf("%v while waiting: exit %d, output %q; want %d and a line saying so", sig, code, out.String(), exitInterrupted)
+		}
+	}
+}
+
+func TestRunHelpDocumentsWaitingAndStatuses(t *testing.T) {
+	code, out, errOut := runArgs(t, context.Background(), "run", "--help")
+	if code != exitOK || errOut != "" {
+		t.Fatalf("exit %d, stderr %q; want %d", code, errOut, exitOK)
+	}
+	for _, want := range []string{
+		"waiting until it is free", "-n\ttry once", "-nowait", "-wait duration", "0 is -n",
+		"process group", "Exit status", fmt.Sprint(exitBusy), fmt.Sprint(exitLost), fmt.Sprint(exitInterrupted), fmt.Sprint(exitCannotStart),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run --help does not say %q:\n%s", want, out)
+		}
 	}
 }
