@@ -85,6 +85,16 @@ func TestBadCommandLinesExitWithOneLine(t *testing.T) {
 		{[]string{"demo", "-nope"}, "leasehold demo: flag provided but not defined: -nope"},
 		{[]string{"demo", "extra"}, `leasehold demo: unexpected argument "extra"`},
 	}
+	checkUsageErrors(t, tests)
+}
+
+// checkUsageErrors runs each command line and checks it is refused as bad usage: exit 2, one line
+// on stderr starting with want and pointing to --help, nothing on stdout (nothing ran).
+func checkUsageErrors(t *testing.T, tests []struct {
+	args []string
+	want string
+}) {
+	t.Helper()
 	for _, tc := range tests {
 		code, out, errOut := runArgs(t, context.Background(), tc.args...)
 		if code != exitUsage {

@@ -38,18 +38,7 @@ func TestBadRedisFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"inspect", "-redis", "redis://:x", "k"}, `leasehold inspect: -redis "redis://:x": `},
 		{[]string{"inspect", "-limit", "-1", "-redis", "127.0.0.1:6379", "k"}, "leasehold inspect: -limit -1: must not be negative"},
 	}
-	for _, tc := range tests {
-		code, out, errOut := runArgs(t, context.Background(), tc.args...)
-		if code != exitUsage {
-			t.Errorf("%q: exit %d, want %d", tc.args, code, exitUsage)
-		}
-		if !strings.HasPrefix(errOut, tc.want) || !strings.Contains(errOut, "--help") || strings.Count(errOut, "\n") != 1 {
-			t.Errorf("%q: stderr %q, want one line starting %q with a hint to --help", tc.args, errOut, tc.want)
-		}
-		if out != "" {
-			t.Errorf("%q: stdout %q, want nothing", tc.args, out)
-		}
-	}
+	checkUsageErrors(t, tests)
 }
 
 func TestRedisTakesHostPort(t *testing.T) {
