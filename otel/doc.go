@@ -30,7 +30,8 @@
 // call to Acquire or TryAcquire to its end (its start is the event's time less Event.Wait).
 // Every lease that ends, by Release or by loss, is a span named leasehold.hold, from the grant
 // to that end (the event's time less Event.Held). A lost lease's hold span has status Error,
-// described by the lease's Err; a refused acquire is not an error (its status is left unset):
+// described by the lease's Err (where the key in its text becomes what WithKeyAttribute makes of
+// it); a refused acquire is not an error (its status is left unset):
 // refusing is what a held lock is for. Span attributes:
 //
 //	leasehold.key      the key (see below)
@@ -61,5 +62,7 @@
 //
 // Events are what primitives reports: an Acquire that fails with an error other than
 // core.ErrNotAcquired (its ctx ended, the store failed) and an Adopt are not events, so neither
-// is recorded; the lease an Adopt returns is recorded when it ends.
+// is recorded; the lease an Adopt returns is recorded when it ends, its hold measured from the
+// Adopt, not from the original grant. A lease is recorded only when it ends: no span is open
+// while it is held, so nothing is kept per lease, and a lease still held has no hold span yet.
 package leaseotel

@@ -2,6 +2,7 @@ package leaseotel
 
 import (
 	"fmt"
+	"reflect"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -31,7 +32,7 @@ func (c *config) invalid(format string, args ...any) {
 // time of New (otel.GetMeterProvider), which forwards to one set later with otel.SetMeterProvider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) {
-		if mp == nil {
+		if isNil(mp) {
 			c.invalid("meter provider: must not be nil")
 			return
 		}
@@ -44,7 +45,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // otel.SetTracerProvider.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) {
-		if tp == nil {
+		if isNil(tp) {
 			c.invalid("tracer provider: must not be nil")
 			return
 		}
@@ -65,6 +66,19 @@ func WithKeyAttribute(f func(key string) string) Option {
 		}
 		c.key = f
 	}
+}
+
+// isNil reports whether v is nil or a nil pointer (or other nil reference) in an interface, such
+// as a *sdktrace.TracerProvider left unset, whose methods would panic on the first event.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Interface, reflect.Slice, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
 }
 
 func newConfig(opts []Option) (config, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -87,7 +88,15 @@ func New(opts ...Option) (*Telemetry, error) {
 // as WithEvents says (the caller's, or a lease's timer), and costs a few allocations and no I/O
 // of its own; so give the SDK exporters that batch (sdktrace.WithBatcher, a PeriodicReader),
 // not a synchronous one that would hold up Acquire, Release and refreshes.
-func (t *Telemetry) Option() primitives.Option { return primitives.WithEvents(t.record) }
+//
+// The Option of a nil Telemetry (New failed and its error was ignored) makes NewMutex and
+// NewSemaphore fail with an error wrapping core.ErrInvalid, rather than panic at the first event.
+func (t *Telemetry) Option() primitives.Option {
+	if t == nil {
+		return primitives.WithEvents(nil)
+	}
+	return primitives.WithEvents(t.record)
+}
 
 // record records the event e, which happened just now.
 func (t *Telemetry) record(e primitives.Event) {
@@ -117,13 +126,28 @@ func (t *Telemetry) record(e primitives.Event) {
 		span := t.startSpan(&ctx, HoldSpan, now.Add(-e.Held), spanKey, outcome, e,
 			attribute.Float64(HeldAttribute, e.Held.Seconds()))
 		if e.Kind == primitives.EventLost && e.Err != nil {
-			span.SetStatus(codes.Error, e.Err.Error())
+			span.SetStatus(codes.Error, t.describe(e, spanKey))
 		}
 		span.End(trace.WithTimestamp(now))
 		t.held.Record(ctx, e.Held.Seconds(), attrs)
 	}
 	// In the span's context, if any, so that an SDK with exemplars links the points to it.
 	t.events.Add(ctx, 1, attrs)
+}
+
+// describe returns the description of the lost lease's error: the error's text, where the key
+// is replaced by what WithKeyAttribute made of it (the key is in the text: "leasehold: hold
+// \"invoice:1234\": ..."), so that a key the option hides or bounds does not reach the span
+// that way. Without the option the key is on the span anyway.
+func (t *Telemetry) describe(e primitives.Event, spanKey string) string {
+	desc := e.Err.Error()
+	if t.key == nil || e.Key == "" || spanKey == e.Key {
+		return desc
+	}
+	if spanKey == "" {
+		spanKey = "…"
+	}
+	return strings.ReplaceAll(desc, e.Key, spanKey)
 }
 
 // startSpan starts the span name at start for the event e and sets *ctx to the span's context.
