@@ -75,9 +75,10 @@ func (c *countSpans) OnEnd(sdktrace.ReadOnlySpan)      { c.mu.Lock(); c.end++; c
 func (c *countSpans) Shutdown(context.Context) error   { return nil }
 func (c *countSpans) ForceFlush(context.Context) error { return nil }
 
-// TestManyConcurrentLeases: events from many goroutines and timers at once (run with -race);
-// in a bubble, so that holding a lease costs no real time. Metrics without WithKeyAttribute stay at one series per outcome however many keys there are,
-// and no span is left unended, even for leases still held.
+// TestManyConcurrentLeases: events from many goroutines and timers at once (run with -race), in
+// a bubble so that holding a lease costs no real time. Metrics without WithKeyAttribute stay at
+// one series per outcome however many keys there are, and no span is left unended, even for
+// leases still held.
 func TestManyConcurrentLeases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder(t)
