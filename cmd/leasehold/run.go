@@ -207,7 +207,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 			kill = time.After(cfg.grace)
 		case <-kill:
 			fmt.Fprintf(stderr, "leasehold run: the command outlived -grace %v; SIGKILL\n", cfg.grace)
-			c.signal(syscall.SIGKILL)
+			c.kill()
 		case <-c.done():
 			err := c.wait()
 			release()
