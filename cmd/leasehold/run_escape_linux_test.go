@@ -3,12 +3,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/backend/redistest"
 )
@@ -185,5 +187,86 @@ func TestRunSetsidEscapeKilledOnLossAndWithTheCLI(t *testing.T) {
 			}
 		}
 		eventually(t, how+": the setsid child dies", func() bool { return !alive(t, pid) })
+	}
+}
+
+// Orphans that come to the supervisor (a subreaper) are reaped as they end, not left as
+// zombies while the command runs on.
+func TestRunSupervisorReapsOrphansWhileTheCommandRuns(t *testing.T) {
+	srv := redistest.StartServer(t)
+	done := filepath.Join(t.TempDir(), "done")
+	cmd := cli(t.Context(), "run", "-redis", "redis://"+srv.Addr, "-key", "orphans", "--", "sh", "-c",
+		"for i in 1 2 3 4 5 6 7 8 9 10; do (sleep 0.01 &); done; echo > "+done+"; sleep 300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	readPidOrEmpty := func() bool { _, err := os.Stat(done); return err == nil }
+	eventually(t, "the orphans are started", readPidOrEmpty)
+	var sup int
+	eventually(t, "the supervisor has no zombie child and only the command left", func() bool {
+		kids, zombies := 0, 0
+		for _, p := range procs(t) {
+			if p.ppid == cmd.Process.Pid {
+				sup = p.pid
+			}
+		}
+		for _, p := range procs(t) {
+			if sup != 0 && p.ppid == sup {
+				kids++
+				if p.state == 'Z' {
+					zombies++
+				}
+			}
+		}
+		return sup != 0 && kids == 1 && zombies == 0
+	})
+}
+
+// SIGTERM at any moment around the grant: run ends at once, either interrupted (130) with the
+// command never started, or with the command ended by the signal (143); the key is free and
+// nothing is left. Before the fix, a signal sent to the group as the supervisor started killed it
+// before the command started (143, no command), or came before the command existed and was lost
+// (the command ran on to its end).
+func TestRunSignalAroundTheGrant(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	dir := t.TempDir()
+	for i := range 40 {
+		started := filepath.Join(dir, "started"+strconv.Itoa(i))
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+		cmd := cli(ctx, "run", "-redis", url, "-key", "race", "--", "sh", "-c", "echo $$ > "+started+"; exec sleep 300")
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Signal at a moment that moves across the startup from round to round.
+		for range i * 2 {
+			procs(t)
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		timedOut := ctx.Err() != nil
+		cancel()
+		code := exitCodeOf(err)
+		data, _ := os.ReadFile(started)
+		switch {
+		case timedOut:
+			t.Errorf("round %d: run still running 15s after SIGTERM (command started: %v)", i, len(data) > 0)
+		case code == exitInterrupted && len(data) == 0:
+		case code == 128+int(syscall.SIGTERM):
+		case code == -1 && len(data) == 0: // the signal came before run set up its handler
+		default:
+			t.Errorf("round %d: exit %d (%v), command started: %v, output %q", i, code, err, len(data) > 0, out.String())
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			eventually(t, "the command is dead", func() bool { return !alive(t, pid) })
+		}
+		code, iout, _ := runArgs(t, t.Context(), "inspect", "-redis", url, "race")
+		if code != 0 || !strings.HasPrefix(iout, "race: 0 holder(s)") {
+			t.Errorf("round %d: after run: %q", i, iout)
+		}
 	}
 }

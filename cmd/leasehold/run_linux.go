@@ -75,10 +75,16 @@ func startChild(command, env []string, stdin io.Reader, stdout, stderr io.Writer
 		link.Close()
 		return nil, err
 	}
+	// The supervisor writes one byte once the command has started; until then a signal sent to
+	// the group could kill the supervisor before it handles signals, or miss the command. EOF
+	// instead: the command could not start (the supervisor has reported it) or the supervisor
+	// was killed; wait reports either.
+	theirs.Close() // now the supervisor's alone: its end reads EOF when it ends
+	link.Read(make([]byte, 1))
 	c := &child{sup: sup, link: link, ended: make(chan struct{})}
 	go func() {
 		defer close(c.ended)
-		io.Copy(io.Discard, link) // the supervisor writes nothing: this returns when it ends
+		io.Copy(io.Discard, link) // the supervisor writes nothing more: this returns when it ends
 	}()
 	return c, nil
 }
@@ -193,6 +199,7 @@ func supervise(command []string) int {
 		}
 	}()
 	cliEnded := make(chan struct{})
+	link.Write([]byte{1}) // the command has started: see startChild
 	go func() {
 		io.Copy(io.Discard, link)
 		close(cliEnded)
