@@ -131,8 +131,8 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	// Until the command starts, any of those signals ends the wait. One that comes as the lease
-	// is granted stays in sigs and goes to the command.
+	// Until the command starts, any of those signals ends the wait; one that comes as the lease
+	// is granted releases it unused. Once the command has started, they go to the command.
 	wctx, stopWaiting := signal.NotifyContext(ctx, forwarded...)
 	defer stopWaiting()
 	interrupted := func() int {
@@ -187,6 +187,13 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		}
 	}
 
+	// A signal that came as the lease was granted, before the command started, is an interrupt
+	// before the command started: the command is not started at all.
+	if interruptedWaiting || len(sigs) > 0 {
+		release()
+		fmt.Fprintf(stderr, "leasehold run: interrupted as %q was granted; released, the command not started\n", cfg.key)
+		return exitInterrupted
+	}
 	env := append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
 	c, err := startChild(cfg.command, env, os.Stdin, stdout, stderr)
 	if err != nil {
@@ -207,7 +214,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 			kill = time.After(cfg.grace)
 		case <-kill:
 			fmt.Fprintf(stderr, "leasehold run: the command outlived -grace %v; SIGKILL\n", cfg.grace)
-			c.signal(syscall.SIGKILL)
+			c.kill()
 		case <-c.done():
 			err := c.wait()
 			release()

@@ -3,13 +3,17 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // forwarded are the signals `leasehold run` passes on to the command.
@@ -29,8 +33,9 @@ func init() {
 // supervisor: this binary re-executed, which leads the group and starts the command in it.
 //
 // The CLI and the supervisor share a socket pair, so each sees the other end, however it ends:
-//   - When the CLI dies, even by SIGKILL, the supervisor reads EOF and sends SIGKILL to the whole
-//     group, itself included: the command and everything it started in the group, at once.
+//   - When the CLI dies, even by SIGKILL, the supervisor reads EOF and sends SIGKILL to the rest of
+//     its group and to every descendant, then exits (see supervise). After -grace, the CLI
+//     shuts its end down for the same effect (see kill).
 //     SIGKILL rather than SIGTERM: nobody refreshes the lease any more and its time left is
 //     unknown, so the command must not run on through a grace period.
 //   - When the supervisor ends (the command exited, or the supervisor was killed), the CLI reads
@@ -38,8 +43,9 @@ func init() {
 //     then the group's id, the supervisor's pid, cannot be reused.
 //
 // The command also has the parent-death signal (SIGKILL) towards the supervisor, so it dies if the
-// supervisor alone is killed. A command that leaves its process group (setsid, setpgid) escapes
-// all of this.
+// supervisor alone is killed. The supervisor is a child subreaper: what leaves the group (setsid,
+// setpgid, a nested `leasehold run`) stays its descendant and is killed with the rest; only if the
+// supervisor itself is killed with SIGKILL does it escape.
 type child struct {
 	sup   *exec.Cmd
 	link  *os.File      // the CLI's end of the socket pair
@@ -69,10 +75,16 @@ func startChild(command, env []string, stdin io.Reader, stdout, stderr io.Writer
 		link.Close()
 		return nil, err
 	}
+	// The supervisor writes one byte once the command has started; until then a signal sent to
+	// the group could kill the supervisor before it handles signals, or miss the command. EOF
+	// instead: the command could not start (the supervisor has reported it) or the supervisor
+	// was killed; wait reports either.
+	theirs.Close() // now the supervisor's alone: its end reads EOF when it ends
+	link.Read(make([]byte, 1))
 	c := &child{sup: sup, link: link, ended: make(chan struct{})}
 	go func() {
 		defer close(c.ended)
-		io.Copy(io.Discard, link) // the supervisor writes nothing: this returns when it ends
+		io.Copy(io.Discard, link) // the supervisor writes nothing more: this returns when it ends
 	}()
 	return c, nil
 }
@@ -81,6 +93,26 @@ func startChild(command, env []string, stdin io.Reader, stdout, stderr io.Writer
 func (c *child) signal(sig syscall.Signal) {
 	syscall.Kill(-c.sup.Process.Pid, sig)
 }
+
+// kill ends the command and everything it started, as when the CLI dies: the supervisor, told
+// by the socket pair, kills its group and every descendant, even those that left the group, and
+// exits once they are reaped. A supervisor that does not (stopped, say) gets SIGKILL with its
+// group after killWait.
+func (c *child) kill() {
+	if rc, err := c.link.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_WR) })
+	}
+	go func() {
+		select {
+		case <-c.ended:
+		case <-time.After(killWait):
+			c.signal(syscall.SIGKILL)
+		}
+	}()
+}
+
+// killWait is how long kill gives the supervisor to clean up before SIGKILL.
+const killWait = 5 * time.Second
 
 // done is closed when the command has ended.
 func (c *child) done() <-chan struct{} { return c.ended }
@@ -96,8 +128,14 @@ func (c *child) wait() error {
 }
 
 // supervise runs command (argv) in this process's group, which startChild made for it, and
-// returns its exit status (128+N if signal N ended it; 127 if it could not be started). It
-// returns only if the command ends first: when the CLI at fd 3 ends, it kills the group.
+// returns its exit status (128+N if signal N ended it; 127 if it could not be started).
+//
+// The supervisor is a child subreaper (PR_SET_CHILD_SUBREAPER): whatever the command starts and
+// leaves behind, even in another process group or session (setsid, a nested `leasehold run`),
+// stays its descendant. It reaps them as they end, and it returns only once the command has
+// ended and every descendant has been killed and reaped: the CLI releases the lease only after
+// that. When the CLI at fd 3 ends, it kills its group and every descendant the same way, then
+// exits.
 func supervise(command []string) int {
 	link := os.NewFile(3, "leasehold-link")
 	syscall.CloseOnExec(3)
@@ -109,13 +147,18 @@ func supervise(command []string) int {
 		fmt.Fprintln(os.Stderr, "leasehold run: supervisor: no command")
 		return exitFail
 	}
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		fmt.Fprintf(os.Stderr, "leasehold run: supervisor: PR_SET_CHILD_SUBREAPER: %v\n", errno)
+		return exitFail
+	}
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started, exited := make(chan error, 1), make(chan error, 1)
+	started := make(chan error, 1)
+	commandEnded := make(chan struct{}) // closed once the command has been reaped
 	go func() {
 		// The parent-death signal fires when the thread that forked ends, not the process: this
-		// goroutine keeps its thread until the command has been waited for.
+		// goroutine keeps its thread until the command has been reaped.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		if err := cmd.Start(); err != nil {
@@ -123,23 +166,111 @@ func supervise(command []string) int {
 			return
 		}
 		started <- nil
-		exited <- cmd.Wait()
+		<-commandEnded
 	}()
 	if err := <-started; err != nil {
 		fmt.Fprintf(os.Stderr, "leasehold run: %v\n", err)
 		return 127
 	}
+
+	// One reaper for every child: the command, and the orphans that come to this subreaper.
+	var status syscall.WaitStatus
+	reaped := make(chan struct{}, 1) // a child has been reaped
+	allReaped := make(chan struct{}) // closed when no child is left (ECHILD)
+	go func() {
+		defer close(allReaped)
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, 0, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil {
+				return // ECHILD: none left
+			}
+			if pid == cmd.Process.Pid {
+				status = ws
+				close(commandEnded)
+			}
+			select {
+			case reaped <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	cliEnded := make(chan struct{})
+	link.Write([]byte{1}) // the command has started: see startChild
 	go func() {
 		io.Copy(io.Discard, link)
-		syscall.Kill(0, syscall.SIGKILL) // 0: this process's group
+		close(cliEnded)
 	}()
-	return exitStatus(<-exited)
+	select {
+	case <-commandEnded:
+	case <-cliEnded:
+	}
+	// Kill the group and every descendant, again as orphans come, until none is left.
+	for done := false; !done; {
+		for _, pid := range groupAndChildren() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		select {
+		case <-allReaped:
+			done = true
+		case <-reaped:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	select {
+	case <-commandEnded:
+	default:
+		return exitFail // the CLI ended first: nobody reads this status
+	}
+	if status.Signaled() {
+		return 128 + int(status.Signal())
+	}
+	return status.ExitStatus()
+}
+
+// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
+const prSetChildSubreaper = 36
+
+// groupAndChildren returns the other processes of this process's group and its children.
+func groupAndChildren() []int {
+	self, pgrp := os.Getpid(), syscall.Getpgrp()
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // it has ended since
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 3 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pg, _ := strconv.Atoi(f[2])
+		if ppid == self || pg == pgrp {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // processGroupNote is what --help says of the command's process group on this system.
 const processGroupNote = `The command runs in a process group of its own, under a small supervisor: signals, and the
 stop when the lease is lost, go to the whole group; when the command exits, what it left running
 in the group is killed (SIGKILL) before the lease is released; and if leasehold itself dies, even
-by SIGKILL, the supervisor kills the group at once. Processes that leave the group (setsid,
-daemons) are not covered. Being a background group, the command stops (SIGTTIN) if it reads from
+by SIGKILL, the supervisor kills the group at once. The supervisor is a child subreaper: what
+leaves the group (setsid, daemons, a nested leasehold run) is killed and reaped too, before the
+lease is released; it escapes only if the supervisor itself is killed with SIGKILL. Being a background group, the command stops (SIGTTIN) if it reads from
 a terminal, as under timeout(1): give it another stdin.`

@@ -41,6 +41,11 @@ func (c *child) signal(sig syscall.Signal) {
 	c.cmd.Process.Signal(sig)
 }
 
+// kill sends SIGKILL to the command.
+func (c *child) kill() {
+	c.cmd.Process.Kill()
+}
+
 // done is closed when the command has ended.
 func (c *child) done() <-chan struct{} { return c.ended }
 
