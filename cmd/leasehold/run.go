@@ -194,6 +194,11 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "leasehold run: interrupted as %q was granted; released, the command not started\n", cfg.key)
 		return exitInterrupted
 	}
+	// A lease lost between its grant and here is never run under.
+	if err := lease.Err(); err != nil {
+		fmt.Fprintf(stderr, "leasehold run: %v; the command not started\n", err)
+		return exitLost
+	}
 	env := append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
 	c, err := startChild(cfg.command, env, os.Stdin, stdout, stderr)
 	if err != nil {
