@@ -35,10 +35,11 @@ func LeaseContext(parent context.Context, l core.Lease) (context.Context, contex
 // held, so it can hand lease.Fence() to the resource it writes, which then rejects a stale
 // holder; it may also Extend it or ask Held, and should leave Release to Do (a Release by fn
 // makes Do's a no-op). If the acquire fails, Do returns its error and fn does not run.
-// Otherwise it returns fn's error as it is if the release succeeds, or joined with the release's
-// (which wraps core.ErrLost when fn ran partly unprotected). The lease is Do's: once Do returns it
-// has ended (or, if its release failed, it is no longer refreshed and expires by its TTL), so fn
-// must not keep it for later use; its Fence is stale from then on. The release is sent even when ctx has ended, bounded by the TTL and 10s.
+// Otherwise it returns fn's error as it is if the release succeeds, or joined with the
+// release's (which wraps core.ErrLost when fn ran partly unprotected). The lease is Do's: once
+// Do returns it has ended (or, if its release failed, it is no longer refreshed and expires by
+// its TTL), so fn must not keep it for later use; its Fence is stale from then on. The release
+// is sent even when ctx has ended, bounded by the TTL and 10s.
 // Costs: those of Acquire and Release, and one goroutine while fn runs (LeaseContext's).
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lease core.Lease) error) error {
 	return m.sem.Do(ctx, 1, fn)
