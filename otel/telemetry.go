@@ -118,13 +118,13 @@ func (t *Telemetry) record(e primitives.Event) {
 	ctx := context.Background()
 	switch e.Kind {
 	case primitives.EventAcquired, primitives.EventRefused:
-		span := t.startSpan(&ctx, AcquireSpan, now.Add(-e.Wait), spanKey, outcome, e,
-			attribute.Float64(WaitAttribute, e.Wait.Seconds()))
+		span := t.startSpan(&ctx, e, spanOf{name: AcquireSpan, start: now.Add(-e.Wait), key: spanKey,
+			outcome: outcome, duration: attribute.Float64(WaitAttribute, e.Wait.Seconds())})
 		span.End(trace.WithTimestamp(now))
 		t.wait.Record(ctx, e.Wait.Seconds(), attrs)
 	case primitives.EventReleased, primitives.EventLost:
-		span := t.startSpan(&ctx, HoldSpan, now.Add(-e.Held), spanKey, outcome, e,
-			attribute.Float64(HeldAttribute, e.Held.Seconds()))
+		span := t.startSpan(&ctx, e, spanOf{name: HoldSpan, start: now.Add(-e.Held), key: spanKey,
+			outcome: outcome, duration: attribute.Float64(HeldAttribute, e.Held.Seconds())})
 		if e.Kind == primitives.EventLost && e.Err != nil {
 			span.SetStatus(codes.Error, t.describe(e, spanKey))
 		}
@@ -150,8 +150,18 @@ func (t *Telemetry) describe(e primitives.Event, spanKey string) string {
 	return strings.ReplaceAll(desc, e.Key, spanKey)
 }
 
-// startSpan starts the span name at start for the event e and sets *ctx to the span's context.
-func (t *Telemetry) startSpan(ctx *context.Context, name string, start time.Time, key string, outcome attribute.KeyValue, e primitives.Event, d attribute.KeyValue) trace.Span {
+// spanOf is the span an event makes: its name and start, the key attribute ("" for none), the
+// outcome, and the duration attribute (wait or hold).
+type spanOf struct {
+	name              string
+	start             time.Time
+	key               string
+	outcome, duration attribute.KeyValue
+}
+
+// startSpan starts the span s for the event e and sets *ctx to the span's context.
+func (t *Telemetry) startSpan(ctx *context.Context, e primitives.Event, s spanOf) trace.Span {
+	name, start, key, outcome, d := s.name, s.start, s.key, s.outcome, s.duration
 	attrs := make([]attribute.KeyValue, 0, 5)
 	if key != "" {
 		attrs = append(attrs, attribute.String(KeyAttribute, key))

@@ -200,7 +200,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		return exitLost
 	}
 	env := append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
-	c, err := startChild(cfg.command, env, os.Stdin, stdout, stderr)
+	c, err := startChild(cfg.command, env, stdio{in: os.Stdin, out: stdout, err: stderr})
 	if err != nil {
 		release()
 		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
@@ -229,6 +229,12 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 			return exitStatus(err)
 		}
 	}
+}
+
+// stdio is where a started command reads and writes.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
 }
 
 // exitStatus is the shell's view of how a command ended.

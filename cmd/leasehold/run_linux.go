@@ -54,7 +54,7 @@ type child struct {
 
 // startChild starts command with env, in a process group of its own under a supervisor.
 // A command that cannot be started is reported by the supervisor, which exits 127.
-func startChild(command, env []string, stdin io.Reader, stdout, stderr io.Writer) (*child, error) {
+func startChild(command, env []string, std stdio) (*child, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -65,9 +65,9 @@ func startChild(command, env []string, stdin io.Reader, stdout, stderr io.Writer
 		Path:        "/proc/self/exe", // this binary, even if it has been replaced on disk since
 		Args:        append([]string{"leasehold-run-supervisor"}, command...),
 		Env:         append(env, supervisorEnv+"=1"),
-		Stdin:       stdin,
-		Stdout:      stdout,
-		Stderr:      stderr,
+		Stdin:       std.in,
+		Stdout:      std.out,
+		Stderr:      std.err,
 		ExtraFiles:  []*os.File{theirs}, // fd 3
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -22,9 +21,9 @@ type child struct {
 }
 
 // startChild starts command with env.
-func startChild(command, env []string, stdin io.Reader, stdout, stderr io.Writer) (*child, error) {
+func startChild(command, env []string, std stdio) (*child, error) {
 	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, stdin, stdout, stderr
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, std.in, std.out, std.err
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
