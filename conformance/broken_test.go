@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,16 @@ func (b *broken) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acq
 		req.Limit = 1 << 30
 	case "neverExpires":
 		req.TTL = 100 * 365 * 24 * time.Hour
+	case "keepsFirstValue":
+		if snap, err := b.Store.Inspect(ctx, req.Key); err == nil {
+			for _, l := range snap.Leases {
+				if l.Holder == req.Holder {
+					req.Value = l.Value
+				}
+			}
+		}
+	case "truncatesValues":
+		req.Value = req.Value[:min(len(req.Value), 255)]
 	}
 	res, err := b.Store.Acquire(ctx, req)
 	if b.fault == "repeatsFence" && res.Granted {
@@ -62,6 +73,23 @@ func (b *broken) Release(ctx context.Context, req core.ReleaseRequest) (bool, er
 		req.Fence = 0
 	}
 	return b.Store.Release(ctx, req)
+}
+
+// Inspect, for "reversesLine", reports the line tail first.
+func (b *broken) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	snap, err := b.Store.Inspect(ctx, key)
+	if b.fault == "reversesLine" {
+		slices.Reverse(snap.Waiters)
+	}
+	return snap, err
+}
+
+// Watch, for "watchesNothing", returns a watch that never hears of a change.
+func (b *broken) Watch(ctx context.Context, key string) (core.Watch, error) {
+	if b.fault == "watchesNothing" {
+		return silent{}, nil
+	}
+	return b.Store.Watch(ctx, key)
 }
 
 func (b *broken) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
@@ -138,6 +166,10 @@ var faults = map[string][]string{
 	"floorsHeldLeases":    {"AcquireAboveFloorsNewGrantsOnly"},
 	"raisesNewGrantsOnly": {"RaiseFenceRaisesHeldLeases"},
 	"halfFenceRaiser":     {"AcquireAboveFloorsNewGrantsOnly", "RaiseFenceRaisesHeldLeases"},
+	"keepsFirstValue":     {"LeasesKeepTheirValues", "StateMachine"},
+	"truncatesValues":     {"LeasesKeepTheirValues", "StateMachine"},
+	"reversesLine":        {"InspectListsTheLine"},
+	"watchesNothing":      {"WatchSeesGrantsAndReleases"},
 	// Not a broken store but a wrong hookup: Run told WithoutNotifier about a store that has
 	// notifications, which would skip their tests.
 	"claimsNoNotifier": {"StoreIsNotifier"},

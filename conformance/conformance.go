@@ -15,8 +15,8 @@ const wakeTimeout = 2 * time.Second
 
 // Run runs the whole conformance suite against the backend h connects to, as subtests of t.
 //
-// The optional capabilities are checked when the Store has them: core.FenceRaiser's tests are
-// skipped without it (only a Redlock node needs it), and fail a Store that has one of its
+// The optional capabilities are checked when the Store has them: core.FenceRaiser's and
+// core.Watcher's tests are skipped without them (only a Redlock node needs it), and fail a Store that has one of its
 // methods but not the interface (a wrapper that forgot the other). A Store without core.Notifier fails the
 // notification tests with a message saying so, unless Run is told WithoutNotifier: a wrapper
 // that forgets to forward Register would otherwise leave every waiter polling unnoticed.
@@ -43,6 +43,10 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 		{"AcquireAboveFloorsNewGrantsOnly", s.testAcquireAboveFloorsNewGrantsOnly},
 		{"RaiseFenceRaisesHeldLeases", s.testRaiseFenceRaisesHeldLeases},
 		{"InspectReportsLeases", s.testInspectReportsLeases},
+		{"LeasesKeepTheirValues", s.testLeasesKeepTheirValues},
+		{"InspectListsTheLine", s.testInspectListsTheLine},
+		{"LineGrantsCarryTheWaitersValue", s.testLineGrantsCarryTheWaitersValue},
+		{"WatchSeesGrantsAndReleases", s.testWatchSeesGrantsAndReleases},
 		{"KeysAreIndependent", s.testKeysAreIndependent},
 		{"CanceledContextChangesNothing", s.testCanceledContextChangesNothing},
 		{"StoreIsNotifier", s.testStoreIsNotifier},

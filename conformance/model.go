@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +18,12 @@ type modelLease struct {
 	permits int
 	fence   uint64
 	expiry  time.Duration // on the model's clock
+	value   string
 }
+
+// values are the lease values the state machine draws: none, plain, bytes a store might
+// mistake for its own separators, and the longest allowed.
+var values = []string{"", "host-a pid 4242", "a\nb q 1 2\x00{x}%", strings.Repeat("v", core.MaxValueLen)}
 
 // model is a pure description of a correct store: keys of leases on a clock of its own.
 type model struct {
@@ -122,7 +128,8 @@ func (mc *machine) acquire(rt *rapid.T) {
 	limit := mc.limit[key]
 	n := rapid.IntRange(1, limit).Draw(rt, "permits")
 	ttl := mc.drawTTL(rt)
-	res, err := st.Acquire(rt.Context(), core.AcquireRequest{Key: key, Holder: holder, Permits: n, Limit: limit, TTL: ttl})
+	value := rapid.SampledFrom(values).Draw(rt, "value")
+	res, err := st.Acquire(rt.Context(), core.AcquireRequest{Key: key, Holder: holder, Permits: n, Limit: limit, TTL: ttl, Value: value})
 	ls := mc.m.live(key)
 	if cur, ok := ls[holder]; ok {
 		if cur.permits != n {
@@ -135,6 +142,7 @@ func (mc *machine) acquire(rt *rapid.T) {
 			rt.Fatalf("re-acquire by holder %s: %+v, %v; want granted again with fence %d", holder, res, err, cur.fence)
 		}
 		cur.expiry = mc.m.now + ttl
+		cur.value = value
 		ls[holder] = cur
 		return
 	}
@@ -158,7 +166,7 @@ func (mc *machine) acquire(rt *rapid.T) {
 		rt.Fatalf("fence %d is not above the key's previous %d", res.Fence, mc.m.lastFence[key])
 	}
 	mc.m.lastFence[key] = res.Fence
-	ls[holder] = modelLease{permits: n, fence: res.Fence, expiry: mc.m.now + ttl}
+	ls[holder] = modelLease{permits: n, fence: res.Fence, expiry: mc.m.now + ttl, value: value}
 }
 
 func (mc *machine) extend(rt *rapid.T) {
@@ -173,8 +181,8 @@ func (mc *machine) extend(rt *rapid.T) {
 		}
 		return
 	}
-	if err != nil || res.Permits != cur.permits || res.Fence != cur.fence || res.Limit != mc.limit[key] {
-		rt.Fatalf("Extend by holder %s: %+v, %v; want permits %d, fence %d, limit %d", holder, res, err, cur.permits, cur.fence, mc.limit[key])
+	if err != nil || res.Permits != cur.permits || res.Fence != cur.fence || res.Limit != mc.limit[key] || res.Value != cur.value {
+		rt.Fatalf("Extend by holder %s: %+v, %v; want permits %d, fence %d, limit %d, value %.40q", holder, res, err, cur.permits, cur.fence, mc.limit[key], cur.value)
 	}
 	cur.expiry = mc.m.now + ttl
 	ls[holder] = cur
@@ -237,6 +245,8 @@ func (mc *machine) compare(rt *rapid.T, key string) {
 			rt.Fatalf("Inspect: lease of %s, which the model says holds none", got.Holder)
 		case got.Permits != want.permits || got.Fence != want.fence:
 			rt.Fatalf("Inspect: %s holds %d permits with fence %d, model %d with %d", got.Holder, got.Permits, got.Fence, want.permits, want.fence)
+		case got.Value != want.value:
+			rt.Fatalf("Inspect: %s's value is %.40q, model %.40q", got.Holder, got.Value, want.value)
 		case mc.s.manual && got.TTL != want.expiry-mc.m.now:
 			rt.Fatalf("Inspect: %s has %v left, model %v", got.Holder, got.TTL, want.expiry-mc.m.now)
 		case got.TTL <= 0 || got.TTL > want.expiry-mc.m.now:

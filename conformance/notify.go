@@ -11,10 +11,15 @@ import (
 // Register with the same request. It skips the test when the store has no notifications (the
 // suite was told WithoutNotifier) and fails it when the store has none but should.
 func (s *suite) joinLine(k keyAt, holder string, permits, limit int) core.Waiter {
-	t, st, key := k.t, k.st, k.key
+	k.t.Helper()
+	return s.joinLineWith(k, k.request(holder, permits, limit, time.Minute))
+}
+
+// joinLineWith is joinLine for the request req (its Wait is set to a minute).
+func (s *suite) joinLineWith(k keyAt, req core.AcquireRequest) core.Waiter {
+	t, st, key, holder := k.t, k.st, k.key, req.Holder
 	t.Helper()
 	n := s.notifier(t, st)
-	req := k.request(holder, permits, limit, time.Minute)
 	req.Wait = time.Minute
 	if res, err := st.Acquire(ctxFor(t), req); err != nil || res.Granted {
 		t.Fatalf("Acquire(%q, %s) = %+v, %v; want a refusal", key, holder, res, err)

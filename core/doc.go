@@ -4,8 +4,9 @@
 // callers branch on with errors.Is.
 //
 // A driver implements [Store], and [Notifier] (with its [Waiter]) so that waiters are woken by
-// releases instead of polling. [FenceRaiser] is optional: only a store that is to be a Redlock
-// node needs it. The portable layer (package primitives) checks every argument before it calls a
+// releases instead of polling. [Watcher] (with its [Watch]) is optional: it lets an
+// election's observers hear of a change instead of polling. [FenceRaiser] is optional: only a
+// store that is to be a Redlock node needs it. The portable layer (package primitives) checks every argument before it calls a
 // driver, so a driver may assume the valid input each request type documents; package
 // conformance defines a correct driver by test, with one conformance.Run call.
 //

@@ -25,6 +25,9 @@ type Lease interface {
 	Holder() string
 	// Permits returns the number of permits held.
 	Permits() int
+	// Value returns the value the lease was granted with (see AcquireRequest.Value); "" when
+	// none was set.
+	Value() string
 	// Fence returns the fencing token: strictly greater than the token of every earlier grant on
 	// the key, so a downstream system can reject writes from a stale holder.
 	Fence() uint64

@@ -32,3 +32,30 @@ type Waiter interface {
 	// not block on I/O; a driver that must tell a server sends that in the background.
 	Close()
 }
+
+// Watcher is an optional Store capability: notice that the leases on a key changed, for callers
+// that follow a key without waiting for it (an election's observers, a dashboard). Primitives
+// discover it by type assertion; without it they poll.
+type Watcher interface {
+	// Watch starts watching key. The returned Watch's C receives a value after a lease on key is
+	// granted (a new lease, by Acquire or by the line; not a renewal), released, or given back
+	// from the line untaken. Expiry is not announced: a watcher that wants to see it reads the
+	// leases' TTL and looks again when it passes. A change between Watch and the caller's next
+	// read of the key must not be missed: unless the store can rule it out, the Watch starts
+	// with a value in C. The Watch must be closed when the caller stops watching.
+	Watch(ctx context.Context, key string) (Watch, error)
+}
+
+// Watch is one caller's watch on one key, from Watcher.Watch.
+type Watch interface {
+	// C receives a value when the key's leases may have changed. Several changes may be
+	// announced by one value: the caller reads the key again to learn its state.
+	C() <-chan struct{}
+	// Reliable reports whether every change will reach C while the watch is open: true for an
+	// in-process store, and for a Redis store while its subscription is up. A caller whose
+	// watch is not reliable also reads the key at an interval of its own. A store whose
+	// reliability changes sends a value on C, so that the caller looks again.
+	Reliable() bool
+	// Close ends the watch. It is idempotent and does not block on I/O.
+	Close()
+}

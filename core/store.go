@@ -18,13 +18,18 @@ const MaxDuration = 100 * 365 * 24 * time.Hour
 // limit, so a driver may assume Permits <= Limit <= MaxLimit.
 const MaxLimit = 1<<31 - 1
 
+// MaxValueLen is the longest lease value, in bytes, a Store is ever asked to keep: 1024. A value
+// is a short label (who holds the lease: "host-a pid 4242", a leader's address), not a payload;
+// the portable layer refuses a longer one, so a driver may store it inline with the lease.
+const MaxValueLen = 1024
+
 // Store is the driver contract: the atomic operations every storage backend supplies. The
 // portable layer (package primitives) checks every argument before calling a Store, so a driver
 // may assume valid input: a non-empty key and holder, 1 <= Permits <= Limit <= MaxLimit,
-// 1ms <= TTL <= MaxDuration, and 0 <= Wait <= MaxDuration.
+// 1ms <= TTL <= MaxDuration, 0 <= Wait <= MaxDuration, and len(Value) <= MaxValueLen.
 //
 // The model is a key with a limit of permits. A grant is a lease: (key, holder, permits, fence,
-// expiry). Expiry is decided by the store's own clock, never the caller's; a lease with expiry E
+// expiry, value). Expiry is decided by the store's own clock, never the caller's; a lease with expiry E
 // is held while the store's time is before E, and expired leases free their permits without any
 // action of their holder. Each operation is atomic with respect to every other operation on the
 // same key, from this or any other process sharing the backend.
@@ -44,7 +49,8 @@ type Store interface {
 	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
 	// lease is granted again with its fence unchanged and its expiry moved to now+TTL, so a
 	// request retried after a lost reply is safe. When the holder holds a different number of
-	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing.
+	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing. Every grant,
+	// renewed or new, keeps req.Value with the lease.
 	//
 	// The limit is not stored with the key: each request is admitted against its own req.Limit,
 	// so clients that disagree on the limit each see theirs (Inspect reports the latest one).
@@ -71,7 +77,8 @@ type Store interface {
 	// so a stale lease can never end a newer one.
 	Release(ctx context.Context, req ReleaseRequest) (bool, error)
 
-	// Inspect reports the unexpired leases on the key. It changes nothing.
+	// Inspect reports the unexpired leases on the key with their values and, for a store that
+	// keeps a line, the waiters in it in order. It changes nothing.
 	Inspect(ctx context.Context, key string) (Snapshot, error)
 }
 
@@ -94,6 +101,10 @@ type AcquireRequest struct {
 	// not wait (a single attempt). It is at most MaxDuration: a caller that will wait longer,
 	// or with no limit, says MaxDuration.
 	Wait time.Duration
+	// Value is kept with the lease and reported by Inspect, and with the caller's place while
+	// it waits in line: a short label of who holds or waits (at most MaxValueLen bytes; may be
+	// empty). It does not take part in admission.
+	Value string
 }
 
 // AcquireResult is a grant or a refusal.
@@ -133,6 +144,8 @@ type ExtendResult struct {
 	Fence   uint64
 	// Limit is the limit of the latest grant on the key, as Inspect reports it.
 	Limit int
+	// Value is the lease's value, as its latest grant set it (Extend does not change it).
+	Value string
 }
 
 // Snapshot is what Inspect reports about a key.
@@ -141,6 +154,10 @@ type Snapshot struct {
 	Limit int
 	// Leases are the unexpired leases, ordered by fence.
 	Leases []LeaseInfo
+	// Waiters are the places in the key's line, head first: the order in which the line will
+	// serve them. A store without a line reports none. A place whose wait has ended may still
+	// be listed until the store next serves the line; one granted already is not.
+	Waiters []WaiterInfo
 }
 
 // InUse returns the number of permits the snapshot's leases hold.
@@ -160,4 +177,14 @@ type LeaseInfo struct {
 	Fence   uint64
 	// TTL is the time the lease has left by the store's clock.
 	TTL time.Duration
+	// Value is the value of the request that granted or last renewed the lease.
+	Value string
+}
+
+// WaiterInfo describes one place in a key's line in a Snapshot.
+type WaiterInfo struct {
+	// Holder, Permits and Value are those of the waiting request.
+	Holder  string
+	Permits int
+	Value   string
 }

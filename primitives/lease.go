@@ -16,6 +16,7 @@ type leaseParams struct {
 	holder  string
 	permits int
 	fence   uint64
+	value   string
 	start   time.Time // when the grant or refresh was sent
 	cfg     *config
 }
@@ -103,6 +104,7 @@ func (l *lease) Key() string    { return l.p.key }
 func (l *lease) Holder() string { return l.p.holder }
 func (l *lease) Permits() int   { return l.p.permits }
 func (l *lease) Fence() uint64  { return l.p.fence }
+func (l *lease) Value() string  { return l.p.value }
 
 func (l *lease) Deadline() time.Time {
 	l.mu.Lock()

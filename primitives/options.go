@@ -27,6 +27,7 @@ type config struct {
 	noRefresh       bool          // WithoutRefresh was given: it wins over WithRefreshInterval
 	onLost          func(core.Lease, error)
 	holder          string // "": a fresh random id per lease (WithHolder refuses "")
+	value           string // kept with every lease granted (WithValue)
 	events          []func(Event)
 	extended        func(core.ExtendRequest) // tests only: runs when a lease's Extend returns from the store, before its result is applied
 	err             error                    // the first invalid option
@@ -152,6 +153,24 @@ func WithHolder(id string) Option {
 		}
 		c.holder = id
 	}
+}
+
+// WithValue sets the value kept with every lease granted (core.AcquireRequest.Value): a short
+// label of who holds it, such as "host-a pid 4242", that Inspect reports beside the lease and
+// Lease.Value returns. It is at most core.MaxValueLen (1024) bytes; the default is "".
+func WithValue(v string) Option {
+	return func(c *config) {
+		c.check(checkValue(v))
+		c.value = v
+	}
+}
+
+// checkValue returns an error wrapping core.ErrInvalid if v is longer than core.MaxValueLen.
+func checkValue(v string) error {
+	if len(v) > core.MaxValueLen {
+		return fmt.Errorf("%w: value of %d bytes: must be at most %d (core.MaxValueLen)", core.ErrInvalid, len(v), core.MaxValueLen)
+	}
+	return nil
 }
 
 func newConfig(opts []Option) (config, error) {

@@ -99,7 +99,7 @@ func (s *Semaphore) Adopt(ctx context.Context, holder string) (core.Lease, error
 		}
 		return nil, fmt.Errorf("leasehold: adopt %q: %w", s.key, err)
 	}
-	return s.newLease(holder, res.Permits, res.Fence, start), nil
+	return s.newLease(grant{holder: holder, permits: res.Permits, fence: res.Fence, value: res.Value}, start), nil
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, error) {
@@ -110,7 +110,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 	if holder == "" {
 		holder = newHolder()
 	}
-	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl}
+	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl, Value: s.cfg.value}
 	a := acquisition{s: s, req: req, attempts: attempts, begin: time.Now()}
 	defer a.close()
 	fail := func(err error) (core.Lease, error) {
@@ -138,7 +138,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 				}
 				continue
 			}
-			l := s.newLease(holder, n, res.Fence, start)
+			l := s.newLease(grant{holder: holder, permits: n, fence: res.Fence, value: req.Value}, start)
 			if len(s.cfg.events) > 0 {
 				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(a.begin)})
 			}
@@ -150,13 +150,22 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 	}
 }
 
-func (s *Semaphore) newLease(holder string, permits int, fence uint64, start time.Time) *lease {
+// grant is a lease as the store granted it.
+type grant struct {
+	holder  string
+	permits int
+	fence   uint64
+	value   string
+}
+
+func (s *Semaphore) newLease(g grant, start time.Time) *lease {
 	return startLease(leaseParams{
 		store:   s.store,
 		key:     s.key,
-		holder:  holder,
-		permits: permits,
-		fence:   fence,
+		holder:  g.holder,
+		permits: g.permits,
+		fence:   g.fence,
+		value:   g.value,
 		start:   start,
 		cfg:     &s.cfg,
 	})

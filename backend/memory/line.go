@@ -16,11 +16,12 @@ type place struct {
 	ttl      time.Duration
 	floor    uint64    // least fence of its grant (core.FenceRaiser)
 	deadline time.Time // the end of its wait, for a place in the line
+	value    string
 }
 
 // newPlace returns req as a place, with the least fence its grant may have.
 func newPlace(req core.AcquireRequest, floor uint64) place {
-	return place{holder: req.Holder, permits: req.Permits, limit: req.Limit, ttl: req.TTL, floor: floor}
+	return place{holder: req.Holder, permits: req.Permits, limit: req.Limit, ttl: req.TTL, floor: floor, value: req.Value}
 }
 
 // enqueue keeps p's holder's place in the line (or gives it the last one) until wait from now,
@@ -63,6 +64,7 @@ func (s *Store) serveLocked(key string, ks *keyState, now time.Time) {
 		ks.leases[p.holder] = e
 		used += p.permits
 		s.wakeLocked(key, p.holder)
+		s.changedLocked(key)
 	}
 	if len(ks.line) == 0 {
 		ks.line = nil // let the backing array go
@@ -83,6 +85,7 @@ func (s *Store) leaveLocked(key, holder string) {
 	}
 	if e, ok := ks.leases[holder]; ok && e.untaken {
 		delete(ks.leases, holder)
+		s.changedLocked(key)
 	}
 	s.serveLocked(key, ks, now)
 }

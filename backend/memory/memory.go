@@ -30,6 +30,7 @@ type Store struct {
 	mu      sync.Mutex
 	keys    map[string]*keyState
 	waiters map[string]map[string][]*enrollment // key → holder → enrolled waiters
+	watches map[string][]*watch                 // key → open watches
 	closed  bool
 }
 
@@ -45,12 +46,14 @@ type entry struct {
 	fence   uint64
 	expiry  time.Time
 	untaken bool // granted from the line; the holder's next Acquire takes it
+	value   string
 }
 
 var (
 	_ core.Store       = (*Store)(nil)
 	_ core.Notifier    = (*Store)(nil)
 	_ core.FenceRaiser = (*Store)(nil)
+	_ core.Watcher     = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -68,7 +71,8 @@ func WithClock(clock core.Clock) Option {
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: core.SystemClock{}, keys: make(map[string]*keyState), waiters: make(map[string]map[string][]*enrollment)}
+	s := &Store{clock: core.SystemClock{}, keys: make(map[string]*keyState), waiters: make(map[string]map[string][]*enrollment),
+		watches: make(map[string][]*watch)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -153,6 +157,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 		}
 		e.expiry = now.Add(req.TTL)
 		e.untaken = false
+		e.value = req.Value
 		if least.held > e.fence {
 			e.fence = least.held
 			ks.fence = max(ks.fence, least.held)
@@ -170,6 +175,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 		return core.AcquireResult{RetryAfter: retryAfter(ks, now, max(used+req.Permits-req.Limit, 1))}, nil
 	}
 	ks.grant(newPlace(req, least.grant), now)
+	s.changedLocked(req.Key)
 	return core.AcquireResult{Granted: true, Fence: ks.fence}, nil
 }
 
@@ -187,7 +193,7 @@ func (ks *keyState) used() int {
 func (ks *keyState) grant(p place, now time.Time) entry {
 	ks.fence = max(nextFence(ks.fence, now), p.floor)
 	ks.limit = p.limit
-	e := entry{permits: p.permits, fence: ks.fence, expiry: now.Add(p.ttl)}
+	e := entry{permits: p.permits, fence: ks.fence, expiry: now.Add(p.ttl), value: p.value}
 	ks.leases[p.holder] = e
 	return e
 }
@@ -226,7 +232,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	e.expiry = now.Add(req.TTL)
 	e.untaken = false // a grant from the line, extended (adopted), is taken
 	ks.leases[req.Holder] = e
-	return core.ExtendResult{Permits: e.permits, Fence: e.fence, Limit: ks.limit}, nil
+	return core.ExtendResult{Permits: e.permits, Fence: e.fence, Limit: ks.limit, Value: e.value}, nil
 }
 
 // Release implements core.Store.Release. The freed permits go to the head of the key's line,
@@ -247,6 +253,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		return false, nil
 	}
 	delete(ks.leases, req.Holder)
+	s.changedLocked(key)
 	s.serveLocked(key, ks, now)
 	return true, nil
 }
@@ -265,15 +272,20 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	snap := core.Snapshot{Limit: ks.limit, Leases: make([]core.LeaseInfo, 0, len(ks.leases))}
 	for h, e := range ks.leases {
 		if now.Before(e.expiry) {
-			snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: h, Permits: e.permits, Fence: e.fence, TTL: e.expiry.Sub(now)})
+			snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: h, Permits: e.permits, Fence: e.fence, TTL: e.expiry.Sub(now), Value: e.value})
 		}
 	}
 	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	for _, p := range ks.line {
+		if now.Before(p.deadline) {
+			snap.Waiters = append(snap.Waiters, core.WaiterInfo{Holder: p.holder, Permits: p.permits, Value: p.value})
+		}
+	}
 	return snap, nil
 }
 
 // Close closes the store: every later operation returns an error wrapping core.ErrClosed, and
-// every waiter is woken so that it finds out. Leases are not released. Close is idempotent.
+// every waiter and watch is woken so that it finds out. Leases are not released. Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -283,6 +295,11 @@ func (s *Store) Close() error {
 			for _, w := range ws {
 				w.wake()
 			}
+		}
+	}
+	for _, ws := range s.watches {
+		for _, w := range ws {
+			w.wake()
 		}
 	}
 	return nil
