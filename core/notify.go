@@ -42,7 +42,9 @@ type Watcher interface {
 	// from the line untaken. Expiry is not announced: a watcher that wants to see it reads the
 	// leases' TTL and looks again when it passes. A change between Watch and the caller's next
 	// read of the key must not be missed: unless the store can rule it out, the Watch starts
-	// with a value in C. The Watch must be closed when the caller stops watching.
+	// with a value in C. The Watch must be closed when the caller stops watching. A store that
+	// can watch only in some configurations (a Redlock whose nodes cannot) returns an error
+	// wrapping errors.ErrUnsupported when it cannot.
 	Watch(ctx context.Context, key string) (Watch, error)
 }
 

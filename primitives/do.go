@@ -47,8 +47,14 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lease core.
 
 // Do takes n permits as one lease, runs fn with it as Mutex.Do does, and releases them. It
 // returns an error wrapping core.ErrInvalid, without running fn, when n is out of range.
-func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context, lease core.Lease) error) (err error) {
-	l, err := s.Acquire(ctx, n)
+func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context, lease core.Lease) error) error {
+	return do(ctx, s.cfg.ttl, func() (core.Lease, error) { return s.Acquire(ctx, n) }, fn)
+}
+
+// do is Do for any acquire: it runs fn with the lease acquire returns and releases it, bounded
+// by ttl and 10s even when ctx has ended.
+func do(ctx context.Context, ttl time.Duration, acquire func() (core.Lease, error), fn func(ctx context.Context, lease core.Lease) error) (err error) {
+	l, err := acquire()
 	if err != nil {
 		return err
 	}
@@ -56,7 +62,7 @@ func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context, 
 	defer func() {
 		// Deferred so that a panicking fn does not leave the lease held and refreshed for good.
 		cancel()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.ttl, 10*time.Second))
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 10*time.Second))
 		defer rcancel()
 		if rerr := l.Release(rctx); rerr != nil {
 			err = errors.Join(err, rerr)

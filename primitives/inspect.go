@@ -17,16 +17,19 @@ type Status struct {
 	// Leases are the unexpired leases, ordered by fence, with their holder ids, permits, fences
 	// and the time they have left by the store's clock.
 	Leases []core.LeaseInfo
+	// Waiters are the waiters in the key's line, head first, with their permits and values. A
+	// store without a line (Redlock) reports none.
+	Waiters []core.WaiterInfo
 }
 
-// Inspect reports who holds the key: one store round trip that changes nothing (a key never
+// Inspect reports who holds the key and who waits for it: one store round trip that changes nothing (a key never
 // used reports no leases and creates nothing). Expired leases never appear.
 func (s *Semaphore) Inspect(ctx context.Context) (Status, error) {
 	snap, err := s.store.Inspect(ctx, s.key)
 	if err != nil {
 		return Status{}, fmt.Errorf("leasehold: inspect %q: %w", s.key, err)
 	}
-	st := Status{Limit: s.limit, InUse: snap.InUse(), Leases: snap.Leases}
+	st := Status{Limit: s.limit, InUse: snap.InUse(), Leases: snap.Leases, Waiters: snap.Waiters}
 	st.Free = max(st.Limit-st.InUse, 0)
 	return st, nil
 }

@@ -19,6 +19,10 @@ type Semaphore struct {
 	key      string
 	limit    int
 	cfg      config
+	// gate, when set, runs before each try: blocked (with how long until it may not be) stops
+	// the try as a refusal would, without asking the store. A read-write lock's readers use it
+	// on a store without a line.
+	gate func(ctx context.Context) (blocked bool, retryAfter time.Duration, err error)
 }
 
 // NewSemaphore returns a Semaphore of limit permits on key, 1 <= limit <= core.MaxLimit. It

@@ -26,6 +26,15 @@ type acquisition struct {
 // try makes one attempt. An error is final; a refusal is not.
 func (a *acquisition) try(ctx context.Context) (core.AcquireResult, error) {
 	a.tries++
+	if a.s.gate != nil {
+		blocked, after, err := a.s.gate(ctx)
+		if err != nil {
+			return core.AcquireResult{}, err
+		}
+		if blocked {
+			return a.refused(core.AcquireResult{RetryAfter: after})
+		}
+	}
 	a.req.Wait = a.willWait(ctx)
 	res, err := a.s.store.Acquire(ctx, a.req)
 	if err != nil {
@@ -37,7 +46,16 @@ func (a *acquisition) try(ctx context.Context) (core.AcquireResult, error) {
 		}
 		return res, err
 	}
-	if !res.Granted && a.attempts > 0 && a.tries >= a.attempts {
+	if res.Granted {
+		return res, nil
+	}
+	return a.refused(res)
+}
+
+// refused returns the refusal res, or an error wrapping core.ErrNotAcquired when it was the
+// last attempt.
+func (a *acquisition) refused(res core.AcquireResult) (core.AcquireResult, error) {
+	if a.attempts > 0 && a.tries >= a.attempts {
 		if a.attempts == 1 {
 			return res, fmt.Errorf("%w: busy", core.ErrNotAcquired)
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// Acquire implements core.Store.Acquire: granted when a quorum (Quorum(req.Limit): a majority
+// Acquire implements core.Store.Acquire: granted when a quorum (QuorumFor(req.Permits, req.Limit): a majority
 // for a mutex) grants with validity left, with the highest fence among them (the lower ones
 // raised to it in a second round, which nodes whose counters are in step make unnecessary).
 // It returns as soon as the answers decide: a quorum granted, or so many refused or failed that
@@ -37,8 +37,11 @@ import (
 // retry of the same holder on a node that answers slowly; the retry's lease then holds one node
 // fewer until its next acquire.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	if req.Limit == core.MaxLimit && req.Permits > 1 && req.Permits < req.Limit {
+		return core.AcquireResult{}, fmt.Errorf("%w: redlock: permits %d on a key of limit core.MaxLimit, which is shared-exclusive: ask for 1 or all", core.ErrInvalid, req.Permits)
+	}
 	start := time.Now()
-	quorum := s.Quorum(req.Limit)
+	quorum := s.QuorumFor(req.Permits, req.Limit)
 	timeout := s.nodeTimeout(req.TTL)
 	// Nodes grant max(their last fence + 1, their clock in µs, floor). A floor of the local
 	// clock plus fenceLead makes nodes whose counters are in step (as the last grant's raise left

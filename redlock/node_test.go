@@ -137,3 +137,14 @@ func mustNew(t interface {
 	}
 	return s
 }
+
+// Watch forwards to the node's store, unless the node is down.
+func (n *node) Watch(ctx context.Context, key string) (core.Watch, error) {
+	n.mu.Lock()
+	inner, down := n.inner, n.down
+	n.mu.Unlock()
+	if down {
+		return nil, errDown
+	}
+	return inner.Watch(ctx, key)
+}

@@ -24,13 +24,13 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	timeout := s.nodeTimeout(req.TTL)
 	decide := func(rs []result[core.ExtendResult]) bool {
 		t := tallyExtend(rs)
-		q := s.Quorum(t.limit)
+		q := s.QuorumFor(t.permits, t.limit)
 		return t.support >= q || t.support+t.unknown < q
 	}
 	res, c := fanout(ctx, s, round[core.ExtendResult]{timeout: timeout, decided: decide,
 		call: func(c context.Context, _ int, n node) (core.ExtendResult, error) { return n.Extend(c, req) }})
 	t := tallyExtend(res)
-	quorum := s.Quorum(t.limit)
+	quorum := s.QuorumFor(t.permits, t.limit)
 	if err := ctx.Err(); err != nil {
 		c.then(nil)
 		return core.ExtendResult{}, err
@@ -50,7 +50,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	}
 	for i, r := range res {
 		if r.err == nil && r.v.Fence == t.fence {
-			out.Permits = r.v.Permits
+			out.Permits, out.Value = r.v.Permits, r.v.Value
 		}
 		stray(i, r)
 	}
@@ -63,12 +63,13 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 
 // extendTally sums up Extend answers: the fence most nodes extended at and how many, the nodes
 // whose answer could still add to it (no answer yet, or an error other than ErrLost), and the
-// highest limit reported.
+// highest limit reported, with the permits of the lease at that fence.
 type extendTally struct {
 	fence   uint64
 	support int
 	unknown int
 	limit   int
+	permits int
 }
 
 func tallyExtend(rs []result[core.ExtendResult]) extendTally {
@@ -79,7 +80,7 @@ func tallyExtend(rs []result[core.ExtendResult]) extendTally {
 		case r.err == nil:
 			by[r.v.Fence]++
 			if n := by[r.v.Fence]; n > t.support || (n == t.support && r.v.Fence < t.fence) {
-				t.fence, t.support = r.v.Fence, n
+				t.fence, t.support, t.permits = r.v.Fence, n, r.v.Permits
 			}
 			t.limit = max(t.limit, r.v.Limit)
 		case !errors.Is(r.err, core.ErrLost):
@@ -152,8 +153,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		return core.Snapshot{}, fmt.Errorf("redlock: %d of %d nodes answered: %w", answered, len(s.nodes), nodeErrors(res))
 	}
 	snap := core.Snapshot{Limit: limit}
-	quorum := s.Quorum(limit)
 	for _, e := range by {
+		quorum := s.QuorumFor(e.info.Permits, limit)
 		if len(e.ttls) < quorum {
 			continue
 		}
@@ -204,12 +205,11 @@ func (s *Store) inspectDecided(rs []result[core.Snapshot]) bool {
 		}
 	}
 	by, limit, answered := tallyInspect(rs)
-	q := s.Quorum(limit)
-	if answered < s.quorum || open >= q {
+	if answered < s.quorum || open >= s.quorum { // an unseen lease of every permit needs a majority
 		return false
 	}
 	for _, e := range by {
-		if n := len(e.ttls); n < q && n+open >= q {
+		if n, q := len(e.ttls), s.QuorumFor(e.info.Permits, limit); n < q && n+open >= q {
 			return false
 		}
 	}

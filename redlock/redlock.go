@@ -14,7 +14,13 @@
 // to ⌊N·L/q⌋ permits be held at once, so keeping that ≤ L takes q = ⌊N·L/(L+1)⌋+1 nodes —
 // with 3 nodes, all 3 for any L ≥ 2; with 5 nodes, 4 for L = 2 or 3. (A semaphore granted on a
 // bare majority, as other Redlock semaphores do, can exceed its limit; our conformance stress
-// test catches it.) Quorum(limit) tells the number. Fences strictly increase across successive grants
+// test catches it.) Quorum(limit) tells the number. A lease of every permit needs only a
+// majority: it shares a node with any other lease's quorum, and that node cannot hold both.
+// A key of limit core.MaxLimit is shared-exclusive, as a read-write lock's is: a lease of one
+// permit (a reader) or of all of them (a writer) needs a majority, so a writer excludes readers
+// and writers with a majority of nodes up; the count of readers is bounded per node, not across
+// them; a lease of other sizes on such a key is refused (core.ErrInvalid). QuorumFor tells the
+// number for a lease. Fences strictly increase across successive grants
 // on a key although each node counts on its own: two majorities share a node, and after a
 // majority grants, the nodes that granted a lower fence are raised to the highest (one more
 // round trip, only when they differ), so the shared node carries the order to the next grant.
@@ -147,6 +153,17 @@ func (s *Store) Quorum(limit int) int {
 		limit = 1
 	}
 	return max(s.quorum, len(s.nodes)*limit/(limit+1)+1)
+}
+
+// QuorumFor returns the number of nodes that must hold a lease of permits on a key of limit
+// permits: a majority for a lease of every permit (two majorities share a node, where the two
+// leases would not fit), and for any lease on a key of limit core.MaxLimit (see Acquire);
+// Quorum(limit) otherwise.
+func (s *Store) QuorumFor(permits, limit int) int {
+	if permits >= limit || limit == core.MaxLimit {
+		return s.quorum
+	}
+	return s.Quorum(limit)
 }
 
 // Default node timeouts: maxNodeTimeout for calls without a TTL, TTL/10 within
