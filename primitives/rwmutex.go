@@ -58,7 +58,10 @@ func NewRWMutex(store core.Store, key string, opts ...Option) (*RWMutex, error) 
 	rw.readers = &readers
 	if sem.notifier == nil {
 		rw.intent = &Mutex{sem: &Semaphore{store: store, key: key + writerIntent, limit: 1, cfg: sem.cfg}}
-		rw.intent.sem.cfg.holder = "" // a fresh id per intent, whatever the leases' holder
+		icfg := &rw.intent.sem.cfg
+		icfg.holder = "" // a fresh id per intent, whatever the leases' holder
+		// The intent is the RWMutex's own business: the caller's callbacks hear of its leases.
+		icfg.onLost, icfg.events = nil, nil
 		readers.gate = rw.writerWaits
 	}
 	return rw, nil
