@@ -173,7 +173,8 @@ func (rw *RWMutex) writerWaits(ctx context.Context) (bool, time.Duration, error)
 	if err != nil || len(snap.Leases) == 0 {
 		return false, 0, err
 	}
-	return true, snap.Leases[0].TTL, nil
+	// Its release announces nothing on the RWMutex's key: look again within a retry interval.
+	return true, min(snap.Leases[0].TTL, rw.sem.cfg.retryInterval), nil
 }
 
 // releaseQuietly releases l, bounded by ttl and 10s even when ctx has ended; a failure leaves

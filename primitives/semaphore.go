@@ -16,6 +16,7 @@ import (
 type Semaphore struct {
 	store    core.Store
 	notifier core.Notifier // nil when the store has no notifications
+	watcher  core.Watcher  // nil when the store cannot announce changes; waiters use it without a notifier
 	key      string
 	limit    int
 	cfg      config
@@ -59,6 +60,7 @@ func newSemaphore(store core.Store, r resource, opts []Option) (*Semaphore, erro
 	}
 	s := &Semaphore{store: store, key: key, limit: limit, cfg: cfg}
 	s.notifier, _ = store.(core.Notifier)
+	s.watcher, _ = store.(core.Watcher)
 	return s, nil
 }
 
@@ -76,7 +78,9 @@ func (s *Semaphore) Limit() int { return s.limit }
 //
 // While it waits, it is woken by a release notification (one waiter per freed permit in this
 // process), by the time the store says the current leases expire, or by the retry interval,
-// whichever comes first. Cost: one store round trip per try; an uncontended acquire is one.
+// whichever comes first. On a store without notifications that announces changes
+// (core.Watcher: Redlock), the waiter watches the key instead and is woken by any change of it;
+// it tries once more at once after starting the watch. Cost: one store round trip per try; an uncontended acquire is one.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (core.Lease, error) {
 	return s.acquire(ctx, n, s.cfg.attempts)
 }

@@ -17,8 +17,9 @@ type acquisition struct {
 	tries    int
 	begin    time.Time // when Acquire started: the acquire timeout counts from here
 
-	enrolled   bool        // registration with the notifier was attempted
+	enrolled   bool        // registration with the notifier (or the watch) was attempted
 	waiter     core.Waiter // nil when not registered
+	watch      core.Watch  // without a notifier: the key's changes wake the waiter; nil when none
 	timeout    *time.Timer // acquire timeout, started at the first wait
 	retryTimer *time.Timer
 }
@@ -97,16 +98,31 @@ func (a *acquisition) timeoutLeft() (time.Duration, bool) {
 // notifications are reliable and attempts unlimited), or with an error when the acquire timeout
 // passes or ctx ends.
 func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error {
-	if !a.enrolled && a.s.notifier != nil {
+	if !a.enrolled {
 		a.enrolled = true
-		nw, err := a.s.notifier.Register(ctx, a.req)
 		switch {
-		case err == nil:
-			a.waiter = nw
-		case ctx.Err() != nil:
-			return ctx.Err()
+		case a.s.notifier != nil:
+			nw, err := a.s.notifier.Register(ctx, a.req)
+			switch {
+			case err == nil:
+				a.waiter = nw
+			case ctx.Err() != nil:
+				return ctx.Err()
+			}
+			// Without notifications the waiter still works, at the retry interval.
+		case a.s.watcher != nil && a.attempts == 0:
+			// A store without a line (Redlock) that announces changes: the waiter wakes on any
+			// change of the key. A change between the refused try and the watch would go
+			// unseen, so try again at once.
+			w, err := a.s.watcher.Watch(ctx, a.req.Key)
+			if err == nil {
+				a.watch = w
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 		}
-		// Without notifications the waiter still works, at the retry interval.
 	}
 	var timeout <-chan time.Time // nil, never ready, when there is no acquire timeout
 	if left, ok := a.timeoutLeft(); ok {
@@ -122,7 +138,7 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 	d := a.s.cfg.retryInterval
 	switch {
 	case retryAfter <= 0:
-	case a.attempts == 0 && a.waiter != nil && a.waiter.Reliable(), retryAfter < d:
+	case a.attempts == 0 && a.reliable(), retryAfter < d:
 		d = min(retryAfter, core.MaxDuration) // a store's RetryAfter is not ours to trust
 	}
 	if a.retryTimer == nil {
@@ -131,11 +147,16 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 		a.retryTimer.Reset(d)
 	}
 	var wake <-chan struct{}
-	if a.waiter != nil && a.attempts == 0 {
+	if a.attempts == 0 {
 		// Under WithAttempts(n) the tries are paced by the retry interval alone: a wake (a
 		// subscription confirmed, say) would spend an attempt at once. A grant from the line
 		// waits for the next try, at most a retry interval away.
-		wake = a.waiter.C()
+		switch {
+		case a.waiter != nil:
+			wake = a.waiter.C()
+		case a.watch != nil:
+			wake = a.watch.C()
+		}
 	}
 	select {
 	case <-wake:
@@ -149,11 +170,25 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 	}
 }
 
+// reliable reports whether the waiter hears of every release (or change) that could serve it.
+func (a *acquisition) reliable() bool {
+	switch {
+	case a.waiter != nil:
+		return a.waiter.Reliable()
+	case a.watch != nil:
+		return a.watch.Reliable()
+	}
+	return false
+}
+
 // close ends the enrollment (the store passes on a grant the caller did not take) and stops the
 // timers.
 func (a *acquisition) close() {
 	if a.waiter != nil {
 		a.waiter.Close()
+	}
+	if a.watch != nil {
+		a.watch.Close()
 	}
 	if a.timeout != nil {
 		a.timeout.Stop()

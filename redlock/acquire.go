@@ -25,7 +25,9 @@ import (
 // Waiting: every try goes to the nodes with Wait = 0, so no node keeps a place in its line for a
 // Redlock caller (nodes' lines, each in its own arrival order, would grant freed permits to
 // different waiters, none of which reached a quorum), and a caller that wins leaves no place
-// behind. Redlock is no core.Notifier: its waiters retry at their retry interval.
+// behind. Redlock is no core.Notifier: its waiters (in package primitives) watch the key on
+// every node (see Watch) and try again on each change, or at their retry interval when the
+// watch is not reliable.
 //
 // Stragglers: a node that answers after the outcome is decided is settled in the background: a
 // grant at another fence than the lease's (or any grant, after a refusal) is released at the
@@ -50,7 +52,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	first := req
 	// No node keeps a place for the caller: each node's line is its own, in its own arrival
 	// order, so nodes would grant the freed permits to different waiters and none reach a
-	// quorum. Redlock waiters retry at their retry interval instead.
+	// quorum. Redlock waiters watch the key and try again on a change instead.
 	first.Wait = 0
 	st := s.newSettle(req, timeout)
 	decide := func(rs []result[core.AcquireResult]) bool { return acquireDecided(rs, quorum) }

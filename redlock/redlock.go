@@ -41,7 +41,8 @@
 // within the node timeout, which scales with the TTL: see WithNodeTimeout). An acquire costs a
 // second round only when its granting nodes disagree on the fence; a refusal costs none, even
 // for a caller that will wait: no node keeps a place in its line for a Redlock caller, whose
-// waiters retry at their retry interval (Store.Acquire says why). Inspect waits for a node
+// waiters wake on the changes the nodes announce (Watch), or retry at their retry interval
+// when the nodes cannot announce them (Store.Acquire says why). Inspect waits for a node
 // whose answer could still change which leases a quorum holds. There is no Close: every
 // background call ends within the node timeout, and a release that settles a straggler's grant
 // within one more.
