@@ -79,8 +79,8 @@ func (s *Semaphore) Limit() int { return s.limit }
 // While it waits, it is woken by a release notification (one waiter per freed permit in this
 // process), by the time the store says the current leases expire, or by the retry interval,
 // whichever comes first. On a store without notifications that announces changes
-// (core.Watcher: Redlock), the waiter watches the key instead and is woken by any change of it;
-// it tries once more at once after starting the watch. Cost: one store round trip per try; an uncontended acquire is one.
+// (core.Watcher: Redlock), a wait that outlasts one retry interval watches the key instead and
+// is woken by any change of it; it tries once more at once after starting the watch. Cost: one store round trip per try; an uncontended acquire is one.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (core.Lease, error) {
 	return s.acquire(ctx, n, s.cfg.attempts)
 }

@@ -98,30 +98,30 @@ func (a *acquisition) timeoutLeft() (time.Duration, bool) {
 // notifications are reliable and attempts unlimited), or with an error when the acquire timeout
 // passes or ctx ends.
 func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error {
-	if !a.enrolled {
+	switch {
+	case !a.enrolled && a.s.notifier != nil:
 		a.enrolled = true
+		nw, err := a.s.notifier.Register(ctx, a.req)
 		switch {
-		case a.s.notifier != nil:
-			nw, err := a.s.notifier.Register(ctx, a.req)
-			switch {
-			case err == nil:
-				a.waiter = nw
-			case ctx.Err() != nil:
-				return ctx.Err()
-			}
-			// Without notifications the waiter still works, at the retry interval.
-		case a.s.watcher != nil && a.attempts == 0:
-			// A store without a line (Redlock) that announces changes: the waiter wakes on any
-			// change of the key. A change between the refused try and the watch would go
-			// unseen, so try again at once.
-			w, err := a.s.watcher.Watch(ctx, a.req.Key)
-			if err == nil {
-				a.watch = w
-				return nil
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		case err == nil:
+			a.waiter = nw
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		// Without notifications the waiter still works, at the retry interval.
+	case !a.enrolled && a.s.notifier == nil && a.s.watcher != nil && a.attempts == 0 && a.tries >= 2:
+		// A store without a line (Redlock) that announces changes: a wait longer than one
+		// retry interval watches the key and wakes on any change of it (a shorter one is
+		// spared the watch's cost). A change between the refused try and the watch would go
+		// unseen, so try again at once.
+		a.enrolled = true
+		w, err := a.s.watcher.Watch(ctx, a.req.Key)
+		if err == nil {
+			a.watch = w
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 	}
 	var timeout <-chan time.Time // nil, never ready, when there is no acquire timeout

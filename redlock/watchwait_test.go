@@ -21,8 +21,9 @@ func (c *countAcquires) AcquireAbove(ctx context.Context, req core.AcquireReques
 	return c.node.AcquireAbove(ctx, req, floor)
 }
 
-// A waiter over Redlock whose nodes announce changes is woken by the release, not by its retry
-// interval (an hour here), and sends nothing while it waits.
+// A waiter over Redlock whose nodes announce changes, once it has waited a retry interval,
+// watches the key: it is woken by the release, not by the holder's expiry (an hour here), and
+// sends nothing while it waits.
 func TestRedlockWaiterWakesOnRelease(t *testing.T) {
 	ns, _ := nodes(core.SystemClock{}, 3)
 	counted := make([]core.Store, len(ns))
@@ -32,7 +33,7 @@ func TestRedlockWaiterWakesOnRelease(t *testing.T) {
 		counted[i] = cs[i]
 	}
 	s := mustNew(t, counted)
-	mu, err := primitives.NewMutex(s, "job", primitives.WithRetryInterval(time.Hour), primitives.WithTTL(time.Hour), primitives.WithAcquireTimeout(time.Hour))
+	mu, err := primitives.NewMutex(s, "job", primitives.WithRetryInterval(10*time.Millisecond), primitives.WithTTL(time.Hour), primitives.WithAcquireTimeout(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +50,11 @@ func TestRedlockWaiterWakesOnRelease(t *testing.T) {
 		}
 		got <- err
 	}()
-	// Wait until the waiter has made its refused try and its try after watching (2 per node),
-	// then make sure it sends nothing more while the lock is held.
-	for deadline := time.Now().Add(10 * time.Second); cs[0].n.Load() < 3; time.Sleep(time.Millisecond) {
+	// Wait until the waiter has made its refused try, its retry, and its try after watching (3
+	// per node), then make sure it sends nothing more while the lock is held.
+	for deadline := time.Now().Add(10 * time.Second); cs[0].n.Load() < 4; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("node 0 saw %d acquires, want 3: the holder's, the waiter's refused try and its try after watching", cs[0].n.Load())
+			t.Fatalf("node 0 saw %d acquires, want 4: the holder's, the waiter's refused try, its retry and its try after watching", cs[0].n.Load())
 		}
 	}
 	before := cs[0].n.Load()
