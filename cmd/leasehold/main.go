@@ -2,7 +2,7 @@
 //
 //	leasehold demo [flags]                          workers share a Semaphore and a Mutex in memory
 //	leasehold run -redis URL -key K [flags] -- cmd  run cmd while holding a lease
-//	leasehold inspect -redis URL [flags] KEY        show who holds KEY
+//	leasehold inspect -redis URL [flags] KEY        show who holds KEY and who waits
 //	leasehold version                               the version and commit it was built from
 //
 // Run `leasehold --help` or `leasehold demo --help` for details.
@@ -34,7 +34,8 @@ Commands:
            and check that no limit was exceeded and no fence went backwards
   run      run a command while holding a lease on a key in Redis or Valkey (or
            Redlock over several servers): leasehold run -redis URL -key K -- cmd
-  inspect  show who holds a key in Redis: holders, permits, fences, TTLs
+  inspect  show who holds a key in Redis (holders, permits, fences, TTLs, values)
+           and who waits for it
   version  print leasehold's version and the commit it was built from
 
 run and inspect take -redis as a URL or host:port, -driver goredis|valkey
