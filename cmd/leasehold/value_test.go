@@ -65,6 +65,7 @@ func TestValueUsageErrors(t *testing.T) {
 	}{
 		{[]string{"run", "-redis", "127.0.0.1:6379", "-key", "k", "-value", long, "--", "true"}, "leasehold run: -value: 1025 bytes, at most 1024"},
 		{[]string{"run", "-redis", "127.0.0.1:6379", "-key", "k", "-value=" + strings.Repeat("é", 513), "--", "true"}, "leasehold run: -value: 1026 bytes, at most 1024"},
+		{[]string{"elect", "-redis", "127.0.0.1:6379", "k", long, "--", "true"}, "leasehold elect: VALUE: 1025 bytes, at most 1024"},
 	}
 	checkUsageErrors(t, tests)
 }
