@@ -78,10 +78,11 @@ func electCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			usageError(stderr, "elect", msg)
 			return exitUsage
 		}
-		return observeLeader(ctx, cfg.redis, positional[0], stdout, stderr)
+		cfg.key = positional[0]
+		return observeLeader(ctx, cfg, stdout, stderr)
 	}
 	var msg string
-	switch {
+	switch timingErr := cfg.checkTiming(); {
 	case len(positional) < 2:
 		msg = "KEY and VALUE are required (or -observe KEY)"
 	case len(positional) > 2 && !dashes:
@@ -94,8 +95,8 @@ func electCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		msg = fmt.Sprintf("VALUE: %d bytes, at most %d", len(positional[1]), core.MaxValueLen)
 	case len(command) == 0:
 		msg = "no command given after --"
-	case cfg.checkTiming() != nil:
-		msg = cfg.checkTiming().Error()
+	case timingErr != nil:
+		msg = timingErr.Error()
 	default:
 		cfg.key, cfg.value, cfg.command = positional[0], positional[1], command
 		return runUnderLease(ctx, cfg, stdout, stderr)
@@ -129,11 +130,11 @@ func checkObserve(fs *flag.FlagSet, positional []string, dashes bool) string {
 	return ""
 }
 
-// observeLeader prints the leader of key and each change, one line each, until ctx ends, and
+// observeLeader prints the leader of cfg.key and each change, one line each, until ctx ends, and
 // returns exitInterrupted then. A key that cannot be read at first is an error (exit 1); later,
 // Observe retries a failed read without a word.
-func observeLeader(ctx context.Context, r redisFlags, key string, stdout, stderr io.Writer) int {
-	store, closeStore, err := r.connect(ctx, "elect", stderr, 1)
+func observeLeader(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) int {
+	store, closeStore, err := cfg.redis.connect(ctx, "elect", stderr, 1)
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitInterrupted
@@ -142,7 +143,7 @@ func observeLeader(ctx context.Context, r redisFlags, key string, stdout, stderr
 		return exitFail
 	}
 	defer closeStore()
-	el, err := primitives.NewElection(store, key)
+	el, err := primitives.NewElection(store, cfg.key)
 	if err != nil {
 		fmt.Fprintf(stderr, "leasehold elect: %v\n", err)
 		return exitUsage

@@ -170,6 +170,7 @@ Flags:
 	if !value.set {
 		cfg.value = defaultValue(command)
 	}
+	timingErr := cfg.checkTiming()
 	switch err := cfg.redis.check(); {
 	case err != nil:
 		usageError(stderr, "run", err.Error())
@@ -183,8 +184,8 @@ Flags:
 		usageError(stderr, "run", fmt.Sprintf("-permits %d: must be in [1, -limit %d]", cfg.permits, cfg.limit))
 	case len(cfg.value) > core.MaxValueLen:
 		usageError(stderr, "run", fmt.Sprintf("-value: %d bytes, at most %d", len(cfg.value), core.MaxValueLen))
-	case cfg.checkTiming() != nil:
-		usageError(stderr, "run", cfg.checkTiming().Error())
+	case timingErr != nil:
+		usageError(stderr, "run", timingErr.Error())
 	default:
 		cfg.command = command
 		return runUnderLease(ctx, cfg, stdout, stderr)

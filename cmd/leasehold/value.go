@@ -17,6 +17,7 @@ type valueFlag struct {
 	set bool
 }
 
+// String returns the value given, as flag.Value asks.
 func (v *valueFlag) String() string {
 	if v == nil {
 		return ""
@@ -24,6 +25,7 @@ func (v *valueFlag) String() string {
 	return v.s
 }
 
+// Set records the value given, as flag.Value asks.
 func (v *valueFlag) Set(s string) error {
 	v.s, v.set = s, true
 	return nil
