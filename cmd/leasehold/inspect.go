@@ -5,21 +5,28 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/leasehold/leasehold/core"
 )
 
 // inspectHelp is the text of `leasehold inspect --help`, before the flags.
 const inspectHelp = `Usage: leasehold inspect -redis URL [flags] KEY
 
-Shows who holds KEY: each holder's id, permits, fence and time left by the server's clock,
-and the permits in use and free of the key's limit, the one its latest grant was made with
-as the store records it (-limit to count against another). It changes nothing. KEY may
-come before or after the flags.
+Shows who holds KEY: each holder's id, permits, fence, time left by the server's clock and
+value (what the holder said of itself: leasehold run's -value, by default its host, pid and
+command; elect's VALUE), and the permits in use and free of the key's limit, the one its
+latest grant was made with as the store records it (-limit to count against another). Then
+the line of waiters, first served first: position, holder, permits and value, or "no one
+waiting". Values are quoted as Go strings (a newline shows as \n) and, in the tables, cut
+with "…" to keep each line within 100 columns. It changes nothing. KEY may come before or
+after the flags.
 
 With several -redis servers it reads them as Redlock does: a lease shows when a quorum of
-them holds it. Servers that do not answer are named on stderr, one line each; a majority
-must answer.
+them holds it; Redlock keeps no line of waiters. Servers that do not answer are named on
+stderr, one line each; a majority must answer.
 
 Exit status: 0 if the key was read, 1 if Redis could not be read, 2 for bad usage.
 
@@ -82,13 +89,75 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	default:
 		fmt.Fprintf(stdout, "; no limit recorded (no grant on it for a week, or ever): -limit N counts the free permits\n")
 	}
-	if len(snap.Leases) > 0 {
-		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "holder\tpermits\tfence\tttl")
-		for _, l := range snap.Leases {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%v\n", l.Holder, l.Permits, l.Fence, l.TTL.Round(time.Millisecond))
-		}
-		tw.Flush()
+	printLeases(stdout, snap.Leases)
+	if len(r.urls) > 1 {
+		fmt.Fprintln(stdout, "no line of waiters over Redlock (several -redis servers)")
+		return exitOK
 	}
+	printWaiters(stdout, snap.Waiters)
 	return exitOK
+}
+
+// tableWidth is the most runes a line of inspect's tables has: they fit a 100-column terminal.
+const tableWidth = 100
+
+// printLeases prints a table of leases, nothing when there are none.
+func printLeases(w io.Writer, leases []core.LeaseInfo) {
+	if len(leases) == 0 {
+		return
+	}
+	rows := [][]string{{"holder", "permits", "fence", "ttl", "value"}}
+	values := make([]string, len(leases))
+	for i, l := range leases {
+		rows = append(rows, []string{plainOrQuoted(l.Holder), fmt.Sprint(l.Permits), fmt.Sprint(l.Fence), fmt.Sprint(l.TTL.Round(time.Millisecond))})
+		values[i] = l.Value
+	}
+	printTable(w, rows, values)
+}
+
+// printWaiters prints the line of waiters, head first, or that no one waits.
+func printWaiters(w io.Writer, waiters []core.WaiterInfo) {
+	if len(waiters) == 0 {
+		fmt.Fprintln(w, "no one waiting")
+		return
+	}
+	fmt.Fprintf(w, "%d waiting, first served first:\n", len(waiters))
+	rows := [][]string{{"#", "holder", "permits", "value"}}
+	values := make([]string, len(waiters))
+	for i, wt := range waiters {
+		rows = append(rows, []string{fmt.Sprint(i + 1), plainOrQuoted(wt.Holder), fmt.Sprint(wt.Permits)})
+		values[i] = wt.Value
+	}
+	printTable(w, rows, values)
+}
+
+// printTable prints rows in columns two spaces apart: rows[0] is the header, whose last cell
+// names the values column; values[i] is the value of rows[i+1], quoted and cut to what is left
+// of tableWidth (at least 16 runes).
+func printTable(w io.Writer, rows [][]string, values []string) {
+	cols := len(rows[0]) - 1
+	widths := make([]int, cols)
+	for _, row := range rows {
+		for c := range cols {
+			widths[c] = max(widths[c], utf8.RuneCountInString(row[c]))
+		}
+	}
+	room := tableWidth
+	for _, wd := range widths {
+		room -= wd + 2
+	}
+	room = max(room, 16)
+	for i, row := range rows {
+		var b strings.Builder
+		for c := range cols {
+			b.WriteString(row[c])
+			b.WriteString(strings.Repeat(" ", widths[c]-utf8.RuneCountInString(row[c])+2))
+		}
+		if i == 0 {
+			b.WriteString(row[cols])
+		} else {
+			b.WriteString(quoteValue(values[i-1], room))
+		}
+		fmt.Fprintln(w, b.String())
+	}
 }

@@ -2,7 +2,9 @@
 //
 //	leasehold demo [flags]                          workers share a Semaphore and a Mutex in memory
 //	leasehold run -redis URL -key K [flags] -- cmd  run cmd while holding a lease
-//	leasehold inspect -redis URL [flags] KEY        show who holds KEY
+//	leasehold inspect -redis URL [flags] KEY        show who holds KEY and who waits
+//	leasehold elect -redis URL KEY VALUE -- cmd     run cmd while leading an election on KEY
+//	leasehold elect -redis URL -observe KEY         print each change of KEY's leader
 //	leasehold version                               the version and commit it was built from
 //
 // Run `leasehold --help` or `leasehold demo --help` for details.
@@ -34,10 +36,14 @@ Commands:
            and check that no limit was exceeded and no fence went backwards
   run      run a command while holding a lease on a key in Redis or Valkey (or
            Redlock over several servers): leasehold run -redis URL -key K -- cmd
-  inspect  show who holds a key in Redis: holders, permits, fences, TTLs
+  inspect  show who holds a key in Redis (holders, permits, fences, TTLs, values)
+           and who waits for it
+  elect    leader election: leasehold elect -redis URL KEY VALUE -- cmd runs cmd
+           while leading (like run), leasehold elect -redis URL -observe KEY
+           prints each change of leader
   version  print leasehold's version and the commit it was built from
 
-run and inspect take -redis as a URL or host:port, -driver goredis|valkey
+run, inspect and elect take -redis as a URL or host:port, -driver goredis|valkey
 (the client library) and -prefix (of the keys in Redis).
 
 Run 'leasehold <command> --help' (or 'leasehold help <command>') for a
@@ -89,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCommand(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return inspectCommand(ctx, args[1:], stdout, stderr)
+	case "elect":
+		return electCommand(ctx, args[1:], stdout, stderr)
 	case "version":
 		return versionCommand(ctx, args[1:], stdout, stderr)
 	default:

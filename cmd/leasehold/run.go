@@ -46,8 +46,10 @@ func (w *waitFlag) Set(s string) error {
 	return nil
 }
 
-// runConfig is what `leasehold run` is told.
+// runConfig is what `leasehold run` and `leasehold elect` are told.
 type runConfig struct {
+	name    string // the subcommand, for messages: run or elect
+	elect   bool   // campaign on the key (elect) instead of taking permits (run)
 	redis   redisFlags
 	key     string
 	limit   int
@@ -56,32 +58,94 @@ type runConfig struct {
 	wait    waitFlag
 	nowait  bool
 	grace   time.Duration
+	value   string   // kept with the lease: -value, elect's VALUE, or defaultValue
 	command []string // what to run, after "--"
 }
 
 // oneTry reports whether the lease is to be tried once, not waited for.
 func (c *runConfig) oneTry() bool { return c.nowait || (c.wait.set && c.wait.d == 0) }
 
+// registerTiming adds the flags run and elect share besides the Redis ones: -ttl, -wait, -n,
+// -nowait and -grace.
+func (c *runConfig) registerTiming(fs *flag.FlagSet) {
+	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lease TTL; the lease is refreshed every TTL/3 while the command runs")
+	fs.Var(&c.wait, "wait", "wait at most this `duration` for the lease (default: until it is free; 0 is -n)")
+	fs.BoolVar(&c.nowait, "n", false, "try once: exit at once if the key is busy")
+	fs.BoolVar(&c.nowait, "nowait", false, "the same as -n")
+	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after the lease is lost, how long the command has after SIGTERM before SIGKILL")
+}
+
+// checkTiming returns an error naming the first bad flag of those registerTiming adds.
+func (c *runConfig) checkTiming() error {
+	switch {
+	case c.ttl < primitives.MinTTL:
+		return fmt.Errorf("-ttl %v: must be at least %v", c.ttl, primitives.MinTTL)
+	case c.wait.d < 0 || c.grace < 0:
+		return errors.New("-wait and -grace must not be negative")
+	case c.nowait && c.wait.set:
+		return errors.New("-n and -wait: give one")
+	}
+	return nil
+}
+
+// acquire takes the lease the command runs under: cfg.permits of the key's cfg.limit for run,
+// the key's leadership for elect, with cfg.value; waiting as -wait and -n say. A bad argument
+// is an error wrapping core.ErrInvalid; a busy key, one wrapping core.ErrNotAcquired.
+func (c *runConfig) acquire(ctx context.Context, store core.Store) (core.Lease, error) {
+	timeout := time.Duration(math.MaxInt64) // no acquire timeout
+	if c.wait.set {
+		timeout = max(c.wait.d, time.Millisecond)
+	}
+	opts := []primitives.Option{primitives.WithTTL(c.ttl), primitives.WithAcquireTimeout(timeout)}
+	if c.elect {
+		if c.oneTry() {
+			opts = append(opts, primitives.WithAttempts(1))
+		}
+		el, err := primitives.NewElection(store, c.key, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return el.Campaign(ctx, c.value)
+	}
+	sem, err := primitives.NewSemaphore(store, c.key, c.limit, append(opts, primitives.WithValue(c.value))...)
+	if err != nil {
+		return nil, err
+	}
+	if c.oneTry() {
+		return sem.TryAcquire(ctx, c.permits)
+	}
+	return sem.Acquire(ctx, c.permits)
+}
+
+// busy is what the key is when the lease could not be had: busy for run; led for elect.
+func (c *runConfig) busy() string {
+	if c.elect {
+		return fmt.Sprintf("%q has a leader", c.key)
+	}
+	return fmt.Sprintf("%q is busy", c.key)
+}
+
+// runCommand runs `leasehold run args` and returns the exit status.
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var cfg runConfig
+	cfg := runConfig{name: "run"}
+	var value valueFlag
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfg.redis.register(fs)
 	fs.StringVar(&cfg.key, "key", "", "the lease key (required)")
 	fs.IntVar(&cfg.limit, "limit", 1, "permits on the key: 1 is a mutex, more a semaphore")
 	fs.IntVar(&cfg.permits, "permits", 1, "permits this command takes")
-	fs.DurationVar(&cfg.ttl, "ttl", 10*time.Second, "lease TTL; the lease is refreshed every TTL/3 while the command runs")
-	fs.Var(&cfg.wait, "wait", "wait at most this `duration` for the lease (default: until it is free; 0 is -n)")
-	fs.BoolVar(&cfg.nowait, "n", false, "try once: exit at once if the key is busy")
-	fs.BoolVar(&cfg.nowait, "nowait", false, "the same as -n")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after the lease is lost, how long the command has after SIGTERM before SIGKILL")
+	cfg.registerTiming(fs)
+	fs.Var(&value, "value", "the `value` kept with the lease, which inspect shows: at most 1024 bytes (default:\n"+
+		"this host, leasehold's pid and the command, as in \"host-a pid 4242: make deploy\", cut to fit)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: leasehold run -redis URL -key KEY [flags] -- command [args...]
 
 Runs the command while holding a lease on KEY, like flock or consul lock: the lease is taken
 first, waiting until it is free (-wait D: at most D; -n: one try), refreshed while the
 command runs, and released when it exits. The command sees LEASEHOLD_FENCE and LEASEHOLD_HOLDER.
-Signals (INT, TERM, HUP, QUIT, USR1, USR2) are passed to the command. If the lease is lost, the
-command gets SIGTERM, then SIGKILL after -grace.
+The lease carries a value that leasehold inspect shows: by default this host, leasehold's pid
+and the command (-value sets another). Signals (INT, TERM, HUP, QUIT, USR1, USR2) are passed to
+the command. If the lease is lost, the command gets SIGTERM, then SIGKILL after -grace.
 
 %s
 
@@ -102,6 +166,11 @@ Flags:
 	if !ok {
 		return code
 	}
+	cfg.value = value.s
+	if !value.set {
+		cfg.value = defaultValue(command)
+	}
+	timingErr := cfg.checkTiming()
 	switch err := cfg.redis.check(); {
 	case err != nil:
 		usageError(stderr, "run", err.Error())
@@ -113,12 +182,10 @@ Flags:
 		usageError(stderr, "run", fmt.Sprintf("-limit %d: must be at least 1", cfg.limit))
 	case cfg.permits < 1 || cfg.permits > cfg.limit:
 		usageError(stderr, "run", fmt.Sprintf("-permits %d: must be in [1, -limit %d]", cfg.permits, cfg.limit))
-	case cfg.ttl < primitives.MinTTL:
-		usageError(stderr, "run", fmt.Sprintf("-ttl %v: must be at least %v", cfg.ttl, primitives.MinTTL))
-	case cfg.wait.d < 0 || cfg.grace < 0:
-		usageError(stderr, "run", "-wait and -grace must not be negative")
-	case cfg.nowait && cfg.wait.set:
-		usageError(stderr, "run", "-n and -wait: give one")
+	case len(cfg.value) > core.MaxValueLen:
+		usageError(stderr, "run", fmt.Sprintf("-value: %d bytes, at most %d", len(cfg.value), core.MaxValueLen))
+	case timingErr != nil:
+		usageError(stderr, "run", timingErr.Error())
 	default:
 		cfg.command = command
 		return runUnderLease(ctx, cfg, stdout, stderr)
@@ -126,7 +193,8 @@ Flags:
 	return exitUsage
 }
 
-// runUnderLease takes the lease, runs the command under it, and returns run's exit status.
+// runUnderLease takes the lease (cfg.acquire), runs the command under it, and returns the exit
+// status of run or elect.
 func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
@@ -135,55 +203,47 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 	// is granted releases it unused. Once the command has started, they go to the command.
 	wctx, stopWaiting := signal.NotifyContext(ctx, forwarded...)
 	defer stopWaiting()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(stderr, "leasehold %s: %s\n", cfg.name, fmt.Sprintf(format, args...))
+	}
 	interrupted := func() int {
-		fmt.Fprintf(stderr, "leasehold run: interrupted while waiting for %q; nothing acquired\n", cfg.key)
+		say("interrupted while waiting for %q; nothing acquired", cfg.key)
 		return exitInterrupted
 	}
 
-	store, closeStore, err := cfg.redis.connect(wctx, "run", stderr, cfg.limit)
+	store, closeStore, err := cfg.redis.connect(wctx, cfg.name, stderr, cfg.limit)
 	if err != nil {
 		if wctx.Err() != nil {
 			return interrupted()
 		}
-		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
+		say("%v", err)
 		return exitFail
 	}
 	defer closeStore()
-	timeout := time.Duration(math.MaxInt64) // no acquire timeout
-	if cfg.wait.set {
-		timeout = max(cfg.wait.d, time.Millisecond)
-	}
-	sem, err := primitives.NewSemaphore(store, cfg.key, cfg.limit, primitives.WithTTL(cfg.ttl), primitives.WithAcquireTimeout(timeout))
-	if err != nil {
-		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
-		return exitUsage
-	}
-	var lease core.Lease
-	if cfg.oneTry() {
-		lease, err = sem.TryAcquire(wctx, cfg.permits)
-	} else {
-		lease, err = sem.Acquire(wctx, cfg.permits)
-	}
+	lease, err := cfg.acquire(wctx, store)
 	interruptedWaiting := wctx.Err() != nil // before stopWaiting, which cancels wctx
 	stopWaiting()
 	switch {
 	case err != nil && interruptedWaiting:
 		return interrupted()
+	case errors.Is(err, core.ErrInvalid):
+		say("%v", err)
+		return exitUsage
 	case errors.Is(err, core.ErrNotAcquired) && cfg.oneTry():
-		fmt.Fprintf(stderr, "leasehold run: %q is busy\n", cfg.key)
+		say("%s", cfg.busy())
 		return exitBusy
 	case errors.Is(err, core.ErrNotAcquired):
-		fmt.Fprintf(stderr, "leasehold run: %q is busy: not acquired within %v\n", cfg.key, cfg.wait.d)
+		say("%s: not acquired within %v", cfg.busy(), cfg.wait.d)
 		return exitBusy
 	case err != nil:
-		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
+		say("%v", err)
 		return exitFail
 	}
 	release := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := lease.Release(rctx); err != nil && !errors.Is(err, core.ErrLost) {
-			fmt.Fprintf(stderr, "leasehold run: %v\n", err)
+			say("%v", err)
 		}
 	}
 
@@ -191,19 +251,19 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 	// before the command started: the command is not started at all.
 	if interruptedWaiting || len(sigs) > 0 {
 		release()
-		fmt.Fprintf(stderr, "leasehold run: interrupted as %q was granted; released, the command not started\n", cfg.key)
+		say("interrupted as %q was granted; released, the command not started", cfg.key)
 		return exitInterrupted
 	}
 	// A lease lost between its grant and here is never run under.
 	if err := lease.Err(); err != nil {
-		fmt.Fprintf(stderr, "leasehold run: %v; the command not started\n", err)
+		say("%v; the command not started", err)
 		return exitLost
 	}
 	env := append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
 	c, err := startChild(cfg.command, env, stdio{in: os.Stdin, out: stdout, err: stderr})
 	if err != nil {
 		release()
-		fmt.Fprintf(stderr, "leasehold run: %v\n", err)
+		say("%v", err)
 		return exitCannotStart
 	}
 	var kill <-chan time.Time
@@ -214,11 +274,11 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 			c.signal(s.(syscall.Signal))
 		case <-lost:
 			lost = nil
-			fmt.Fprintf(stderr, "leasehold run: %v; stopping the command: SIGTERM, SIGKILL after -grace %v\n", lease.Err(), cfg.grace)
+			say("%v; stopping the command: SIGTERM, SIGKILL after -grace %v", lease.Err(), cfg.grace)
 			c.signal(syscall.SIGTERM)
 			kill = time.After(cfg.grace)
 		case <-kill:
-			fmt.Fprintf(stderr, "leasehold run: the command outlived -grace %v; SIGKILL\n", cfg.grace)
+			say("the command outlived -grace %v; SIGKILL", cfg.grace)
 			c.kill()
 		case <-c.done():
 			err := c.wait()
