@@ -609,17 +609,18 @@ func observeSeesHandovers(t *testing.T, els []*primitives.Election, obs *primiti
 }
 
 // observeSeesDeadLeaderGone: a leader whose lease is not refreshed (el: WithoutRefresh and a
-// short TTL) is seen gone by obs once its lease expires, and not before its deadline.
+// short TTL) is seen gone by obs once its lease expires, and not before its deadline. The
+// observer starts once the leader leads, and has a retry interval of an hour: only the leader's
+// TTL, read with it, can wake it.
 func observeSeesDeadLeaderGone(t *testing.T, el, obs *primitives.Election) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	o := observer{t, obs.Observe(ctx)}
-	o.expect(primitives.Leader{})
 	l, err := el.Campaign(ctx, "mortal")
 	if err != nil {
 		t.Fatal(err)
 	}
+	o := observer{t, obs.Observe(ctx)}
 	o.expect(leaderOf(l))
 	o.expect(primitives.Leader{})
 	if now := time.Now(); now.Before(l.Deadline()) {
