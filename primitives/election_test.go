@@ -79,13 +79,13 @@ func resignHandsOver(t *testing.T, a, b *primitives.Election, inLine func() bool
 		t.Fatal(err)
 	}
 	got := make(chan core.Lease, 1)
-	go func() {
+	goBackground(t, func(ctx context.Context) {
 		lb, err := b.Campaign(ctx, "b")
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			t.Error(err)
 		}
 		got <- lb
-	}()
+	})
 	for deadline := time.Now().Add(10 * time.Second); !inLine(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the second campaigner is not in line after 10s")
@@ -185,13 +185,13 @@ func observeSeesHandovers(t *testing.T, els []*primitives.Election, obs *primiti
 	o.expect(leaderOf(l))
 	for i, v := range []string{"b", "c"} {
 		got := make(chan core.Lease, 1)
-		go func() {
+		goBackground(t, func(ctx context.Context) {
 			next, err := els[(i+1)%len(els)].Campaign(ctx, v)
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
 				t.Error(err)
 			}
 			got <- next
-		}()
+		})
 		for deadline := time.Now().Add(10 * time.Second); waiters() != 1; time.Sleep(2 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s is not in line after 10s", v)
@@ -200,9 +200,14 @@ func observeSeesHandovers(t *testing.T, els []*primitives.Election, obs *primiti
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		next := <-got
-		if next == nil {
-			t.FailNow()
+		var next core.Lease
+		select {
+		case next = <-got:
+			if next == nil {
+				t.FailNow()
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not lead within 10s of the resignation", v)
 		}
 		o.expect(leaderOf(next))
 		if next.Fence() <= l.Fence() {

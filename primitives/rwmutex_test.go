@@ -19,6 +19,14 @@ import (
 // Redlock (redlock/rwelection_test.go) and on both Redis drivers
 // (backend/internal/rediscore/rwelection_test.go).
 
+// goBackground runs f on a goroutine of its own, with a ctx that ends when t does, and waits
+// for it then, so that a failed test leaves nothing behind to report after it ends.
+func goBackground(t *testing.T, f func(ctx context.Context)) {
+	var wg sync.WaitGroup
+	wg.Go(func() { f(t.Context()) })
+	t.Cleanup(wg.Wait)
+}
+
 func mustRW(t *testing.T, store core.Store, key string, opts ...primitives.Option) *primitives.RWMutex {
 	t.Helper()
 	rw, err := primitives.NewRWMutex(store, key, opts...)
@@ -146,13 +154,13 @@ func writerNotStarved(t *testing.T, rd, wr *primitives.RWMutex, waiting func(con
 
 	got := make(chan core.Lease, 1)
 	begin := time.Now()
-	go func() {
+	goBackground(t, func(ctx context.Context) {
 		l, err := wr.Acquire(ctx)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			t.Errorf("the writer under a stream of readers: %v (after %v)", err, time.Since(begin))
 		}
 		got <- l
-	}()
+	})
 	var l core.Lease
 	for l == nil {
 		select {
@@ -240,17 +248,17 @@ func rwLineIsFIFO(t *testing.T, newRW func(value string) *primitives.RWMutex) {
 	start := func(value string, write bool) <-chan core.Lease {
 		rw := newRW(value)
 		got := make(chan core.Lease, 1)
-		go func() {
+		goBackground(t, func(ctx context.Context) {
 			acquire := rw.AcquireRead
 			if write {
 				acquire = rw.Acquire
 			}
 			l, err := acquire(ctx)
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
 				t.Errorf("%s: %v", value, err)
 			}
 			got <- l
-		}()
+		})
 		return got
 	}
 	take := func(c <-chan core.Lease, who string) core.Lease {
@@ -360,13 +368,13 @@ func rwInspect(t *testing.T, newRW func(value string) *primitives.RWMutex, line 
 
 	wr := newRW("w")
 	got := make(chan core.Lease, 1)
-	go func() {
+	goBackground(t, func(ctx context.Context) {
 		l, err := wr.Acquire(ctx)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			t.Error(err)
 		}
 		got <- l
-	}()
+	})
 	var waiter primitives.RWWaiter
 	if line {
 		for deadline := time.Now().Add(10 * time.Second); len(st.Waiters) == 0; time.Sleep(2 * time.Millisecond) {

@@ -24,6 +24,14 @@ import (
 // The scenario helpers below are those of primitives/rwmutex_test.go and
 // primitives/election_test.go, copied: test files cannot import each other across packages.
 
+// goBackground runs f on a goroutine of its own, with a ctx that ends when t does, and waits
+// for it then, so that a failed test leaves nothing behind to report after it ends.
+func goBackground(t *testing.T, f func(ctx context.Context)) {
+	var wg sync.WaitGroup
+	wg.Go(func() { f(t.Context()) })
+	t.Cleanup(wg.Wait)
+}
+
 func mustRW(t *testing.T, store core.Store, key string, opts ...primitives.Option) *primitives.RWMutex {
 	t.Helper()
 	rw, err := primitives.NewRWMutex(store, key, opts...)
@@ -151,13 +159,13 @@ func writerNotStarved(t *testing.T, rd, wr *primitives.RWMutex, waiting func(con
 
 	got := make(chan core.Lease, 1)
 	begin := time.Now()
-	go func() {
+	goBackground(t, func(ctx context.Context) {
 		l, err := wr.Acquire(ctx)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			t.Errorf("the writer under a stream of readers: %v (after %v)", err, time.Since(begin))
 		}
 		got <- l
-	}()
+	})
 	var l core.Lease
 	for l == nil {
 		select {
@@ -245,17 +253,17 @@ func rwLineIsFIFO(t *testing.T, newRW func(value string) *primitives.RWMutex) {
 	start := func(value string, write bool) <-chan core.Lease {
 		rw := newRW(value)
 		got := make(chan core.Lease, 1)
-		go func() {
+		goBackground(t, func(ctx context.Context) {
 			acquire := rw.AcquireRead
 			if write {
 				acquire = rw.Acquire
 			}
 			l, err := acquire(ctx)
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
 				t.Errorf("%s: %v", value, err)
 			}
 			got <- l
-		}()
+		})
 		return got
 	}
 	take := func(c <-chan core.Lease, who string) core.Lease {
@@ -365,13 +373,13 @@ func rwInspect(t *testing.T, newRW func(value string) *primitives.RWMutex, line 
 
 	wr := newRW("w")
 	got := make(chan core.Lease, 1)
-	go func() {
+	goBackground(t, func(ctx context.Context) {
 		l, err := wr.Acquire(ctx)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			t.Error(err)
 		}
 		got <- l
-	}()
+	})
 	var waiter primitives.RWWaiter
 	if line {
 		for deadline := time.Now().Add(10 * time.Second); len(st.Waiters) == 0; time.Sleep(2 * time.Millisecond) {
@@ -471,13 +479,13 @@ func resignHandsOver(t *testing.T, a, b *primitives.Election, inLine func() bool
 		t.Fatal(err)
 	}
 	got := make(chan core.Lease, 1)
-	go func() {
+	goBackground(t, func(ctx context.Context) {
 		lb, err := b.Campaign(ctx, "b")
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			t.Error(err)
 		}
 		got <- lb
-	}()
+	})
 	for deadline := time.Now().Add(10 * time.Second); !inLine(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the second campaigner is not in line after 10s")
@@ -577,13 +585,13 @@ func observeSeesHandovers(t *testing.T, els []*primitives.Election, obs *primiti
 	o.expect(leaderOf(l))
 	for i, v := range []string{"b", "c"} {
 		got := make(chan core.Lease, 1)
-		go func() {
+		goBackground(t, func(ctx context.Context) {
 			next, err := els[(i+1)%len(els)].Campaign(ctx, v)
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
 				t.Error(err)
 			}
 			got <- next
-		}()
+		})
 		for deadline := time.Now().Add(10 * time.Second); waiters() != 1; time.Sleep(2 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s is not in line after 10s", v)
@@ -592,9 +600,14 @@ func observeSeesHandovers(t *testing.T, els []*primitives.Election, obs *primiti
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		next := <-got
-		if next == nil {
-			t.FailNow()
+		var next core.Lease
+		select {
+		case next = <-got:
+			if next == nil {
+				t.FailNow()
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not lead within 10s of the resignation", v)
 		}
 		o.expect(leaderOf(next))
 		if next.Fence() <= l.Fence() {
