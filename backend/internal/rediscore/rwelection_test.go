@@ -843,15 +843,18 @@ type term struct {
 }
 
 // electUnderFault has each election campaign, lead for 20-100ms and resign, over and over for
-// run, while inject brings a fault about and ends it; leading(i) tells inject whether
-// campaigner i leads now. No two terms overlap, by the leaders' own view (each counts as leading
-// from Campaign's return until min(its release, its lease's Deadline)), terms increase in that
-// order, and a leader is elected after the fault.
-func electUnderFault(t *testing.T, els []*primitives.Election, run time.Duration, inject func(leading func(i int) bool)) {
+// run; after a few terms, inject brings a fault about and ends it. leading(i) tells inject
+// whether campaigner i leads now; between faulting(true) and faulting(false) a leader does not
+// resign, but leads for as long as its lease lets it. No two terms overlap, by the leaders' own
+// view (each counts as leading from Campaign's return until min(its release, its lease's
+// Deadline)), terms increase in that order, a leader lost its lease to the fault, and a leader is
+// elected after the fault.
+func electUnderFault(t *testing.T, els []*primitives.Election, run time.Duration, inject func(leading func(i int) bool, faulting func(bool))) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
 	leading := make([]atomic.Bool, len(els))
+	var faulting atomic.Bool
 	var mu sync.Mutex
 	var terms []term
 	var wg sync.WaitGroup
@@ -871,10 +874,17 @@ func electUnderFault(t *testing.T, els []*primitives.Election, run time.Duration
 				}
 				tm := term{who: i, fence: l.Fence(), start: time.Now()}
 				leading[i].Store(true)
-				select {
-				case <-time.After(time.Duration(20+rand.N(80)) * time.Millisecond):
-				case <-l.Done():
-				case <-ctx.Done():
+				for hold := time.After(time.Duration(20+rand.N(80)) * time.Millisecond); ; {
+					select {
+					case <-hold:
+						if faulting.Load() { // lead on through the fault, while the lease lasts
+							hold = time.After(5 * time.Millisecond)
+							continue
+						}
+					case <-l.Done():
+					case <-ctx.Done():
+					}
+					break
 				}
 				tm.end = time.Now()
 				if d := l.Deadline(); d.Before(tm.end) {
@@ -896,7 +906,13 @@ func electUnderFault(t *testing.T, els []*primitives.Election, run time.Duration
 			}
 		})
 	}
-	inject(func(i int) bool { return leading[i].Load() })
+	pollUntil(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(terms) >= 5
+	})
+	inject(func(i int) bool { return leading[i].Load() }, faulting.Store)
+	faulting.Store(false)
 	faultEnd := time.Now()
 	wg.Wait()
 	slices.SortFunc(terms, func(a, b term) int { return a.start.Compare(b.start) })
@@ -926,6 +942,9 @@ func electUnderFault(t *testing.T, els []*primitives.Election, run time.Duration
 	if after == 0 {
 		t.Error("no leader was elected after the fault ended")
 	}
+	if lost == 0 {
+		t.Error("no leader lost its lease to the fault: the scenario did not test it")
+	}
 }
 
 // TestElectionOnRedisUnderFaults: three campaigners, each with a Store of its own, under a
@@ -942,11 +961,13 @@ func TestElectionOnRedisUnderFaults(t *testing.T) {
 			for range 3 {
 				els = append(els, mustElection(t, mk(t, srv.Addr), "lead", primitives.WithTTL(ttl)))
 			}
-			electUnderFault(t, els, 3*time.Second, func(leading func(int) bool) {
+			electUnderFault(t, els, 3*time.Second, func(leading func(int) bool, faulting func(bool)) {
+				faulting(true)
 				pollUntil(t, func() bool { return leading(0) || leading(1) || leading(2) })
 				syscall.Kill(srv.Pid(), syscall.SIGSTOP)
 				time.Sleep(3 * ttl)
 				syscall.Kill(srv.Pid(), syscall.SIGCONT)
+				faulting(false)
 			})
 		})
 		t.Run(name+"/leader partitioned", func(t *testing.T) {
@@ -957,12 +978,19 @@ func TestElectionOnRedisUnderFaults(t *testing.T) {
 			for range 2 {
 				els = append(els, mustElection(t, mk(t, srv.Addr), "lead", primitives.WithTTL(ttl)))
 			}
-			electUnderFault(t, els, 3*time.Second, func(leading func(int) bool) {
-				pollUntil(t, func() bool { return leading(0) })
+			electUnderFault(t, els, 3*time.Second, func(leading func(int) bool, faulting func(bool)) {
+				for { // partition campaigner 0 while it leads, and have it lead on
+					pollUntil(t, func() bool { return leading(0) })
+					if faulting(true); leading(0) {
+						break
+					}
+					faulting(false)
+				}
 				px.Hold(true)
 				time.Sleep(3 * ttl)
 				px.Cut()
 				px.Hold(false)
+				faulting(false)
 			})
 		})
 	}
