@@ -874,3 +874,50 @@ func TestElectionOverRedlockLeaderCarriesTheValue(t *testing.T) {
 	els := elections(t, ss, 2)
 	leaderCarriesTheValue(t, els[0], els[1])
 }
+
+// TestRWMutexOverRedlockReaderWaitsWithANodeDownAndOneSlow: with node 1 down and node 0 slower
+// (20ms) than node 2, a reader that finds the writer holding waits for it and is granted once it
+// leaves. The reader's tries are refused by node 2 and fail on node 1, which decides them before
+// node 0 answers; that is a refusal (the key is busy), not a failure of the store.
+func TestRWMutexOverRedlockReaderWaitsWithANodeDownAndOneSlow(t *testing.T) {
+	ns, ss := nodes(core.SystemClock{}, 3)
+	ns[1].set(true, 0)
+	ns[0].set(false, 20*time.Millisecond)
+	rl := &refusals{Store: mustNew(t, ss)}
+	ctx := context.Background()
+	rw := mustRW(t, rl, "rw", primitives.WithAcquireTimeout(5*time.Second))
+	w, err := rw.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("writer with 2 of 3 nodes up: %v", err)
+	}
+	got := make(chan core.Lease, 1)
+	goBackground(t, func(ctx context.Context) {
+		l, err := rw.AcquireRead(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("the reader waiting for the writer: %v", err)
+		}
+		got <- l
+	})
+	for deadline := time.Now().Add(10 * time.Second); rl.n.Load() < 2; time.Sleep(time.Millisecond) {
+		select {
+		case <-got:
+			t.Fatal("the reader's Acquire returned while the writer held")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reader was not refused twice within 10s")
+		}
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		l.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader was not granted within 10s of the writer's release")
+	}
+}
