@@ -344,3 +344,33 @@ func TestElectionLeaderCarriesTheValue(t *testing.T) {
 	s := memory.New()
 	leaderCarriesTheValue(t, mustElection(t, s, "lead"), mustElection(t, s, "lead"))
 }
+
+// inspectCounter is a Store that counts Inspects, and is no core.Watcher: an Election on it
+// polls.
+type inspectCounter struct {
+	core.Store
+	n atomic.Int64
+}
+
+func (s *inspectCounter) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	s.n.Add(1)
+	return s.Store.Inspect(ctx, key)
+}
+
+// TestElectionObservePollsAtTheLongestRetryInterval: Observe on a store that cannot announce
+// changes reads it every ten retry intervals; with the longest retry interval allowed
+// (core.MaxDuration) that is never, within the test, after the first read — not a read loop.
+// The test looks for 200ms: a loop reads thousands of times in that, a correct Observe once.
+func TestElectionObservePollsAtTheLongestRetryInterval(t *testing.T) {
+	s := &inspectCounter{Store: memory.New()}
+	el := mustElection(t, s, "lead", primitives.WithRetryInterval(core.MaxDuration))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := observer{t, el.Observe(ctx)}
+	o.expect(primitives.Leader{})
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end) && s.n.Load() < 100; time.Sleep(time.Millisecond) {
+	}
+	if n := s.n.Load(); n > 2 {
+		t.Errorf("Observe read the store %d times within 200ms with a retry interval of %v", n, core.MaxDuration)
+	}
+}
