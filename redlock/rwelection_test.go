@@ -418,6 +418,67 @@ func rwInspect(t *testing.T, newRW func(value string) *primitives.RWMutex, line 
 		t.Fatalf("the writer holding: %+v, want Writer %+v", st, want)
 	}
 }
+
+// waitingWriterHoldsBackTries: while a reader holds and a writer waits (waiting says so),
+// TryAcquireRead and a second writer's TryAcquire are refused; once the waiting writer gives up
+// (its ctx ends), a reader gets in again. newRW makes an RWMutex on the key.
+func waitingWriterHoldsBackTries(t *testing.T, newRW func() *primitives.RWMutex, waiting func(context.Context) bool) {
+	t.Helper()
+	ctx := context.Background()
+	r1, err := newRW().AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Release(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	wr := newRW()
+	goBackground(t, func(context.Context) {
+		l, err := wr.Acquire(wctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		gaveUp <- err
+	})
+	for deadline := time.Now().Add(10 * time.Second); !waiting(ctx); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer was not seen waiting within 10s")
+		}
+	}
+	try := newRW()
+	if l, err := try.TryAcquireRead(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Errorf("TryAcquireRead while a writer waits: %v, want ErrNotAcquired", err)
+	}
+	if l, err := try.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Errorf("TryAcquire while a reader holds and a writer waits: %v, want ErrNotAcquired", err)
+	}
+	cancel()
+	select {
+	case err := <-gaveUp:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiting writer, its ctx canceled: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting writer did not give up within 10s of its ctx's end")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		l, err := try.TryAcquireRead(ctx)
+		if err == nil {
+			l.Release(ctx)
+			break
+		}
+		if !errors.Is(err, core.ErrNotAcquired) || time.Now().After(deadline) {
+			t.Fatalf("TryAcquireRead after the writer gave up: %v", err)
+		}
+	}
+}
 func mustElection(t *testing.T, store core.Store, key string, opts ...primitives.Option) *primitives.Election {
 	t.Helper()
 	el, err := primitives.NewElection(store, key, opts...)
@@ -815,6 +876,22 @@ func TestRWMutexOverRedlockWithANodeDown(t *testing.T) {
 		rws = append(rws, mustRW(t, st, "stress", primitives.WithRetryInterval(time.Millisecond)))
 	}
 	rwStress(t, rws, 6, 20, 500*time.Microsecond)
+}
+
+func TestRWMutexOverRedlockWaitingWriterHoldsBackTries(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := mustNew(t, ss)
+	waitingWriterHoldsBackTries(t, func() *primitives.RWMutex { return mustRW(t, s, "rw") }, intentHeld(s, "rw"))
+}
+
+// TestElectionOverRedlockObserveWithANodeDown: with one node of three down its watch fails, so
+// Observe's watch is unreliable and it reads at its interval as well: it still sees a leader
+// come and go.
+func TestElectionOverRedlockObserveWithANodeDown(t *testing.T) {
+	ns, ss := nodes(core.SystemClock{}, 3)
+	ns[2].set(true, 0)
+	els := elections(t, ss, 2)
+	observeSeesEveryChange(t, els[:1], els[1])
 }
 
 func TestRWMutexOverRedlockInspect(t *testing.T) {

@@ -2,6 +2,7 @@ package rediscore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -421,6 +422,67 @@ func rwInspect(t *testing.T, newRW func(value string) *primitives.RWMutex, line 
 		t.Fatalf("the writer holding: %+v, want Writer %+v", st, want)
 	}
 }
+
+// waitingWriterHoldsBackTries: while a reader holds and a writer waits (waiting says so),
+// TryAcquireRead and a second writer's TryAcquire are refused; once the waiting writer gives up
+// (its ctx ends), a reader gets in again. newRW makes an RWMutex on the key.
+func waitingWriterHoldsBackTries(t *testing.T, newRW func() *primitives.RWMutex, waiting func(context.Context) bool) {
+	t.Helper()
+	ctx := context.Background()
+	r1, err := newRW().AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Release(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	wr := newRW()
+	goBackground(t, func(context.Context) {
+		l, err := wr.Acquire(wctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		gaveUp <- err
+	})
+	for deadline := time.Now().Add(10 * time.Second); !waiting(ctx); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer was not seen waiting within 10s")
+		}
+	}
+	try := newRW()
+	if l, err := try.TryAcquireRead(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Errorf("TryAcquireRead while a writer waits: %v, want ErrNotAcquired", err)
+	}
+	if l, err := try.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Errorf("TryAcquire while a reader holds and a writer waits: %v, want ErrNotAcquired", err)
+	}
+	cancel()
+	select {
+	case err := <-gaveUp:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiting writer, its ctx canceled: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting writer did not give up within 10s of its ctx's end")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		l, err := try.TryAcquireRead(ctx)
+		if err == nil {
+			l.Release(ctx)
+			break
+		}
+		if !errors.Is(err, core.ErrNotAcquired) || time.Now().After(deadline) {
+			t.Fatalf("TryAcquireRead after the writer gave up: %v", err)
+		}
+	}
+}
 func mustElection(t *testing.T, store core.Store, key string, opts ...primitives.Option) *primitives.Election {
 	t.Helper()
 	el, err := primitives.NewElection(store, key, opts...)
@@ -745,6 +807,13 @@ func TestRWMutexOnRedisWriterNotStarved(t *testing.T) {
 		rd := mustRW(t, mk(), "rw")
 		wr := mustRW(t, mk(), "rw", primitives.WithAcquireTimeout(5*time.Second))
 		writerNotStarved(t, rd, wr, lineWaiting(rd))
+	})
+}
+
+func TestRWMutexOnRedisWaitingWriterHoldsBackTries(t *testing.T) {
+	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+		waitingWriterHoldsBackTries(t, func() *primitives.RWMutex { return mustRW(t, mk(), "rw") },
+			func(context.Context) bool { return lineLen(t, addr, "rw") == 1 })
 	})
 }
 
