@@ -998,3 +998,59 @@ func TestRWMutexOverRedlockReaderWaitsWithANodeDownAndOneSlow(t *testing.T) {
 		t.Fatal("the reader was not granted within 10s of the writer's release")
 	}
 }
+
+// TestRWMutexOverRedlockTryAcquireDefersToAWaitingWriter: TryAcquire refuses while anyone waits
+// for the key. Over Redlock a writer waits with its intent, between retries: when the reader in
+// its way leaves, a second writer's TryAcquire must not take the lock ahead of it, as a reader's
+// TryAcquireRead does not.
+func TestRWMutexOverRedlockTryAcquireDefersToAWaitingWriter(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := mustNew(t, ss)
+	ctx := context.Background()
+	r, err := mustRW(t, s, "rw").AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiting writer retries when the reader's lease would expire (10s), or at its retry
+	// interval (1h): not within this test.
+	waiting := mustRW(t, s, "rw", primitives.WithRetryInterval(time.Hour))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	goBackground(t, func(context.Context) {
+		l, err := waiting.Acquire(wctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		gaveUp <- err
+	})
+	pollUntilT(t, func() bool { return intentHeld(s, "rw")(ctx) })
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := mustRW(t, s, "rw")
+	if l, err := other.TryAcquireRead(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		t.Errorf("TryAcquireRead while a writer waits: %v, want ErrNotAcquired", err)
+		if l != nil {
+			l.Release(ctx)
+		}
+	}
+	if l, err := other.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		t.Errorf("a second writer's TryAcquire while a writer waits: %v, want ErrNotAcquired", err)
+		if l != nil {
+			l.Release(ctx)
+		}
+	}
+	cancel()
+	<-gaveUp
+}
+
+// pollUntilT polls cond every millisecond until it holds, and fails t if it does not within 10s.
+func pollUntilT(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+	}
+}
