@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1053,4 +1054,35 @@ func pollUntilT(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 	}
+}
+
+// TestRWMutexOverRedlockWriterTimeoutNamesTheKey: a writer that gives up while another writer
+// waits (holding the intent) reports ErrNotAcquired on the RWMutex's key, not on the intent's
+// private key.
+func TestRWMutexOverRedlockWriterTimeoutNamesTheKey(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := mustNew(t, ss)
+	ctx := context.Background()
+	r, err := mustRW(t, s, "rw").AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	goBackground(t, func(context.Context) {
+		l, err := mustRW(t, s, "rw").Acquire(wctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		gaveUp <- err
+	})
+	pollUntilT(t, func() bool { return intentHeld(s, "rw")(ctx) })
+	_, err = mustRW(t, s, "rw", primitives.WithAcquireTimeout(50*time.Millisecond)).Acquire(ctx)
+	if !errors.Is(err, core.ErrNotAcquired) || !strings.HasPrefix(err.Error(), `leasehold: acquire "rw": `) {
+		t.Errorf("a writer's acquire timeout behind a waiting writer: %q, want ErrNotAcquired on key \"rw\"", err)
+	}
+	cancel()
+	<-gaveUp
 }
