@@ -2,6 +2,7 @@ package primitives
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -77,7 +78,11 @@ func (rw *RWMutex) Acquire(ctx context.Context) (core.Lease, error) {
 	begin := time.Now()
 	intent, err := rw.intent.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		// The intent's key is the RWMutex's own business: name the caller's key instead.
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner
+		}
+		return nil, fmt.Errorf("leasehold: acquire %q: %w", rw.sem.key, err)
 	}
 	defer releaseQuietly(ctx, intent, rw.sem.cfg.ttl)
 	inner := ctx
