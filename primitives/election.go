@@ -113,7 +113,9 @@ func (el *Election) observe(ctx context.Context, out chan<- Leader) {
 	if w != nil {
 		defer w.Close()
 	}
-	poll := 10 * el.mutex.sem.cfg.retryInterval
+	// Ten retry intervals, kept within core.MaxDuration: ten of the longest would overflow into
+	// a negative wait, and a read loop.
+	poll := 10 * min(el.mutex.sem.cfg.retryInterval, core.MaxDuration/10)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C

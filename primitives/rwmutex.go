@@ -2,6 +2,7 @@ package primitives
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -38,7 +39,7 @@ const MaxReaders = core.MaxLimit
 // upgraded: a holder of a read lease that asks for the write lease waits for itself.
 type RWMutex struct {
 	sem     *Semaphore // the key: writers take every permit
-	readers *Semaphore // the same key, for readers: gated by the intent without a line
+	readers *Semaphore // the same key, for readers and TryAcquire: gated by the intent without a line
 	intent  *Mutex     // the writer intent; nil on a store with a line
 }
 
@@ -80,7 +81,11 @@ func (rw *RWMutex) Acquire(ctx context.Context) (core.Lease, error) {
 	begin := time.Now()
 	intent, err := rw.intent.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		// The intent's key is the RWMutex's own business: name the caller's key instead.
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner
+		}
+		return nil, fmt.Errorf("leasehold: acquire %q: %w", rw.sem.key, err)
 	}
 	defer releaseQuietly(ctx, intent, rw.sem.cfg.ttl)
 	inner := ctx
@@ -97,11 +102,12 @@ func (rw *RWMutex) Acquire(ctx context.Context) (core.Lease, error) {
 	return l, err
 }
 
-// TryAcquire makes one attempt to take the write lease: one store round trip. When a reader or
-// writer holds the key, or anyone waits for it, it returns an error wrapping
-// core.ErrNotAcquired.
+// TryAcquire makes one attempt to take the write lease: one store round trip (two on a store
+// without a line). When a reader or writer holds the key, or anyone waits for it, it returns an
+// error wrapping core.ErrNotAcquired.
 func (rw *RWMutex) TryAcquire(ctx context.Context) (core.Lease, error) {
-	return rw.sem.TryAcquire(ctx, MaxReaders)
+	// Without a line, a waiting writer is known by its intent alone: the readers' gate checks it.
+	return rw.readers.TryAcquire(ctx, MaxReaders)
 }
 
 // AcquireRead takes a read lease, waiting while a writer holds the key or waits for it, as
