@@ -17,10 +17,11 @@ import (
 // a quorum can no longer grant; a hung node costs nothing while the others decide.
 //
 // Cost: one round trip to every node, in parallel (the latency of the quorum-th fastest node,
-// bounded by the node timeout); two when the granting nodes' fences differ. On refusal whatever was granted is released, each node at the fence it granted,
-// before Acquire returns, and the refusal's RetryAfter is when, by the refusing nodes' word, a
-// quorum would have room. When fewer than a quorum of nodes answer, it returns their errors
-// joined.
+// bounded by the node timeout); two when the granting nodes' fences differ. On refusal whatever
+// was granted is released, each node at the fence it granted, before Acquire returns, and the refusal's RetryAfter is when, by the refusing nodes' word, a
+// quorum would have room. When so many nodes fail that a quorum could not grant whatever the
+// others answered, it returns their errors joined; when refusals and failures together decide
+// it, it is a refusal (a node down does not turn a busy key into an error).
 //
 // Waiting: every try goes to the nodes with Wait = 0, so no node keeps a place in its line for a
 // Redlock caller (nodes' lines, each in its own arrival order, would grant freed permits to
@@ -103,7 +104,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	if err := ctx.Err(); err != nil {
 		return core.AcquireResult{}, err
 	}
-	if answered < quorum && len(failed) > 0 && refused <= len(s.nodes)-quorum { // failures, not refusals, decided it
+	if answered < quorum && len(failed) > len(s.nodes)-quorum { // failures alone leave no quorum: an error, not a refusal
 		return core.AcquireResult{}, fmt.Errorf("redlock: %d of %d nodes answered, %d needed: %w", answered, len(s.nodes), quorum, nodeErrors(res))
 	}
 	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
