@@ -29,9 +29,7 @@ if cur then
   stretch(ttl, false)
   return {1, cur_fence}
 end
-local m = redis.call('HMGET', meta, 'fence', 'watch')
-local last = tonumber(m[1] or '0')
-if watching == nil then watching = tonumber(m[2] or '0') > now_ms end
+local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
 local _, _, in_use, fresh = census(holder)
 if in_use + n > limit or #redis.call('ZRANGE', queue, 0, 0) > 0 then
   if wait_ms > 0 then

@@ -3,11 +3,13 @@
 --   KEYS[2] holders: hash, holder -> "<permits> <fence>", or "<permits> <fence> q" for a lease the
 --                    line granted that its waiter has not taken yet (an Acquire by the holder takes it),
 --                    then "\n" and the lease's value when it has one (a lease without one is stored
---                    as before values were)
+--                    as before values were); and '' (no holder's id: holders are not empty) ->
+--                    "0 <server ms>", until when some Store watches the key: until then a script
+--                    that grants a new lease, releases one or gives one back publishes on the
+--                    key's changed channel. Every script reads it in the read of holders it makes
+--                    anyway, and it reads as a lease of 0 permits to older scripts.
 --   KEYS[3] meta:    hash, fence -> last fence granted, limit -> limit of the latest grant,
---                    seq -> last place given in the line of waiters, watch -> server ms until
---                    which some Store watches the key: until then a script that grants a new
---                    lease, releases one or gives one back publishes on the key's changed channel
+--                    seq -> last place given in the line of waiters
 --   KEYS[4] queue:   sorted set, the line of waiters: holder -> place
 --   KEYS[5] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>
 --                    <listens> <value length> <value><channel>", the request of each waiter in the
@@ -47,12 +49,24 @@ local function split(v)
   return tonumber(a), tonumber(b), q == ' q', value
 end
 
+-- watch_until is the server ms until which some Store watches the key (0: nobody), once a read
+-- of holders has found it (nil before).
+local watch_until = nil
+
+-- watched records the watch entry of holders, v (nil when there is none).
+local function watched(v)
+  local _, until_ms = 0, 0
+  if v then _, until_ms = split(v) end
+  watch_until = until_ms or 0
+end
+
 -- held returns the permits and fence of holder's lease, whether it is an untaken grant from
--- the line, and its value; nil when it holds none.
+-- the line, and its value; nil when it holds none. It reads the watch entry in the same call.
 local function held(holder)
-  local v = redis.call('HGET', holders, holder)
-  if not v then return nil end
-  return split(v)
+  local v = redis.call('HMGET', holders, holder, '')
+  watched(v[2])
+  if not v[1] then return nil end
+  return split(v[1])
 end
 
 -- tail is what follows "<permits> <fence>" in a holders value: mark (' q' for an untaken grant
@@ -62,44 +76,48 @@ local function tail(mark, value)
   return mark .. '\n' .. value
 end
 
--- watching is whether some Store watches the key (nil: not read yet); a script that reads the
--- meta hash anyway sets it from that read.
-local watching = nil
-
 -- changed tells the key's watchers that its leases changed, if anyone watches: a PUBLISH on the
--- changed channel (the last ARGV) while meta's watch deadline has not passed; else nothing.
+-- changed channel (the last ARGV) while the watch entry's deadline has not passed; else nothing.
+-- One message per script call is enough.
+local told = false
 local function changed()
-  if watching == nil then
-    watching = tonumber(redis.call('HGET', meta, 'watch') or '0') > now_ms
-  end
-  if watching then
+  if watch_until == nil then watched(redis.call('HGET', holders, '')) end
+  if watch_until > now_ms and not told then
     redis.call('PUBLISH', ARGV[#ARGV], '')
-    watching = false -- one message per script call is enough
+    told = true
   end
 end
 
 
--- stretch makes the lease keys live at least ttl ms more, so that Redis drops them when the last
--- lease expires; fresh says they held no lease before. Removing a lease needs no stretch:
--- Redis deletes a key whose last member is removed, and the expiry only ever overshoots.
+-- stretch makes the lease keys live at least ttl ms more, and as long as the watch entry, so
+-- that Redis drops them when the last lease expires and nobody watches; fresh says they held no
+-- lease before. Removing a lease needs no stretch: Redis deletes a key whose last member is
+-- removed, and the expiry only ever overshoots. Holders never outlives leases with a lease in
+-- it (the watch script stretches both), so no expired lease outlives its purge.
 local function stretch(ttl, fresh)
   if fresh or redis.call('PTTL', leases) < ttl then
-    redis.call('PEXPIRE', leases, ttl)
-    redis.call('PEXPIRE', holders, ttl)
+    local life = math.max(ttl, (watch_until or 0) - now_ms)
+    redis.call('PEXPIRE', leases, life)
+    redis.call('PEXPIRE', holders, life)
   end
 end
 
 -- census returns the permits and fence of holder's lease (nil when it holds none), the permits
--- held by all leases, and whether there are none: one call.
+-- held by all leases, and whether there are none: one call, which reads the watch entry too.
 local function census(holder)
   local all = redis.call('HGETALL', holders)
-  local mine, fence, sum = nil, nil, 0
+  local mine, fence, sum, watch = nil, nil, 0, nil
   for i = 1, #all, 2 do
-    local n, f = split(all[i + 1])
-    sum = sum + n
-    if all[i] == holder then mine, fence = n, f end
+    if all[i] == '' then
+      watch = all[i + 1]
+    else
+      local n, f = split(all[i + 1])
+      sum = sum + n
+      if all[i] == holder then mine, fence = n, f end
+    end
   end
-  return mine, fence, sum, #all == 0
+  watched(watch)
+  return mine, fence, sum, #all == 0 or (#all == 2 and watch ~= nil)
 end
 
 local function int(x) return string.format('%.0f', x) end

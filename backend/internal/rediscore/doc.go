@@ -9,8 +9,9 @@
 // A resource key K under prefix P is stored in six Redis keys: P{K'}:leases (a sorted set of
 // holder → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence",
 // with " q" after a grant from the line not taken yet, then a newline and the lease's value when
-// it has one), P{K'}:meta (a hash with the last fence, the latest limit, the line's counter and,
-// while some Store watches the key, the server time until which it does), P{K'}:queue (a sorted
+// it has one; and, while some Store watches the key, the entry of the empty id → "0 <server ms>", until when
+// it does), P{K'}:meta (a hash with the last fence, the latest limit and the line's counter),
+// P{K'}:queue (a sorted
 // set, the line of waiters in arrival order), P{K'}:waiting (a hash of waiter → its request: the
 // numbers, then the value's length, the value and the channel of its Store) and P{K'}:left (a
 // sorted set of the ids of tries given up before their reply came, for a minute), where K' is K
@@ -58,17 +59,22 @@
 // message) on the key's changed channel, P{K'}:changed, to which the watching Store subscribes on
 // its one subscription connection, beside its waiters' channels; on a Cluster, plain pub/sub
 // reaches every node, so both Cluster modes hear it. They publish only while someone watches:
-// Watch writes into the key's meta hash a deadline in server time, 30 s ahead, and the Store
-// renews it every 10 s while it has watches on the key; a script publishes only when that
-// deadline has not passed.
+// Watch writes into the holders hash, under the empty holder id (which no holder has), a deadline
+// in server time 30 s ahead, and the Store renews it every 10 s while it has watches on the key;
+// a script publishes only when that deadline has not passed.
 //
-// Why a deadline in meta, and not always publishing, or a set of watchers: the uncontended path
-// stays as cheap as it was. A key nobody watches costs its scripts no PUBLISH and no extra key;
-// the acquire script reads the deadline in the HMGET of meta it makes anyway for the last fence,
-// and a release that ended a lease reads it with one HGET of a hash already in memory, measured
-// to change no script's server time (BenchmarkScriptCost). A deadline, not a flag or a count,
-// needs no cleanup: a Store that dies or forgets stops renewing it, and the key stops publishing
-// within 30 s. A watch is Reliable while its subscription is confirmed and the latest renewal
-// succeeded; every change of that sends a value on C, and a new Watch starts with one, since a
-// change before its subscription is confirmed cannot be heard.
+// Why there, and not always publishing, nor a flag in meta or a key of watchers: the
+// uncontended path stays as it was. A key nobody watches costs its scripts no PUBLISH, no extra
+// key and no extra command: every script that can change a lease reads holders anyway (release
+// and extend its holder's entry, now with HMGET of that entry and the empty id's; acquire and serve the whole
+// hash), so the check rides on a read already made. A flag in meta cost the release script one
+// more HGET, measurably (BenchmarkScriptCost, +10% of its server time on a slow machine). A
+// deadline, not a flag or a count, needs no cleanup: a Store that dies stops renewing it, and
+// the key stops publishing within 30 s. The entry reads as a lease of 0 permits to scripts older
+// than values, which skip nothing and count nothing for it; the lease keys live at least as long
+// as it, holders never shorter than leases, so that no expired lease outlives its purge.
+//
+// A watch is Reliable while its subscription is confirmed and the latest renewal succeeded;
+// every change of that sends a value on C, and a new Watch starts with one, since a change
+// before its subscription is confirmed cannot be heard.
 package rediscore
