@@ -82,7 +82,9 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // lease; otherwise it refuses and says when, by expiry alone, there would be room. A refusal
 // with req.Wait > 0 keeps the holder's place in the line, strictly FIFO, for req.Wait: a release
 // grants it the lease there, and its next Acquire takes it, renewed for its full TTL. A try that
-// fails in flight is followed by a leave of the line, sent in the background.
+// fails in flight is followed by a leave of the line, sent in the background. Every grant, new
+// or renewed, keeps req.Value with the lease, in the lease's own entry (no key or command more),
+// and a grant the line makes carries the waiter's value.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.rs.Acquire(ctx, req)
 }
@@ -141,7 +143,8 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wai
 // and a SUBSCRIBE to that channel on the Store's one subscription connection (not waited for).
 // The Watch starts with a value in C and is Reliable once the subscription is confirmed; it
 // hears the changes made through every Store on the server, of either driver. Keys nobody
-// watches pay nothing: their scripts publish nothing. Close ends the watch without I/O. After
+// watches pay nothing: their scripts publish nothing. A watched key's lease data stays in Redis
+// at least until the watch's deadline. Close ends the watch without I/O. After
 // Close of the Store, or once ctx has ended, Watch fails with core.ErrClosed or ctx's error.
 func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 	return s.rs.Watch(ctx, key)

@@ -34,7 +34,7 @@ local _, _, in_use, fresh = census(holder)
 if in_use + n > limit or #redis.call('ZRANGE', queue, 0, 0) > 0 then
   if wait_ms > 0 then
     enqueue(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), wait_ms, ARGV[9] or '0',
-      int(#value) .. ' ' .. value .. ARGV[7])
+      {value = value, channel = ARGV[7]})
   end
   -- With room but others ahead, the first expiry is the next change that expiry alone brings.
   local need = math.max(in_use + n - limit, 1)

@@ -12,10 +12,12 @@
 --                    seq -> last place given in the line of waiters
 --   KEYS[4] queue:   sorted set, the line of waiters: holder -> place
 --   KEYS[5] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>
---                    <listens> <value length> <value><channel>", the request of each waiter in the
---                    line with its value, its Store's channel, and whether a PUBLISH there counts
---                    that Store when it listens (1) or not (0: a Cluster, where PUBLISH counts
---                    only the node's own subscribers)
+--                    <listens> <channel>", the request of each waiter in the line, its Store's
+--                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
+--                    not (0: a Cluster, where PUBLISH counts only the node's own subscribers); for
+--                    a request with a value, listens is 2 or 3 (1 or 0 plus 2) and "<value length>
+--                    <value>" comes before the channel (which holds the user key: any bytes), so
+--                    that a place without a value is stored as before values were
 --   KEYS[6] left:    sorted set, try id -> server ms until which a try of that id, whose caller
 --                    gave up on it before its reply came, takes no place in the line: a leave
 --                    that overtook its try on another connection
@@ -136,11 +138,14 @@ local function unqueue(holder)
 end
 
 -- enqueue keeps holder's place in the line (or gives it the last one) until wait_ms from now,
--- with the request that a release will grant it and the channel to tell it on.
--- to is the value, then the channel: "<value length> <value><channel>".
+-- with the request that a release will grant it, and to: its value and the channel to tell it on.
 local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
+  local rest = listens .. ' ' .. to.channel
+  if to.value ~= '' then
+    rest = int(tonumber(listens) + 2) .. ' ' .. int(#to.value) .. ' ' .. to.value .. to.channel
+  end
   redis.call('HSET', waiting, holder, int(n) .. ' ' .. int(now_ms + wait_ms) .. ' ' .. int(limit) .. ' ' .. int(ttl) .. ' ' ..
-    int(min_fence) .. ' ' .. listens .. ' ' .. to)
+    int(min_fence) .. ' ' .. rest)
   if not redis.call('ZSCORE', queue, holder) then
     redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), holder)
     if redis.call('PTTL', meta) < wait_ms + 604800000 then
@@ -171,16 +176,16 @@ local function grant(holder, n, limit, ttl, min_fence, last, fresh, rest)
   return fence
 end
 
--- request decodes a waiting value: permits, deadline, limit, ttl, min_fence, listens, value and
--- channel; permits and deadline 0 when it cannot. A place written before values were (no value
--- length) reads as one without a value.
+-- request decodes a waiting value: permits, deadline, limit, ttl, min_fence, listens ('0' or
+-- '1'), value and channel; permits and deadline 0 when it cannot.
 local function request(v)
-  local a, b, c, d, e, f, rest = string.match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+) ([01]) (.*)$')
+  local a, b, c, d, e, f, rest = string.match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+) ([0-3]) (.*)$')
   if not a then return 0, 0 end
-  local vlen, after = string.match(rest, '^(%d+) (.*)$')
   local value, channel = '', rest
-  if vlen and tonumber(vlen) <= #after then
-    value, channel = string.sub(after, 1, tonumber(vlen)), string.sub(after, tonumber(vlen) + 1)
+  if f >= '2' then
+    local vlen, after = string.match(rest, '^(%d+) (.*)$')
+    if not vlen or tonumber(vlen) > #after then return 0, 0 end
+    f, value, channel = tostring(tonumber(f) - 2), string.sub(after, 1, tonumber(vlen)), string.sub(after, tonumber(vlen) + 1)
   end
   return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e), f, value, channel
 end
