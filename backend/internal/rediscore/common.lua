@@ -1,4 +1,4 @@
--- Shared prelude of every Leasehold script. One resource key is five Redis keys in one slot:
+-- Shared prelude of every Leasehold script. One resource key is six Redis keys in one slot:
 --   KEYS[1] leases:  sorted set, holder -> expiry in server milliseconds
 --   KEYS[2] holders: hash, holder -> "<permits> <fence>", or "<permits> <fence> q" for a lease the
 --                    line granted that its waiter has not taken yet (an Acquire by the holder takes it),
@@ -15,7 +15,7 @@
 --                    <listens> <channel>", the request of each waiter in the line, its Store's
 --                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
 --                    not (0: a Cluster, where PUBLISH counts only the node's own subscribers); for
---                    a request with a value, listens is 2 or 3 (1 or 0 plus 2) and "<value length>
+--                    a request with a value, listens is 2 or 3 (0 or 1, plus 2) and "<value length>
 --                    <value>" comes before the channel (which holds the user key: any bytes), so
 --                    that a place without a value is stored as before values were
 --   KEYS[6] left:    sorted set, try id -> server ms until which a try of that id, whose caller

@@ -71,8 +71,9 @@
 // HGET, measurably (BenchmarkScriptCost, +10% of its server time on a slow machine). A deadline,
 // not a flag or a count, needs no cleanup: a Store that dies stops renewing it, and the key stops
 // publishing within 30 s. The entry reads as a lease of 0 permits to scripts older than values,
-// which skip nothing and count nothing for it; the lease keys live at least as long as it, holders
-// never shorter than leases, so that no expired lease outlives its purge.
+// which count nothing for it (they do not publish, and their stretch may end it early: a watch
+// misses the changes an older client makes); the lease keys live at least as long as it, holders never shorter than
+// leases, so that no expired lease outlives its purge.
 //
 // A watch is Reliable while its subscription is confirmed and the latest renewal succeeded;
 // every change of that sends a value on C, and a new Watch starts with one, since a change
