@@ -34,8 +34,8 @@ var scripts = func() (s [len(rediscore.Sources)]*vk.Lua) {
 	return s
 }()
 
-// Store is a core.Store, core.Notifier and core.FenceRaiser on Redis or Valkey through
-// valkey-go. Make one with New; its methods are safe for concurrent use.
+// Store is a core.Store, core.Notifier, core.Watcher and core.FenceRaiser on Redis or Valkey
+// through valkey-go. Make one with New; its methods are safe for concurrent use.
 type Store struct {
 	rs *rediscore.Store
 }
@@ -44,6 +44,7 @@ var (
 	_ core.Store       = (*Store)(nil)
 	_ core.Notifier    = (*Store)(nil)
 	_ core.FenceRaiser = (*Store)(nil)
+	_ core.Watcher     = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -81,7 +82,9 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // lease; otherwise it refuses and says when, by expiry alone, there would be room. A refusal
 // with req.Wait > 0 keeps the holder's place in the line, strictly FIFO, for req.Wait: a release
 // grants it the lease there, and its next Acquire takes it, renewed for its full TTL. A try that
-// fails in flight is followed by a leave of the line, sent in the background.
+// fails in flight is followed by a leave of the line, sent in the background. Every grant, new
+// or renewed, keeps req.Value with the lease, in the lease's own entry (no key or command more),
+// and a grant the line makes carries the waiter's value.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.rs.Acquire(ctx, req)
 }
@@ -102,7 +105,8 @@ func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence u
 }
 
 // Extend implements core.Store: one script call. It renews the holder's lease for req.TTL from
-// now; a lease that has expired or was released is core.ErrLost, never revived.
+// now and reports it, with the value its latest grant set; a lease that has expired or was
+// released is core.ErrLost, never revived.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
 	return s.rs.Extend(ctx, req)
 }
@@ -115,7 +119,9 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 }
 
 // Inspect implements core.Store: one script call, which writes nothing (an unused key creates
-// no Redis key). The leases are in fence order.
+// no Redis key). The leases are in fence order, with their values; the waiters are the key's
+// line, head first, with their permits and values, less places whose wait has ended. It first
+// waits for the leaves of the key's line this Store is still sending in the background.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	return s.rs.Inspect(ctx, key)
 }
@@ -129,6 +135,19 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 // try took.
 func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	return s.rs.Register(ctx, req)
+}
+
+// Watch implements core.Watcher: one script call, which makes every script that grants a new
+// lease on key, releases one or gives one back PUBLISH on the key's changed channel for the next
+// 30 s (the Store refreshes that every 10 s in the background while it has watches on the key),
+// and a SUBSCRIBE to that channel on the Store's one subscription connection (not waited for).
+// The Watch starts with a value in C and is Reliable once the subscription is confirmed; it
+// hears the changes made through every Store on the server, of either driver. Keys nobody
+// watches pay nothing: their scripts publish nothing. A watched key's lease data stays in Redis
+// at least until the watch's deadline. Close ends the watch without I/O. After
+// Close of the Store, or once ctx has ended, Watch fails with core.ErrClosed or ctx's error.
+func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
+	return s.rs.Watch(ctx, key)
 }
 
 // Close stops the Store's subscription connection and wakes its waiters, which fail with

@@ -1,17 +1,18 @@
 -- ARGV: holder, permits, limit, ttl_ms, min_fence, wait_ms, channel (of the holder's Store),
 -- fence_floor (a least fence for a new grant only), listens (1 when a PUBLISH on channel counts
--- the holder's Store while it listens), try id (names this try to a leave that may overtake it)
+-- the holder's Store while it listens), try id (names this try to a leave that may overtake it;
+-- '' for none), value (kept with the lease, and with the place in the line), changed channel
 -- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits. The line is strictly FIFO: free
 -- permits go to the waiters in line first, and a caller not served from it is granted only when
 -- nobody waits. A refusal with wait_ms > 0 keeps the holder's place in the line (or gives it the
 -- last one), where a release may grant it the lease.
 local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if ARGV[10] and redis.call('ZSCORE', left, ARGV[10]) then
+if ARGV[10] ~= '' and redis.call('ZSCORE', left, ARGV[10]) then
   -- Its caller gave up on this try before it arrived, and left: nothing to grant, no place.
   return {0, 0, 0}
 end
-local min_fence, wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
+local min_fence, wait_ms, value = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[11]
 purge()
 serve()
 local cur, cur_fence = held(holder)
@@ -24,7 +25,7 @@ if cur then
     cur_fence = min_fence
     redis.call('HSET', meta, 'fence', int(math.max(tonumber(redis.call('HGET', meta, 'fence') or '0'), min_fence)))
   end
-  redis.call('HSET', holders, holder, int(n) .. ' ' .. int(cur_fence))
+  redis.call('HSET', holders, holder, int(n) .. ' ' .. int(cur_fence) .. tail('', value))
   stretch(ttl, false)
   return {1, cur_fence}
 end
@@ -32,7 +33,8 @@ local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
 local _, _, in_use, fresh = census(holder)
 if in_use + n > limit or #redis.call('ZRANGE', queue, 0, 0) > 0 then
   if wait_ms > 0 then
-    enqueue(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), wait_ms, ARGV[9] or '0', ARGV[7])
+    enqueue(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), wait_ms, ARGV[9] or '0',
+      {value = value, channel = ARGV[7]})
   end
   -- With room but others ahead, the first expiry is the next change that expiry alone brings.
   local need = math.max(in_use + n - limit, 1)
@@ -43,4 +45,6 @@ if in_use + n > limit or #redis.call('ZRANGE', queue, 0, 0) > 0 then
   end
   return {0, 0, last}
 end
-return {1, grant(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), last, fresh, '')}
+local fence = grant(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), last, fresh, tail('', value))
+changed()
+return {1, fence}

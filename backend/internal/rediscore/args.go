@@ -33,10 +33,19 @@ func acquireArgs(c acquireCall) []any {
 	if c.listens {
 		listens = "1"
 	}
-	args := []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(c.fences.held, 10), ms(req.Wait), c.channel,
-		strconv.FormatUint(c.fences.grant, 10), listens}
-	if c.try != "" {
-		args = append(args, c.try)
+	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(c.fences.held, 10), ms(req.Wait), c.channel,
+		strconv.FormatUint(c.fences.grant, 10), listens, c.try, req.Value}
+}
+
+// changes says which scripts can change a key's leases: their last ARGV is the key's changed
+// channel (see layout.changed), on which they publish while someone watches the key.
+var changes = [...]bool{acquireScript: true, releaseScript: true, leaveScript: true, watchScript: false}
+
+// argv returns the ARGV of script on key: args, then the key's changed channel for a script
+// that can change leases.
+func (l layout) argv(script Script, key string, args []any) []any {
+	if int(script) < len(changes) && changes[script] {
+		return append(args, l.changed(key))
 	}
 	return args
 }
@@ -49,6 +58,11 @@ func extendArgs(req core.ExtendRequest) []any {
 // releaseArgs returns the ARGV of the release script.
 func releaseArgs(req core.ReleaseRequest) []any {
 	return []any{req.Holder, strconv.FormatUint(req.Fence, 10)}
+}
+
+// watchArgs returns the ARGV of the watch script: how long the key is watched from now.
+func watchArgs(life time.Duration) []any {
+	return []any{ms(life)}
 }
 
 // leaveArgs returns the ARGV of the leave script, for holder, which gave up waiting after a

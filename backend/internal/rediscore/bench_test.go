@@ -3,6 +3,8 @@ package rediscore_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +112,66 @@ func BenchmarkHandoff(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkScriptCost: the server's own time per call (INFO commandstats usec_per_call of
+// EVALSHA) of the acquire script granting a free key, then of the release script ending that
+// lease and finding nobody in line, on keys nobody watches: the uncontended path's cost inside
+// Redis, without the network.
+func BenchmarkScriptCost(b *testing.B) {
+	srv := redistest.StartServer(b)
+	s := redisharness.GoRedis(b, srv.Addr)
+	ctx := context.Background()
+	req := func(i int) core.AcquireRequest {
+		return core.AcquireRequest{Key: fmt.Sprint("cost:", i), Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Value: "host-a pid 4242"}
+	}
+	s.Acquire(ctx, req(-1)) // load the scripts
+	s.Release(ctx, core.ReleaseRequest{Key: "cost:-1", Holder: "h"})
+	phase := func(op func(i int) error) float64 {
+		if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+			b.Fatal(err)
+		}
+		for i := range b.N {
+			if err := op(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return usecPerCall(b, srv.Addr, "cmdstat_evalsha")
+	}
+	b.ResetTimer()
+	acq := phase(func(i int) error {
+		res, err := s.Acquire(ctx, req(i))
+		if err == nil && !res.Granted {
+			err = fmt.Errorf("key cost:%d refused", i)
+		}
+		return err
+	})
+	rel := phase(func(i int) error {
+		_, err := s.Release(ctx, core.ReleaseRequest{Key: fmt.Sprint("cost:", i), Holder: "h"})
+		return err
+	})
+	b.ReportMetric(acq, "acquire-usec/call")
+	b.ReportMetric(rel, "release-usec/call")
+}
+
+// usecPerCall returns the usec_per_call of the command stats line that starts with stat.
+func usecPerCall(b *testing.B, addr, stat string) float64 {
+	info, err := redistest.Do(addr, "INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, stat+":") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "usec_per_call=")
+		v, _, _ := strings.Cut(rest, ",")
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatal(line, err)
+		}
+		return f
+	}
+	b.Fatalf("no %s in INFO commandstats", stat)
+	return 0
 }

@@ -114,7 +114,7 @@ func (s *subscriptions) sync(ctx context.Context, name string) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
-	want := s.channels[name] != nil
+	want := s.channels[name] != nil || s.watches[name] != nil
 	s.mu.Unlock()
 	if want == s.sent[name] {
 		return nil

@@ -6,15 +6,25 @@
 //
 // # Key layout
 //
-// A resource key K under prefix P is stored in six Redis keys: P{K'}:leases (a sorted set of
-// holder → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence",
-// with " q" after a grant from the line not taken yet), P{K'}:meta (a hash with the last fence,
-// the latest limit and the line's counter), P{K'}:queue (a sorted set, the line of waiters in
-// arrival order), P{K'}:waiting (a hash of waiter → its request) and P{K'}:left (a sorted set of
-// the ids of tries given up before their reply came, for a minute), where K' is K with '%', '{'
-// and '}' percent-encoded. K' is the hash tag, so the six keys (and each Store's channel for the key, P{K'}:granted:<store id>) share
-// one Redis Cluster slot and one script can touch them all; the encoding keeps any user key in
-// one slot and distinct from every other.
+// A resource key K under prefix P is stored in six Redis keys: P{K'}:leases (a sorted set of holder
+// → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence", with " q"
+// after a grant from the line not taken yet, then a newline and the lease's value when it has one;
+// and, while some Store watches the key, the entry of the empty id → "0 <server ms>", until when it
+// does), P{K'}:meta (a hash with the last fence, the latest limit and the line's counter),
+// P{K'}:queue (a sorted set, the line of waiters in arrival order), P{K'}:waiting (a hash of waiter
+// → its request: the numbers, and the channel of its Store, after the value's length and the value
+// when it has one) and P{K'}:left (a sorted set of the ids of tries given up before their reply
+// came, for a minute), where K' is K with '%', '{' and '}' percent-encoded. K' is the hash tag, so
+// the six keys (and the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed,
+// which all share) land in one Redis Cluster slot and one script can touch them all; the encoding
+// keeps any user key in one slot and distinct from every other.
+//
+// A lease's value (at most 1 KiB, any bytes) is stored inline, in the holders entry it belongs
+// to: granting, renewing, extending or inspecting a lease reads and writes no other key and runs
+// no other command for it, and a lease without a value is stored exactly as before values were.
+// A waiter's value is kept with its request in the waiting hash, length-prefixed because the
+// channel after it holds the user key (a place without a value is stored as before values were),
+// and goes with the grant the line makes it.
 //
 // # Scripts
 //
@@ -41,4 +51,31 @@
 // returns), passing a grant it has not taken to the next in line; so does a try that failed or
 // was canceled in flight, which the leave also keeps out of the line should it arrive later. A
 // Store gives back a grant for a caller that gave up before enrolling, a second after it.
+//
+// # Watching a key
+//
+// A Watch (core.Watcher) hears of every new lease, release and grant given back on its key,
+// whichever Store or driver made it: the scripts that make such a change PUBLISH (an empty
+// message) on the key's changed channel, P{K'}:changed, to which the watching Store subscribes on
+// its one subscription connection, beside its waiters' channels; on a Cluster, plain pub/sub
+// reaches every node, so both Cluster modes hear it. They publish only while someone watches:
+// Watch writes into the holders hash, under the empty holder id (which no holder has), a deadline
+// in server time 30 s ahead, and the Store renews it every 10 s while it has watches on the key;
+// a script publishes only when that deadline has not passed.
+//
+// Why there, and not always publishing, nor a flag in meta or a key of watchers: the uncontended
+// path stays as it was. A key nobody watches costs its scripts no PUBLISH, no extra key and no
+// extra command: every script that can change a lease reads holders anyway (release and extend its
+// holder's entry, now with HMGET of that entry and the empty id's; acquire and serve the whole
+// hash), so the check rides on a read already made. A flag in meta cost the release script one more
+// HGET, measurably (BenchmarkScriptCost, +10% of its server time on a slow machine). A deadline,
+// not a flag or a count, needs no cleanup: a Store that dies stops renewing it, and the key stops
+// publishing within 30 s. The entry reads as a lease of 0 permits to scripts older than values,
+// which count nothing for it (they do not publish, and their stretch may end it early: a watch
+// misses the changes an older client makes); the lease keys live at least as long as it, holders never shorter than
+// leases, so that no expired lease outlives its purge.
+//
+// A watch is Reliable while its subscription is confirmed and the latest renewal succeeded;
+// every change of that sends a value on C, and a new Watch starts with one, since a change
+// before its subscription is confirmed cannot be heard.
 package rediscore

@@ -41,6 +41,10 @@ func (l layout) keys(key string) []string {
 // its waiters from the key's line.
 func (l layout) channel(key, store string) string { return l.tag(key) + "granted:" + store }
 
+// changed returns the channel on which the scripts announce, while some Store watches key, that
+// its leases changed: shared by every Store under the prefix.
+func (l layout) changed(key string) string { return l.tag(key) + "changed" }
+
 // maxMs bounds every duration sent to a script: far above any TTL or wait a caller means
 // (35,000 years), and far below 2^53, so that the scripts' arithmetic on doubles stays exact.
 const maxMs = 1 << 50

@@ -2,6 +2,7 @@ package rediscore
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,29 @@ func (ls *leaves) await(ctx context.Context, key, holder string) error {
 	}
 }
 
+// awaitKey returns when no leave of any holder on key is pending, or with ctx's error.
+func (ls *leaves) awaitKey(ctx context.Context, key string) error {
+	if ls.n.Load() == 0 {
+		return nil
+	}
+	var dones []chan struct{}
+	ls.pendingMu.Lock()
+	for id, p := range ls.pending {
+		if k, _, _ := strings.Cut(id, "\x00"); k == key {
+			dones = append(dones, p.done)
+		}
+	}
+	ls.pendingMu.Unlock()
+	for _, done := range dones {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // close drops the leaves started after it and waits for those started before.
 func (ls *leaves) close() {
 	ls.mu.Lock()
@@ -117,7 +141,7 @@ func (s *Store) leaveWith(key, holder string, args []any) {
 // still sends what its waiters owe the line. A leave that never gets through leaves the place to
 // lapse with the waiter's wait, and a grant made meanwhile to expire with its TTL.
 func (s *Store) leaveNow(ctx context.Context, key string, args []any) error {
-	r, err := s.client.Run(ctx, leaveScript, s.layout.keys(key), args)
+	r, err := s.client.Run(ctx, leaveScript, s.layout.keys(key), s.layout.argv(leaveScript, key, args))
 	if err != nil {
 		return err
 	}

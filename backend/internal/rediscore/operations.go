@@ -97,8 +97,9 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	return res, nil
 }
 
-// Extend implements core.Store.Extend: one script call. A lease that is not held (expired,
-// released, or never granted) is core.ErrLost; Extend never revives one.
+// Extend implements core.Store.Extend: one script call, which reports the lease's value as its
+// latest grant set it. A lease that is not held (expired, released, or never granted) is
+// core.ErrLost; Extend never revives one.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
 	r, err := s.run(ctx, extendScript, req.Key, extendArgs(req))
 	if err != nil {
@@ -134,8 +135,14 @@ func (s *Store) granted(key string, grants []grant) {
 	}
 }
 
-// Inspect implements core.Store.Inspect: one script call, which writes nothing.
+// Inspect implements core.Store.Inspect: one script call, which writes nothing. It reports the
+// leases with their values and the line's places whose wait has not ended, head first, with
+// their permits and values; it first waits for the leaves of the key's line this Store is still
+// sending (each bounded by leaveTimeout), so that a waiter closed here is not reported.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	if err := s.leaves.awaitKey(ctx, key); err != nil {
+		return core.Snapshot{}, err
+	}
 	r, err := s.run(ctx, inspectScript, key, nil)
 	if err != nil {
 		return core.Snapshot{}, err

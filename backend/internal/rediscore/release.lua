@@ -1,4 +1,4 @@
--- ARGV: holder, fence (0: whatever the holder's lease's fence)
+-- ARGV: holder, fence (0: whatever the holder's lease's fence), changed channel
 -- Returns {permits freed (0 when the holder held no lease with that fence), holder, fence, ...}:
 -- the freed permits go to the waiters at the head of the line (holder, fence each), whose Stores
 -- are told on their channels.
@@ -7,6 +7,7 @@ purge()
 local n, fence = held(holder)
 if not n or (want ~= 0 and fence ~= want) then return {0} end
 drop(holder)
+changed()
 local out = serve()
 table.insert(out, 1, n)
 return out

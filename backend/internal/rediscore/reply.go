@@ -69,7 +69,15 @@ func parseExtend(r any) (core.ExtendResult, error) {
 	if len(v) < 4 {
 		return core.ExtendResult{}, fmt.Errorf("%w: %v", errReply, r)
 	}
-	return core.ExtendResult{Permits: int(v[1]), Fence: uint64(v[2]), Limit: int(v[3])}, nil
+	res := core.ExtendResult{Permits: int(v[1]), Fence: uint64(v[2]), Limit: int(v[3])}
+	if arr := r.([]any); len(arr) > 4 {
+		value, ok := arr[4].(string)
+		if !ok {
+			return core.ExtendResult{}, fmt.Errorf("%w: %v", errReply, r)
+		}
+		res.Value = value
+	}
+	return res, nil
 }
 
 // parseRelease decodes the release script's reply: whether the holder held the lease, and the
@@ -133,24 +141,41 @@ func parseMessage(payload string) ([]grant, error) {
 	return gs, nil
 }
 
-// parseInspect decodes the inspect script's reply, the leases in fence order.
+// parseInspect decodes the inspect script's reply: the leases in fence order, then the line's
+// waiters head first.
 func parseInspect(r any) (core.Snapshot, error) {
 	arr, ok := r.([]any)
-	if !ok || len(arr) < 1 || (len(arr)-1)%4 != 0 {
+	if !ok || len(arr) < 2 {
 		return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
 	}
 	limit, _ := arr[0].(int64)
-	snap := core.Snapshot{Limit: int(limit), Leases: make([]core.LeaseInfo, 0, (len(arr)-1)/4)}
-	for i := 1; i < len(arr); i += 4 {
+	count, _ := arr[1].(int64)
+	end := 2 + 5*int(count)
+	if count < 0 || end > len(arr) || (len(arr)-end)%3 != 0 {
+		return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
+	}
+	snap := core.Snapshot{Limit: int(limit), Leases: make([]core.LeaseInfo, 0, count)}
+	for i := 2; i < end; i += 5 {
 		holder, ok1 := arr[i].(string)
 		permits, ok2 := arr[i+1].(int64)
 		fence, ok3 := arr[i+2].(int64)
 		ttl, ok4 := arr[i+3].(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 {
+		value, ok5 := arr[i+4].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 			return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
 		}
-		snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: holder, Permits: int(permits), Fence: uint64(fence), TTL: time.Duration(ttl) * time.Millisecond})
+		snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: holder, Permits: int(permits), Fence: uint64(fence),
+			TTL: time.Duration(ttl) * time.Millisecond, Value: value})
 	}
 	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	for i := end; i < len(arr); i += 3 {
+		holder, ok1 := arr[i].(string)
+		permits, ok2 := arr[i+1].(int64)
+		value, ok3 := arr[i+2].(string)
+		if !ok1 || !ok2 || !ok3 {
+			return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
+		}
+		snap.Waiters = append(snap.Waiters, core.WaiterInfo{Holder: holder, Permits: int(permits), Value: value})
+	}
 	return snap, nil
 }

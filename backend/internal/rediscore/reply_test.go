@@ -67,3 +67,36 @@ func TestParseMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestParseInspect: the leases come with their values, in fence order, then the waiters head
+// first; a count that does not fit the reply is an unexpected reply.
+func TestParseInspect(t *testing.T) {
+	snap, err := parseInspect([]any{int64(2), int64(2), "b", int64(1), int64(9), int64(500), "", "a", int64(1), int64(7), int64(900), "a\nb",
+		"w0", int64(2), "first", "w1", int64(1), ""})
+	want := "{Limit:2 Leases:[{Holder:a Permits:1 Fence:7 TTL:900ms Value:a\nb} {Holder:b Permits:1 Fence:9 TTL:500ms Value:}] " +
+		"Waiters:[{Holder:w0 Permits:2 Value:first} {Holder:w1 Permits:1 Value:}]}"
+	if got := fmt.Sprintf("%+v", snap); err != nil || got != want {
+		t.Errorf("parseInspect = %s, %v; want %s", got, err, want)
+	}
+	for _, bad := range []any{[]any{int64(0)}, []any{int64(0), int64(1), "a"}, []any{int64(0), int64(0), "w"}, "OK"} {
+		if _, err := parseInspect(bad); !errors.Is(err, errReply) {
+			t.Errorf("parseInspect(%v): %v, want errReply", bad, err)
+		}
+	}
+}
+
+// TestParseExtend: the value follows the numbers; a reply of old scripts without it reads "".
+func TestParseExtend(t *testing.T) {
+	for reply, want := range map[*[]any]string{
+		{int64(1), int64(2), int64(7), int64(3), "v"}: "{Permits:2 Fence:7 Limit:3 Value:v}",
+		{int64(1), int64(2), int64(7), int64(3)}:      "{Permits:2 Fence:7 Limit:3 Value:}",
+	} {
+		res, err := parseExtend(*reply)
+		if got := fmt.Sprintf("%+v", res); err != nil || got != want {
+			t.Errorf("parseExtend(%v) = %s, %v; want %s", *reply, got, err, want)
+		}
+	}
+	if _, err := parseExtend([]any{int64(0)}); !errors.Is(err, core.ErrLost) {
+		t.Errorf("a lease not held: %v, want ErrLost", err)
+	}
+}

@@ -17,7 +17,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()
-			req := core.AcquireRequest{Key: "rt", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
+			req := core.AcquireRequest{Key: "rt", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute, Value: "host-a pid 4242"}
 			// Warm up: connections, handshakes and script loads are paid once.
 			s.Acquire(ctx, req)
 			s.Extend(ctx, core.ExtendRequest{Key: "rt", Holder: "a", TTL: time.Minute})
@@ -39,13 +39,24 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 				{"Inspect", func() error { _, err := s.Inspect(ctx, "rt"); return err }},
 				{"Release", func() error { _, err := s.Release(ctx, core.ReleaseRequest{Key: "rt", Holder: "a"}); return err }},
 			}
-			for _, op := range ops {
-				before := commands(t, srv.Addr)
-				if err := op.do(); err != nil {
-					t.Fatalf("%s: %v", op.name, err)
+			for _, watched := range []string{"", " on a watched key"} {
+				if watched != "" {
+					// The scripts then PUBLISH inside the call: still one round trip each.
+					w, err := s.Watch(ctx, "rt")
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer w.Close()
+					pollUntil(t, w.Reliable)
 				}
-				if n := commands(t, srv.Addr) - before; n != 1 {
-					t.Errorf("%s sent %d commands, want 1", op.name, n)
+				for _, op := range ops {
+					before := commands(t, srv.Addr)
+					if err := op.do(); err != nil {
+						t.Fatalf("%s%s: %v", op.name, watched, err)
+					}
+					if n := commands(t, srv.Addr) - before; n != 1 {
+						t.Errorf("%s%s sent %d commands, want 1", op.name, watched, n)
+					}
 				}
 			}
 		})

@@ -15,6 +15,8 @@ var (
 	inspectBody string
 	//go:embed leave.lua
 	leaveBody string
+	//go:embed watch.lua
+	watchBody string
 	//go:embed guard.lua
 	guard string
 )
@@ -28,6 +30,7 @@ const (
 	releaseScript
 	inspectScript
 	leaveScript
+	watchScript
 )
 
 // Sources are the scripts' full sources, indexed by Script: the shared prelude, then the
@@ -39,6 +42,7 @@ var Sources = [...]string{
 	releaseScript: script(releaseBody),
 	inspectScript: script(inspectBody),
 	leaveScript:   script(leaveBody),
+	watchScript:   script(watchBody),
 }
 
 func script(body string) string { return common + "local function main()\n" + body + guard }

@@ -25,10 +25,11 @@ type Client interface {
 	Listen(ctx context.Context, l Listener) (PubSub, func())
 }
 
-// Store is a complete core.Store, core.Notifier and core.FenceRaiser over a driver's Client; each adapter's Store
-// holds one and forwards its methods to it. It checks the closed flag and ctx before every
-// call, puts the driver's name before an error of the server or the network, and opens the
-// subscription connection on the first waiter. Safe for concurrent use.
+// Store is a complete core.Store, core.Notifier, core.Watcher and core.FenceRaiser over a
+// driver's Client; each adapter's Store holds one and forwards its methods to it. It checks the
+// closed flag and ctx before every call, puts the driver's name before an error of the server or
+// the network, and opens the subscription connection on the first waiter or watch. Safe for
+// concurrent use.
 type Store struct {
 	name   string
 	id     string // random: names the Store's channels
@@ -53,6 +54,7 @@ var (
 	_ core.Store       = (*Store)(nil)
 	_ core.Notifier    = (*Store)(nil)
 	_ core.FenceRaiser = (*Store)(nil)
+	_ core.Watcher     = (*Store)(nil)
 )
 
 // Option configures a Store; the adapters' options are these.
@@ -116,7 +118,7 @@ func (s *Store) run(ctx context.Context, script Script, key string, args []any) 
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	r, err := s.client.Run(ctx, script, s.layout.keys(key), args)
+	r, err := s.client.Run(ctx, script, s.layout.keys(key), s.layout.argv(script, key, args))
 	if err != nil {
 		return nil, s.clientError(ctx, err)
 	}
@@ -166,6 +168,7 @@ func (s *Store) subscriptions() *subscriptions {
 		ctx, s.cancel = context.WithCancel(context.Background())
 		subs := newSubscriptions(s.layout, s.id, nil)
 		subs.leave = s.leave
+		subs.mark = s.mark
 		subs.ps, s.wait = s.client.Listen(ctx, subs)
 		s.subs = subs
 		s.subsLoaded.Store(subs)
@@ -190,6 +193,7 @@ func (s *Store) Close() error {
 		owed := s.subs.close()
 		s.cancel()
 		s.wait()
+		s.subs.bg.Wait() // refreshes of watches, which fail at once now
 		for _, l := range owed {
 			s.leave(l.key, l.holder, l.floor)
 		}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/leasehold/leasehold/core"
 )
@@ -54,6 +55,9 @@ type subscriptions struct {
 	ps     PubSub
 	// leave, when set, takes a holder that gave up out of the key's line; it must not block.
 	leave func(key, holder string, floor uint64)
+	// mark, when set, runs the watch script on a key (see watch.go).
+	mark func(key string) error
+	bg   sync.WaitGroup // the refreshes of watches running; Add under mu while not closed
 
 	// sendMu orders what is sent on ps; it is never held by the receiving side, which may need
 	// mu while a send waits for its reply.
@@ -62,8 +66,9 @@ type subscriptions struct {
 
 	mu       sync.Mutex
 	channels map[string]*channel
-	gens     uint64             // confirmations so far, across channels
-	tries    map[string]refusal // channel+"\x00"+holder → a refusal of a holder not yet enrolled
+	gens     uint64              // confirmations so far, across channels
+	tries    map[string]refusal  // channel+"\x00"+holder → a refusal of a holder not yet enrolled
+	watches  map[string]*watched // changed channel → the key's watches
 	closed   bool
 }
 
@@ -71,7 +76,8 @@ var _ Listener = (*subscriptions)(nil)
 
 // newSubscriptions returns the subscriptions of the Store with layout l and id, sending over ps.
 func newSubscriptions(l layout, id string, ps PubSub) *subscriptions {
-	return &subscriptions{layout: l, id: id, ps: ps, sent: map[string]bool{}, channels: map[string]*channel{}, tries: map[string]refusal{}}
+	return &subscriptions{layout: l, id: id, ps: ps, sent: map[string]bool{}, channels: map[string]*channel{}, tries: map[string]refusal{},
+		watches: map[string]*watched{}}
 }
 
 // channel returns the channel on which this Store hears of grants on key to its waiters.
@@ -123,6 +129,12 @@ func (s *subscriptions) register(ctx context.Context, req core.AcquireRequest) (
 func (s *subscriptions) Confirmed(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if k := s.watches[name]; k != nil {
+		s.gens++
+		k.gen = s.gens
+		k.wakeAll()
+		return
+	}
 	c := s.channels[name]
 	if c == nil {
 		return
@@ -135,6 +147,13 @@ func (s *subscriptions) Confirmed(name string) {
 // Message implements Listener. A message this version cannot read wakes all of the key's
 // waiters, who will look.
 func (s *subscriptions) Message(name, payload string) {
+	s.mu.Lock()
+	if k := s.watches[name]; k != nil {
+		k.wakeAll()
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
 	grants, err := parseMessage(payload)
 	if err != nil {
 		s.mu.Lock()
@@ -155,14 +174,21 @@ func (s *subscriptions) Down() {
 		c.gen = 0
 		c.wakeAll()
 	}
+	for _, k := range s.watches {
+		k.gen = 0
+		k.wakeAll()
+	}
 }
 
 // Channels implements Listener.
 func (s *subscriptions) Channels() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	names := make([]string, 0, len(s.channels))
+	names := make([]string, 0, len(s.channels)+len(s.watches))
 	for name := range s.channels {
+		names = append(names, name)
+	}
+	for name := range s.watches {
 		names = append(names, name)
 	}
 	return names
@@ -213,6 +239,14 @@ func (s *subscriptions) close() []owedLeave {
 	}
 	for _, c := range s.channels {
 		c.wakeAll()
+	}
+	for _, k := range s.watches {
+		for _, t := range []*time.Timer{k.refresh, k.linger} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+		k.wakeAll()
 	}
 	return owed
 }

@@ -21,10 +21,12 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// Store is a Store of either adapter: a core.Store and core.Notifier that can be closed.
+// Store is a Store of either adapter: a core.Store, core.Notifier and core.Watcher that can be
+// closed.
 type Store interface {
 	core.Store
 	core.Notifier
+	core.Watcher
 	Close() error
 }
 

@@ -1,0 +1,66 @@
+package rediscore_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+)
+
+// TestStoredFormat: a lease or a place without a value is stored as before values were, so
+// that older clients read it; a value follows inline; a watch is an entry of the empty holder
+// id that reads as a lease of 0 permits.
+func TestStoredFormat(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := redisharness.GoRedis(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	keys := rediscore.Keys("fmt")
+	get := func(i int, field string) string {
+		t.Helper()
+		v, err := c.HGet(ctx, keys[i], field).Result()
+		if err != nil {
+			t.Fatalf("HGET %s %q: %v", keys[i], field, err)
+		}
+		return v
+	}
+	const odd = "a\nb q 1 2\x00{x}%"
+	a := mustAcquire(t, s, core.AcquireRequest{Key: "fmt", Holder: "a", Permits: 1, Limit: 3, TTL: time.Minute}, true)
+	b := mustAcquire(t, s, core.AcquireRequest{Key: "fmt", Holder: "b", Permits: 1, Limit: 3, TTL: time.Minute, Value: odd}, true)
+	mustAcquire(t, s, core.AcquireRequest{Key: "fmt", Holder: "w", Permits: 3, Limit: 3, TTL: time.Minute, Wait: time.Minute}, false)
+	mustAcquire(t, s, core.AcquireRequest{Key: "fmt", Holder: "v", Permits: 3, Limit: 3, TTL: time.Minute, Wait: time.Minute, Value: odd}, false)
+	channel := regexp.QuoteMeta(rediscore.Channel("fmt", "")) + `[0-9a-f]+`
+	for _, tc := range []struct {
+		i            int
+		field, match string
+	}{
+		{1, "a", fmt.Sprintf(`^1 %d$`, a.Fence)},
+		{1, "b", regexp.QuoteMeta(fmt.Sprintf("1 %d\n%s", b.Fence, odd)) + `$`},
+		{4, "w", `^3 \d+ 3 60000 0 [01] ` + channel + `$`},
+		{4, "v", fmt.Sprintf(`^3 \d+ 3 60000 0 [23] %d `, len(odd)) + regexp.QuoteMeta(odd) + channel + `$`},
+	} {
+		if v := get(tc.i, tc.field); !regexp.MustCompile(tc.match).MatchString(v) {
+			t.Errorf("%s[%q] = %q, want it to match %s", keys[tc.i], tc.field, v, tc.match)
+		}
+	}
+	w, err := s.Watch(ctx, "fmt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if v := get(1, ""); !regexp.MustCompile(`^0 \d+$`).MatchString(v) {
+		t.Errorf("the watch entry is %q, want \"0 <server ms>\"", v)
+	}
+	if snap, err := s.Inspect(ctx, "fmt"); err != nil || len(snap.Leases) != 2 || snap.InUse() != 2 || len(snap.Waiters) != 2 {
+		t.Errorf("Inspect of a watched key = %+v, %v; want the 2 leases and 2 waiters only", snap, err)
+	}
+}

@@ -1,0 +1,215 @@
+package rediscore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+const (
+	// watchLife is how long, by the server's clock, one watch script makes the scripts publish
+	// the key's changes; a Store refreshes it every watchLife/3 while it has watches on the key,
+	// so one failed refresh costs nothing but the watches' reliability.
+	watchLife = 30 * time.Second
+	// watchRetry is how soon a failed refresh is tried again.
+	watchRetry = time.Second
+	// watchTimeout bounds one refresh.
+	watchTimeout = 5 * time.Second
+)
+
+// watched is what subscriptions keeps for one key's changed channel while the Store watches the
+// key (and for linger after). Its fields are guarded by the subscriptions' mu.
+type watched struct {
+	name, key string
+	ws        []*keyWatch
+	// gen is nonzero while the subscription is confirmed and the connection up.
+	gen uint64
+	// marked says the latest watch script on the key succeeded: the scripts publish its changes.
+	marked  bool
+	refresh *time.Timer // set while ws is not empty
+	linger  *time.Timer // set while ws is empty
+}
+
+// wakeAll wakes every watch of k.
+func (k *watched) wakeAll() {
+	for _, w := range k.ws {
+		w.wake()
+	}
+}
+
+// keyWatch is the core.Watch of one Watch call.
+type keyWatch struct {
+	s      *subscriptions
+	k      *watched
+	c      chan struct{}
+	closed bool // guarded by s.mu
+}
+
+var _ core.Watch = (*keyWatch)(nil)
+
+// Watch implements core.Watcher: one watch script call, which makes every script that grants a
+// new lease on key, releases one or gives one back PUBLISH on the key's changed channel for the
+// next 30 s (refreshed every 10 s, in the background, while the Store has watches on the key),
+// and a SUBSCRIBE to that channel on the Store's one subscription connection (not waited for).
+// The Watch starts with a value in C, and is Reliable once the server confirms the subscription.
+// Keys nobody watches pay nothing: their scripts publish nothing. After Close, or once ctx has
+// ended, it fails with core.ErrClosed or ctx's error.
+func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	subs := s.subscriptions()
+	if subs == nil {
+		return nil, core.ErrClosed
+	}
+	w, err := subs.watch(key)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.run(ctx, watchScript, key, watchArgs(watchLife)); err != nil {
+		w.Close()
+		return nil, err
+	}
+	subs.marked(w.k, true)
+	if err := subs.sync(ctx, w.k.name); err != nil {
+		w.Close()
+		return nil, s.clientError(ctx, fmt.Errorf("subscribe %q: %w", w.k.name, err))
+	}
+	return w, nil
+}
+
+// mark runs the watch script on key, for a refresh in the background.
+func (s *Store) mark(key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), watchTimeout)
+	defer cancel()
+	_, err := s.run(ctx, watchScript, key, watchArgs(watchLife))
+	return err
+}
+
+// watch adds a watch on key, which starts with a value in C; the first on the key starts its
+// refreshes. It fails with core.ErrClosed after close.
+func (s *subscriptions) watch(key string) (*keyWatch, error) {
+	name := s.layout.changed(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, core.ErrClosed
+	}
+	k := s.watches[name]
+	if k == nil {
+		k = &watched{name: name, key: key}
+		s.watches[name] = k
+	}
+	if k.linger != nil {
+		k.linger.Stop()
+		k.linger = nil
+	}
+	if k.refresh == nil {
+		k.refresh = time.AfterFunc(watchLife/3, func() { s.refreshWatch(k) })
+	}
+	w := &keyWatch{s: s, k: k, c: make(chan struct{}, 1)}
+	w.wake() // the caller reads the key after Watch: a change before that is in what it reads
+	k.ws = append(k.ws, w)
+	return w, nil
+}
+
+// marked records whether the latest watch script on k's key succeeded, and wakes k's watches
+// when that changes their reliability.
+func (s *subscriptions) marked(k *watched, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k.marked != ok {
+		k.marked = ok
+		k.wakeAll()
+	}
+}
+
+// refreshWatch runs the watch script on k's key again, while k has watches, and arms the next.
+func (s *subscriptions) refreshWatch(k *watched) {
+	s.mu.Lock()
+	if s.closed || len(k.ws) == 0 || s.watches[k.name] != k || s.mark == nil {
+		s.mu.Unlock()
+		return
+	}
+	s.bg.Add(1) // under mu, before close's Wait
+	s.mu.Unlock()
+	defer s.bg.Done()
+	err := s.mark(k.key)
+	s.marked(k, err == nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || len(k.ws) == 0 || s.watches[k.name] != k {
+		return
+	}
+	next := watchLife / 3
+	if err != nil {
+		next = watchRetry
+	}
+	if k.refresh != nil { // the one timer of k's refreshes, whichever Watch armed it
+		k.refresh.Reset(next)
+	}
+}
+
+// expireWatch unsubscribes from k's channel, which has had no watch for linger.
+func (s *subscriptions) expireWatch(k *watched) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	if len(k.ws) > 0 || s.watches[k.name] != k || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.watches, k.name)
+	s.mu.Unlock()
+	// Best effort: a failed UNSUBSCRIBE leaves a subscription whose messages are ignored.
+	if s.sent[k.name] && s.ps.Unsubscribe(context.Background(), k.name) == nil {
+		delete(s.sent, k.name)
+	}
+}
+
+// wake sends on c unless a value is already pending.
+func (w *keyWatch) wake() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// C implements core.Watch: it receives when the key's leases may have changed, when the watch's
+// reliability changes, and when the Store closes.
+func (w *keyWatch) C() <-chan struct{} { return w.c }
+
+// Reliable implements core.Watch: true while the key's changed channel is subscribed and
+// confirmed, the connection up, the latest watch script on the key succeeded, and the Store
+// open.
+func (w *keyWatch) Reliable() bool {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	return w.k.gen != 0 && w.k.marked && !w.s.closed && !w.closed
+}
+
+// Close implements core.Watch. The last watch on a key stops its refreshes, so that the scripts
+// stop publishing within 30 s, and its subscription lingers, then ends. It sends nothing.
+func (w *keyWatch) Close() {
+	s, k := w.s, w.k
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.closed = true
+	k.ws = slices.DeleteFunc(k.ws, func(x *keyWatch) bool { return x == w })
+	if len(k.ws) > 0 || s.closed {
+		return
+	}
+	if k.refresh != nil {
+		k.refresh.Stop()
+		k.refresh = nil
+	}
+	if k.linger == nil && s.watches[k.name] == k {
+		k.linger = time.AfterFunc(linger, func() { s.expireWatch(k) })
+	}
+}
