@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,18 +195,7 @@ func TestRWMutexOverRedlockTryAcquireDefersToAWaitingWriter(t *testing.T) {
 	}
 	// The waiting writer retries when the reader's lease would expire (10s), or at its retry
 	// interval (1h): not within this test.
-	waiting := scenario.MustRWMutex(t, s, "rw", primitives.WithRetryInterval(time.Hour))
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	gaveUp := make(chan error, 1)
-	scenario.GoBackground(t, func(context.Context) {
-		l, err := waiting.Acquire(wctx)
-		if err == nil {
-			l.Release(ctx)
-		}
-		gaveUp <- err
-	})
-	pollUntilT(t, func() bool { return intentHeld(s, "rw")(ctx) })
+	giveUp := waitingWriter(t, s, primitives.WithRetryInterval(time.Hour))
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +212,31 @@ func TestRWMutexOverRedlockTryAcquireDefersToAWaitingWriter(t *testing.T) {
 			l.Release(ctx)
 		}
 	}
-	cancel()
-	<-gaveUp
+	giveUp()
+}
+
+// waitingWriter starts a writer's Acquire on "rw" over s (an RWMutex with opts) and returns
+// once it waits with its intent held. giveUp ends the wait and returns once the writer has
+// given up; t's end ends the wait too.
+func waitingWriter(t *testing.T, s core.Store, opts ...primitives.Option) (giveUp func()) {
+	t.Helper()
+	waiting := scenario.MustRWMutex(t, s, "rw", opts...)
+	ctx := context.Background()
+	wctx, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	scenario.GoBackground(t, func(context.Context) {
+		l, err := waiting.Acquire(wctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		gaveUp <- err
+	})
+	t.Cleanup(cancel) // before GoBackground's: the writer must end for it to be waited for
+	pollUntilT(t, func() bool { return intentHeld(s, "rw")(ctx) })
+	return sync.OnceFunc(func() {
+		cancel()
+		<-gaveUp
+	})
 }
 
 // pollUntilT polls cond every millisecond until it holds, and fails t if it does not within 10s.
@@ -248,21 +261,10 @@ func TestRWMutexOverRedlockWriterTimeoutNamesTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Release(ctx)
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	gaveUp := make(chan error, 1)
-	scenario.GoBackground(t, func(context.Context) {
-		l, err := scenario.MustRWMutex(t, s, "rw").Acquire(wctx)
-		if err == nil {
-			l.Release(ctx)
-		}
-		gaveUp <- err
-	})
-	pollUntilT(t, func() bool { return intentHeld(s, "rw")(ctx) })
+	giveUp := waitingWriter(t, s)
 	_, err = scenario.MustRWMutex(t, s, "rw", primitives.WithAcquireTimeout(50*time.Millisecond)).Acquire(ctx)
 	if !errors.Is(err, core.ErrNotAcquired) || !strings.HasPrefix(err.Error(), `leasehold: acquire "rw": `) {
 		t.Errorf("a writer's acquire timeout behind a waiting writer: %q, want ErrNotAcquired on key \"rw\"", err)
 	}
-	cancel()
-	<-gaveUp
+	giveUp()
 }
