@@ -133,12 +133,18 @@ func (h redisHarness) NewStore(t *testing.T) core.Store {
 
 func (redisHarness) Advance(time.Duration) bool { return false }
 
-func TestConformanceRedlockRedisServers(t *testing.T) {
+// startRedisHarness starts three redis-servers, stopped when t ends, and returns the harness
+// of Redlocks over them.
+func startRedisHarness(t *testing.T) redisHarness {
 	var addrs []string
 	for range 3 {
 		addrs = append(addrs, redistest.StartServer(t).Addr)
 	}
-	conformance.Run(t, redisHarness{addrs}, conformance.WithoutNotifier())
+	return redisHarness{addrs}
+}
+
+func TestConformanceRedlockRedisServers(t *testing.T) {
+	conformance.Run(t, startRedisHarness(t), conformance.WithoutNotifier())
 }
 
 // TestWaiterOverRedisNodesIsHandedTheLock: a Redlock waiter over Redis nodes, refused, gets the

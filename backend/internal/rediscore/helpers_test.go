@@ -163,3 +163,23 @@ func (w *watchedWaiter) Reliable() bool {
 	w.settled.Store(r && len(w.Waiter.C()) == 0)
 	return r
 }
+
+// eachDriver runs f for each driver on a fresh redis-server (at addr), and for a mix of both ("mixed":
+// the Stores alternate between the drivers).
+func eachDriver(t *testing.T, f func(t *testing.T, mk func() redisharness.Store, addr string)) {
+	for _, name := range []string{"goredis", "valkey", "mixed"} {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			var n int
+			mk := func() redisharness.Store {
+				d := redisharness.Drivers[name]
+				if d == nil { // mixed
+					d = redisharness.Drivers[[]string{"goredis", "valkey"}[n%2]]
+				}
+				n++
+				return d(t, srv.Addr)
+			}
+			f(t, mk, srv.Addr)
+		})
+	}
+}

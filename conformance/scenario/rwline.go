@@ -1,0 +1,268 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// RWLineIsFIFO proves that a store's line is first in, first out for readers and writers. On a
+// store with a line, two readers queued behind a writer, then a writer, then
+// a reader: Inspect lists them in that order with their Write flags, and they are granted in
+// that order — both readers together, then the writer once both leave, then the last reader.
+// newRW makes an RWMutex on the key whose leases carry value.
+func RWLineIsFIFO(t testing.TB, newRW func(value string) *primitives.RWMutex) {
+	t.Helper()
+	ctx := context.Background()
+	insp := newRW("inspect")
+	waiters := func(n int) primitives.RWStatus {
+		t.Helper()
+		var st primitives.RWStatus
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+			var err error
+			if st, err = insp.Inspect(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Waiters) == n {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiters in line after 10s, want %d: %+v", len(st.Waiters), n, st)
+			}
+		}
+	}
+	start := func(value string, write bool) <-chan core.Lease {
+		rw := newRW(value)
+		got := make(chan core.Lease, 1)
+		GoBackground(t, func(ctx context.Context) {
+			acquire := rw.AcquireRead
+			if write {
+				acquire = rw.Acquire
+			}
+			l, err := acquire(ctx)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", value, err)
+			}
+			got <- l
+		})
+		return got
+	}
+	take := func(c <-chan core.Lease, who string) core.Lease {
+		t.Helper()
+		select {
+		case l := <-c:
+			if l == nil {
+				t.FailNow()
+			}
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s not granted within 10s", who)
+			return nil
+		}
+	}
+
+	w0, err := newRW("w0").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := start("r1", false)
+	waiters(1)
+	r2 := start("r2", false)
+	waiters(2)
+	w1 := start("w1", true)
+	waiters(3)
+	r3 := start("r3", false)
+	st := waiters(4)
+	var order []primitives.RWWaiter
+	for _, w := range st.Waiters {
+		order = append(order, primitives.RWWaiter{Value: w.Value, Write: w.Write})
+	}
+	want := []primitives.RWWaiter{{Value: "r1"}, {Value: "r2"}, {Value: "w1", Write: true}, {Value: "r3"}}
+	if !slices.Equal(order, want) {
+		t.Fatalf("the line: %+v, want %+v", order, want)
+	}
+	if !st.Writing || st.Writer.Value != "w0" || st.Writer.Holder != w0.Holder() || len(st.Readers) != 0 {
+		t.Fatalf("while w0 writes: %+v", st)
+	}
+
+	if err := w0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l1, l2 := take(r1, "r1"), take(r2, "r2")
+	st = waiters(2)
+	if st.Writing || len(st.Readers) != 2 || st.Waiters[0].Value != "w1" || st.Waiters[1].Value != "r3" {
+		t.Fatalf("after w0's release: %+v; want r1 and r2 reading, w1 then r3 waiting", st)
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// r3 may not pass w1 although r2 alone reads.
+	if st, err := insp.Inspect(ctx); err != nil || len(st.Readers) != 1 || st.Writing {
+		t.Fatalf("after r1's release: %+v, %v; want r2 alone reading", st, err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lw := take(w1, "w1")
+	if lw.Fence() <= max(l1.Fence(), l2.Fence()) {
+		t.Errorf("w1's fence %d not above the readers' %d, %d", lw.Fence(), l1.Fence(), l2.Fence())
+	}
+	st = waiters(1)
+	if !st.Writing || st.Writer.Holder != lw.Holder() || st.Writer.Value != "w1" || st.Waiters[0].Value != "r3" {
+		t.Fatalf("after the readers' release: %+v; want w1 writing, r3 waiting", st)
+	}
+	if err := lw.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l3 := take(r3, "r3")
+	if l3.Fence() <= lw.Fence() {
+		t.Errorf("r3's fence %d not above w1's %d", l3.Fence(), lw.Fence())
+	}
+	l3.Release(ctx)
+}
+
+// RWInspect proves what RWMutex.Inspect reports: readers (ordered by fence, with holder, permits
+// and value), then a waiting writer (Write set; checked only if line, a store with a line), then
+// the writer holding. newRW makes an RWMutex on the key whose leases carry value.
+func RWInspect(t testing.TB, newRW func(value string) *primitives.RWMutex, line bool) {
+	t.Helper()
+	ctx := context.Background()
+	ra, rb := newRW("ra"), newRW("rb")
+	la, err := ra.AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := rb.AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ra.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Writing || st.Writer != (core.LeaseInfo{}) || len(st.Waiters) != 0 || len(st.Readers) != 2 {
+		t.Fatalf("two readers: %+v", st)
+	}
+	for i, l := range []core.Lease{la, lb} {
+		r := st.Readers[i]
+		if r.Holder != l.Holder() || r.Fence != l.Fence() || r.Permits != 1 || r.Value != l.Value() || r.TTL <= 0 {
+			t.Errorf("Readers[%d] = %+v, want the lease %s fence %d value %q", i, r, l.Holder(), l.Fence(), l.Value())
+		}
+	}
+	if la.Value() != "ra" || lb.Value() != "rb" {
+		t.Errorf("read leases' values %q, %q; want ra, rb", la.Value(), lb.Value())
+	}
+
+	wr := newRW("w")
+	got := make(chan core.Lease, 1)
+	GoBackground(t, func(ctx context.Context) {
+		l, err := wr.Acquire(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Error(err)
+		}
+		got <- l
+	})
+	var waiter primitives.RWWaiter
+	if line {
+		for deadline := time.Now().Add(10 * time.Second); len(st.Waiters) == 0; time.Sleep(2 * time.Millisecond) {
+			if st, err = ra.Inspect(ctx); err != nil || time.Now().After(deadline) {
+				t.Fatalf("no writer in line within 10s: %+v, %v", st, err)
+			}
+		}
+		waiter = st.Waiters[0]
+		if len(st.Waiters) != 1 || !waiter.Write || waiter.Value != "w" || waiter.Holder == "" || len(st.Readers) != 2 || st.Writing {
+			t.Fatalf("a writer waiting for two readers: %+v", st)
+		}
+	}
+	la.Release(ctx)
+	lb.Release(ctx)
+	var lw core.Lease
+	select {
+	case lw = <-got:
+		if lw == nil {
+			t.FailNow()
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer was not granted within 10s of the readers' release")
+	}
+	defer lw.Release(ctx)
+	if line && lw.Holder() != waiter.Holder {
+		t.Errorf("the writer holds as %s, waited as %s", lw.Holder(), waiter.Holder)
+	}
+	st, err = ra.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := core.LeaseInfo{Holder: lw.Holder(), Permits: primitives.MaxReaders, Fence: lw.Fence(), Value: "w"}
+	ttl := st.Writer.TTL
+	st.Writer.TTL = 0
+	if !st.Writing || st.Writer != want || ttl <= 0 || len(st.Readers) != 0 || len(st.Waiters) != 0 {
+		t.Fatalf("the writer holding: %+v, want Writer %+v", st, want)
+	}
+}
+
+// WaitingWriterHoldsBackTries proves that a waiting writer holds back new tries: while a reader holds and a writer waits (waiting says so),
+// TryAcquireRead and a second writer's TryAcquire are refused; once the waiting writer gives up
+// (its ctx ends), a reader gets in again. newRW makes an RWMutex on the key.
+func WaitingWriterHoldsBackTries(t testing.TB, newRW func() *primitives.RWMutex, waiting func(context.Context) bool) {
+	t.Helper()
+	ctx := context.Background()
+	r1, err := newRW().AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Release(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	wr := newRW()
+	GoBackground(t, func(context.Context) {
+		l, err := wr.Acquire(wctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		gaveUp <- err
+	})
+	for deadline := time.Now().Add(10 * time.Second); !waiting(ctx); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer was not seen waiting within 10s")
+		}
+	}
+	try := newRW()
+	if l, err := try.TryAcquireRead(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Errorf("TryAcquireRead while a writer waits: %v, want ErrNotAcquired", err)
+	}
+	if l, err := try.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Errorf("TryAcquire while a reader holds and a writer waits: %v, want ErrNotAcquired", err)
+	}
+	cancel()
+	select {
+	case err := <-gaveUp:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiting writer, its ctx canceled: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting writer did not give up within 10s of its ctx's end")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		l, err := try.TryAcquireRead(ctx)
+		if err == nil {
+			l.Release(ctx)
+			break
+		}
+		if !errors.Is(err, core.ErrNotAcquired) || time.Now().After(deadline) {
+			t.Fatalf("TryAcquireRead after the writer gave up: %v", err)
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package scenario
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// RWStress proves that writers exclude everyone and readers only writers, under load: workers
+// goroutines take rounds leases each on the RWMutexes in turn (each a view of one key, as
+// separate processes would have), a write lease one time in four, held for hold. It fails t if
+// a lease has the wrong permits or a writer ever held with a reader or another writer, and
+// returns the most readers that held at once (the caller checks that readers shared the key).
+func RWStress(t testing.TB, rws []*primitives.RWMutex, workers, rounds int, hold time.Duration) (peakReaders int) {
+	t.Helper()
+	ctx := context.Background()
+	// A reader enters with one permit, a writer with all of them: any company of a writer
+	// takes the count past the limit.
+	all := conformance.NewOccupancy(primitives.MaxReaders)
+	readers := conformance.NewOccupancy(0)
+	var reads, writes atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		rw := rws[w%len(rws)]
+		wg.Go(func() {
+			for range rounds {
+				write := rand.N(4) == 0
+				acquire, permits := rw.AcquireRead, 1
+				if write {
+					acquire, permits = rw.Acquire, primitives.MaxReaders
+				}
+				l, err := acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if l.Permits() != permits {
+					t.Errorf("lease of %d permits, want %d", l.Permits(), permits)
+				}
+				leave := all.Enter(permits)
+				leaveR := func() {}
+				if write {
+					writes.Add(1)
+				} else {
+					reads.Add(1)
+					leaveR = readers.Enter(1)
+				}
+				time.Sleep(hold)
+				leaveR()
+				leave()
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if v := all.Violations(); len(v) > 0 {
+		t.Errorf("a writer held with others %d times, first: %v", len(v), v[0])
+	}
+	t.Logf("%d reads, %d writes; at most %d readers at once", reads.Load(), writes.Load(), readers.Peak())
+	return readers.Peak()
+}
+
+// WriterNotStarved proves that readers cannot starve a writer. It runs a stream of overlapping readers on rd — a new one every 5ms, each
+// holding for 20ms, so that the key is read-held throughout — and, once it flows, a writer's
+// Acquire on wr (whose acquire timeout is the bound: give wr one of a few seconds). The writer
+// must get the lock while the stream goes on; waiting(ctx) says whether the writer has made
+// its wait known (in the line, or by its intent), and every reader that began to acquire after
+// that was seen must be granted after the writer (a higher fence). No writer may hold with a
+// reader throughout.
+func WriterNotStarved(t testing.TB, rd, wr *primitives.RWMutex, waiting func(context.Context) bool) {
+	t.Helper()
+	ctx := context.Background()
+	occ := conformance.NewOccupancy(primitives.MaxReaders)
+	type read struct {
+		late  bool // began after the writer was seen waiting
+		fence uint64
+	}
+	var (
+		mu       sync.Mutex
+		reads    []read
+		granted  atomic.Int64
+		seen     atomic.Bool
+		stop     = make(chan struct{})
+		spawning sync.WaitGroup
+	)
+	spawning.Go(func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			late := seen.Load()
+			spawning.Go(func() {
+				l, err := rd.AcquireRead(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				leave := occ.Enter(1)
+				granted.Add(1)
+				mu.Lock()
+				reads = append(reads, read{late, l.Fence()})
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				leave()
+				l.Release(ctx)
+			})
+		}
+	})
+	halt := sync.OnceFunc(func() {
+		close(stop)
+		spawning.Wait()
+	})
+	defer halt()
+	for deadline := time.Now().Add(10 * time.Second); granted.Load() < 10; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the readers' stream did not start within 10s")
+		}
+	}
+
+	got := make(chan core.Lease, 1)
+	begin := time.Now()
+	GoBackground(t, func(ctx context.Context) {
+		l, err := wr.Acquire(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("the writer under a stream of readers: %v (after %v)", err, time.Since(begin))
+		}
+		got <- l
+	})
+	var l core.Lease
+	for l == nil {
+		select {
+		case l = <-got:
+			if l == nil {
+				return
+			}
+		case <-time.After(time.Millisecond):
+			if !seen.Load() && waiting(ctx) {
+				seen.Store(true)
+			}
+		}
+	}
+	leave := occ.Enter(primitives.MaxReaders)
+	t.Logf("the writer got the lock after %v, with %d reads granted so far", time.Since(begin), granted.Load())
+	if !seen.Load() {
+		t.Error("the writer was never seen waiting: the readers did not keep the key held")
+	}
+	// The stream goes on while the writer holds: those readers must wait for it.
+	before := granted.Load()
+	time.Sleep(30 * time.Millisecond)
+	if n := granted.Load() - before; n != 0 {
+		t.Errorf("%d reads granted while the writer held", n)
+	}
+	leave()
+	if err := l.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	// Readers come again after the writer.
+	for deadline := time.Now().Add(10 * time.Second); granted.Load() < before+3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no reads granted within 10s of the writer's release")
+		}
+	}
+	halt()
+	late := 0
+	for _, r := range reads {
+		if r.late {
+			late++
+		}
+		if r.late && r.fence < l.Fence() {
+			t.Errorf("a reader that came after the writer waited was granted before it (fence %d < writer's %d)", r.fence, l.Fence())
+		}
+	}
+	if late == 0 {
+		t.Error("no reader began while the writer waited: the stream stopped")
+	}
+	if v := occ.Violations(); len(v) > 0 {
+		t.Errorf("a writer held with readers: %v", v)
+	}
+}

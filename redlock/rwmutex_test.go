@@ -1,0 +1,270 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/conformance/scenario"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// RWMutex over Redlock: of memory nodes (which can fail, see node) and of real redis-servers.
+// Redlock keeps no line, so a writer waits with its intent (intentHeld) and no Inspect reports
+// waiters. The scenarios are those of conformance/scenario, as on every store; the node faults
+// and the intent's corners are Redlock's own.
+
+// intentHeld reports whether a writer's intent is held on key over s: a writer waits.
+func intentHeld(s core.Store, key string) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		snap, err := s.Inspect(ctx, key+"\x00writer")
+		return err == nil && len(snap.Leases) > 0
+	}
+}
+
+// redlocks returns n Redlock Stores over the same nodes, as n processes would have.
+func redlocks(t *testing.T, ss []core.Store, n int) []core.Store {
+	var out []core.Store
+	for range n {
+		out = append(out, mustNew(t, ss))
+	}
+	return out
+}
+
+func TestRWMutexOverRedlockExcludesAndShares(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	var rws []*primitives.RWMutex
+	for _, s := range redlocks(t, ss, 3) {
+		rws = append(rws, scenario.MustRWMutex(t, s, "rw", primitives.WithRetryInterval(time.Millisecond)))
+	}
+	if peak := scenario.RWStress(t, rws, 8, 30, 500*time.Microsecond); peak < 2 {
+		t.Errorf("at most %d reader at once: readers did not share the key", peak)
+	}
+}
+
+func TestRWMutexOverRedlockRedisServersExcludesAndShares(t *testing.T) {
+	h := startRedisHarness(t)
+	var rws []*primitives.RWMutex
+	for range 3 {
+		rws = append(rws, scenario.MustRWMutex(t, h.NewStore(t), "rw", primitives.WithRetryInterval(time.Millisecond), primitives.WithAcquireTimeout(time.Minute)))
+	}
+	if peak := scenario.RWStress(t, rws, 8, 15, time.Millisecond); peak < 2 {
+		t.Errorf("at most %d reader at once: readers did not share the key", peak)
+	}
+}
+
+func TestRWMutexOverRedlockWriterNotStarved(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := redlocks(t, ss, 2)
+	rd := scenario.MustRWMutex(t, s[0], "rw")
+	wr := scenario.MustRWMutex(t, s[1], "rw", primitives.WithAcquireTimeout(5*time.Second))
+	scenario.WriterNotStarved(t, rd, wr, intentHeld(s[0], "rw"))
+}
+
+func TestRWMutexOverRedlockRedisServersWriterNotStarved(t *testing.T) {
+	h := startRedisHarness(t)
+	rs, ws := h.NewStore(t), h.NewStore(t)
+	rd := scenario.MustRWMutex(t, rs, "rw")
+	wr := scenario.MustRWMutex(t, ws, "rw", primitives.WithAcquireTimeout(5*time.Second))
+	scenario.WriterNotStarved(t, rd, wr, intentHeld(rs, "rw"))
+}
+
+// TestRWMutexOverRedlockWithANodeDown: with one node of three down, a writer acquires and
+// excludes readers and writers; once it leaves, readers acquire together and exclude writers;
+// and a stress run keeps exclusion with the node down.
+func TestRWMutexOverRedlockWithANodeDown(t *testing.T) {
+	ns, ss := nodes(core.SystemClock{}, 3)
+	ns[1].set(true, 0)
+	ctx := context.Background()
+	s := redlocks(t, ss, 3)
+	a, b, c := scenario.MustRWMutex(t, s[0], "rw"), scenario.MustRWMutex(t, s[1], "rw"), scenario.MustRWMutex(t, s[2], "rw")
+	w, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("writer with 2 of 3 nodes up: %v", err)
+	}
+	if _, err := b.TryAcquireRead(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		t.Fatalf("reader while the writer holds: %v, want ErrNotAcquired", err)
+	}
+	if _, err := c.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		t.Fatalf("second writer while the writer holds: %v, want ErrNotAcquired", err)
+	}
+	if st, err := c.Inspect(ctx); err != nil || !st.Writing || st.Writer.Holder != w.Holder() || len(st.Readers) != 0 || len(st.Waiters) != 0 {
+		t.Fatalf("Inspect with the writer holding: %+v, %v", st, err)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r1, err := b.AcquireRead(ctx)
+	if err != nil {
+		t.Fatalf("reader with 2 of 3 nodes up: %v", err)
+	}
+	r2, err := c.AcquireRead(ctx)
+	if err != nil {
+		t.Fatalf("second reader with 2 of 3 nodes up: %v", err)
+	}
+	if _, err := a.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		t.Fatalf("writer while two read: %v, want ErrNotAcquired", err)
+	}
+	if st, err := a.Inspect(ctx); err != nil || st.Writing || len(st.Readers) != 2 {
+		t.Fatalf("Inspect with two readers: %+v, %v", st, err)
+	}
+	r1.Release(ctx)
+	r2.Release(ctx)
+
+	var rws []*primitives.RWMutex
+	for _, st := range s {
+		rws = append(rws, scenario.MustRWMutex(t, st, "stress", primitives.WithRetryInterval(time.Millisecond)))
+	}
+	scenario.RWStress(t, rws, 6, 20, 500*time.Microsecond)
+}
+
+func TestRWMutexOverRedlockWaitingWriterHoldsBackTries(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := mustNew(t, ss)
+	scenario.WaitingWriterHoldsBackTries(t, func() *primitives.RWMutex { return scenario.MustRWMutex(t, s, "rw") }, intentHeld(s, "rw"))
+}
+
+func TestRWMutexOverRedlockInspect(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := mustNew(t, ss)
+	scenario.RWInspect(t, func(v string) *primitives.RWMutex { return scenario.MustRWMutex(t, s, "rw", primitives.WithValue(v)) }, false)
+}
+
+// TestRWMutexOverRedlockReaderWaitsWithANodeDownAndOneSlow: with node 1 down and node 0 slower
+// (20ms) than node 2, a reader that finds the writer holding waits for it and is granted once it
+// leaves. The reader's tries are refused by node 2 and fail on node 1, which decides them before
+// node 0 answers; that is a refusal (the key is busy), not a failure of the store.
+func TestRWMutexOverRedlockReaderWaitsWithANodeDownAndOneSlow(t *testing.T) {
+	ns, ss := nodes(core.SystemClock{}, 3)
+	ns[1].set(true, 0)
+	ns[0].set(false, 20*time.Millisecond)
+	rl := &refusals{Store: mustNew(t, ss)}
+	ctx := context.Background()
+	rw := scenario.MustRWMutex(t, rl, "rw", primitives.WithAcquireTimeout(5*time.Second))
+	w, err := rw.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("writer with 2 of 3 nodes up: %v", err)
+	}
+	got := make(chan core.Lease, 1)
+	scenario.GoBackground(t, func(ctx context.Context) {
+		l, err := rw.AcquireRead(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("the reader waiting for the writer: %v", err)
+		}
+		got <- l
+	})
+	for deadline := time.Now().Add(10 * time.Second); rl.n.Load() < 2; time.Sleep(time.Millisecond) {
+		select {
+		case <-got:
+			t.Fatal("the reader's Acquire returned while the writer held")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reader was not refused twice within 10s")
+		}
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		l.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader was not granted within 10s of the writer's release")
+	}
+}
+
+// TestRWMutexOverRedlockTryAcquireDefersToAWaitingWriter: TryAcquire refuses while anyone waits
+// for the key. Over Redlock a writer waits with its intent, between retries: when the reader in
+// its way leaves, a second writer's TryAcquire must not take the lock ahead of it, as a reader's
+// TryAcquireRead does not.
+func TestRWMutexOverRedlockTryAcquireDefersToAWaitingWriter(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := mustNew(t, ss)
+	ctx := context.Background()
+	r, err := scenario.MustRWMutex(t, s, "rw").AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiting writer retries when the reader's lease would expire (10s), or at its retry
+	// interval (1h): not within this test.
+	giveUp := waitingWriter(t, s, primitives.WithRetryInterval(time.Hour))
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := scenario.MustRWMutex(t, s, "rw")
+	if l, err := other.TryAcquireRead(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		t.Errorf("TryAcquireRead while a writer waits: %v, want ErrNotAcquired", err)
+		if l != nil {
+			l.Release(ctx)
+		}
+	}
+	if l, err := other.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
+		t.Errorf("a second writer's TryAcquire while a writer waits: %v, want ErrNotAcquired", err)
+		if l != nil {
+			l.Release(ctx)
+		}
+	}
+	giveUp()
+}
+
+// waitingWriter starts a writer's Acquire on "rw" over s (an RWMutex with opts) and returns
+// once it waits with its intent held. giveUp ends the wait and returns once the writer has
+// given up; t's end ends the wait too.
+func waitingWriter(t *testing.T, s core.Store, opts ...primitives.Option) (giveUp func()) {
+	t.Helper()
+	waiting := scenario.MustRWMutex(t, s, "rw", opts...)
+	ctx := context.Background()
+	wctx, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	scenario.GoBackground(t, func(context.Context) {
+		l, err := waiting.Acquire(wctx)
+		if err == nil {
+			l.Release(ctx)
+		}
+		gaveUp <- err
+	})
+	t.Cleanup(cancel) // before GoBackground's: the writer must end for it to be waited for
+	pollUntilT(t, func() bool { return intentHeld(s, "rw")(ctx) })
+	return sync.OnceFunc(func() {
+		cancel()
+		<-gaveUp
+	})
+}
+
+// pollUntilT polls cond every millisecond until it holds, and fails t if it does not within 10s.
+func pollUntilT(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+	}
+}
+
+// TestRWMutexOverRedlockWriterTimeoutNamesTheKey: a writer that gives up while another writer
+// waits (holding the intent) reports ErrNotAcquired on the RWMutex's key, not on the intent's
+// private key.
+func TestRWMutexOverRedlockWriterTimeoutNamesTheKey(t *testing.T) {
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := mustNew(t, ss)
+	ctx := context.Background()
+	r, err := scenario.MustRWMutex(t, s, "rw").AcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx)
+	giveUp := waitingWriter(t, s)
+	_, err = scenario.MustRWMutex(t, s, "rw", primitives.WithAcquireTimeout(50*time.Millisecond)).Acquire(ctx)
+	if !errors.Is(err, core.ErrNotAcquired) || !strings.HasPrefix(err.Error(), `leasehold: acquire "rw": `) {
+		t.Errorf("a writer's acquire timeout behind a waiting writer: %q, want ErrNotAcquired on key \"rw\"", err)
+	}
+	giveUp()
+}
