@@ -176,6 +176,12 @@ func (s *subscriptions) Down() {
 	}
 	for _, k := range s.watches {
 		k.gen = 0
+		// The server may have lost the key's watch entry (a restart, a failover): the watch is
+		// unreliable until a watch script succeeds again, which is run at once (and retried).
+		k.marked = false
+		if k.refresh != nil {
+			k.refresh.Reset(0)
+		}
 		k.wakeAll()
 	}
 }
