@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/conformance/scenario"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -21,7 +22,7 @@ func TestRWMutexOverRedlockDeadWritersIntentExpires_review17(t *testing.T) {
 	if err != nil || !res.Granted {
 		t.Fatalf("intent: %+v %v", res, err)
 	}
-	rd := mustRW(t, s[1], "rw", primitives.WithRetryInterval(20*time.Millisecond), primitives.WithAcquireTimeout(5*time.Second))
+	rd := scenario.MustRWMutex(t, s[1], "rw", primitives.WithRetryInterval(20*time.Millisecond), primitives.WithAcquireTimeout(5*time.Second))
 	begin := time.Now()
 	l, err := rd.AcquireRead(ctx)
 	if err != nil {
@@ -40,8 +41,8 @@ func TestRWMutexOverRedlockWipedNodeNoTwoHolders_review17(t *testing.T) {
 	ns, ss := nodes(core.SystemClock{}, 3)
 	s := redlocks(t, ss, 2)
 	ctx := context.Background()
-	a := mustRW(t, s[0], "rw", primitives.WithRetryInterval(time.Millisecond))
-	b := mustRW(t, s[1], "rw", primitives.WithRetryInterval(time.Millisecond))
+	a := scenario.MustRWMutex(t, s[0], "rw", primitives.WithRetryInterval(time.Millisecond))
+	b := scenario.MustRWMutex(t, s[1], "rw", primitives.WithRetryInterval(time.Millisecond))
 	var lastFence uint64
 	for i := range 20 {
 		ns[i%3].wipe()
