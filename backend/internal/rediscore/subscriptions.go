@@ -69,6 +69,7 @@ type subscriptions struct {
 	gens     uint64              // confirmations so far, across channels
 	tries    map[string]refusal  // channel+"\x00"+holder → a refusal of a holder not yet enrolled
 	watches  map[string]*watched // changed channel → the key's watches
+	downs    uint64              // Down calls so far: a watch script sent before one marks nothing
 	closed   bool
 }
 
@@ -170,6 +171,7 @@ func (s *subscriptions) Message(name, payload string) {
 func (s *subscriptions) Down() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.downs++
 	for _, c := range s.channels {
 		c.gen = 0
 		c.wakeAll()

@@ -69,11 +69,12 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 	if err != nil {
 		return nil, err
 	}
+	since := subs.downCount()
 	if _, err := s.run(ctx, watchScript, key, watchArgs(watchLife)); err != nil {
 		w.Close()
 		return nil, err
 	}
-	subs.marked(w.k, true)
+	subs.marked(w.k, true, since)
 	if err := subs.sync(ctx, w.k.name); err != nil {
 		w.Close()
 		return nil, s.clientError(ctx, fmt.Errorf("subscribe %q: %w", w.k.name, err))
@@ -116,11 +117,23 @@ func (s *subscriptions) watch(key string) (*keyWatch, error) {
 	return w, nil
 }
 
-// marked records whether the latest watch script on k's key succeeded, and wakes k's watches
-// when that changes their reliability.
-func (s *subscriptions) marked(k *watched, ok bool) {
+// downCount returns how many times the connection went down so far.
+func (s *subscriptions) downCount() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.downs
+}
+
+// marked records whether the latest watch script on k's key succeeded, and wakes k's watches
+// when that changes their reliability. A success of a script sent before the connection last
+// went down (since, from downCount before sending, is behind) marks nothing: it may have reached
+// a server that has since lost the key's watch entry, and Down has sent another.
+func (s *subscriptions) marked(k *watched, ok bool, since uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok && since != s.downs {
+		return
+	}
 	if k.marked != ok {
 		k.marked = ok
 		k.wakeAll()
@@ -137,12 +150,13 @@ func (s *subscriptions) refreshWatch(k *watched) {
 	s.bg.Add(1) // under mu, before close's Wait
 	s.mu.Unlock()
 	defer s.bg.Done()
+	since := s.downCount()
 	err := s.mark(k.key)
-	s.marked(k, err == nil)
+	s.marked(k, err == nil, since)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || len(k.ws) == 0 || s.watches[k.name] != k {
-		return
+	if s.closed || len(k.ws) == 0 || s.watches[k.name] != k || since != s.downs {
+		return // (after a Down, the refresh it started arms the next)
 	}
 	next := watchLife / 3
 	if err != nil {
