@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 		{"LeasesKeepTheirValues", s.testLeasesKeepTheirValues},
 		{"InspectListsTheLine", s.testInspectListsTheLine},
 		{"LineGrantsCarryTheWaitersValue", s.testLineGrantsCarryTheWaitersValue},
+		{"ValuesThatLookLikeAFormat", s.testValuesThatLookLikeAFormat},
 		{"WatchSeesGrantsAndReleases", s.testWatchSeesGrantsAndReleases},
 		{"KeysAreIndependent", s.testKeysAreIndependent},
 		{"CanceledContextChangesNothing", s.testCanceledContextChangesNothing},

@@ -170,3 +170,50 @@ func (s *suite) testWatchSeesGrantsAndReleases(t *testing.T) {
 	w.Close()
 	w.Close() // idempotent
 }
+
+// testValuesThatLookLikeAFormat: values that look like a store's own syntax — newlines, " q",
+// digits and spaces, NUL, a length prefix — come back exactly, as a lease's, as a waiter's and as
+// an untaken grant's value; a grant from the line that its waiter gives back is gone, value and
+// all, so that a full lease is granted next. A Watcher's store is watched throughout, so that
+// whatever it keeps for its watchers sits beside the values.
+func (s *suite) testValuesThatLookLikeAFormat(t *testing.T) {
+	st, key := s.h.NewStore(t), newKey(t)
+	if wr, ok := st.(core.Watcher); ok {
+		if w, err := wr.Watch(ctxFor(t), key); err == nil {
+			defer w.Close()
+		}
+	}
+	values := []string{"\n", " q", "1 2", "1 2 q\n3", "q", "\x00", "a\x00b\n", "5 abc", "2 7 hello\n",
+		"0 99999999999999", strings.Repeat("\n", core.MaxValueLen), strings.Repeat("9 ", core.MaxValueLen/2)}
+	for i, v := range values {
+		a := at(t, st, key).request("a", 1, 1, time.Minute)
+		a.Value = v
+		if res, err := st.Acquire(ctxFor(t), a); err != nil || !res.Granted {
+			t.Fatalf("value %d: Acquire(a) = %+v, %v; want granted", i, res, err)
+		}
+		b := at(t, st, key).request("b", 1, 1, time.Minute)
+		b.Value = v + "#b"
+		w := s.joinLineWith(at(t, st, key), b)
+		snap := inspect(t, st, key)
+		if len(snap.Leases) != 1 || snap.Leases[0].Value != v || len(snap.Waiters) != 1 || snap.Waiters[0].Value != v+"#b" {
+			t.Fatalf("value %d %.40q: Inspect = %+v; want a's lease and b waiting, with their values", i, v, snap)
+		}
+		at(t, st, key).release("a")
+		snap = inspect(t, st, key)
+		if len(snap.Leases) != 1 || snap.Leases[0].Holder != "b" || snap.Leases[0].Value != v+"#b" || len(snap.Waiters) != 0 {
+			t.Fatalf("value %d %.40q: after the release, Inspect = %+v; want b's grant from the line, with its value", i, v, snap)
+		}
+		w.Close() // gives the untaken grant back (a driver may tell its server in the background)
+		for deadline := time.Now().Add(wakeTimeout); ; time.Sleep(time.Millisecond) {
+			snap = inspect(t, st, key)
+			if len(snap.Leases) == 0 && len(snap.Waiters) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("value %d: %v after the waiter gave its grant back, Inspect = %+v; want nothing", i, wakeTimeout, snap)
+			}
+		}
+		at(t, st, key).grant("c", 1, 1, time.Minute) // nothing of b's is left to count
+		at(t, st, key).release("c")
+	}
+}
