@@ -93,9 +93,9 @@ func (s *Store) leaveLocked(key, holder string) {
 // enrollment is one caller's enrollment on a key: it is woken when the line grants its holder a
 // lease, and when the store closes.
 type enrollment struct {
+	signal
 	s           *Store
 	key, holder string
-	c           chan struct{}
 	closed      bool // guarded by s.mu
 }
 
@@ -107,7 +107,7 @@ func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waite
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	w := &enrollment{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1)}
+	w := &enrollment{signal: newSignal(), s: s, key: req.Key, holder: req.Holder}
 	hs := s.waiters[req.Key]
 	if hs == nil {
 		hs = make(map[string][]*enrollment)
@@ -129,18 +129,25 @@ func (s *Store) wakeLocked(key, holder string) {
 	}
 }
 
-func (w *enrollment) wake() {
+// signal is the channel of a waiter or a watch, with the methods core.Waiter and core.Watch
+// share: an in-process store misses no grant and no change, so it is always reliable.
+type signal struct{ c chan struct{} }
+
+func newSignal() signal { return signal{c: make(chan struct{}, 1)} }
+
+// wake sends on the channel unless a value is already pending.
+func (sg signal) wake() {
 	select {
-	case w.c <- struct{}{}:
+	case sg.c <- struct{}{}:
 	default:
 	}
 }
 
-// C implements core.Waiter.
-func (w *enrollment) C() <-chan struct{} { return w.c }
+// C implements core.Waiter and core.Watch.
+func (sg signal) C() <-chan struct{} { return sg.c }
 
-// Reliable implements core.Waiter: an in-process line misses no grant.
-func (w *enrollment) Reliable() bool { return true }
+// Reliable implements core.Waiter and core.Watch: an in-process store misses nothing.
+func (signal) Reliable() bool { return true }
 
 // Close implements core.Waiter: the waiter leaves the line, and a lease the line granted its
 // holder that was not taken goes to the next waiters.

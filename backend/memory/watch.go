@@ -10,9 +10,9 @@ import (
 // watch is one caller's watch on a key: it is woken when a lease on the key is granted or
 // released, and when the store closes.
 type watch struct {
+	signal
 	s      *Store
 	key    string
-	c      chan struct{}
 	closed bool // guarded by s.mu
 }
 
@@ -26,7 +26,7 @@ func (s *Store) Watch(_ context.Context, key string) (core.Watch, error) {
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	w := &watch{s: s, key: key, c: make(chan struct{}, 1)}
+	w := &watch{signal: newSignal(), s: s, key: key}
 	s.watches[key] = append(s.watches[key], w)
 	return w, nil
 }
@@ -37,19 +37,6 @@ func (s *Store) changedLocked(key string) {
 		w.wake()
 	}
 }
-
-func (w *watch) wake() {
-	select {
-	case w.c <- struct{}{}:
-	default:
-	}
-}
-
-// C implements core.Watch.
-func (w *watch) C() <-chan struct{} { return w.c }
-
-// Reliable implements core.Watch: an in-process store misses no change.
-func (w *watch) Reliable() bool { return true }
 
 // Close implements core.Watch.
 func (w *watch) Close() {
