@@ -58,7 +58,7 @@ func NewRWMutex(store core.Store, key string, opts ...Option) (*RWMutex, error) 
 	readers := *sem
 	rw.readers = &readers
 	if sem.notifier == nil {
-		rw.intent = &Mutex{sem: &Semaphore{store: store, key: key + writerIntent, limit: 1, cfg: sem.cfg}}
+		rw.intent = &Mutex{sem: &Semaphore{store: store, watcher: sem.watcher, key: key + writerIntent, limit: 1, cfg: sem.cfg}}
 		icfg := &rw.intent.sem.cfg
 		icfg.holder = "" // a fresh id per intent, whatever the leases' holder
 		// The intent is the RWMutex's own business: the caller's callbacks hear of its leases.
