@@ -78,7 +78,7 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitFail
 	}
 	inUse := snap.InUse()
-	fmt.Fprintf(stdout, "%s: %d holder(s), %d permit(s) in use", key, len(snap.Leases), inUse)
+	fmt.Fprintf(stdout, "%s: %d holder(s), %d permit(s) in use", plainOrQuoted(key), len(snap.Leases), inUse)
 	switch {
 	case limit > 0 && snap.Limit > 0 && snap.Limit != limit:
 		fmt.Fprintf(stdout, ", %d free of %d (-limit; the store records limit %d)\n", max(limit-inUse, 0), limit, snap.Limit)

@@ -75,3 +75,22 @@ func TestInspectFitsIn100Columns(t *testing.T) {
 		t.Errorf("waiter interrupted: exit %d, want %d", code, exitInterrupted)
 	}
 }
+
+// A key with a newline in it cannot forge a line of inspect's output: the header quotes it.
+func TestInspectQuotesAnOddKey(t *testing.T) {
+	store := useMemoryStore(t)
+	key := "a\nb: 9 holder(s)"
+	mu, err := primitives.NewMutex(store, key, primitives.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := mu.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lease.Release(t.Context()) })
+	out := inspectUntil(t, key, "1 holder(s)")
+	if first, _, _ := strings.Cut(out, "\n"); !strings.HasPrefix(first, `"a\nb: 9 holder(s)": 1 holder(s)`) {
+		t.Errorf("inspect's header does not quote the key: %q", first)
+	}
+}
