@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/conformance/scenario"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
+	"github.com/leasehold/leasehold/redlock"
 )
 
 // RWMutex over Redlock: of memory nodes (which can fail, see node) and of real redis-servers.
@@ -186,13 +187,8 @@ func TestRWMutexOverRedlockReaderWaitsWithANodeDownAndOneSlow(t *testing.T) {
 // its way leaves, a second writer's TryAcquire must not take the lock ahead of it, as a reader's
 // TryAcquireRead does not.
 func TestRWMutexOverRedlockTryAcquireDefersToAWaitingWriter(t *testing.T) {
-	_, ss := nodes(core.SystemClock{}, 3)
-	s := mustNew(t, ss)
+	s, r := readOverRedlock(t)
 	ctx := context.Background()
-	r, err := scenario.MustRWMutex(t, s, "rw").AcquireRead(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The waiting writer retries when the reader's lease would expire (10s), or at its retry
 	// interval (1h): not within this test.
 	giveUp := waitingWriter(t, s, primitives.WithRetryInterval(time.Hour))
@@ -239,6 +235,18 @@ func waitingWriter(t *testing.T, s core.Store, opts ...primitives.Option) (giveU
 	})
 }
 
+// readOverRedlock returns a Redlock over three memory nodes and a read lease on its "rw".
+func readOverRedlock(t *testing.T) (*redlock.Store, core.Lease) {
+	t.Helper()
+	_, ss := nodes(core.SystemClock{}, 3)
+	s := mustNew(t, ss)
+	r, err := scenario.MustRWMutex(t, s, "rw").AcquireRead(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, r
+}
+
 // pollUntilT polls cond every millisecond until it holds, and fails t if it does not within 10s.
 func pollUntilT(t *testing.T, cond func() bool) {
 	t.Helper()
@@ -253,16 +261,11 @@ func pollUntilT(t *testing.T, cond func() bool) {
 // waits (holding the intent) reports ErrNotAcquired on the RWMutex's key, not on the intent's
 // private key.
 func TestRWMutexOverRedlockWriterTimeoutNamesTheKey(t *testing.T) {
-	_, ss := nodes(core.SystemClock{}, 3)
-	s := mustNew(t, ss)
+	s, r := readOverRedlock(t)
 	ctx := context.Background()
-	r, err := scenario.MustRWMutex(t, s, "rw").AcquireRead(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer r.Release(ctx)
 	giveUp := waitingWriter(t, s)
-	_, err = scenario.MustRWMutex(t, s, "rw", primitives.WithAcquireTimeout(50*time.Millisecond)).Acquire(ctx)
+	_, err := scenario.MustRWMutex(t, s, "rw", primitives.WithAcquireTimeout(50*time.Millisecond)).Acquire(ctx)
 	if !errors.Is(err, core.ErrNotAcquired) || !strings.HasPrefix(err.Error(), `leasehold: acquire "rw": `) {
 		t.Errorf("a writer's acquire timeout behind a waiting writer: %q, want ErrNotAcquired on key \"rw\"", err)
 	}
