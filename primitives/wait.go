@@ -17,9 +17,14 @@ type acquisition struct {
 	tries    int
 	begin    time.Time // when Acquire started: the acquire timeout counts from here
 
-	enrolled   bool        // registration with the notifier (or the watch) was attempted
-	waiter     core.Waiter // nil when not registered
-	watch      core.Watch  // without a notifier: the key's changes wake the waiter; nil when none
+	enrolled bool // registration with the notifier (or the watch) was attempted
+	// wakes is what wakes the caller between tries: its core.Waiter, or without a notifier a
+	// core.Watch of the key (both have these methods); nil when there is neither.
+	wakes interface {
+		C() <-chan struct{}
+		Reliable() bool
+		Close()
+	}
 	timeout    *time.Timer // acquire timeout, started at the first wait
 	retryTimer *time.Timer
 }
@@ -104,7 +109,7 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 		nw, err := a.s.notifier.Register(ctx, a.req)
 		switch {
 		case err == nil:
-			a.waiter = nw
+			a.wakes = nw
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
@@ -117,7 +122,7 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 		a.enrolled = true
 		w, err := a.s.watcher.Watch(ctx, a.req.Key)
 		if err == nil {
-			a.watch = w
+			a.wakes = w
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -151,11 +156,8 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 		// Under WithAttempts(n) the tries are paced by the retry interval alone: a wake (a
 		// subscription confirmed, say) would spend an attempt at once. A grant from the line
 		// waits for the next try, at most a retry interval away.
-		switch {
-		case a.waiter != nil:
-			wake = a.waiter.C()
-		case a.watch != nil:
-			wake = a.watch.C()
+		if a.wakes != nil {
+			wake = a.wakes.C()
 		}
 	}
 	select {
@@ -172,23 +174,14 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 
 // reliable reports whether the waiter hears of every release (or change) that could serve it.
 func (a *acquisition) reliable() bool {
-	switch {
-	case a.waiter != nil:
-		return a.waiter.Reliable()
-	case a.watch != nil:
-		return a.watch.Reliable()
-	}
-	return false
+	return a.wakes != nil && a.wakes.Reliable()
 }
 
 // close ends the enrollment (the store passes on a grant the caller did not take) and stops the
 // timers.
 func (a *acquisition) close() {
-	if a.waiter != nil {
-		a.waiter.Close()
-	}
-	if a.watch != nil {
-		a.watch.Close()
+	if a.wakes != nil {
+		a.wakes.Close()
 	}
 	if a.timeout != nil {
 		a.timeout.Stop()
