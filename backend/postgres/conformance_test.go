@@ -1,0 +1,53 @@
+package postgres_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/backend/postgres"
+	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/core"
+)
+
+// harness connects the conformance suite to one PostgreSQL database: every Store it makes has a
+// pool of its own, as separate processes would.
+type harness struct{ url string }
+
+func (h harness) NewStore(t *testing.T) core.Store { return newStore(t, h.url) }
+
+func (harness) Advance(time.Duration) bool { return false }
+
+// newStore returns a Store over a new pool to url; both are closed when t ends.
+func newStore(t testing.TB, url string, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		pool.Close()
+	})
+	return s
+}
+
+func serverURL(t testing.TB) string {
+	u := os.Getenv("PGDEV_URL")
+	if u == "" {
+		t.Skip("no server")
+	}
+	return u
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, harness{url: serverURL(t)})
+}

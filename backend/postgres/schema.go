@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// names are the schema-qualified, quoted names of what the Store uses, and the SQL of its calls.
+type names struct {
+	schema, prefix string
+	ddl            string // schemaSQL with the names filled in
+	version        string // sha256 of ddl: the functions' version
+	changed        string // the channel of change announcements (core.Watcher)
+
+	acquire, extend, release, leave, watch, inspect, acceptFence, readVersion string
+}
+
+// validPrefix is what WithTablePrefix takes: a lower-case SQL identifier short enough that the
+// longest name made from it ("<prefix>accept_fence", a channel "<prefix>w<16 hex>") fits
+// PostgreSQL's 63 bytes.
+var validPrefix = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,31}$`)
+
+func newNames(schema, prefix string) names {
+	q := func(name string) string { return pgx.Identifier{schema, prefix + name}.Sanitize() }
+	n := names{schema: schema, prefix: prefix, changed: prefix + "changed"}
+	ddl := strings.ReplaceAll(schemaSQL, "@@changed", quoteLiteral(n.changed))
+	ddl = regexp.MustCompile(`@([a-z_]+)`).ReplaceAllStringFunc(ddl, func(m string) string { return q(m[1:]) })
+	n.ddl = ddl
+	sum := sha256.Sum256([]byte(ddl))
+	n.version = hex.EncodeToString(sum[:])
+	n.acquire = "SELECT granted, fence, retry, err FROM " + q("acquire") +
+		"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+	n.extend = "SELECT ok, permits, fence, lim, value FROM " + q("extend") + "($1, $2, $3)"
+	n.release = "SELECT " + q("release") + "($1, $2, $3)"
+	n.leave = "SELECT " + q("leave") + "($1, $2, $3)"
+	n.watch = "SELECT " + q("watch") + "($1, $2)"
+	n.inspect = "SELECT kind, lim, holder, permits, fence, ttl, value FROM " + q("inspect") + "($1)"
+	n.acceptFence = "SELECT accepted, highest FROM " + q("accept_fence") + "($1, $2)"
+	n.readVersion = "SELECT version FROM " + q("schema")
+	return n
+}
+
+// quoteLiteral returns s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// SchemaSQL returns the SQL that New runs to create the tables and functions of a Store with
+// opts (only WithSchema and WithTablePrefix matter), for a database administrator who creates
+// them ahead of time for a Store made WithoutSetup. It is idempotent.
+func SchemaSQL(opts ...Option) (string, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return "", err
+	}
+	n := newNames(o.schema, o.prefix)
+	return n.ddl + "\n" + n.recordVersion() + ";\n", nil
+}
+
+func (n names) recordVersion() string {
+	t := pgx.Identifier{n.schema, n.prefix + "schema"}.Sanitize()
+	return "DELETE FROM " + t + "; INSERT INTO " + t + " (version) VALUES (" + quoteLiteral(n.version) + ")"
+}
+
+// setup makes sure the tables and functions of n exist at this version. When the version row
+// says so already it costs one query; otherwise it runs the DDL in one transaction that first
+// locks the version table, so that Stores starting together do not run it at once. With
+// create false it only checks.
+func setup(ctx context.Context, pool *pgxpool.Pool, n names, create bool) error {
+	var v string
+	err := pool.QueryRow(ctx, n.readVersion).Scan(&v)
+	if err == nil && v == n.version {
+		return nil
+	}
+	if !create {
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
+			err = fmt.Errorf("tables of version %.12s, want %.12s", v, n.version)
+		}
+		return fmt.Errorf("postgres: schema %q prefix %q not set up (run postgres.SchemaSQL's output, or drop WithoutSetup): %w",
+			n.schema, n.prefix, err)
+	}
+	for attempt := 0; ; attempt++ {
+		err = createSchema(ctx, pool, n)
+		if err == nil || attempt == 4 || !retryable(err) {
+			break
+		}
+		select {
+		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: create tables in schema %q with prefix %q: %w", n.schema, n.prefix, err)
+	}
+	return nil
+}
+
+func createSchema(ctx context.Context, pool *pgxpool.Pool, n names) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		t := pgx.Identifier{n.schema, n.prefix + "schema"}.Sanitize()
+		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+t+" (version text NOT NULL)"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+t+" IN EXCLUSIVE MODE"); err != nil {
+			return err
+		}
+		var v string
+		err := tx.QueryRow(ctx, n.readVersion).Scan(&v)
+		if err == nil && v == n.version {
+			return nil // another Store made it while this one waited
+		}
+		if _, err := tx.Exec(ctx, n.ddl); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, n.recordVersion())
+		return err
+	})
+}
+
+// retryable reports whether err is one PostgreSQL may return to transactions that run into each
+// other (a serialization failure, a deadlock, or concurrent DDL), after which trying again is
+// safe: the transaction was rolled back.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code {
+	case "40001", "40P01", "23505", "XX000":
+		return true
+	}
+	return false
+}
