@@ -51,3 +51,26 @@ func serverURL(t testing.TB) string {
 func TestConformance(t *testing.T) {
 	conformance.Run(t, harness{url: serverURL(t)})
 }
+
+// newPool returns a pool to url, closed when t ends.
+func newPool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// waitFor waits up to 10s for cond, failing t with what it waited for.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

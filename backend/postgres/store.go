@@ -34,8 +34,8 @@ type Store struct {
 
 	lmu     sync.Mutex
 	leaving map[string]*leaving // key → its leaves in flight
-	cancel context.CancelFunc
-	loops  sync.WaitGroup // the listener's and the renewer's goroutines
+	cancel  context.CancelFunc
+	loops   sync.WaitGroup // the listener's and the renewer's goroutines
 }
 
 var (
@@ -137,10 +137,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err := setup(ctx, pool, n, o.setup); err != nil {
 		return nil, err
 	}
-	lc := o.listen
-	if lc == nil {
-		lc = pool.Config().ConnConfig.Copy()
+	lc := pool.Config().ConnConfig
+	if o.listen != nil {
+		lc = o.listen
 	}
+	lc = lc.Copy()
+	if lc.RuntimeParams == nil {
+		lc.RuntimeParams = make(map[string]string)
+	}
+	// Operators see the listening session for what it is (pg_stat_activity.application_name).
+	lc.RuntimeParams["application_name"] = listenerName
 	var id [8]byte
 	rand.Read(id[:])
 	s := &Store{pool: pool, n: n, opts: o, leaving: make(map[string]*leaving)}
@@ -210,6 +216,9 @@ func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...an
 func us(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
+
+// listenerName is the application_name of every Store's listening connection.
+const listenerName = "leasehold listener"
 
 // maxFloor is the highest fence floor the Store takes: PostgreSQL's bigint counter must have
 // room for 2^32 grants after it.
