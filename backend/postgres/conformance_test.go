@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend/postgres"
@@ -74,3 +75,44 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestConformanceInEveryExecMode: the suite passes whichever way pgx sends statements — the
+// modes a pool behind PgBouncer in transaction mode needs (unnamed statements, or the simple
+// protocol) as well as the default cache of prepared statements.
+func TestConformanceInEveryExecMode(t *testing.T) {
+	url := serverURL(t)
+	for name, mode := range map[string]pgx.QueryExecMode{"exec": pgx.QueryExecModeExec, "simple": pgx.QueryExecModeSimpleProtocol,
+		"describe": pgx.QueryExecModeCacheDescribe} {
+		t.Run(name, func(t *testing.T) {
+			conformance.Run(t, modeHarness{url: url, mode: mode})
+		})
+	}
+}
+
+type modeHarness struct {
+	url  string
+	mode pgx.QueryExecMode
+}
+
+func (h modeHarness) NewStore(t *testing.T) core.Store {
+	cfg, err := pgxpool.ParseConfig(h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = h.mode
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		pool.Close()
+	})
+	return s
+}
+
+func (modeHarness) Advance(time.Duration) bool { return false }

@@ -43,13 +43,14 @@ func newNames(schema, prefix string) names {
 	sum := sha256.Sum256([]byte(ddl))
 	n.version = hex.EncodeToString(sum[:])
 	n.acquire = "SELECT granted, fence, retry, err FROM " + q("acquire") +
-		"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
-	n.extend = "SELECT ok, permits, fence, lim, value FROM " + q("extend") + "($1, $2, $3)"
-	n.release = "SELECT " + q("release") + "($1, $2, $3)"
-	n.leave = "SELECT " + q("leave") + "($1, $2, $3)"
-	n.watch = "SELECT " + q("watch") + "($1, $2)"
-	n.inspect = "SELECT kind, lim, holder, permits, fence, ttl, value FROM " + q("inspect") + "($1)"
-	n.acceptFence = "SELECT accepted, highest FROM " + q("accept_fence") + "($1, $2)"
+		"($1::bytea, $2::bytea, $3::integer, $4::integer, $5::bigint, $6::bigint, $7::bytea, $8::bigint, $9::bigint, " +
+		"$10::bigint, $11::text, $12::integer, $13::timestamptz)"
+	n.extend = "SELECT ok, permits, fence, lim, value FROM " + q("extend") + "($1::bytea, $2::bytea, $3::bigint)"
+	n.release = "SELECT " + q("release") + "($1::bytea, $2::bytea, $3::bigint)"
+	n.leave = "SELECT " + q("leave") + "($1::bytea, $2::bytea, $3::bigint)"
+	n.watch = "SELECT " + q("watch") + "($1::bytea, $2::bigint)"
+	n.inspect = "SELECT kind, lim, holder, permits, fence, ttl, value FROM " + q("inspect") + "($1::bytea)"
+	n.acceptFence = "SELECT accepted, highest FROM " + q("accept_fence") + "($1::bytea, $2::bigint)"
 	n.readVersion = "SELECT version FROM " + q("schema")
 	return n
 }

@@ -1,0 +1,73 @@
+// Package postgres is a Leasehold store on PostgreSQL (11 or later), through
+// github.com/jackc/pgx/v5: leases, the strict FIFO line of waiters, values, Inspect with the line,
+// release notifications (core.Notifier), change announcements (core.Watcher) and fence floors
+// (core.FenceRaiser), with the same semantics as the Redis and memory stores, so it passes the
+// same conformance suite. It is written only from packages core and conformance, as a third
+// party's driver would be. On top of what a lock in Redis can give, AcceptFence checks a lease's
+// fence inside the caller's own transaction, so the guarded write and the check commit or roll
+// back together.
+//
+// # Operations
+//
+// Each operation is one statement, a call of a PL/pgSQL function (one round trip, once pgx has
+// prepared it): SELECT … FROM leasehold_acquire($1, …). The function first locks the key's row in
+// leasehold_keys (SELECT … FOR UPDATE; the row is made on the key's first use), so the
+// operations on one key are serial and atomic, and those on different keys never wait for each
+// other. There are no advisory locks and no session state: every operation is a transaction of
+// its own, and works through PgBouncer in transaction mode.
+//
+// Time is the database's: clock_timestamp(), read once per operation after the key's lock is
+// taken, in microseconds. A lease expires when that time passes its expiry; an expired lease
+// frees its permits with no action of its holder. Fences are a bigint per key, each new grant's
+// max(last + 1, now in microseconds): they strictly increase and never wrap, and keep increasing
+// even if the table were restored from an older backup, as long as the database's clock does not
+// move back.
+//
+// A waiter's place in the line is a row of leasehold_waiters. A release (or an expiry found, or a
+// waiter leaving) grants free permits to the head of the line in the same transaction, and
+// announces each grant with NOTIFY on the channel of the waiter's Store alone, with a payload of
+// 32 hex digits (an MD5 of the key and holder), so neither keys nor values travel in it. Idle
+// waiters send nothing. A woken waiter's next Acquire takes the grant.
+//
+// # The listening connection
+//
+// Each Store keeps one connection of its own, outside the pool, on which it LISTENs: for its
+// waiters' grants and, while it has watches, for changes of the keys it watches. It is made from
+// the pool's configuration, or WithListenDSN's; its application_name is "leasehold listener".
+// LISTEN needs a session: behind a transaction pooler, give WithListenDSN a DSN that reaches the
+// database directly or through a session-mode pool. While the connection is down, waiters and
+// watches are not Reliable, and the portable layer polls at its retry interval; the Store
+// reconnects (50ms doubling to 2s), and every waiter and watch is woken at each change.
+//
+// A waiter's place records its Store's listening backend (pid and start time). The line passes
+// over a place whose backend is gone — its process died, or its Store closed — when it would
+// grant it, so dead waiters do not hold up the line for their wait. A waiter that gives up leaves
+// the line (one more statement, sent in the background; Close waits for those its waiters owe)
+// and gives back a grant it has not taken; so does a try that failed or was canceled in flight,
+// and such a try is kept out of the line for a minute should it still arrive.
+//
+// # Watching a key
+//
+// Changes of a key (a new lease, a release, a grant given back) are announced with NOTIFY on one
+// channel per prefix, "leasehold_changed", with an MD5 of the key as payload — only while the key
+// is watched: Watch marks the key's row for 30 s and the Store renews the mark every 10 s while
+// it has watches on it. A key nobody watches costs its operations no NOTIFY (PostgreSQL serializes
+// the commits of transactions that notify).
+//
+// # Tables, functions and privileges
+//
+// New creates, idempotently, six tables and twelve functions named with the prefix (default
+// "leasehold_", WithTablePrefix) in the schema (default "public", WithSchema). The tables are
+// keys (one row per key ever used: its last fence, its limit, its line's counter; kept, like the
+// Redis store's meta, so fences never go back), leases, waiters, left (tries given up in flight,
+// a minute each), fences (AcceptFence's record) and schema (one row: the functions' version). SchemaSQL returns the SQL. Creating them needs CREATE on the schema; afterwards the
+// Store needs SELECT, INSERT, UPDATE and DELETE on the tables, EXECUTE on the functions
+// (PostgreSQL grants it to PUBLIC by default) and the right to connect for LISTEN. A role that
+// may not create runs with WithoutSetup, after an administrator ran SchemaSQL's output. Keys,
+// holders and values are bytea: any bytes, as bind parameters only, and keys of any length
+// (they are indexed by their SHA-256).
+//
+// Every function expects READ COMMITTED, PostgreSQL's default; under a stricter default
+// isolation an operation that meets a concurrent one fails with a serialization error, which
+// the Store retries twice.
+package postgres
