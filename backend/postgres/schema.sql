@@ -56,9 +56,10 @@ CREATE TABLE IF NOT EXISTS @waiters (
 -- Tries given up in flight, so that one arriving late takes no place in the line.
 CREATE TABLE IF NOT EXISTS @left (
     kh      bytea NOT NULL,
+    hh      bytea NOT NULL,
     try     bigint NOT NULL,
     expires bigint NOT NULL,
-    PRIMARY KEY (kh, try)
+    PRIMARY KEY (kh, hh, try)
 );
 
 -- The highest fence accepted per resource by Store.AcceptFence.
@@ -172,9 +173,9 @@ BEGIN
     k := @lockkey(v_kh, p_key);
     now_ := @now_us();
     IF p_try IS NOT NULL THEN
-        DELETE FROM @left WHERE kh = v_kh AND (try = p_try OR expires <= now_);
-        IF EXISTS (SELECT 1 FROM @left WHERE kh = v_kh AND try = p_try) THEN
-            RETURN;
+        DELETE FROM @left WHERE kh = v_kh AND hh = v_hh AND try = p_try;
+        IF FOUND THEN
+            RETURN; -- its caller gave up on it: refused, and no place taken
         END IF;
     END IF;
     DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
@@ -297,7 +298,8 @@ BEGIN
     ELSE
         DELETE FROM @waiters WHERE kh = v_kh AND hh = v_hh AND try = p_try;
         IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM @leases WHERE kh = v_kh AND hh = v_hh) THEN
-            INSERT INTO @left (kh, try, expires) VALUES (v_kh, p_try, now_ + 60000000)
+            DELETE FROM @left WHERE kh = v_kh AND expires <= now_;
+            INSERT INTO @left (kh, hh, try, expires) VALUES (v_kh, v_hh, p_try, now_ + 60000000)
             ON CONFLICT DO NOTHING;
         END IF;
     END IF;

@@ -3,12 +3,13 @@ package postgres
 import (
 	"context"
 	"crypto/md5"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,11 +24,12 @@ import (
 // Store is a core.Store on PostgreSQL, and a core.Notifier, core.Watcher and core.FenceRaiser.
 // Make one with New. It is safe for concurrent use.
 type Store struct {
-	pool  *pgxpool.Pool
-	n     names
-	opts  options
-	l     *listener
-	tries atomic.Int64 // numbers the tries that wait
+	pool *pgxpool.Pool
+	n    names
+	opts options
+	l    *listener
+
+	newTry func() int64 // names a try that waits among every Store's, for leave: rand.Int64
 
 	closed atomic.Bool
 	leaves sync.WaitGroup // leaves of the line sent in the background
@@ -148,8 +150,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	// Operators see the listening session for what it is (pg_stat_activity.application_name).
 	lc.RuntimeParams["application_name"] = listenerName
 	var id [8]byte
-	rand.Read(id[:])
-	s := &Store{pool: pool, n: n, opts: o, leaving: make(map[string]*leaving)}
+	crand.Read(id[:])
+	s := &Store{pool: pool, n: n, opts: o, leaving: make(map[string]*leaving), newTry: rand.Int64}
 	s.l = newListener(s, lc, o.prefix+"w"+hex.EncodeToString(id[:]))
 	bg, stop := context.WithCancel(context.Background())
 	s.cancel = stop
@@ -171,7 +173,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 // waiters owe (each bounded by a few seconds), then closes the listening connection. Leases are
 // not released. The pool stays open. Close is idempotent.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	s.lmu.Lock() // a leave starts before this, or not at all: see leave
+	closed := s.closed.Swap(true)
+	s.lmu.Unlock()
+	if closed {
 		return nil
 	}
 	s.l.wakeAll()
@@ -255,7 +260,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 	var t try
 	if req.Wait > 0 {
 		t = s.l.beforeTry(req.Key, req.Holder)
-		t.id = s.tries.Add(1)
+		t.id = s.newTry()
 		args[9] = t.id
 		if t.up {
 			args[10], args[11], args[12] = s.l.channel, t.pid, t.started
@@ -365,11 +370,12 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 // line made it that it has not taken; with a try id, only the place that try took, and a late
 // try is kept out. It is bounded by a few seconds; Close waits for it.
 func (s *Store) leave(key, holder string, try *int64) {
+	s.lmu.Lock()
 	if s.closed.Load() {
+		s.lmu.Unlock()
 		return // the place ends with its wait, or when the line finds this Store's listener gone
 	}
 	s.leaves.Add(1)
-	s.lmu.Lock()
 	lv := s.leaving[key]
 	if lv == nil {
 		lv = &leaving{done: make(chan struct{})}
