@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"testing"
 	"time"
@@ -116,3 +118,11 @@ func (h modeHarness) NewStore(t *testing.T) core.Store {
 }
 
 func (modeHarness) Advance(time.Duration) bool { return false }
+
+// uniqueKey returns a key for t alone: its name and a random suffix, so that runs of the test
+// against one server (-count) do not meet each other's leases and lines.
+func uniqueKey(t testing.TB) string {
+	var b [4]byte
+	rand.Read(b[:])
+	return t.Name() + "-" + hex.EncodeToString(b[:])
+}

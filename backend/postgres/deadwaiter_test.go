@@ -17,7 +17,7 @@ import (
 // timeout 10 min) is killed; the holder releases; a live waiter behind them has the lock within
 // 2s, not after the dead waiters' TTLs: the line finds their Store's listening backend gone.
 func TestDeadWaitersArePassedOver(t *testing.T) {
-	url, key := serverURL(t), "dead"+t.Name()
+	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	m, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(30*time.Second))
 	held, err := m.Acquire(ctx)

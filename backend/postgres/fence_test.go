@@ -49,7 +49,7 @@ func fencePool(t *testing.T) (*postgres.Store, *pgxpool.Pool) {
 
 func TestAcceptFenceRefusesStaleWritesWithTheirTransaction(t *testing.T) {
 	s, pool := fencePool(t)
-	ctx, res := context.Background(), t.Name()
+	ctx, res := context.Background(), uniqueKey(t)
 	for _, step := range []struct {
 		fence uint64
 		stale bool
@@ -69,7 +69,7 @@ func TestAcceptFenceRefusesStaleWritesWithTheirTransaction(t *testing.T) {
 
 func TestAcceptFenceRolledBackIsNotRecorded(t *testing.T) {
 	s, pool := fencePool(t)
-	ctx, res := context.Background(), t.Name()
+	ctx, res := context.Background(), uniqueKey(t)
 	errRollback := errors.New("the guarded write failed")
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := s.AcceptFence(ctx, tx, res, 7); err != nil {
@@ -89,7 +89,7 @@ func TestAcceptFenceRolledBackIsNotRecorded(t *testing.T) {
 // once the older commits a higher fence, the waiting one is refused.
 func TestAcceptFenceSerializesWriters(t *testing.T) {
 	s, pool := fencePool(t)
-	ctx, res := context.Background(), t.Name()
+	ctx, res := context.Background(), uniqueKey(t)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

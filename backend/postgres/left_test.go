@@ -14,7 +14,7 @@ import (
 // holder's next try, with another id, waits as usual; and another holder's try of the same id
 // is not held back.
 func TestTryGivenUpInFlightTakesNoPlace(t *testing.T) {
-	url, key := serverURL(t), t.Name()
+	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	holder := newStore(t, url)
 	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {

@@ -14,7 +14,7 @@ import (
 // named after it, on the package's one server.
 
 func TestRWMutexOnPostgres(t *testing.T) {
-	url, key := serverURL(t), t.Name()
+	url, key := serverURL(t), uniqueKey(t)
 	mk := func(opts ...primitives.Option) *primitives.RWMutex {
 		return scenario.MustRWMutex(t, newStore(t, url), key, opts...)
 	}
@@ -47,7 +47,7 @@ func TestRWMutexOnPostgres(t *testing.T) {
 }
 
 func TestElectionOnPostgres(t *testing.T) {
-	url, key := serverURL(t), t.Name()
+	url, key := serverURL(t), uniqueKey(t)
 	mk := func(k string, opts ...primitives.Option) *primitives.Election {
 		return scenario.MustElection(t, newStore(t, url), k, opts...)
 	}

@@ -54,7 +54,7 @@ func countedStore(t *testing.T, url string) (*postgres.Store, *counter) {
 // round trip, once pgx has prepared it), whether the line is empty or not.
 func TestOneStatementPerOperation(t *testing.T) {
 	s, c := countedStore(t, serverURL(t))
-	ctx, key := context.Background(), t.Name()
+	ctx, key := context.Background(), uniqueKey(t)
 	req := core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
 	ops := []struct {
 		name string
@@ -88,7 +88,7 @@ func TestOneStatementPerOperation(t *testing.T) {
 // statement (the listening connection has sent its LISTEN before). Then the holder releases and
 // each in turn is granted.
 func TestIdleWaitersSendNothing(t *testing.T) {
-	url, key := serverURL(t), t.Name()
+	url, key := serverURL(t), uniqueKey(t)
 	holder, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(time.Minute))
 	ctx := context.Background()
 	l, err := holder.Acquire(ctx)
@@ -145,7 +145,7 @@ func TestIdleWaitersSendNothing(t *testing.T) {
 // unreliable, then reliable again once the Store has listened anew, and a release after that
 // still hands the lock over at once (a retry interval of an hour rules out polling).
 func TestListenerReconnects(t *testing.T) {
-	url, key := serverURL(t), t.Name()
+	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	admin := newPool(t, url)
 	holder, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(time.Minute))
@@ -276,7 +276,7 @@ func TestSetupOptions(t *testing.T) {
 	}
 	defer own.Close()
 	def := newStore(t, url)
-	req := core.AcquireRequest{Key: t.Name(), Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
+	req := core.AcquireRequest{Key: uniqueKey(t), Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
 	for _, s := range []*postgres.Store{own, def} {
 		if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
 			t.Fatalf("Acquire: %+v, %v: the stores share a key", res, err)
@@ -303,7 +303,7 @@ func TestSetupOptions(t *testing.T) {
 // TestCloseEndsEverything: after Close, operations fail with ErrClosed, waiters and watches are
 // woken, their places are gone from the line, and the pool is still open.
 func TestCloseEndsEverything(t *testing.T) {
-	url, key := serverURL(t), t.Name()
+	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	pool := newPool(t, url)
 	s, err := postgres.New(pool)
