@@ -63,6 +63,17 @@ type Store interface {
 	// again, and wake its Waiter; the waiter's next Acquire takes that grant (idempotently, as
 	// above: same fence, expiry now+TTL). A waiter that stops waiting closes its Waiter, which
 	// takes it out of the line and passes on a grant it has not taken.
+	//
+	// Three duties of a store with a line that the rest of this contract implies:
+	//   - A request with Wait > 0 that returns an error (its ctx ended, its connection broke)
+	//     may have taken a place, or may take one when it arrives late. Its caller will not
+	//     Register, so the store itself leaves that place, and passes on a grant made to it.
+	//   - A place whose waiter can no longer take a grant (its process died) holds up the line
+	//     until its Wait ends, which may be MaxDuration. A store should pass over such places,
+	//     as the Redis stores do when nobody hears the grant, and the Postgres store when the
+	//     waiter's listening session is gone.
+	//   - Inspect through the same Store after a Waiter's Close does not list its place. A
+	//     store that leaves in the background makes its Inspect wait for that.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 
 	// Extend moves the expiry of the holder's lease to now+TTL and reports the lease. If the
@@ -114,7 +125,9 @@ type AcquireResult struct {
 	// Fence is the grant's fencing token; zero when refused.
 	Fence uint64
 	// RetryAfter, on refusal, is how long until the leases now on the key would, by expiring
-	// alone, leave room for the request. A waiter uses it instead of polling blindly.
+	// alone, leave room for the request; when there is room but others wait ahead in the line,
+	// how long until the first lease expires (the next change expiry alone brings). Zero means
+	// the store cannot tell. A waiter uses it instead of polling blindly.
 	RetryAfter time.Duration
 }
 
