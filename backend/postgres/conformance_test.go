@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend/postgres"
+	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 )
@@ -43,13 +45,29 @@ func newStore(t testing.TB, url string, opts ...postgres.Option) *postgres.Store
 	return s
 }
 
-func serverURL(t testing.TB) string {
-	u := os.Getenv("PGDEV_URL")
-	if u == "" {
-		t.Skip("no server")
-	}
-	return u
+// shared is the server of the package's tests that leave it running; each test uses keys of its
+// own (uniqueKey). The fault tests start servers of their own.
+var shared struct {
+	once sync.Once
+	srv  *pgtest.Server
+	err  error
 }
+
+// server returns the package's shared server, started on first use and stopped by TestMain.
+// Without PostgreSQL the test is skipped, or fails under CI=true.
+func server(t testing.TB) *pgtest.Server {
+	t.Helper()
+	shared.once.Do(func() { shared.srv, shared.err = pgtest.Launch() })
+	if shared.err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(shared.err)
+		}
+		t.Skip(shared.err)
+	}
+	return shared.srv
+}
+
+func serverURL(t testing.TB) string { return server(t).URL }
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, harness{url: serverURL(t)})

@@ -1,0 +1,103 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StartPgBouncer starts PgBouncer in transaction mode (every statement outside a transaction may
+// go to another server connection, and no session state lasts) in front of s, on a free loopback
+// port, and returns the URL that reaches s's database postgres through it, with pgx told to send
+// unnamed statements (default_query_exec_mode=exec), which such a pool needs before PgBouncer
+// 1.21. It is stopped when t ends. Without pgbouncer (on PATH or in /usr/sbin) the test is
+// skipped, or fails under CI=true.
+func StartPgBouncer(t testing.TB, s *Server) string {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		bin = "/usr/sbin/pgbouncer"
+		if _, serr := os.Stat(bin); serr != nil {
+			msg := "pgtest: pgbouncer not found; install it (apt-get install -y pgbouncer) to run this test"
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	dir, err := os.MkdirTemp("", "pgtest-pgbouncer-") // not t.TempDir: its parent is closed to other users
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil { // the unprivileged user writes its log there
+		t.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf(`[databases]
+* = host=127.0.0.1 port=%d user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 10
+logfile = %s
+`, s.Port, port, filepath.Join(dir, "pgbouncer.log"))
+	path := filepath.Join(dir, "pgbouncer.ini")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := commandAs(s.cred, bin, path) // PgBouncer will not run as root either
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&default_query_exec_mode=exec", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			err = conn.Ping(ctx)
+			conn.Close(ctx)
+		}
+		cancel()
+		switch {
+		case err == nil:
+			return url
+		case time.Now().After(deadline):
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			t.Fatalf("pgtest: pgbouncer on port %d: %v\n%s", port, err, log)
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			t.Fatal(errors.New("pgtest: pgbouncer exited\n" + string(log)))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
