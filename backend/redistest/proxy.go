@@ -1,136 +1,15 @@
 package redistest
 
 import (
-	"net"
-	"sync"
 	"testing"
-	"time"
+
+	"github.com/leasehold/leasehold/backend/internal/faultproxy"
 )
 
 // Proxy is a TCP proxy on loopback between clients and a server, for injecting network faults:
 // latency, connections cut, traffic held back (a partition), and healing. Clients dial Addr. A
 // Proxy is safe for concurrent use; it is closed, with every connection, when the test ends.
-type Proxy struct {
-	Addr   string
-	target string
-	ln     net.Listener
-
-	mu      sync.Mutex
-	cond    *sync.Cond // signalled when held changes
-	latency time.Duration
-	held    bool
-	conns   map[net.Conn]struct{}
-	closed  bool
-	wg      sync.WaitGroup
-}
+type Proxy = faultproxy.Proxy
 
 // StartProxy starts a proxy to target.
-func StartProxy(t testing.TB, target string) *Proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
-	p.cond = sync.NewCond(&p.mu)
-	p.wg.Go(p.accept)
-	t.Cleanup(p.Close)
-	return p
-}
-
-// SetLatency delays everything sent either way by d from now on (0: none).
-func (p *Proxy) SetLatency(d time.Duration) {
-	p.mu.Lock()
-	p.latency = d
-	p.mu.Unlock()
-}
-
-// Hold stops (true) or resumes (false) forwarding, as a partition would: connections stay
-// open, and what is sent meanwhile waits, to arrive when forwarding resumes unless the
-// connection is cut first.
-func (p *Proxy) Hold(held bool) {
-	p.mu.Lock()
-	p.held = held
-	p.cond.Broadcast()
-	p.mu.Unlock()
-}
-
-// Cut closes every open connection, as a network reset would; new ones are accepted.
-func (p *Proxy) Cut() {
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-}
-
-// Close stops the proxy and closes every connection.
-func (p *Proxy) Close() {
-	p.mu.Lock()
-	p.closed = true
-	p.held = false
-	p.cond.Broadcast()
-	p.mu.Unlock()
-	p.ln.Close()
-	p.Cut()
-	p.wg.Wait()
-}
-
-func (p *Proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			c.Close()
-			s.Close()
-			return
-		}
-		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pump(s, c) })
-		p.wg.Go(func() { p.pump(c, s) })
-	}
-}
-
-// pump copies from src to dst, waiting while held and delaying by the latency; when either side
-// ends it closes both.
-func (p *Proxy) pump(dst, src net.Conn) {
-	defer func() {
-		p.mu.Lock()
-		delete(p.conns, src)
-		delete(p.conns, dst)
-		p.mu.Unlock()
-		src.Close()
-		dst.Close()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.held && !p.closed {
-				p.cond.Wait()
-			}
-			d := p.latency
-			p.mu.Unlock()
-			if d > 0 {
-				time.Sleep(d)
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return // EOF or a cut: the deferred closes end the other direction too
-		}
-	}
-}
+func StartProxy(t testing.TB, target string) *Proxy { return faultproxy.Start(t, target) }
