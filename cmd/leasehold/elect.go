@@ -14,8 +14,8 @@ import (
 
 // electHelp is the text of `leasehold elect --help`, before the flags. Its verbs are the
 // process group note and the exit statuses.
-const electHelp = `Usage: leasehold elect -redis URL [flags] KEY VALUE -- command [args...]
-       leasehold elect -redis URL [flags] -observe KEY
+const electHelp = `Usage: leasehold elect -redis URL|-postgres URL [flags] KEY VALUE -- command [args...]
+       leasehold elect -redis URL|-postgres URL [flags] -observe KEY
 
 Leader election on KEY, like etcdctl elect.
 
@@ -54,7 +54,7 @@ func electCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg := runConfig{name: "elect", elect: true, limit: 1, permits: 1}
 	var observe bool
 	fs := flag.NewFlagSet("elect", flag.ContinueOnError)
-	cfg.redis.register(fs)
+	cfg.store.register(fs)
 	fs.BoolVar(&observe, "observe", false, "print the leader of KEY and each change, one line each, until interrupted")
 	cfg.registerTiming(fs)
 	fs.Usage = func() {
@@ -69,7 +69,7 @@ func electCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if !ok {
 		return code
 	}
-	if err := cfg.redis.check(); err != nil {
+	if err := cfg.store.check(); err != nil {
 		usageError(stderr, "elect", err.Error())
 		return exitUsage
 	}
@@ -134,7 +134,7 @@ func checkObserve(fs *flag.FlagSet, positional []string, dashes bool) string {
 // returns exitInterrupted then. A key that cannot be read at first is an error (exit 1); later,
 // Observe retries a failed read without a word.
 func observeLeader(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) int {
-	store, closeStore, err := cfg.redis.connect(ctx, "elect", stderr, 1)
+	store, closeStore, err := cfg.store.connect(ctx, "elect", stderr, 1)
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitInterrupted

@@ -21,7 +21,7 @@ func TestBadElectCommandLines(t *testing.T) {
 		args []string
 		want string // in the one line on stderr
 	}{
-		{[]string{"elect", "k", "v", "--", "true"}, "leasehold elect: -redis is required"},
+		{[]string{"elect", "k", "v", "--", "true"}, "leasehold elect: -redis or -postgres is required"},
 		{[]string{"elect", "-redis", r, "k", "--", "true"}, "leasehold elect: KEY and VALUE are required"},
 		{[]string{"elect", "-redis", r, "k", "v", "echo", "hi"}, `leasehold elect: unexpected argument "echo": the command goes after "--"`},
 		{[]string{"elect", "-redis", r, "k", "v", "x", "--", "true"}, `leasehold elect: unexpected argument "x": KEY and VALUE only`},
@@ -46,7 +46,7 @@ func TestElectHelp(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
 		}
 		for _, want := range []string{
-			"Usage: leasehold elect -redis URL [flags] KEY VALUE -- command", "-observe KEY",
+			"Usage: leasehold elect -redis URL|-postgres URL [flags] KEY VALUE -- command", "-observe KEY",
 			"leader term 17 holder", "no leader", "until it is", "process group", "LEASEHOLD_FENCE (the term)", "resigns",
 			"Exit status", fmt.Sprint(exitBusy), fmt.Sprint(exitLost), fmt.Sprint(exitInterrupted), fmt.Sprint(exitCannotStart),
 			"-wait duration", "-n\ttry once", "-grace duration", "-ttl duration", "-driver string", "-prefix string",

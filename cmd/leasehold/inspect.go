@@ -13,7 +13,7 @@ import (
 )
 
 // inspectHelp is the text of `leasehold inspect --help`, before the flags.
-const inspectHelp = `Usage: leasehold inspect -redis URL [flags] KEY
+const inspectHelp = `Usage: leasehold inspect -redis URL|-postgres URL [flags] KEY
 
 Shows who holds KEY: each holder's id, permits, fence, time left by the server's clock and
 value (what the holder said of itself: leasehold run's -value, by default its host, pid and
@@ -35,7 +35,7 @@ Flags:
 
 // inspectCommand runs `leasehold inspect args` and returns the exit status.
 func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var r redisFlags
+	var r storeFlags
 	var limit int
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	r.register(fs)

@@ -2,6 +2,7 @@
 //
 //	leasehold demo [flags]                          workers share a Semaphore and a Mutex in memory
 //	leasehold run -redis URL -key K [flags] -- cmd  run cmd while holding a lease
+//	leasehold run -postgres URL -key K -- cmd       the same, on PostgreSQL (so too inspect, elect)
 //	leasehold inspect -redis URL [flags] KEY        show who holds KEY and who waits
 //	leasehold elect -redis URL KEY VALUE -- cmd     run cmd while leading an election on KEY
 //	leasehold elect -redis URL -observe KEY         print each change of KEY's leader
@@ -25,7 +26,8 @@ import (
 
 // usage is the tool's help text, printed by --help, -h, help, and a bare `leasehold`.
 const usage = `leasehold — distributed leases with fencing tokens: a Mutex and a weighted
-Semaphore over a pluggable store (in memory, Redis, Valkey, Redlock).
+Semaphore over a pluggable store (in memory, Redis, Valkey, Redlock,
+PostgreSQL).
 
 Usage:
   leasehold <command> [flags]
@@ -35,16 +37,19 @@ Commands:
            in-memory store, let one lease expire to show how loss is reported,
            and check that no limit was exceeded and no fence went backwards
   run      run a command while holding a lease on a key in Redis or Valkey (or
-           Redlock over several servers): leasehold run -redis URL -key K -- cmd
-  inspect  show who holds a key in Redis (holders, permits, fences, TTLs, values)
-           and who waits for it
+           Redlock over several servers), or PostgreSQL:
+           leasehold run -redis URL -key K -- cmd
+  inspect  show who holds a key (holders, permits, fences, TTLs, values) and who
+           waits for it
   elect    leader election: leasehold elect -redis URL KEY VALUE -- cmd runs cmd
            while leading (like run), leasehold elect -redis URL -observe KEY
            prints each change of leader
   version  print leasehold's version and the commit it was built from
 
 run, inspect and elect take -redis as a URL or host:port, -driver goredis|valkey
-(the client library) and -prefix (of the keys in Redis).
+(the client library) and -prefix (of the keys in Redis); or instead -postgres
+as a URL or DSN, -pg-schema and -pg-prefix (where the tables are) and -pg-listen
+(the DSN that LISTENs, behind a transaction pooler).
 
 Run 'leasehold <command> --help' (or 'leasehold help <command>') for a
 command's flags.

@@ -37,17 +37,18 @@ const (
 // pingTimeout bounds the PING that checks each server before a command starts.
 const pingTimeout = 3 * time.Second
 
-// redisFlags are the flags of every subcommand that talks to Redis: the servers, the client
-// library and the key prefix. Register them with register, check them with check once the flags
-// are parsed, then connect.
-type redisFlags struct {
+// storeFlags are the flags of every subcommand that talks to a store: Redis (the servers, the
+// client library and the key prefix) or PostgreSQL (postgres.go). Register them with register,
+// check them with check once the flags are parsed, then connect.
+type storeFlags struct {
 	urls   []string // -redis, as given
 	driver string
 	prefix string
+	pg     pgFlags
 }
 
-// register adds -redis, -driver and -prefix to fs.
-func (r *redisFlags) register(fs *flag.FlagSet) {
+// register adds -redis, -driver and -prefix, and the PostgreSQL flags, to fs.
+func (r *storeFlags) register(fs *flag.FlagSet) {
 	fs.Func("redis", "Redis server: a `URL` (redis://[user:password@]host:port/db, rediss:// for TLS,\n"+
 		"unix:///path) or host:port. Repeat it for Redlock over several servers: leasehold goes on\n"+
 		"when enough of them answer for a quorum (a majority for -limit 1) and names the others on\n"+
@@ -58,15 +59,21 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.driver, "driver", driverGoredis, "Redis client library: goredis (go-redis) or valkey (valkey-go)")
 	fs.StringVar(&r.prefix, "prefix", "leasehold:", "prefix of every Redis key and channel Leasehold uses (the drivers' WithPrefix);\n"+
 		"clients sharing a key must use the same prefix")
+	r.pg.register(fs)
 }
 
-// check returns an error naming the first bad flag: no -redis, a -redis that is neither a URL
+// check returns an error naming the first bad flag: neither or both of -redis and -postgres, a
+// bad PostgreSQL flag, a -redis that is neither a URL
 // nor host:port, the same server twice (which would count twice in a Redlock quorum), an
 // unknown -driver, a -prefix with a brace.
-func (r *redisFlags) check() error {
+func (r *storeFlags) check() error {
 	switch {
+	case r.pg.url != "" && len(r.urls) > 0:
+		return fmt.Errorf("-redis and -postgres: give one store, not both")
+	case r.pg.url != "":
+		return r.pg.check()
 	case len(r.urls) == 0:
-		return fmt.Errorf("-redis is required")
+		return fmt.Errorf("-redis or -postgres is required")
 	case r.driver != driverGoredis && r.driver != driverValkey:
 		return fmt.Errorf("-driver %q: must be %s or %s", r.driver, driverGoredis, driverValkey)
 	case strings.ContainsAny(r.prefix, "{}"):
@@ -122,7 +129,7 @@ type nodeConfig struct {
 }
 
 // node parses URL u for the chosen driver.
-func (r *redisFlags) node(u string) (nodeConfig, error) {
+func (r *storeFlags) node(u string) (nodeConfig, error) {
 	full, err := normalURL(u)
 	if err != nil {
 		return nodeConfig{}, err
@@ -150,7 +157,7 @@ func (r *redisFlags) node(u string) (nodeConfig, error) {
 
 // open makes the client and the store of a checked -redis server. It sends nothing, except
 // valkey-go, which dials at once: a failed dial is left for the ping to report.
-func (r *redisFlags) open(u string) (*server, error) {
+func (r *storeFlags) open(u string) (*server, error) {
 	nc, err := r.node(u)
 	if err != nil {
 		return nil, err
@@ -185,16 +192,19 @@ func (r *redisFlags) open(u string) (*server, error) {
 // values and line the commands then show), before they run a command in this process.
 var inProcessStore core.Store
 
-// connect returns a Store over the -redis servers, Redlock over them when there are several,
+// connect returns the -postgres Store (see pgFlags.connect), or a Store over the -redis servers, Redlock over them when there are several,
 // and a func that closes everything. It first PINGs every server in parallel (up to 3s). One
 // server must answer. Of several, those that do not are reported on warn, one line each
 // starting with "leasehold cmd: ", and kept in the Redlock, which uses them again if they come
 // back; it goes on when enough answer to grant a key of limit permits (Quorum(limit): a
 // majority for a mutex, more for a semaphore), and is an error otherwise. On error nothing is
 // left open.
-func (r *redisFlags) connect(ctx context.Context, cmd string, warn io.Writer, limit int) (core.Store, func(), error) {
+func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, limit int) (core.Store, func(), error) {
 	if inProcessStore != nil {
 		return inProcessStore, func() {}, nil
+	}
+	if r.pg.url != "" {
+		return r.pg.connect(ctx)
 	}
 	servers := make([]*server, 0, len(r.urls))
 	closeAll := func() {

@@ -20,7 +20,7 @@ func TestBadRedisFlagsAreUsageErrors(t *testing.T) {
 		args []string
 		want string // in the one line on stderr
 	}{
-		{[]string{"run", "-key", "k", "--", "true"}, "leasehold run: -redis is required"},
+		{[]string{"run", "-key", "k", "--", "true"}, "leasehold run: -redis or -postgres is required"},
 		{[]string{"run", "-redis", "redis://127.0.0.1:port", "-key", "k", "--", "true"}, `leasehold run: -redis "redis://127.0.0.1:port": `},
 		{[]string{"run", "-redis", "127.0.0.1:", "-key", "k", "--", "true"}, `leasehold run: -redis "127.0.0.1:": neither a URL`},
 		{[]string{"run", "-redis", "http://127.0.0.1:6379", "-key", "k", "--", "true"}, `leasehold run: -redis "http://127.0.0.1:6379": `},
@@ -33,7 +33,7 @@ func TestBadRedisFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"run", "-redis", "127.0.0.1:6379", "-key", "k"}, "leasehold run: no command given after --"},
 		{[]string{"inspect", "-redis", "127.0.0.1:6379"}, "leasehold inspect: KEY is required"},
 		{[]string{"inspect", "-redis"}, "leasehold inspect: flag needs an argument: -redis"},
-		{[]string{"inspect", "k"}, "leasehold inspect: -redis is required"},
+		{[]string{"inspect", "k"}, "leasehold inspect: -redis or -postgres is required"},
 		{[]string{"inspect", "k", "-redis", "127.0.0.1:6379", "j"}, `leasehold inspect: unexpected argument "j": one KEY only`},
 		{[]string{"inspect", "-redis", "redis://:x", "k"}, `leasehold inspect: -redis "redis://:x": `},
 		{[]string{"inspect", "-limit", "-1", "-redis", "127.0.0.1:6379", "k"}, "leasehold inspect: -limit -1: must not be negative"},

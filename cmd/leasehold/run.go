@@ -50,7 +50,7 @@ func (w *waitFlag) Set(s string) error {
 type runConfig struct {
 	name    string // the subcommand, for messages: run or elect
 	elect   bool   // campaign on the key (elect) instead of taking permits (run)
-	redis   redisFlags
+	store   storeFlags
 	key     string
 	limit   int
 	permits int
@@ -130,7 +130,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	cfg := runConfig{name: "run"}
 	var value valueFlag
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	cfg.redis.register(fs)
+	cfg.store.register(fs)
 	fs.StringVar(&cfg.key, "key", "", "the lease key (required)")
 	fs.IntVar(&cfg.limit, "limit", 1, "permits on the key: 1 is a mutex, more a semaphore")
 	fs.IntVar(&cfg.permits, "permits", 1, "permits this command takes")
@@ -138,7 +138,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.Var(&value, "value", "the `value` kept with the lease, which inspect shows: at most 1024 bytes (default:\n"+
 		"this host, leasehold's pid and the command, as in \"host-a pid 4242: make deploy\", cut to fit)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: leasehold run -redis URL -key KEY [flags] -- command [args...]
+		fmt.Fprintf(fs.Output(), `Usage: leasehold run -redis URL|-postgres URL -key KEY [flags] -- command [args...]
 
 Runs the command while holding a lease on KEY, like flock or consul lock: the lease is taken
 first, waiting until it is free (-wait D: at most D; -n: one try), refreshed while the
@@ -171,7 +171,7 @@ Flags:
 		cfg.value = defaultValue(command)
 	}
 	timingErr := cfg.checkTiming()
-	switch err := cfg.redis.check(); {
+	switch err := cfg.store.check(); {
 	case err != nil:
 		usageError(stderr, "run", err.Error())
 	case cfg.key == "":
@@ -211,7 +211,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		return exitInterrupted
 	}
 
-	store, closeStore, err := cfg.redis.connect(wctx, cfg.name, stderr, cfg.limit)
+	store, closeStore, err := cfg.store.connect(wctx, cfg.name, stderr, cfg.limit)
 	if err != nil {
 		if wctx.Err() != nil {
 			return interrupted()

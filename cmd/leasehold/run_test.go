@@ -14,8 +14,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/backend/redistest"
 )
+
+// storeFlag returns the flag that names the store at url: -postgres for a postgres:// URL, else
+// -redis.
+func storeFlag(url string) []string {
+	if strings.HasPrefix(url, "postgres://") {
+		return []string{"-postgres", url}
+	}
+	return []string{"-redis", url}
+}
 
 // cli runs the test binary as the leasehold command.
 func cli(ctx context.Context, args ...string) *exec.Cmd {
@@ -25,15 +35,21 @@ func cli(ctx context.Context, args ...string) *exec.Cmd {
 }
 
 func TestRunNeverOverlapsOnOneKey(t *testing.T) {
-	srv := redistest.StartServer(t)
-	url := "redis://" + srv.Addr
+	t.Run("redis", func(t *testing.T) { runNeverOverlaps(t, "redis://"+redistest.StartServer(t).Addr) })
+	t.Run("postgres", func(t *testing.T) { runNeverOverlaps(t, pgtest.StartServer(t).URL) })
+}
+
+// runNeverOverlaps runs two processes, each running leasehold run four times on one key of the
+// store at url with a command that logs its start and end, and checks that no two runs overlap.
+func runNeverOverlaps(t *testing.T, url string) {
 	log := filepath.Join(t.TempDir(), "intervals")
 	script := fmt.Sprintf(`echo start $(date +%%s%%N) >> %s; sleep 0.1; echo end $(date +%%s%%N) >> %s`, log, log)
 	var wg sync.WaitGroup
 	for p := range 2 {
 		wg.Go(func() {
 			for i := range 4 {
-				out, err := cli(t.Context(), "run", "-redis", url, "-key", "e2e", "-wait", "30s", "--", "sh", "-c", script).CombinedOutput()
+				args := append(append([]string{"run"}, storeFlag(url)...), "-key", "e2e", "-wait", "30s", "--", "sh", "-c", script)
+				out, err := cli(t.Context(), args...).CombinedOutput()
 				if err != nil {
 					t.Errorf("process %d run %d: %v\n%s", p, i, err, out)
 				}
@@ -170,7 +186,8 @@ func waitInspect(t *testing.T, url, key, limit, want string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		out, err := cli(t.Context(), "inspect", "-redis", url, "-limit", limit, key).CombinedOutput()
+		args := append(append([]string{"inspect"}, storeFlag(url)...), "-limit", limit, key)
+		out, err := cli(t.Context(), args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("inspect: %v\n%s", err, out)
 		}
