@@ -35,3 +35,18 @@ func TestSinceLeavesOutHandshake(t *testing.T) {
 		t.Fatalf("total %d, want 4", got.Total())
 	}
 }
+
+func TestStatementName(t *testing.T) {
+	for sql, want := range map[string]string{
+		`SELECT granted, fence FROM "public"."leasehold_acquire"($1::bytea, $2)`: "leasehold_acquire",
+		"SELECT pg_advisory_lock($1)":                                            "pg_advisory_lock",
+		"\n\t\tINSERT INTO locks (name) VALUES ($1)":                             "INSERT",
+		"begin":    "BEGIN",
+		"-- ping":  "PING",
+		"SELECT 1": "SELECT",
+	} {
+		if got := statementName(sql); got != want {
+			t.Errorf("statementName(%q) = %q, want %q", sql, got, want)
+		}
+	}
+}

@@ -1,4 +1,4 @@
-package main
+package peerbench
 
 import (
 	"fmt"

@@ -1,0 +1,84 @@
+package peerbench
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/leasehold/leasehold/backend/postgres/pgtest"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/bench/internal/lockers"
+	"github.com/leasehold/leasehold/bench/internal/wire"
+)
+
+// Redis is the Redis backend: a standalone redis-server, three more for Redlock, and the Redis
+// libraries.
+func Redis() Backend {
+	return Backend{
+		Name: "redis-server",
+		Launch: func() (string, string, func(), error) {
+			srv, err := redistest.Launch()
+			if err != nil {
+				return "", "", nil, err
+			}
+			v, err := redisVersion(srv.Addr)
+			if err != nil {
+				srv.Close()
+				return "", "", nil, err
+			}
+			return srv.Addr, v, srv.Close, nil
+		},
+		LaunchRedlock: func() (string, func(), error) {
+			srv, err := redistest.Launch()
+			if err != nil {
+				return "", nil, err
+			}
+			return srv.Addr, srv.Close, nil
+		},
+		Libs: lockers.All(),
+		Counting: "Commands are counted on the client side of every connection as the RESP each client writes — " +
+			"one per top-level command, however many commands a script runs inside the server — leaving out " +
+			"connection setup (" + strings.Join(wire.Handshake, ", ") + ").",
+		Deps:    []string{"github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/valkey-io/valkey-go"},
+		Command: "cd bench && go run ./cmd/peerbench",
+	}
+}
+
+// Postgres is the PostgreSQL backend: a throwaway server of backend/postgres/pgtest, Leasehold's
+// driver and the floor of a plain advisory lock, and extra libraries (bench/pglock adds its own).
+func Postgres(extra ...lockers.Lib) Backend {
+	return Backend{
+		Name: "PostgreSQL",
+		Launch: func() (string, string, func(), error) {
+			srv, err := pgtest.Launch()
+			if err != nil {
+				return "", "", nil, err
+			}
+			v, err := lockers.PostgresVersion(srv.URL)
+			if err != nil {
+				srv.Close()
+				return "", "", nil, err
+			}
+			return srv.URL, v, srv.Close, nil
+		},
+		Libs: append(lockers.Postgres(), extra...),
+		Counting: "Commands are the statements each client sends (a pgx tracer on every connection: one per " +
+			"round trip once a statement is prepared, BEGIN and COMMIT included), named by their first word or " +
+			"the function they call; connection setup and LISTEN are left out.",
+		Deps:    []string{"github.com/jackc/pgx/v5", "cirello.io/pglock"},
+		Command: "cd bench && go run ./cmd/peerbench -backend postgres",
+	}
+}
+
+// redisVersion returns the redis_version of the server at addr.
+func redisVersion(addr string) (string, error) {
+	info, err := redistest.Do(addr, "INFO", "server")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v, nil
+		}
+	}
+	return "", errors.New("no redis_version in INFO server")
+}
