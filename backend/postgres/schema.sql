@@ -7,6 +7,12 @@
 -- of any length fits a btree index. Every mutating operation first locks the key's row in
 -- @keys (FOR UPDATE), so the operations on one key are serial; it reads the clock only after
 -- that, so the store's time never runs backwards along that order.
+--
+-- The functions a Store calls run with sequential and bitmap scans off. PL/pgSQL caches its
+-- plans per session, and a plan made while a table was small (new, or just vacuumed) scans the
+-- whole table: every later call would read every lease of every key, and the dead rows that
+-- the churn of leases leaves until autovacuum comes. Index scans read one key's rows, and skip
+-- the dead ones once seen.
 
 -- The version of this file the functions were made from.
 CREATE TABLE IF NOT EXISTS @schema (
@@ -159,7 +165,8 @@ CREATE OR REPLACE FUNCTION @acquire(
     p_value bytea, p_floor bigint, p_raise bigint, p_try bigint, p_channel text, p_pid integer,
     p_started timestamptz,
     OUT granted boolean, OUT fence bigint, OUT retry bigint, OUT err text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
     v_hh bytea := sha256(p_holder);
@@ -231,7 +238,8 @@ $$;
 -- extend is core.Store.Extend: ok is false when the holder holds no unexpired lease.
 CREATE OR REPLACE FUNCTION @extend(p_key bytea, p_holder bytea, p_ttl bigint,
     OUT ok boolean, OUT permits integer, OUT fence bigint, OUT lim integer, OUT value bytea)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
     k @keys;
@@ -254,7 +262,8 @@ $$;
 -- release is core.Store.Release: it ends the holder's unexpired lease with fence p_fence (any
 -- fence when 0), serves the line, and reports whether it ended one.
 CREATE OR REPLACE FUNCTION @release(p_key bytea, p_holder bytea, p_fence bigint) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
     k @keys;
@@ -281,7 +290,8 @@ $$;
 -- it has not taken, serving the next waiters. With p_try, it leaves only the place that try took,
 -- and when there is none (the try has not arrived) it keeps the try out of the line for a minute.
 CREATE OR REPLACE FUNCTION @leave(p_key bytea, p_holder bytea, p_try bigint) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
     v_hh bytea := sha256(p_holder);
@@ -313,7 +323,8 @@ END
 $$;
 
 -- watch has the key's changes announced for p_for microseconds from now (at least).
-CREATE OR REPLACE FUNCTION @watch(p_key bytea, p_for bigint) RETURNS void LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION @watch(p_key bytea, p_for bigint) RETURNS void LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
     k @keys;
@@ -328,7 +339,8 @@ $$;
 CREATE OR REPLACE FUNCTION @inspect(p_key bytea)
 RETURNS TABLE (kind integer, lim integer, holder bytea, permits integer, fence bigint,
                ttl bigint, value bytea)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
     now_ bigint := @now_us();
@@ -353,7 +365,8 @@ $$;
 -- transaction ends.
 CREATE OR REPLACE FUNCTION @accept_fence(p_resource bytea, p_fence bigint, OUT accepted boolean,
     OUT highest bigint)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_rh bytea := sha256(p_resource);
 BEGIN

@@ -1,0 +1,90 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// The cost of an uncontended pair on a local server, beside the floor of two round trips: run
+// with `go test -run '^$' -bench . -benchmem ./backend/postgres/`.
+
+func BenchmarkRoundTripPair(b *testing.B) {
+	pool := newPool(b, serverURL(b))
+	ctx := context.Background()
+	for b.Loop() {
+		for range 2 {
+			if _, err := pool.Exec(ctx, "SELECT 1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func BenchmarkStorePair(b *testing.B) {
+	s := newStore(b, serverURL(b))
+	ctx, key := context.Background(), uniqueKey(b)
+	req := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
+	for b.Loop() {
+		res, err := s.Acquire(ctx, req)
+		if err != nil || !res.Granted {
+			b.Fatal(res, err)
+		}
+		if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h", Fence: res.Fence}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMutexPair(b *testing.B) {
+	m, err := primitives.NewMutex(newStore(b, serverURL(b)), uniqueKey(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		l, err := m.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkStorePairWaiting(b *testing.B) {
+	s := newStore(b, serverURL(b))
+	ctx, key := context.Background(), uniqueKey(b)
+	req := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: core.MaxDuration}
+	for b.Loop() {
+		res, err := s.Acquire(ctx, req)
+		if err != nil || !res.Granted {
+			b.Fatal(res, err)
+		}
+		if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h", Fence: res.Fence}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkStorePairNewHolders(b *testing.B) {
+	s := newStore(b, serverURL(b))
+	ctx, key := context.Background(), uniqueKey(b)
+	i := 0
+	for b.Loop() {
+		i++
+		holder := fmt.Sprintf("h%d", i)
+		res, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute})
+		if err != nil || !res.Granted {
+			b.Fatal(res, err)
+		}
+		if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: holder, Fence: res.Fence}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
