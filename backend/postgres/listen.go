@@ -229,6 +229,9 @@ func (l *listener) beforeTry(key, holder string) try {
 func (l *listener) afterTry(t try, granted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, w := range l.waiters[t.notice] {
+		w.queued = !granted // a grant took the holder out of the line; a refusal that waits keeps its place
+	}
 	switch {
 	case granted:
 		delete(l.refusals, t.notice)
@@ -253,7 +256,7 @@ func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waite
 		return nil, core.ErrClosed
 	}
 	l := s.l
-	w := &waiter{l: l, key: req.Key, holder: req.Holder, notice: noticeOf(req.Key, req.Holder), c: make(chan struct{}, 1)}
+	w := &waiter{l: l, key: req.Key, holder: req.Holder, notice: noticeOf(req.Key, req.Holder), c: make(chan struct{}, 1), queued: true}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.waiters[w.notice] = append(l.waiters[w.notice], w)
@@ -273,6 +276,10 @@ type waiter struct {
 	key, holder, notice string
 	c                   chan struct{}
 	closed              bool // guarded by l.mu
+	// queued says the holder may have a place in the line, or a grant from it not taken: its
+	// latest try was refused and waits. A try that was granted took both, so Close sends no
+	// leave. Guarded by l.mu.
+	queued bool
 }
 
 func (w *waiter) wake() {
@@ -289,7 +296,8 @@ func (w *waiter) C() <-chan struct{} { return w.c }
 func (w *waiter) Reliable() bool { return w.l.isUp() }
 
 // Close implements core.Waiter: the holder's place leaves the line, and a grant the line made it
-// that it has not taken goes to the next waiters, in one call sent in the background.
+// that it has not taken goes to the next waiters, in one call sent in the background — unless
+// the holder's latest try was granted, which left it neither.
 func (w *waiter) Close() {
 	l := w.l
 	l.mu.Lock()
@@ -304,8 +312,9 @@ func (w *waiter) Close() {
 	} else {
 		l.waiters[w.notice] = ws
 	}
+	queued := w.queued
 	l.mu.Unlock()
-	if len(ws) == 0 {
+	if len(ws) == 0 && queued {
 		l.s.leave(w.key, w.holder, nil)
 	}
 }

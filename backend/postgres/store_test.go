@@ -347,3 +347,35 @@ func TestCloseEndsEverything(t *testing.T) {
 		t.Errorf("the pool after Close: %v, want open", err)
 	}
 }
+
+// TestGrantedWaiterSendsNoLeave: a waiter that took its grant owes the line nothing, so closing
+// its Waiter sends no statement: a handoff costs the waiter two (the refused try and the one
+// that takes the grant).
+func TestGrantedWaiterSendsNoLeave(t *testing.T) {
+	url, key := serverURL(t), uniqueKey(t)
+	ctx := context.Background()
+	holder := newStore(t, url)
+	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	s, c := countedStore(t, url)
+	before := c.n.Load() // setting up and listening
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
+		t.Fatalf("the waiter's try: %+v, %v; want refused", res, err)
+	}
+	w, err := s.Register(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"})
+	<-w.C()
+	if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
+		t.Fatalf("the woken waiter's try: %+v, %v; want granted", res, err)
+	}
+	w.Close()
+	s.Close() // waits for any leave
+	if n := c.n.Load() - before; n != 2 {
+		t.Errorf("the waiter's Store sent %d statements, want 2 (no leave after its grant)", n)
+	}
+}
