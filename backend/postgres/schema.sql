@@ -75,11 +75,6 @@ CREATE TABLE IF NOT EXISTS @fences (
     fence    bigint NOT NULL
 );
 
--- now_us is the database's time in microseconds since the Unix epoch.
-CREATE OR REPLACE FUNCTION @now_us() RETURNS bigint LANGUAGE sql VOLATILE AS $$
-    SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
-$$;
-
 -- lockkey locks key's row, creating it if need be, and returns it.
 CREATE OR REPLACE FUNCTION @lockkey(p_kh bytea, p_key bytea) RETURNS @keys LANGUAGE plpgsql AS $$
 DECLARE
@@ -100,15 +95,6 @@ CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz) RETURNS 
 LANGUAGE sql VOLATILE AS $$
     SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
                    WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started))
-$$;
-
--- changed announces a change of the key's leases while someone watches it.
-CREATE OR REPLACE FUNCTION @changed(k @keys, p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    IF k.watched_until > p_now THEN
-        PERFORM pg_notify(@@changed, md5(k.key));
-    END IF;
-END
 $$;
 
 -- serve grants free permits to the key's line, strictly in order: it stops at the first waiter
@@ -149,7 +135,9 @@ BEGIN
     END LOOP;
     IF granted THEN
         UPDATE @keys SET fence = k.fence, lim = k.lim WHERE kh = k.kh;
-        PERFORM @changed(k, p_now);
+        IF k.watched_until > p_now THEN
+            PERFORM pg_notify(@@changed, md5(k.key));
+        END IF;
     END IF;
     RETURN k;
 END
@@ -175,20 +163,38 @@ DECLARE
     now_ bigint;
     used bigint;
     need bigint;
+    waiting boolean;
+    holds boolean;
+    expired bigint;
 BEGIN
     granted := false; fence := 0; retry := 0;
-    k := @lockkey(v_kh, p_key);
-    now_ := @now_us();
+    SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
+    IF NOT FOUND THEN
+        k := @lockkey(v_kh, p_key);
+    END IF;
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
     IF p_try IS NOT NULL THEN
         DELETE FROM @left WHERE kh = v_kh AND hh = v_hh AND try = p_try;
         IF FOUND THEN
             RETURN; -- its caller gave up on it: refused, and no place taken
         END IF;
     END IF;
-    DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
-    k := @serve(k, now_);
-    SELECT * INTO l FROM @leases WHERE kh = v_kh AND hh = v_hh;
-    IF FOUND THEN
+    -- One read of the key's leases: the permits the unexpired ones hold, whether the holder holds
+    -- one, and whether any expired (to be purged, which is rare).
+    SELECT coalesce(sum(x.permits) FILTER (WHERE x.expires > now_), 0), count(*) FILTER (WHERE x.expires <= now_),
+           bool_or(x.hh = v_hh AND x.expires > now_)
+    INTO used, expired, holds FROM @leases x WHERE x.kh = v_kh;
+    IF expired > 0 THEN
+        DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
+    END IF;
+    waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+    IF waiting THEN
+        k := @serve(k, now_);
+        waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+        SELECT coalesce(sum(x.permits), 0), bool_or(x.hh = v_hh) INTO used, holds FROM @leases x WHERE x.kh = v_kh;
+    END IF;
+    IF holds THEN
+        SELECT * INTO l FROM @leases WHERE kh = v_kh AND hh = v_hh;
         IF l.permits <> p_permits THEN
             err := format('holder already holds %s permits, asked for %s', l.permits, p_permits);
             RETURN;
@@ -202,8 +208,7 @@ BEGIN
         granted := true; fence := l.fence;
         RETURN;
     END IF;
-    SELECT coalesce(sum(permits), 0) INTO used FROM @leases WHERE kh = v_kh;
-    IF used + p_permits > p_lim OR EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) THEN
+    IF used + p_permits > p_lim OR waiting THEN
         IF p_wait > 0 THEN
             UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
                 deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
@@ -230,7 +235,9 @@ BEGIN
     INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value)
     VALUES (v_kh, v_hh, p_holder, p_permits, k.fence, now_ + p_ttl, false, p_value);
     UPDATE @keys SET fence = k.fence, lim = p_lim WHERE kh = v_kh;
-    PERFORM @changed(k, now_);
+    IF k.watched_until > now_ THEN
+        PERFORM pg_notify(@@changed, md5(k.key));
+    END IF;
     granted := true; fence := k.fence;
 END
 $$;
@@ -250,7 +257,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    now_ := @now_us();
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
     UPDATE @leases l SET expires = now_ + p_ttl, untaken = false
     WHERE l.kh = v_kh AND l.hh = sha256(p_holder) AND l.expires > now_
     RETURNING l.permits, l.fence, l.value INTO permits, fence, value;
@@ -266,22 +273,31 @@ LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
+    v_hh bytea := sha256(p_holder);
     k @keys;
     now_ bigint;
+    ended boolean;
 BEGIN
     SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    now_ := @now_us();
-    DELETE FROM @leases WHERE kh = v_kh AND hh = sha256(p_holder) AND expires > now_
-        AND (p_fence = 0 OR fence = p_fence);
-    IF NOT FOUND THEN
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    -- One statement ends the lease and purges the key's expired ones.
+    WITH gone AS (
+        DELETE FROM @leases x WHERE x.kh = v_kh
+            AND (x.expires <= now_ OR (x.hh = v_hh AND (p_fence = 0 OR x.fence = p_fence)))
+        RETURNING x.hh = v_hh AND x.expires > now_ AS mine)
+    SELECT coalesce(bool_or(mine), false) INTO ended FROM gone;
+    IF NOT ended THEN
         RETURN false;
     END IF;
-    PERFORM @changed(k, now_);
-    DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
-    PERFORM @serve(k, now_);
+    IF k.watched_until > now_ THEN
+        PERFORM pg_notify(@@changed, md5(k.key));
+    END IF;
+    IF EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) THEN
+        PERFORM @serve(k, now_);
+    END IF;
     RETURN true;
 END
 $$;
@@ -302,7 +318,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    now_ := @now_us();
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
     IF p_try IS NULL THEN
         DELETE FROM @waiters WHERE kh = v_kh AND hh = v_hh;
     ELSE
@@ -315,7 +331,9 @@ BEGIN
     END IF;
     DELETE FROM @leases WHERE kh = v_kh AND hh = v_hh AND untaken;
     IF FOUND THEN
-        PERFORM @changed(k, now_);
+        IF k.watched_until > now_ THEN
+        PERFORM pg_notify(@@changed, md5(k.key));
+    END IF;
     END IF;
     DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
     PERFORM @serve(k, now_);
@@ -330,7 +348,7 @@ DECLARE
     k @keys;
 BEGIN
     k := @lockkey(v_kh, p_key);
-    UPDATE @keys SET watched_until = greatest(watched_until, @now_us() + p_for) WHERE kh = v_kh;
+    UPDATE @keys SET watched_until = greatest(watched_until, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + p_for) WHERE kh = v_kh;
 END
 $$;
 
@@ -343,7 +361,7 @@ LANGUAGE plpgsql STABLE
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
-    now_ bigint := @now_us();
+    now_ bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 BEGIN
     RETURN QUERY
         SELECT 0, k.lim, l.holder, l.permits, l.fence, l.expires - now_, l.value
