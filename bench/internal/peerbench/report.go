@@ -21,6 +21,7 @@ const (
 	colCmds
 	colOther
 	colIdle
+	colWake
 	colSemaphore
 	colRedlock
 	numColumns
@@ -29,7 +30,7 @@ const (
 // String names the column in notes.
 func (c column) String() string {
 	return [...]string{"uncontended", "contended", "handoff p50", "handoff p99", "commands/handoff",
-		"grants to another worker", "idle wait", "Semaphore(4)", "Redlock(3)"}[c]
+		"grants to another worker", "idle wait", "wake after a long hold", "Semaphore(4)", "Redlock(3)"}[c]
 }
 
 // spec says how a column is headed, judged and printed.
@@ -50,6 +51,7 @@ func specs(workers int) [numColumns]spec {
 		colCmds:        {title: "Commands/handoff ↓", higher: false, ratio: true, format: fixed2},
 		colOther:       {title: "Grants to another worker (no ratio)", higher: true, ratio: false, format: percent},
 		colIdle:        {title: "Commands/s, " + w + " waiting ↓", higher: false, ratio: true, format: small},
+		colWake:        {title: "First grant after a long hold's release µs ↓", higher: false, ratio: true, format: small},
 		colSemaphore:   {title: "Semaphore(" + strconv.Itoa(semaphoreLimit) + "), " + w + " workers: acquires/s ↑", higher: true, ratio: true, format: integer},
 		colRedlock:     {title: "Redlock(3) pairs/s (1 worker) ↑", higher: true, ratio: true, format: integer},
 	}

@@ -271,7 +271,8 @@ func report(rows []*row, cols []column, e *env, be Backend, run runFacts) string
 		"connection (Leasehold: its own client and Store). A handoff is a grant to another worker, timed from the "+
 		"moment the holder starts its release to the moment that worker's acquire returns; a worker taking the "+
 		"lock straight back hands nothing over and is not timed. %s The idle figure counts "+
-		"the commands of the holder and %d waiters over the middle %v of a %v hold.\n",
+		"the commands of the holder and %d waiters over the middle %v of a %v hold; the first grant after it is "+
+		"timed from the moment the holder starts its release to the return of the first waiter's acquire.\n",
 		e.duration, be.Counting, e.workers, min(time.Second, e.hold/2), e.hold)
 	b.WriteString("\nRead the contended columns beside \"grants to another worker\": a library whose releasing worker " +
 		"mostly takes the lock straight back hands it on rarely, so its pairs/s and handoff times are mostly one " +

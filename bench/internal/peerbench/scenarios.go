@@ -53,7 +53,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{name: "uncontended", columns: []column{colUncontended}, applies: always, run: uncontended},
 	{name: "contended", columns: []column{colContended, colP50, colP99, colCmds, colOther}, applies: always, run: contended},
-	{name: "idle", columns: []column{colIdle}, applies: always, run: idle},
+	{name: "idle", columns: []column{colIdle, colWake}, applies: always, run: idle},
 	{name: "semaphore", columns: []column{colSemaphore}, applies: func(l lockers.Lib) bool { return l.Semaphore != nil }, run: semaphore},
 	{name: "redlock", columns: []column{colRedlock}, applies: func(l lockers.Lib) bool { return l.Redlock != nil }, run: redlockScenario},
 }
@@ -149,9 +149,11 @@ func idle(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		wg      sync.WaitGroup
-		running atomic.Int64
-		fails   failures
+		wg         sync.WaitGroup
+		running    atomic.Int64
+		fails      failures
+		releasedAt atomic.Int64 // when the holder began its release
+		firstWake  atomic.Int64 // when the first waiter's Lock returned after it
 	)
 	for _, w := range ls[1:] {
 		running.Add(1)
@@ -160,6 +162,9 @@ func idle(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 			for {
 				unlock, err := w.Lock(runCtx)
 				if err == nil {
+					if r := releasedAt.Load(); r != 0 {
+						firstWake.CompareAndSwap(0, time.Now().UnixNano())
+					}
 					if err := unlock(); err != nil {
 						fails.add(err)
 					}
@@ -178,6 +183,7 @@ func idle(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 	sleep(ctx, window)
 	cmds, t1 := c.Snapshot().Since(before), time.Now()
 	sleep(ctx, e.hold-time.Since(start))
+	releasedAt.Store(time.Now().UnixNano())
 	if err := release(); err != nil {
 		fails.add(err)
 	}
@@ -187,6 +193,9 @@ func idle(ctx context.Context, e *env, l lockers.Lib) (result, error) {
 	}
 	r := result{cells: map[column]cell{colIdle: {v: float64(cmds.Total()) / t1.Sub(t0).Seconds(), ok: true}},
 		breakdowns: []breakdown{{label: "per second, " + colIdle.String(), cmds: cmds, per: t1.Sub(t0).Seconds()}}}
+	if w := firstWake.Load(); w != 0 {
+		r.cells[colWake] = cell{v: micros(time.Duration(w - releasedAt.Load())), ok: true}
+	}
 	r.addNote(fails.note(colIdle.String()))
 	if stranded > 0 {
 		r.strand(fmt.Sprintf("%s: %d of %d waiters were still waiting %v after the holder released; cancelled then",
