@@ -33,7 +33,10 @@
 //
 // Each Store keeps one connection of its own, outside the pool, on which it LISTENs: for its
 // waiters' grants and, while it has watches, for changes of the keys it watches. It is made from
-// the pool's configuration, or WithListenDSN's; its application_name is "leasehold listener".
+// the pool's configuration, or WithListenDSN's; its application_name is "leasehold listener". On each
+// connection it checks that it hears a notification sent through the pool before it trusts
+// itself, so a listening connection that cannot hear the pool's grants (another server, or a
+// transaction pooler in between) leaves waiters polling rather than waiting for nothing.
 // LISTEN needs a session: behind a transaction pooler, give WithListenDSN a DSN that reaches the
 // database directly or through a session-mode pool. While the connection is down, waiters and
 // watches are not Reliable, and the portable layer polls at its retry interval; the Store

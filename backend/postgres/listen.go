@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -20,7 +21,10 @@ const (
 	watchFor     = 30 * time.Second // how long a watch has changes announced without renewal
 	watchRenewal = 10 * time.Second
 	pendingFor   = time.Minute // how long a wake that found no waiter is kept for its Register
-	maxPending   = 4096
+	// selfCheckTimeout bounds the wait for a listener's own notification (milliseconds when
+	// all is well).
+	selfCheckTimeout = 3 * time.Second
+	maxPending       = 4096
 )
 
 // listener is a Store's one listening connection and what hears from it: the waiters it wakes
@@ -35,7 +39,7 @@ type listener struct {
 	gen      uint64
 	pid      int32 // the listening backend, while up
 	started  time.Time
-	upOnce   chan struct{}        // closed when first up
+	tried    chan struct{}        // closed when the first connection has been tried, up or not
 	waiters  map[string][]*waiter // notice → enrolled waiters
 	pending  map[string]time.Time // notices that found no waiter yet
 	refusals map[string]uint64    // notice → the generation its refused try was sent in
@@ -43,17 +47,18 @@ type listener struct {
 }
 
 func newListener(s *Store, cfg *pgx.ConnConfig, channel string) *listener {
-	return &listener{s: s, cfg: cfg, channel: channel, upOnce: make(chan struct{}),
+	return &listener{s: s, cfg: cfg, channel: channel, tried: make(chan struct{}),
 		waiters: make(map[string][]*waiter), pending: make(map[string]time.Time),
 		refusals: make(map[string]uint64), watches: make(map[string]*keyWatch)}
 }
 
-// awaitUp waits until the listener is first up, ctx ends or five seconds pass.
+// awaitUp waits until the listener's first connection has been tried (it is up, or failed), ctx
+// ends or five seconds pass.
 func (l *listener) awaitUp(ctx context.Context) {
 	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()
 	select {
-	case <-l.upOnce:
+	case <-l.tried:
 	case <-ctx.Done():
 	case <-t.C:
 	}
@@ -67,6 +72,7 @@ func (l *listener) run(ctx context.Context) {
 		began := time.Now()
 		l.session(ctx)
 		l.setDown()
+		l.markTried()
 		if time.Since(began) > time.Minute {
 			backoff = 50 * time.Millisecond
 		}
@@ -104,6 +110,11 @@ func (l *listener) session(ctx context.Context) error {
 	if err == nil {
 		err = conn.QueryRow(cctx, "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&pid, &started)
 	}
+	if err == nil {
+		sctx, scancel := context.WithTimeout(cctx, selfCheckTimeout)
+		err = l.selfCheck(sctx, conn)
+		scancel()
+	}
 	cancel()
 	if err != nil {
 		return err
@@ -131,17 +142,50 @@ func (l *listener) session(ctx context.Context) error {
 	}
 }
 
+// selfCheck sends a notification on the Store's channel through the pool and waits for it on
+// conn. It fails when the pool and the listening connection do not reach the same database —
+// WithListenDSN naming another server, or LISTEN through a transaction pooler, which keeps
+// no session to deliver to — so that waiters poll instead of waiting for wakes that cannot come.
+func (l *listener) selfCheck(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := l.s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", l.channel, selfCheckPayload); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("the listening connection did not hear the pool's notification (do the pool and WithListenDSN reach one database, without a transaction pooler in between?): %w", err)
+		}
+		if n.Channel == l.channel && n.Payload == selfCheckPayload {
+			return nil
+		}
+		l.deliver(n.Channel, n.Payload)
+	}
+}
+
+// selfCheckPayload is the payload of a listener's self-check: never a notice (32 hex digits).
+const selfCheckPayload = "self-check"
+
 func (l *listener) setUp(pid int32, started time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.up, l.pid, l.started = true, pid, started
 	l.gen++
-	select {
-	case <-l.upOnce:
-	default:
-		close(l.upOnce)
-	}
 	l.wakeAllLocked()
+	l.markTriedLocked()
+}
+
+func (l *listener) markTried() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.markTriedLocked()
+}
+
+func (l *listener) markTriedLocked() {
+	select {
+	case <-l.tried:
+	default:
+		close(l.tried)
+	}
 }
 
 func (l *listener) setDown() {

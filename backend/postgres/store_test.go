@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend/postgres"
+	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -377,5 +378,25 @@ func TestGrantedWaiterSendsNoLeave(t *testing.T) {
 	s.Close() // waits for any leave
 	if n := c.n.Load() - before; n != 2 {
 		t.Errorf("the waiter's Store sent %d statements, want 2 (no leave after its grant)", n)
+	}
+}
+
+// TestListenerOnAnotherDatabaseIsNotTrusted: a listening connection that reaches another server
+// than the pool (a wrong WithListenDSN; LISTEN through a transaction pooler is the same: nothing
+// is delivered) would hear no grant. It fails its self-check, so waiters know their wakes are
+// unreliable, and poll, instead of waiting for wakes that cannot come.
+func TestListenerOnAnotherDatabaseIsNotTrusted(t *testing.T) {
+	other := pgtest.StartServer(t)
+	url, key := serverURL(t), uniqueKey(t)
+	s := newStore(t, url, postgres.WithListenDSN(other.URL))
+	ctx := context.Background()
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+	w, err := s.Register(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if w.Reliable() {
+		t.Error("a waiter whose Store listens on another server says its wakes are reliable")
 	}
 }
