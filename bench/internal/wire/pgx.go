@@ -31,8 +31,11 @@ func statementName(sql string) string {
 	if strings.HasPrefix(sql, "-- ping") {
 		return "PING"
 	}
-	first, _, _ := strings.Cut(sql, " ")
-	first = strings.ToUpper(first)
+	words := strings.Fields(sql)
+	if len(words) == 0 {
+		return ""
+	}
+	first := strings.ToUpper(words[0])
 	if first != "SELECT" {
 		return first
 	}
