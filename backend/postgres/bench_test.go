@@ -26,15 +26,25 @@ func BenchmarkRoundTripPair(b *testing.B) {
 }
 
 func BenchmarkStorePair(b *testing.B) {
+	storePair(b, core.AcquireRequest{Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
+}
+
+// BenchmarkStorePairWaiting: the requests say they would wait, as a Mutex's do.
+func BenchmarkStorePairWaiting(b *testing.B) {
+	storePair(b, core.AcquireRequest{Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: core.MaxDuration})
+}
+
+// storePair acquires and releases req on a key of its own, b.N times.
+func storePair(b *testing.B, req core.AcquireRequest) {
 	s := newStore(b, serverURL(b))
-	ctx, key := context.Background(), uniqueKey(b)
-	req := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
+	ctx := context.Background()
+	req.Key = uniqueKey(b)
 	for b.Loop() {
 		res, err := s.Acquire(ctx, req)
 		if err != nil || !res.Granted {
 			b.Fatal(res, err)
 		}
-		if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h", Fence: res.Fence}); err != nil {
+		if _, err := s.Release(ctx, core.ReleaseRequest{Key: req.Key, Holder: req.Holder, Fence: res.Fence}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -52,21 +62,6 @@ func BenchmarkMutexPair(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := l.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkStorePairWaiting(b *testing.B) {
-	s := newStore(b, serverURL(b))
-	ctx, key := context.Background(), uniqueKey(b)
-	req := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: core.MaxDuration}
-	for b.Loop() {
-		res, err := s.Acquire(ctx, req)
-		if err != nil || !res.Granted {
-			b.Fatal(res, err)
-		}
-		if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h", Fence: res.Fence}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -29,7 +29,26 @@ func (harness) Advance(time.Duration) bool { return false }
 // newStore returns a Store over a new pool to url; both are closed when t ends.
 func newStore(t testing.TB, url string, opts ...postgres.Option) *postgres.Store {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
+	return storeOn(t, poolConfig(t, url, nil), opts...)
+}
+
+// poolConfig returns the configuration of a pool to url, changed by change when it is not nil.
+func poolConfig(t testing.TB, url string, change func(*pgxpool.Config)) *pgxpool.Config {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if change != nil {
+		change(cfg)
+	}
+	return cfg
+}
+
+// storeOn returns a Store over a new pool of cfg; both are closed when t ends.
+func storeOn(t testing.TB, cfg *pgxpool.Config, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,24 +137,7 @@ type modeHarness struct {
 }
 
 func (h modeHarness) NewStore(t *testing.T) core.Store {
-	cfg, err := pgxpool.ParseConfig(h.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.DefaultQueryExecMode = h.mode
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := postgres.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		pool.Close()
-	})
-	return s
+	return storeOn(t, poolConfig(t, h.url, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = h.mode }))
 }
 
 func (modeHarness) Advance(time.Duration) bool { return false }

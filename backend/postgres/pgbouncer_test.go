@@ -1,11 +1,8 @@
 package postgres_test
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
@@ -25,20 +22,7 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 type bouncerHarness struct{ pooled, direct string }
 
 func (h bouncerHarness) NewStore(t *testing.T) core.Store {
-	pool, err := pgxpool.New(context.Background(), h.pooled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := postgres.New(pool, postgres.WithListenDSN(h.direct))
-	if err != nil {
-		pool.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		pool.Close()
-	})
-	return s
+	return newStore(t, h.pooled, postgres.WithListenDSN(h.direct))
 }
 
 func (bouncerHarness) Advance(time.Duration) bool { return false }

@@ -30,25 +30,8 @@ func (*counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData)
 // countedStore returns a Store whose pool counts the statements it sends.
 func countedStore(t *testing.T, url string) (*postgres.Store, *counter) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := &counter{}
-	cfg.ConnConfig.Tracer = c
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := postgres.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		pool.Close()
-	})
-	return s, c
+	return storeOn(t, poolConfig(t, url, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = c })), c
 }
 
 // TestOneStatementPerOperation: Acquire, Extend, Release and Inspect are one statement each (one

@@ -23,29 +23,9 @@ func Postgres() []Lib {
 			Name: "leasehold-postgres", Label: "leasehold-postgres",
 			Config: "primitives defaults over backend/postgres (pgx pool of 4 per worker); a release grants the lock " +
 				"to the next in line in the same transaction and tells its Store by NOTIFY",
-			Mutex: func(url, key string, c *wire.Counter) (Locker, error) {
-				pool, err := PgxPool(url, c, 4)
-				if err != nil {
-					return Locker{}, err
-				}
-				s, err := postgres.New(pool)
-				if err != nil {
-					pool.Close()
-					return Locker{}, err
-				}
-				return leaseholdLocker(s, key, mutex, func() { s.Close(); pool.Close() })
-			},
+			Mutex: leaseholdPostgres(mutex),
 			Semaphore: func(url, key string, limit int, c *wire.Counter) (Locker, error) {
-				pool, err := PgxPool(url, c, 4)
-				if err != nil {
-					return Locker{}, err
-				}
-				s, err := postgres.New(pool)
-				if err != nil {
-					pool.Close()
-					return Locker{}, err
-				}
-				return leaseholdLocker(s, key, semaphore(limit), func() { s.Close(); pool.Close() })
+				return leaseholdPostgres(semaphore(limit))(url, key, c)
 			},
 		},
 		{
@@ -54,6 +34,23 @@ func Postgres() []Lib {
 				"lock manager queues the waiters and wakes the next at once",
 			Mutex: advisoryMutex,
 		},
+	}
+}
+
+// leaseholdPostgres makes Lockers of the primitive p over backend/postgres, each with a pool of
+// its own.
+func leaseholdPostgres(p primitive) func(url, key string, c *wire.Counter) (Locker, error) {
+	return func(url, key string, c *wire.Counter) (Locker, error) {
+		pool, err := PgxPool(url, c, 4)
+		if err != nil {
+			return Locker{}, err
+		}
+		s, err := postgres.New(pool)
+		if err != nil {
+			pool.Close()
+			return Locker{}, err
+		}
+		return leaseholdLocker(s, key, p, func() { s.Close(); pool.Close() })
 	}
 }
 
