@@ -68,4 +68,3 @@ func pglockLib(name, label string, lease, heartbeat time.Duration) lockers.Lib {
 		},
 	}
 }
-
