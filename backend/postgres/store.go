@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,12 +69,14 @@ func newOptions(opts []Option) (options, error) {
 }
 
 // WithSchema puts the Store's tables and functions in schema (default "public"), which must
-// exist. PostgreSQL 15 and later let only a schema's owner create in public by default: a role
+// exist: a name of at most 63 bytes without '$' or NUL. PostgreSQL 15 and later let only a schema's owner create in public by default: a role
 // without that right names a schema it may create in.
 func WithSchema(schema string) Option {
 	return func(o *options) error {
-		if schema == "" {
-			return fmt.Errorf("%w: schema: must not be empty", core.ErrInvalid)
+		// The name is quoted wherever it is used, but it also appears inside the functions'
+		// $$-quoted bodies, which a '$' could end.
+		if schema == "" || len(schema) > 63 || strings.ContainsAny(schema, "$\x00") {
+			return fmt.Errorf("%w: schema %q: must be 1 to 63 bytes, without '$' or NUL", core.ErrInvalid, schema)
 		}
 		o.schema = schema
 		return nil

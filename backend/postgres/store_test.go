@@ -225,7 +225,7 @@ func TestNewArguments(t *testing.T) {
 	}
 	pool := newPool(t, serverURL(t))
 	for _, opt := range []postgres.Option{postgres.WithTablePrefix("Bad-Prefix"), postgres.WithTablePrefix(strings.Repeat("p", 33)),
-		postgres.WithSchema(""), postgres.WithListenDSN("postgres://%zz")} {
+		postgres.WithSchema(""), postgres.WithSchema("a$$b"), postgres.WithListenDSN("postgres://%zz")} {
 		if _, err := postgres.New(pool, opt); !errors.Is(err, core.ErrInvalid) {
 			t.Errorf("New with a bad option: %v, want ErrInvalid", err)
 		}
