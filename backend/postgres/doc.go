@@ -59,7 +59,7 @@
 //
 // # Tables, functions and privileges
 //
-// New creates, idempotently, six tables and twelve functions named with the prefix (default
+// New creates, idempotently, six tables and ten functions named with the prefix (default
 // "leasehold_", WithTablePrefix) in the schema (default "public", WithSchema). The tables are
 // keys (one row per key ever used: its last fence, its limit, its line's counter; kept, like the
 // Redis store's meta, so fences never go back), leases, waiters, left (tries given up in flight,

@@ -1,6 +1,6 @@
 -- Leasehold's PostgreSQL schema. @ stands for the schema-qualified table prefix (by default
 -- "public"."leasehold_"). Every statement is idempotent: the Store runs this file when the
--- schema's version row is missing or older.
+-- schema's version row is missing or of another version.
 --
 -- Times are microseconds since the Unix epoch by the database's clock_timestamp(); durations are
 -- microseconds. Keys and holders are any bytes (bytea), looked up by their SHA-256 so that a key
