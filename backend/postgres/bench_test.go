@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -81,5 +83,41 @@ func BenchmarkStorePairNewHolders(b *testing.B) {
 		if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: holder, Fence: res.Fence}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkNotifyDelivery is the floor under a handoff's wake: one NOTIFY sent through the pool
+// until a listening connection has it, with other sessions LISTENing on channels of their own
+// (one per Store in a real deployment). PostgreSQL signals every listening backend of the
+// database at each notifying commit, so the delivery slows with their number.
+func BenchmarkNotifyDelivery(b *testing.B) {
+	url := serverURL(b)
+	for _, n := range []int{1, 4, 17} {
+		b.Run(fmt.Sprintf("listeners=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			pool := newPool(b, url)
+			var first *pgx.Conn
+			for i := range n {
+				c, err := pgx.Connect(ctx, url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { c.Close(context.Background()) })
+				if _, err := c.Exec(ctx, fmt.Sprintf("LISTEN bench_%d", i)); err != nil {
+					b.Fatal(err)
+				}
+				if i == 0 {
+					first = c
+				}
+			}
+			for b.Loop() {
+				if _, err := pool.Exec(ctx, "SELECT pg_notify('bench_0', 'x')"); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := first.WaitForNotification(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
