@@ -1,12 +1,13 @@
 -- Leasehold's PostgreSQL schema. @ stands for the schema-qualified table prefix (by default
--- "public"."leasehold_"). Every statement is idempotent: the Store runs this file when the
--- schema's version row is missing or of another version.
+-- "public"."leasehold_"); comments never use it, since a schema's name may hold a line break,
+-- which would end the comment and run the rest of the name. Every statement is idempotent: the
+-- Store runs this file when the schema's version row is missing or of another version.
 --
 -- Times are microseconds since the Unix epoch by the database's clock_timestamp(); durations are
 -- microseconds. Keys and holders are any bytes (bytea), looked up by their SHA-256 so that a key
--- of any length fits a btree index. Every mutating operation first locks the key's row in
--- @keys (FOR UPDATE), so the operations on one key are serial; it reads the clock only after
--- that, so the store's time never runs backwards along that order.
+-- of any length fits a btree index. Every mutating operation first locks the key's row in the
+-- keys table (FOR UPDATE), so the operations on one key are serial; it reads the clock only
+-- after that, so the store's time never runs backwards along that order.
 --
 -- The functions a Store calls run with sequential and bitmap scans off. PL/pgSQL caches its
 -- plans per session, and a plan made while a table was small (new, or just vacuumed) scans the
