@@ -344,6 +344,10 @@ func (w *waiter) Reliable() bool { return w.l.isUp() }
 // the holder's latest try was granted, which left it neither.
 func (w *waiter) Close() {
 	l := w.l
+	// s.lmu first, as Store.Close takes it: a Close of the Store either finds this waiter
+	// enrolled, and leaves its place, or comes after its leave has started.
+	l.s.lmu.Lock()
+	defer l.s.lmu.Unlock()
 	l.mu.Lock()
 	if w.closed {
 		l.mu.Unlock()
@@ -358,9 +362,23 @@ func (w *waiter) Close() {
 	}
 	queued := w.queued
 	l.mu.Unlock()
-	if len(ws) == 0 && queued {
-		l.s.leave(w.key, w.holder, nil)
+	if len(ws) == 0 && queued && !l.s.closed.Load() {
+		l.s.leaveLocked(w.key, w.holder, nil)
 	}
+}
+
+// queued returns, one per holder and key, the waiters whose holders may have a place in the
+// line or a grant from it not taken.
+func (l *listener) queued() []*waiter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var owed []*waiter
+	for _, ws := range l.waiters {
+		if i := slices.IndexFunc(ws, func(w *waiter) bool { return w.queued }); i >= 0 {
+			owed = append(owed, ws[i])
+		}
+	}
+	return owed
 }
 
 // keyWatch is the watches of one key.

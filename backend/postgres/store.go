@@ -178,6 +178,15 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 func (s *Store) Close() error {
 	s.lmu.Lock() // a leave starts before this, or not at all: see leave
 	closed := s.closed.Swap(true)
+	if !closed {
+		// The places of waiters still open: their callers, woken below, find the Store closed,
+		// and their Waiters' Close sends nothing then. Left here, such a place would hold up
+		// the line until the dead-waiter pass finds this Store's listener gone, or, when it
+		// was down at the try, until the place's wait ends.
+		for _, w := range s.l.queued() {
+			s.leaveLocked(w.key, w.holder, nil)
+		}
+	}
 	s.lmu.Unlock()
 	if closed {
 		return nil
@@ -374,10 +383,15 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 // try is kept out. It is bounded by a few seconds; Close waits for it.
 func (s *Store) leave(key, holder string, try *int64) {
 	s.lmu.Lock()
+	defer s.lmu.Unlock()
 	if s.closed.Load() {
-		s.lmu.Unlock()
-		return // the place ends with its wait, or when the line finds this Store's listener gone
+		return // Close left the places of open Waiters; one a try in flight took is passed over once this Store's listener is gone, or ends with its wait
 	}
+	s.leaveLocked(key, holder, try)
+}
+
+// leaveLocked is leave, for a caller holding s.lmu.
+func (s *Store) leaveLocked(key, holder string, try *int64) {
 	s.leaves.Add(1)
 	lv := s.leaving[key]
 	if lv == nil {
@@ -385,7 +399,6 @@ func (s *Store) leave(key, holder string, try *int64) {
 		s.leaving[key] = lv
 	}
 	lv.n++
-	s.lmu.Unlock()
 	go func() {
 		defer s.leaves.Done()
 		defer func() {
