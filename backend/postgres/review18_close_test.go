@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/postgres"
+	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -71,5 +72,60 @@ func TestCloseLeavesItsWaitersPlaces(t *testing.T) {
 					snap.Leases, snap.Waiters)
 			}
 		})
+	}
+}
+
+// TestCloseLeavesThePlaceOfATryInFlight: a waiting try is in flight (on a paused server) when its
+// Store closes; the server resumes and refuses it with a place in line. Its caller cannot
+// Register (the Store is closed), so nobody would close a Waiter for it: the Store leaves that
+// place itself. With the listener down at the try, nothing else would: the place names no
+// listening backend for the dead-waiter pass to find gone.
+func TestCloseLeavesThePlaceOfATryInFlight(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	holder := newStore(t, srv.URL)
+	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, srv.URL)
+	s, err := postgres.New(pool, postgres.WithListenDSN(deadListenDSN(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Inspect(ctx, key); err != nil { // warm the pool's connection and statements
+		t.Fatal(err)
+	}
+	srv.Pause()
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Hour}
+	type result struct {
+		res core.AcquireResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := s.Acquire(ctx, req)
+		done <- result{res, err}
+	}()
+	waitFor(t, "the try to be in flight", func() bool { return pool.Stat().AcquiredConns() > 0 })
+	s.Close()
+	srv.Resume()
+	r := <-done
+	if r.err == nil && !r.res.Granted {
+		if _, err := s.Register(ctx, req); err == nil {
+			t.Fatal("Register after Close succeeded")
+		}
+	}
+	if ok, err := holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	snap, err := holder.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Waiters) != 0 || len(snap.Leases) != 0 {
+		t.Errorf("after a try in flight at Close (%+v, %v) and a release: leases %+v, line %+v; want the lock free",
+			r.res, r.err, snap.Leases, snap.Waiters)
 	}
 }

@@ -179,12 +179,13 @@ func (s *Store) Close() error {
 	s.lmu.Lock() // a leave starts before this, or not at all: see leave
 	closed := s.closed.Swap(true)
 	if !closed {
-		// The places of waiters still open: their callers, woken below, find the Store closed,
-		// and their Waiters' Close sends nothing then. Left here, such a place would hold up
+		// The places of waiters still open, and of refused tries not yet registered: their
+		// callers, woken below, find the Store closed, and their Waiters' Close sends nothing
+		// then; a try refused after this leaves its place itself (see acquire). Left here, such a place would hold up
 		// the line until the dead-waiter pass finds this Store's listener gone, or, when it
 		// was down at the try, until the place's wait ends.
-		for _, w := range s.l.queued() {
-			s.leaveLocked(w.key, w.holder, nil)
+		for _, t := range s.l.queued() {
+			s.leaveLocked(t.key, t.holder, nil)
 		}
 	}
 	s.lmu.Unlock()
@@ -295,8 +296,13 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 	if msg != nil {
 		return core.AcquireResult{}, fmt.Errorf("%w: %s", core.ErrInvalid, *msg)
 	}
-	if req.Wait > 0 {
-		s.l.afterTry(t, granted)
+	if req.Wait > 0 && s.l.afterTry(t, granted) {
+		// Refused after Close, which its caller's Register will find: nobody will close a
+		// Waiter for the place this try took, so leave it now.
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.pool.Exec(lctx, s.n.leave, []byte(req.Key), []byte(req.Holder), t.id) //nolint:errcheck // a place left behind ends with its wait
+		return core.AcquireResult{}, core.ErrClosed
 	}
 	if granted {
 		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, nil
