@@ -43,13 +43,14 @@ type listener struct {
 	waiters  map[string][]*waiter // notice → enrolled waiters
 	pending  map[string]time.Time // notices that found no waiter yet
 	refusals map[string]uint64    // notice → the generation its refused try was sent in
+	owed     map[string]try       // notice → a refused try that waits, until its Register
 	watches  map[string]*keyWatch // hex MD5 of the key → its watches
 }
 
 func newListener(s *Store, cfg *pgx.ConnConfig, channel string) *listener {
 	return &listener{s: s, cfg: cfg, channel: channel, tried: make(chan struct{}),
 		waiters: make(map[string][]*waiter), pending: make(map[string]time.Time),
-		refusals: make(map[string]uint64), watches: make(map[string]*keyWatch)}
+		refusals: make(map[string]uint64), owed: make(map[string]try), watches: make(map[string]*keyWatch)}
 }
 
 // awaitUp waits until the listener's first connection has been tried (it is up, or failed), ctx
@@ -254,6 +255,8 @@ func (l *listener) deliver(channel, payload string) {
 // try is a try that will wait, from beforeTry to afterTry: whether its place in the line names
 // the listening connection, which generation of it, and the notice a grant to it will send.
 type try struct {
+	key     string
+	holder  string
 	id      int64
 	up      bool
 	gen     uint64
@@ -265,16 +268,31 @@ type try struct {
 func (l *listener) beforeTry(key, holder string) try {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return try{up: l.up, gen: l.gen, pid: l.pid, started: l.started, notice: noticeOf(key, holder)}
+	return try{key: key, holder: holder, up: l.up, gen: l.gen, pid: l.pid, started: l.started, notice: noticeOf(key, holder)}
 }
 
 // afterTry records a try's outcome: a refusal whose place names this listener, unchanged since,
-// lets Register trust that no grant to it went unheard.
-func (l *listener) afterTry(t try, granted bool) {
+// lets Register trust that no grant to it went unheard. A refusal is owed a leave until its
+// Register, so that Close can send it; afterTry reports a refusal that came after Close, whose
+// caller cannot Register and must leave its place itself.
+func (l *listener) afterTry(t try, granted bool) (closed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, w := range l.waiters[t.notice] {
 		w.queued = !granted // a grant took the holder out of the line; a refusal that waits keeps its place
+	}
+	if granted {
+		delete(l.owed, t.notice)
+	} else {
+		if l.s.closed.Load() {
+			return true // Close, which holds l.mu when it collects the leaves owed, came before
+		}
+		if len(l.waiters[t.notice]) == 0 { // else its Waiter owes the leave
+			if len(l.owed) >= maxPending {
+				clear(l.owed) // callers that never registered; a place left then ends with its wait
+			}
+			l.owed[t.notice] = t
+		}
 	}
 	switch {
 	case granted:
@@ -288,6 +306,7 @@ func (l *listener) afterTry(t try, granted bool) {
 	default:
 		delete(l.refusals, t.notice)
 	}
+	return false
 }
 
 // Register implements core.Notifier. The waiter is woken when the line grants req.Holder a
@@ -308,6 +327,7 @@ func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waite
 	_, missed := l.pending[w.notice]
 	delete(l.refusals, w.notice)
 	delete(l.pending, w.notice)
+	delete(l.owed, w.notice) // the Waiter owes the leave now
 	if !l.up || !refused || gen != l.gen || missed {
 		w.wake()
 	}
@@ -344,6 +364,10 @@ func (w *waiter) Reliable() bool { return w.l.isUp() }
 // the holder's latest try was granted, which left it neither.
 func (w *waiter) Close() {
 	l := w.l
+	// s.lmu first, as Store.Close takes it: a Close of the Store either finds this waiter
+	// enrolled, and leaves its place, or comes after its leave has started.
+	l.s.lmu.Lock()
+	defer l.s.lmu.Unlock()
 	l.mu.Lock()
 	if w.closed {
 		l.mu.Unlock()
@@ -358,9 +382,26 @@ func (w *waiter) Close() {
 	}
 	queued := w.queued
 	l.mu.Unlock()
-	if len(ws) == 0 && queued {
-		l.s.leave(w.key, w.holder, nil)
+	if len(ws) == 0 && queued && !l.s.closed.Load() {
+		l.s.leaveLocked(w.key, w.holder, nil)
 	}
+}
+
+// queued returns, one per holder and key, the holders that may have a place in the line or a
+// grant from it not taken: those of open Waiters, and of refused tries not yet registered.
+func (l *listener) queued() []try {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	owed := slices.Collect(maps.Values(l.owed))
+	for notice, ws := range l.waiters {
+		if _, ok := l.owed[notice]; ok {
+			continue
+		}
+		if i := slices.IndexFunc(ws, func(w *waiter) bool { return w.queued }); i >= 0 {
+			owed = append(owed, try{key: ws[i].key, holder: ws[i].holder})
+		}
+	}
+	return owed
 }
 
 // keyWatch is the watches of one key.

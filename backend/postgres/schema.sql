@@ -1,12 +1,13 @@
 -- Leasehold's PostgreSQL schema. @ stands for the schema-qualified table prefix (by default
--- "public"."leasehold_"). Every statement is idempotent: the Store runs this file when the
--- schema's version row is missing or of another version.
+-- "public"."leasehold_"); comments never use it, since a schema's name may hold a line break,
+-- which would end the comment and run the rest of the name. Every statement is idempotent: the
+-- Store runs this file when the schema's version row is missing or of another version.
 --
 -- Times are microseconds since the Unix epoch by the database's clock_timestamp(); durations are
 -- microseconds. Keys and holders are any bytes (bytea), looked up by their SHA-256 so that a key
--- of any length fits a btree index. Every mutating operation first locks the key's row in
--- @keys (FOR UPDATE), so the operations on one key are serial; it reads the clock only after
--- that, so the store's time never runs backwards along that order.
+-- of any length fits a btree index. Every mutating operation first locks the key's row in the
+-- keys table (FOR UPDATE), so the operations on one key are serial; it reads the clock only
+-- after that, so the store's time never runs backwards along that order.
 --
 -- The functions a Store calls run with sequential and bitmap scans off. PL/pgSQL caches its
 -- plans per session, and a plan made while a table was small (new, or just vacuumed) scans the
@@ -187,6 +188,14 @@ BEGIN
     IF expired > 0 THEN
         DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
     END IF;
+    -- A holder with a place that asks again keeps its place with what it asks now, before the
+    -- line is served: a head that now fits is granted at once, not refused on its old request.
+    IF p_wait > 0 THEN
+        UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
+            deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
+            pid = p_pid, started = p_started
+        WHERE kh = v_kh AND hh = v_hh;
+    END IF;
     waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
     IF waiting THEN
         k := @serve(k, now_);
@@ -209,18 +218,13 @@ BEGIN
         RETURN;
     END IF;
     IF used + p_permits > p_lim OR waiting THEN
-        IF p_wait > 0 THEN
-            UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
-                deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
-                pid = p_pid, started = p_started
-            WHERE kh = v_kh AND hh = v_hh;
-            IF NOT FOUND THEN
-                UPDATE @keys SET seq = seq + 1 WHERE kh = v_kh RETURNING seq INTO k.seq;
-                INSERT INTO @waiters (kh, seq, hh, holder, permits, lim, ttl, floor, deadline, value,
-                                      try, channel, pid, started)
-                VALUES (v_kh, k.seq, v_hh, p_holder, p_permits, p_lim, p_ttl, p_floor,
-                        now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started);
-            END IF;
+        -- Its place, kept above, unless it had none or serving passed it over.
+        IF p_wait > 0 AND NOT EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh AND hh = v_hh) THEN
+            UPDATE @keys SET seq = seq + 1 WHERE kh = v_kh RETURNING seq INTO k.seq;
+            INSERT INTO @waiters (kh, seq, hh, holder, permits, lim, ttl, floor, deadline, value,
+                                  try, channel, pid, started)
+            VALUES (v_kh, k.seq, v_hh, p_holder, p_permits, p_lim, p_ttl, p_floor,
+                    now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started);
         END IF;
         -- With room but others ahead, the first expiry is the next change expiry alone brings.
         need := greatest(used + p_permits - p_lim, 1);

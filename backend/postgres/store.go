@@ -178,6 +178,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 func (s *Store) Close() error {
 	s.lmu.Lock() // a leave starts before this, or not at all: see leave
 	closed := s.closed.Swap(true)
+	if !closed {
+		// The places of waiters still open, and of refused tries not yet registered: their
+		// callers, woken below, find the Store closed, and their Waiters' Close sends nothing
+		// then; a try refused after this leaves its place itself (see acquire). Left here, such a place would hold up
+		// the line until the dead-waiter pass finds this Store's listener gone, or, when it
+		// was down at the try, until the place's wait ends.
+		for _, t := range s.l.queued() {
+			s.leaveLocked(t.key, t.holder, nil)
+		}
+	}
 	s.lmu.Unlock()
 	if closed {
 		return nil
@@ -286,8 +296,13 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 	if msg != nil {
 		return core.AcquireResult{}, fmt.Errorf("%w: %s", core.ErrInvalid, *msg)
 	}
-	if req.Wait > 0 {
-		s.l.afterTry(t, granted)
+	if req.Wait > 0 && s.l.afterTry(t, granted) {
+		// Refused after Close, which its caller's Register will find: nobody will close a
+		// Waiter for the place this try took, so leave it now.
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.pool.Exec(lctx, s.n.leave, []byte(req.Key), []byte(req.Holder), t.id) //nolint:errcheck // a place left behind ends with its wait
+		return core.AcquireResult{}, core.ErrClosed
 	}
 	if granted {
 		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, nil
@@ -374,10 +389,15 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 // try is kept out. It is bounded by a few seconds; Close waits for it.
 func (s *Store) leave(key, holder string, try *int64) {
 	s.lmu.Lock()
+	defer s.lmu.Unlock()
 	if s.closed.Load() {
-		s.lmu.Unlock()
-		return // the place ends with its wait, or when the line finds this Store's listener gone
+		return // Close left the places of open Waiters; one a try in flight took is passed over once this Store's listener is gone, or ends with its wait
 	}
+	s.leaveLocked(key, holder, try)
+}
+
+// leaveLocked is leave, for a caller holding s.lmu.
+func (s *Store) leaveLocked(key, holder string, try *int64) {
 	s.leaves.Add(1)
 	lv := s.leaving[key]
 	if lv == nil {
@@ -385,7 +405,6 @@ func (s *Store) leave(key, holder string, try *int64) {
 		s.leaving[key] = lv
 	}
 	lv.n++
-	s.lmu.Unlock()
 	go func() {
 		defer s.leaves.Done()
 		defer func() {
