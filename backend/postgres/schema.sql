@@ -188,16 +188,17 @@ BEGIN
     IF expired > 0 THEN
         DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
     END IF;
-    -- A holder with a place that asks again keeps its place with what it asks now, before the
-    -- line is served: a head that now fits is granted at once, not refused on its old request.
-    IF p_wait > 0 THEN
-        UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
-            deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
-            pid = p_pid, started = p_started
-        WHERE kh = v_kh AND hh = v_hh;
-    END IF;
     waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
     IF waiting THEN
+        -- A holder with a place that asks again keeps its place with what it asks now, before
+        -- the line is served: a head that now fits is granted at once, not refused on its old
+        -- request. (Without a line there is no place to keep: the uncontended path skips this.)
+        IF p_wait > 0 THEN
+            UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
+                deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
+                pid = p_pid, started = p_started
+            WHERE kh = v_kh AND hh = v_hh;
+        END IF;
         k := @serve(k, now_);
         waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
         SELECT coalesce(sum(x.permits), 0), bool_or(x.hh = v_hh) INTO used, holds FROM @leases x WHERE x.kh = v_kh;
