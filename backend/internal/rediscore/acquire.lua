@@ -14,8 +14,9 @@ if ARGV[10] ~= '' and redis.call('ZSCORE', left, ARGV[10]) then
 end
 local min_fence, wait_ms, value = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[11]
 purge()
-serve()
-local cur, cur_fence = held(holder)
+local _, line_empty = serve()
+-- One read of holders: the holder's lease, the permits all leases hold, and the watch entry.
+local cur, cur_fence, in_use, fresh = census(holder)
 if cur then
   -- Held already, or granted from the line just now or before: granted again, and taken.
   if cur ~= n then return {-1, cur} end
@@ -30,8 +31,7 @@ if cur then
   return {1, cur_fence}
 end
 local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
-local _, _, in_use, fresh = census(holder)
-if in_use + n > limit or #redis.call('ZRANGE', queue, 0, 0) > 0 then
+if in_use + n > limit or not line_empty then
   if wait_ms > 0 then
     enqueue(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), wait_ms, ARGV[9] or '0',
       {value = value, channel = ARGV[7]})
@@ -45,6 +45,6 @@ if in_use + n > limit or #redis.call('ZRANGE', queue, 0, 0) > 0 then
   end
   return {0, 0, last}
 end
-local fence = grant(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), last, fresh, tail('', value))
+local fence = grant(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), last, fresh, tail('', value), false)
 changed()
 return {1, fence}

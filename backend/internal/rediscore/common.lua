@@ -159,17 +159,22 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   end
 end
 
--- grant takes holder out of the line and gives it a lease of n permits for ttl ms, with a fence
--- above last (the key's last fence) and at least min_fence; fresh says no lease was held before,
--- rest is tail(mark, value) (see tail: the mark of an untaken grant from the line, and the
--- lease's value). It returns the fence.
-local function grant(holder, n, limit, ttl, min_fence, last, fresh, rest)
-  unqueue(holder)
+-- grant gives holder a lease of n permits for ttl ms, with a fence above last (the key's last
+-- fence) and at least min_fence, and takes it out of the line when the line is not empty (queued:
+-- a caller that found the line empty spares the two calls); fresh says no lease was held
+-- before, rest is tail(mark, value) (see tail: the mark of an untaken grant from the line, and
+-- the lease's value). It returns the fence.
+local function grant(holder, n, limit, ttl, min_fence, last, fresh, rest, queued)
+  local line_ttl = ttl
+  if queued then
+    unqueue(holder)
+    line_ttl = math.max(ttl, redis.call('PTTL', queue))
+  end
   local fence = math.max(last + 1, now_us, min_fence)
   redis.call('HSET', meta, 'fence', int(fence), 'limit', int(limit))
   -- The counter outlives the leases and the line by a week; after that the server clock
   -- carries the order of fences, and the line's places start again.
-  redis.call('PEXPIRE', meta, math.max(ttl, redis.call('PTTL', queue)) + 604800000)
+  redis.call('PEXPIRE', meta, line_ttl + 604800000)
   redis.call('ZADD', leases, now_ms + ttl, holder)
   redis.call('HSET', holders, holder, int(n) .. ' ' .. int(fence) .. rest)
   stretch(ttl, fresh)
@@ -195,15 +200,16 @@ end
 -- the way it drops places whose wait has ended, whose holder holds a lease already, or whose
 -- Store no longer listens (a PUBLISH that reaches nobody, where the count means something: the
 -- grant is undone and the next waiter served). Each grant is published on the channel of the
--- waiter's Store as "<length>:<holder><fence> ", and carries the value the waiter asked with. It reads the line 64 places at a time and goes
--- on until the line is empty or its head waits, so a line of any length is served. It returns
--- {holder, fence, ...} of the grants made.
+-- waiter's Store as "<length>:<holder><fence> ", and carries the value the waiter asked with. It
+-- reads the line 64 places at a time and goes on until the line is empty or its head waits, so a
+-- line of any length is served. It returns {holder, fence, ...} of the grants made, and whether
+-- the line is empty now.
 local function serve()
   local out, gone = {}, {}
   local in_use, last
   while true do
     local head = redis.call('ZRANGE', queue, 0, 63)
-    if #head == 0 then return out end
+    if #head == 0 then return out, true end
     local reqs = redis.call('HMGET', waiting, unpack(head))
     if not in_use then
       local _, _, used = census('')
@@ -217,9 +223,9 @@ local function serve()
       if deadline <= now_ms or gone[channel] or held(h) then
         unqueue(h)
       elseif in_use + n > limit then
-        return out
+        return out, false
       else
-        last = grant(h, n, limit, ttl, min_fence, last, false, tail(' q', value))
+        last = grant(h, n, limit, ttl, min_fence, last, false, tail(' q', value), true)
         local heard = redis.call('PUBLISH', channel, #h .. ':' .. h .. int(last) .. ' ')
         if heard == 0 and listens == '1' then
           drop(h) -- its Store is gone (or its subscription down, and its waiters retry)

@@ -18,4 +18,5 @@ if n and untaken and fence > floor then
   drop(holder)
   changed()
 end
-return serve()
+local out = serve()
+return out
