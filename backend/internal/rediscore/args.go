@@ -33,19 +33,31 @@ func acquireArgs(c acquireCall) []any {
 	if c.listens {
 		listens = "1"
 	}
-	return []any{req.Holder, req.Permits, req.Limit, ms(req.TTL), strconv.FormatUint(c.fences.held, 10), ms(req.Wait), c.channel,
-		strconv.FormatUint(c.fences.grant, 10), listens, c.try, req.Value}
+	// One slot more for the changed channel (see argv), so that adding it does not copy.
+	return append(make([]any, 0, 12), req.Holder, req.Permits, req.Limit, ms(req.TTL), decimal(c.fences.held), ms(req.Wait),
+		c.channel, decimal(c.fences.grant), listens, c.try, req.Value)
+}
+
+// zero is "0" as an ARGV value, boxed once.
+var zero any = "0"
+
+// decimal returns n in decimal as an ARGV value; zero, the common case, costs no allocation.
+func decimal(n uint64) any {
+	if n == 0 {
+		return zero
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 // changes says which scripts can change a key's leases: their last ARGV is the key's changed
 // channel (see layout.changed), on which they publish while someone watches the key.
 var changes = [...]bool{acquireScript: true, releaseScript: true, leaveScript: true, watchScript: false}
 
-// argv returns the ARGV of script on key: args, then the key's changed channel for a script
-// that can change leases.
-func (l layout) argv(script Script, key string, args []any) []any {
+// argv returns the ARGV of script: args, then the key's changed channel for a script that can
+// change leases.
+func argv(script Script, changed string, args []any) []any {
 	if int(script) < len(changes) && changes[script] {
-		return append(args, l.changed(key))
+		return append(args, changed)
 	}
 	return args
 }
@@ -57,7 +69,7 @@ func extendArgs(req core.ExtendRequest) []any {
 
 // releaseArgs returns the ARGV of the release script.
 func releaseArgs(req core.ReleaseRequest) []any {
-	return []any{req.Holder, strconv.FormatUint(req.Fence, 10)}
+	return append(make([]any, 0, 3), req.Holder, decimal(req.Fence))
 }
 
 // watchArgs returns the ARGV of the watch script: how long the key is watched from now.
@@ -68,7 +80,7 @@ func watchArgs(life time.Duration) []any {
 // leaveArgs returns the ARGV of the leave script, for holder, which gave up waiting after a
 // refusal that reported floor as the key's last fence.
 func leaveArgs(holder string, floor uint64) []any {
-	return []any{holder, strconv.FormatUint(floor, 10)}
+	return append(make([]any, 0, 3), holder, decimal(floor))
 }
 
 // tryHold is how long a leave keeps the try it undoes from taking a place, should the try reach
@@ -79,5 +91,5 @@ const tryHold = time.Minute
 // ARGV) whose caller gave up before its reply came: it leaves the line, and the try, should it
 // arrive later, takes no place.
 func leaveTryArgs(holder, try string) []any {
-	return []any{holder, "0", try, ms(tryHold)}
+	return append(make([]any, 0, 5), holder, zero, try, ms(tryHold))
 }

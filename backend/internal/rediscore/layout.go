@@ -31,10 +31,47 @@ func (l layout) tag(key string) string {
 	return l.prefix + "{" + keyEscaper.Replace(key) + "}:"
 }
 
+// suffixes follow a resource key's tag: its six Redis keys, in the order the scripts take them,
+// then its changed channel.
+var suffixes = [...]string{"leases", "holders", "meta", "queue", "waiting", "left", "changed"}
+
 // keys returns the Redis keys of a resource key, in the order the scripts take them.
 func (l layout) keys(key string) []string {
-	t := l.tag(key)
-	return []string{t + "leases", t + "holders", t + "meta", t + "queue", t + "waiting", t + "left"}
+	keys, _ := l.names(key)
+	return keys
+}
+
+// names returns the Redis keys of a resource key, in the order the scripts take them, and its
+// changed channel (see changed): slices of one string, so that a script call allocates two
+// values for them, not eight.
+func (l layout) names(key string) (keys []string, changed string) {
+	esc := keyEscaper.Replace(key)
+	tag := len(l.prefix) + len(esc) + len("{}:")
+	size := 0
+	for _, s := range suffixes {
+		size += tag + len(s)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, s := range suffixes {
+		b.WriteString(l.prefix)
+		b.WriteByte('{')
+		b.WriteString(esc)
+		b.WriteString("}:")
+		b.WriteString(s)
+	}
+	all := b.String()
+	keys = make([]string, len(suffixes)-1)
+	for i, s := range suffixes {
+		n := tag + len(s)
+		if i < len(keys) {
+			keys[i] = all[:n]
+		} else {
+			changed = all[:n]
+		}
+		all = all[n:]
+	}
+	return keys, changed
 }
 
 // channel returns the channel on which the Store with id store hears of leases on key granted to

@@ -141,7 +141,8 @@ func (s *Store) leaveWith(key, holder string, args []any) {
 // still sends what its waiters owe the line. A leave that never gets through leaves the place to
 // lapse with the waiter's wait, and a grant made meanwhile to expire with its TTL.
 func (s *Store) leaveNow(ctx context.Context, key string, args []any) error {
-	r, err := s.client.Run(ctx, leaveScript, s.layout.keys(key), s.layout.argv(leaveScript, key, args))
+	keys, changed := s.layout.names(key)
+	r, err := s.client.Run(ctx, leaveScript, keys, argv(leaveScript, changed, args))
 	if err != nil {
 		return err
 	}

@@ -118,7 +118,8 @@ func (s *Store) run(ctx context.Context, script Script, key string, args []any) 
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	r, err := s.client.Run(ctx, script, s.layout.keys(key), s.layout.argv(script, key, args))
+	keys, changed := s.layout.names(key)
+	r, err := s.client.Run(ctx, script, keys, argv(script, changed, args))
 	if err != nil {
 		return nil, s.clientError(ctx, err)
 	}
