@@ -2,7 +2,9 @@ package peerbench
 
 import (
 	"errors"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/backend/redistest"
@@ -40,7 +42,57 @@ func Redis() Backend {
 			"connection setup (" + strings.Join(wire.Handshake, ", ") + ").",
 		Deps:    []string{"github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/valkey-io/valkey-go"},
 		Command: "cd bench && go run ./cmd/peerbench",
+		Stats:   redisStats,
 	}
+}
+
+// serverStats are a server's counters at one moment.
+type serverStats struct {
+	cpu         time.Duration // the server process's CPU, user and system, since it started
+	scriptCalls int64         // calls of scripts and functions (EVAL, EVALSHA, FCALL and their _RO forms)
+	scriptUsec  int64         // the time the server spent in them, in µs
+}
+
+// redisStats reads INFO cpu and INFO commandstats of the server at addr.
+func redisStats(addr string) (serverStats, error) {
+	info, err := redistest.Do(addr, "INFO", "everything")
+	if err != nil {
+		return serverStats{}, err
+	}
+	var st serverStats
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
+			st.cpu += seconds(v)
+		} else if v, ok := strings.CutPrefix(line, "used_cpu_user:"); ok {
+			st.cpu += seconds(v)
+		}
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !scriptStat[name] {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				st.scriptCalls += n
+			case "usec":
+				st.scriptUsec += n
+			}
+		}
+	}
+	return st, nil
+}
+
+// scriptStat names the commandstats lines of scripts and functions.
+var scriptStat = map[string]bool{"cmdstat_eval": true, "cmdstat_evalsha": true, "cmdstat_eval_ro": true,
+	"cmdstat_evalsha_ro": true, "cmdstat_fcall": true, "cmdstat_fcall_ro": true}
+
+// seconds parses INFO's seconds ("1.234567") into a duration.
+func seconds(v string) time.Duration {
+	f, _ := strconv.ParseFloat(v, 64)
+	return time.Duration(f * float64(time.Second))
 }
 
 // Postgres is the PostgreSQL backend: a throwaway server of backend/postgres/pgtest, Leasehold's

@@ -15,6 +15,8 @@ type column int
 
 const (
 	colUncontended column = iota
+	colServerCPU
+	colScript
 	colContended
 	colP50
 	colP99
@@ -29,7 +31,7 @@ const (
 
 // String names the column in notes.
 func (c column) String() string {
-	return [...]string{"uncontended", "contended", "handoff p50", "handoff p99", "commands/handoff",
+	return [...]string{"uncontended", "server CPU per pair", "script time per call", "contended", "handoff p50", "handoff p99", "commands/handoff",
 		"grants to another worker", "idle wait", "wake after a long hold", "Semaphore(4)", "Redlock(3)"}[c]
 }
 
@@ -45,6 +47,8 @@ func specs(workers int) [numColumns]spec {
 	w := strconv.Itoa(workers)
 	return [numColumns]spec{
 		colUncontended: {title: "Uncontended pairs/s (1 worker) ↑", higher: true, ratio: true, format: integer},
+		colServerCPU:   {title: "Server CPU µs per uncontended pair (INFO cpu) ↓", higher: false, ratio: true, format: small},
+		colScript:      {title: "Script µs per call, uncontended (commandstats) ↓", higher: false, ratio: true, format: small},
 		colContended:   {title: w + " workers, 1 key: pairs/s ↑", higher: true, ratio: true, format: integer},
 		colP50:         {title: "Handoff p50 µs ↓", higher: false, ratio: true, format: small},
 		colP99:         {title: "Handoff p99 µs ↓", higher: false, ratio: true, format: small},

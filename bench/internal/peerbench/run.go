@@ -41,6 +41,8 @@ type Backend struct {
 	Deps []string
 	// Command is how the report says the run was started, before its flags.
 	Command string
+	// Stats, when not nil, reads the server's counters (for the server CPU and script columns).
+	Stats func(addr string) (serverStats, error)
 }
 
 // Main runs b's benchmark with the command line's flags, prints the report, and exits non-zero
@@ -98,6 +100,7 @@ func run(b Backend) error {
 	}
 	defer stopServer()
 	e.addr = addr
+	e.stats = b.Stats
 	if slices.ContainsFunc(chosenScenarios, func(s scenario) bool { return s.name == "redlock" }) {
 		if b.LaunchRedlock == nil {
 			return errors.New("-scenarios: no redlock on " + b.Name)

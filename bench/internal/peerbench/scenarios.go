@@ -19,6 +19,7 @@ type env struct {
 	duration time.Duration
 	hold     time.Duration
 	workers  int
+	stats    func(addr string) (serverStats, error) // nil: the backend has none
 }
 
 // grace is how long waiters still in Lock when a run ends get to come out before they are
@@ -51,7 +52,7 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
-	{name: "uncontended", columns: []column{colUncontended}, applies: always, run: uncontended},
+	{name: "uncontended", columns: []column{colUncontended, colServerCPU, colScript}, applies: always, run: uncontended},
 	{name: "contended", columns: []column{colContended, colP50, colP99, colCmds, colOther}, applies: always, run: contended},
 	{name: "idle", columns: []column{colIdle, colWake}, applies: always, run: idle},
 	{name: "semaphore", columns: []column{colSemaphore}, applies: func(l lockers.Lib) bool { return l.Semaphore != nil }, run: semaphore},
@@ -79,8 +80,35 @@ func (r *result) addNote(n string) {
 	}
 }
 
+// uncontended is one worker's pairs on a key of its own, and, where the backend reports them,
+// what the server spent per pair: its process's CPU, and its scripts' own time per call.
 func uncontended(ctx context.Context, e *env, l lockers.Lib) (result, error) {
-	return single(ctx, e, colUncontended, func() (lockers.Locker, error) { return l.Mutex(e.addr, key("uncontended", l), nil) })
+	var before serverStats
+	if e.stats != nil {
+		var err error
+		if before, err = e.stats(e.addr); err != nil {
+			return result{}, err
+		}
+	}
+	h, err := hammerLockers(ctx, e, fleet{n: 1, newLocker: func() (lockers.Locker, error) {
+		return l.Mutex(e.addr, key("uncontended", l), nil)
+	}})
+	if err != nil {
+		return result{}, err
+	}
+	r := result{cells: map[column]cell{colUncontended: {v: h.rate(), ok: true}}}
+	r.addNote(h.fails.note(colUncontended.String()))
+	if e.stats != nil && h.pairs > 0 {
+		after, err := e.stats(e.addr)
+		if err != nil {
+			return result{}, err
+		}
+		r.cells[colServerCPU] = cell{v: micros(after.cpu-before.cpu) / float64(h.pairs), ok: true}
+		if calls := after.scriptCalls - before.scriptCalls; calls > 0 {
+			r.cells[colScript] = cell{v: float64(after.scriptUsec-before.scriptUsec) / float64(calls), ok: true}
+		}
+	}
+	return r, nil
 }
 
 func redlockScenario(ctx context.Context, e *env, l lockers.Lib) (result, error) {
