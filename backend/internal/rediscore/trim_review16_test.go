@@ -1,0 +1,423 @@
+package rediscore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// Tests of the trimmed acquire script (one read of holders; serve says whether the line is
+// empty, and a newcomer's grant skips the unqueue and the PTTL of the empty line).
+
+const week = 604800000 * time.Millisecond
+
+// raw returns a plain client to addr, closed when t ends.
+func raw(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// holdersOf returns the holders hash of key.
+func holdersOf(t *testing.T, c *redis.Client, key string) map[string]string {
+	t.Helper()
+	m, err := c.HGetAll(context.Background(), rediscore.Keys(key)[1]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// pttl returns the PTTL of the i-th Redis key of key (-2: none; -1: no expiry).
+func pttl(t *testing.T, c *redis.Client, key string, i int) time.Duration {
+	t.Helper()
+	v, err := c.Do(context.Background(), "PTTL", rediscore.Keys(key)[i]).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(v) * time.Millisecond
+}
+
+// expired waits until the server's clock is past the lease of holder on key (Inspect lists
+// unexpired leases only, and writes nothing).
+func expired(t *testing.T, s core.Store, key, holder string) {
+	t.Helper()
+	pollUntil(t, func() bool {
+		snap, err := s.Inspect(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range snap.Leases {
+			if l.Holder == holder {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestTakingALineGrantClearsItsMarkAndKeepsItsFence: a waiter granted from the line by a release
+// holds "<n> <fence> q\n<value>"; its Acquire (census finds the lease) takes it: the same fence,
+// the q mark gone, the value the one it now asks with. An Acquire for other permits is refused
+// and changes nothing.
+func TestTakingALineGrantClearsItsMarkAndKeepsItsFence(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
+			req := func(holder, value string) core.AcquireRequest {
+				return core.AcquireRequest{Key: "mark", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Value: value}
+			}
+			mustAcquire(t, s, req("a", ""), true)
+			mustAcquire(t, s, req("w", "first"), false)
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "mark", Holder: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			fence, err := c.HGet(ctx, rediscore.Keys("mark")[2], "fence").Uint64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := holdersOf(t, c, "mark")["w"], fmt.Sprintf("1 %d q\nfirst", fence); got != want {
+				t.Fatalf("the line's grant is stored as %q, want %q", got, want)
+			}
+			two := req("w", "other")
+			two.Permits = 2
+			two.Limit = 2
+			two.Wait = 0 // a waiting try that fails is followed by a leave, which gives the grant up
+			if _, err := s.Acquire(ctx, two); !errors.Is(err, core.ErrInvalid) {
+				t.Fatalf("Acquire of 2 permits over a grant of 1: %v, want ErrInvalid", err)
+			}
+			if got, want := holdersOf(t, c, "mark")["w"], fmt.Sprintf("1 %d q\nfirst", fence); got != want {
+				t.Fatalf("a refused Acquire of other permits changed the grant to %q, want %q", got, want)
+			}
+			if res := mustAcquire(t, s, req("w", "second"), true); res.Fence != fence {
+				t.Fatalf("taking the grant gave fence %d, want the grant's %d", res.Fence, fence)
+			}
+			if got, want := holdersOf(t, c, "mark")["w"], fmt.Sprintf("1 %d\nsecond", fence); got != want {
+				t.Fatalf("the taken grant is stored as %q, want %q: no q mark, the new value", got, want)
+			}
+			if res := mustAcquire(t, s, req("w", ""), true); res.Fence != fence {
+				t.Fatalf("renewing gave fence %d, want %d", res.Fence, fence)
+			}
+			if got, want := holdersOf(t, c, "mark")["w"], fmt.Sprintf("1 %d", fence); got != want {
+				t.Fatalf("the renewed lease is stored as %q, want %q", got, want)
+			}
+			if n := lineLen(t, srv.Addr, "mark"); n != 0 {
+				t.Fatalf("the line has %d places, want none", n)
+			}
+		})
+	}
+}
+
+// TestWaiterTakesGrantItsOwnAcquireServes: the waiter at the head retries after the holder's
+// lease expired; its own script's serve grants it from the line ("q", published), and the same
+// script's census finds that grant and takes it: granted, the mark cleared, its place and request
+// gone.
+func TestWaiterTakesGrantItsOwnAcquireServes(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
+			w := core.AcquireRequest{Key: "self", Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Value: "v"}
+			mustAcquire(t, s, core.AcquireRequest{Key: "self", Holder: "a", Permits: 1, Limit: 1, TTL: 100 * time.Millisecond}, true)
+			mustAcquire(t, s, w, false)
+			expired(t, s, "self", "a")
+			res := mustAcquire(t, s, w, true)
+			fence, err := c.HGet(ctx, rediscore.Keys("self")[2], "fence").Uint64()
+			if err != nil || fence != res.Fence {
+				t.Fatalf("meta's fence %d (%v), want the grant's %d", fence, err, res.Fence)
+			}
+			if got, want := holdersOf(t, c, "self"), map[string]string{"w": fmt.Sprintf("1 %d\nv", res.Fence)}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("holders %q, want %q", got, want)
+			}
+			for _, i := range []int{3, 4} {
+				if p := pttl(t, c, "self", i); p != -2*time.Millisecond {
+					t.Errorf("%s still exists (PTTL %v): the place was not taken out of the line", rediscore.Keys("self")[i], p)
+				}
+			}
+			if p := pttl(t, c, "self", 1); p < 50*time.Second || p > time.Minute {
+				t.Errorf("holders PTTL %v, want about the TTL of a minute", p)
+			}
+		})
+	}
+}
+
+// TestNewcomerAfterServeEmptiesTheLine: permits freed by expiry go first to a line longer than
+// one read of serve (64 places); the newcomer whose script served them all finds the line empty
+// and takes what is left, not a permit more; its grant leaves no line keys and gives meta a
+// week past its TTL.
+func TestNewcomerAfterServeEmptiesTheLine(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
+			const limit, waiters = 100, 70
+			req := func(holder string, n int, ttl, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: "many", Holder: holder, Permits: n, Limit: limit, TTL: ttl, Wait: wait}
+			}
+			mustAcquire(t, s, req("a", limit, 150*time.Millisecond, 0), true)
+			for i := range waiters {
+				mustAcquire(t, s, req(fmt.Sprint("w", i), 1, time.Hour, time.Hour), false)
+			}
+			expired(t, s, "many", "a")
+			ttl := 2 * time.Second
+			res := mustAcquire(t, s, req("new", limit-waiters, ttl, 0), true)
+			mustAcquire(t, s, req("late", 1, time.Hour, 0), false)
+			h := holdersOf(t, c, "many")
+			if len(h) != waiters+1 {
+				t.Fatalf("%d leases, want %d", len(h), waiters+1)
+			}
+			var prev uint64
+			for i := range waiters {
+				var n int
+				var f uint64
+				if _, err := fmt.Sscanf(h[fmt.Sprint("w", i)], "%d %d q", &n, &f); err != nil || n != 1 || f <= prev {
+					t.Fatalf("w%d holds %q, want 1 permit granted from the line, in order", i, h[fmt.Sprint("w", i)])
+				}
+				prev = f
+			}
+			if got, want := h["new"], fmt.Sprintf("%d %d", limit-waiters, res.Fence); got != want || res.Fence <= prev {
+				t.Fatalf("new holds %q, want %q above the line's fences", got, want)
+			}
+			for _, i := range []int{3, 4} {
+				if p := pttl(t, c, "many", i); p != -2*time.Millisecond {
+					t.Errorf("%s exists (PTTL %v) after the line was served", rediscore.Keys("many")[i], p)
+				}
+			}
+			// meta lives a week past the last grant's TTL (the newcomer's, the line being empty).
+			if p := pttl(t, c, "many", 2); p <= week || p > week+ttl {
+				t.Errorf("meta PTTL %v, want in (a week, a week + %v]", p, ttl)
+			}
+			if snap, _ := s.Inspect(ctx, "many"); snap.InUse() != limit {
+				t.Errorf("%d permits in use, want %d", snap.InUse(), limit)
+			}
+		})
+	}
+}
+
+// TestLapsedPlacesLetANewcomerIn: a line of places whose waits have all ended (more than one
+// read of serve) is dropped by the newcomer's own script, which then grants it as to an empty
+// line: its grant, no line keys left, and meta a week past its TTL, not the places' waits.
+func TestLapsedPlacesLetANewcomerIn(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
+			req := func(holder string, ttl, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: "lapsing", Holder: holder, Permits: 1, Limit: 1, TTL: ttl, Wait: wait}
+			}
+			start := time.Now()
+			mustAcquire(t, s, req("a", 100*time.Millisecond, 0), true)
+			for i := range 80 {
+				mustAcquire(t, s, req(fmt.Sprint("gone", i), time.Minute, 100*time.Millisecond), false)
+			}
+			expired(t, s, "lapsing", "a")
+			pollUntil(t, func() bool { return time.Since(start) > 250*time.Millisecond })
+			ttl := 3 * time.Second
+			mustAcquire(t, s, req("new", ttl, 0), true)
+			for _, i := range []int{3, 4} {
+				if p := pttl(t, c, "lapsing", i); p != -2*time.Millisecond {
+					t.Errorf("%s exists (PTTL %v) after its places lapsed", rediscore.Keys("lapsing")[i], p)
+				}
+			}
+			if p := pttl(t, c, "lapsing", 2); p <= week || p > week+ttl {
+				t.Errorf("meta PTTL %v, want in (a week, a week + %v]", p, ttl)
+			}
+			if h := holdersOf(t, c, "lapsing"); len(h) != 1 || h["new"] == "" {
+				t.Errorf("holders %q, want new's lease alone", h)
+			}
+		})
+	}
+}
+
+// TestHeadThatServeCannotGrantKeepsTheLine: after an expiry frees a permit that the head (asking
+// two) cannot use, serve stops at the head: a newcomer for whom the permit would do is refused,
+// and takes the last place; a waiter's retry keeps its place; the line keeps its expiry, and
+// meta outlives it.
+func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
+			req := func(holder string, n int, ttl, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: "head", Holder: holder, Permits: n, Limit: 2, TTL: ttl, Wait: wait}
+			}
+			mustAcquire(t, s, req("a", 1, 100*time.Millisecond, 0), true)
+			mustAcquire(t, s, req("b", 1, time.Minute, 0), true)
+			mustAcquire(t, s, req("big", 2, time.Minute, time.Hour), false)
+			mustAcquire(t, s, req("c", 1, time.Minute, time.Hour), false)
+			before, err := c.ZScore(ctx, rediscore.Keys("head")[3], "c").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			expired(t, s, "head", "a")
+			mustAcquire(t, s, req("try", 1, time.Minute, 0), false)
+			mustAcquire(t, s, req("new", 1, time.Minute, time.Hour), false)
+			mustAcquire(t, s, req("c", 1, time.Minute, time.Hour), false)
+			if after, _ := c.ZScore(ctx, rediscore.Keys("head")[3], "c").Result(); after != before {
+				t.Errorf("c's place moved from %v to %v on its retry", before, after)
+			}
+			line, _ := c.ZRange(ctx, rediscore.Keys("head")[3], 0, -1).Result()
+			if fmt.Sprint(line) != "[big c new]" {
+				t.Fatalf("the line is %v, want [big c new]", line)
+			}
+			if h := holdersOf(t, c, "head"); len(h) != 1 || h["b"] == "" {
+				t.Fatalf("holders %q, want b's lease alone", h)
+			}
+			if p := pttl(t, c, "head", 3); p <= 59*time.Minute {
+				t.Errorf("queue PTTL %v, want about the hour of the waits", p)
+			}
+			if p := pttl(t, c, "head", 2); p <= week+59*time.Minute {
+				t.Errorf("meta PTTL %v, want past the line's hour by a week", p)
+			}
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "head", Holder: "b"}); err != nil {
+				t.Fatal(err)
+			}
+			if h := holdersOf(t, c, "head"); len(h) != 1 || h["big"] == "" {
+				t.Fatalf("after b's release, holders %q, want the head's grant alone", h)
+			}
+			if line, _ := c.ZRange(ctx, rediscore.Keys("head")[3], 0, -1).Result(); fmt.Sprint(line) != "[c new]" {
+				t.Fatalf("after the head's grant the line is %v, want [c new]", line)
+			}
+			// A grant from the line to the head, with places left behind it: meta still
+			// outlives them.
+			if p := pttl(t, c, "head", 2); p <= week+59*time.Minute {
+				t.Errorf("after the line's grant, meta PTTL %v, want past the line's hour by a week", p)
+			}
+		})
+	}
+}
+
+// TestWatchEntryIsNoLeaseForTheTrimmedAcquire: on a watched key, the watch entry ” counts no
+// permit and holds no lease: the first grant (fresh: only the watch entry) keeps the lease keys
+// as long as the watch, a newcomer over the limit is refused, a line grant taken keeps the
+// entry, and each grant and release wakes the watch.
+func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
+			w, err := s.Watch(ctx, "watched")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			pollUntil(t, w.Reliable)
+			drain(w)
+			woken := func(what string) {
+				t.Helper()
+				select {
+				case <-w.C():
+				case <-time.After(5 * time.Second):
+					t.Fatalf("no wake after %s", what)
+				}
+			}
+			req := func(holder string) core.AcquireRequest {
+				return core.AcquireRequest{Key: "watched", Holder: holder, Permits: 1, Limit: 1, TTL: time.Second, Wait: time.Minute}
+			}
+			entry := holdersOf(t, c, "watched")[""]
+			mustAcquire(t, s, req("a"), true)
+			woken("a's grant")
+			if p := pttl(t, c, "watched", 0); p < 20*time.Second {
+				t.Errorf("leases PTTL %v after the first grant on a watched key, want the watch's life", p)
+			}
+			if p := pttl(t, c, "watched", 1); p < 20*time.Second {
+				t.Errorf("holders PTTL %v after the first grant on a watched key, want the watch's life", p)
+			}
+			mustAcquire(t, s, req("b"), false)
+			mustAcquire(t, s, req("a"), true) // renewal
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "watched", Holder: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			woken("a's release")
+			res := mustAcquire(t, s, req("b"), true)
+			h := holdersOf(t, c, "watched")
+			if got, want := h["b"], fmt.Sprintf("1 %d", res.Fence); got != want || h[""] != entry || len(h) != 2 {
+				t.Fatalf("holders %q, want b's taken lease %q and the watch entry %q", h, want, entry)
+			}
+		})
+	}
+}
+
+// TestSemaphoreNeverOverItsLimitUnderChurn: Stores of both drivers take and give back permits
+// of one semaphore, waiting, trying and expiring, and never hold more than its limit at once.
+func TestSemaphoreNeverOverItsLimitUnderChurn(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const limit, workers, rounds = 3, 8, 25
+	var held, peak atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		s := redisharness.Drivers[[]string{"goredis", "valkey"}[i%2]](t, srv.Addr)
+		sem, err := primitives.NewSemaphore(s, "churn", limit, primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(i), 16))
+			for range rounds {
+				n := 1 + r.IntN(2)
+				var l core.Lease
+				var err error
+				if r.IntN(3) == 0 {
+					l, err = sem.TryAcquire(context.Background(), n)
+					if errors.Is(err, core.ErrNotAcquired) {
+						continue
+					}
+				} else {
+					l, err = sem.Acquire(context.Background(), n)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if now := held.Add(int64(n)); now > limit {
+					t.Errorf("%d permits held at once, over the limit %d", now, limit)
+				} else {
+					for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+					}
+				}
+				held.Add(-int64(n))
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := lineLen(t, srv.Addr, "churn"); n != 0 {
+		t.Errorf("%d places left in the line", n)
+	}
+	t.Logf("peak %d of %d permits", peak.Load(), limit)
+}
+
+// TestShortGrantDoesNotShortenTheLeaseKeys: a grant with a short TTL beside a lease with a long
+// one (census says leases were held: not fresh) leaves the lease keys living as long as the
+// long lease.
+func TestShortGrantDoesNotShortenTheLeaseKeys(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s, c := redisharness.GoRedis(t, srv.Addr), raw(t, srv.Addr)
+	req := func(holder string, ttl time.Duration) core.AcquireRequest {
+		return core.AcquireRequest{Key: "short", Holder: holder, Permits: 1, Limit: 2, TTL: ttl}
+	}
+	mustAcquire(t, s, req("long", time.Hour), true)
+	mustAcquire(t, s, req("short", time.Second), true)
+	for _, i := range []int{0, 1} {
+		if p := pttl(t, c, "short", i); p < 59*time.Minute {
+			t.Errorf("%s PTTL %v after a short grant beside an hour's lease, want about an hour", rediscore.Keys("short")[i], p)
+		}
+	}
+}
