@@ -15,6 +15,8 @@ package goredis
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,7 +70,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	d := driver{c: client}
+	d := driver{c: client, fn: new(rediscore.Functions)}
 	switch c := client.(type) {
 	case *redis.Client:
 		d.honoursCtx = c != nil && c.Options().ContextTimeoutEnabled
@@ -88,7 +90,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	return &Store{rs: rs}, nil
 }
 
-// Acquire implements core.Store: one script call (EVALSHA; EVAL once per server). It grants the
+// Acquire implements core.Store: one script call (FCALL, or EVALSHA; see package rediscore). It grants the
 // request when the permits are free and nobody waits in the key's line, or renews the holder's
 // lease; otherwise it refuses and says when, by expiry alone, there would be room. A refusal
 // with req.Wait > 0 keeps the holder's place in the line, strictly FIFO, for req.Wait: a release
@@ -171,12 +173,15 @@ func (s *Store) Close() error { return s.rs.Close() }
 type driver struct {
 	c          redis.UniversalClient
 	honoursCtx bool // the client bounds calls by ctx's deadline itself
+	fn         *rediscore.Functions
 }
 
-// Run uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns when ctx ends.
+// Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
+// refuses functions uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns
+// when ctx ends.
 func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
 	if d.honoursCtx || ctx.Done() == nil {
-		return scripts[s].Run(ctx, d.c, keys, args...).Result()
+		return d.fn.Run(ctx, d, s, keys, args)
 	}
 	type reply struct {
 		v   any
@@ -184,7 +189,7 @@ func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args
 	}
 	ch := make(chan reply, 1)
 	go func() {
-		v, err := scripts[s].Run(ctx, d.c, keys, args...).Result()
+		v, err := d.fn.Run(ctx, d, s, keys, args)
 		ch <- reply{v, err}
 	}()
 	select {
@@ -193,6 +198,51 @@ func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// FCall implements rediscore.FunctionClient.
+func (d driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
+	return d.c.FCall(ctx, function, keys, args...).Result()
+}
+
+// Eval implements rediscore.FunctionClient: go-redis's script helper.
+func (d driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+	return scripts[s].Run(ctx, d.c, keys, args...).Result()
+}
+
+// LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on the server, every primary of
+// a Cluster, or every shard of a Ring.
+func (d driver) LoadLibrary(ctx context.Context) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	load := func(ctx context.Context, c *redis.Client) error {
+		err := c.FunctionLoad(ctx, rediscore.Library).Err()
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := d.c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, load)
+	default:
+		err = d.c.FunctionLoad(ctx, rediscore.Library).Err()
+	}
+	return append(errs, err)
+}
+
+// Reply implements rediscore.FunctionClient.
+func (d driver) Reply(err error) (string, bool) {
+	var re redis.Error
+	if err != nil && errors.As(err, &re) && !errors.Is(err, redis.Nil) {
+		return re.Error(), true
+	}
+	return "", false
 }
 
 // Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and

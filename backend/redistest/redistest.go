@@ -236,11 +236,13 @@ func StartCluster(t testing.TB, masters int) []string {
 	return addrs
 }
 
-// clientCommands are the commands a Leasehold client sends per operation. INFO commandstats
-// also counts the commands that scripts run inside one EVALSHA, which are not round trips, and
+// clientCommands are the commands a Leasehold client sends per operation: scripts and functions
+// (EVAL, EVALSHA, FCALL), their loading (SCRIPT, FUNCTION), subscriptions, and the plain commands
+// some peers send. INFO commandstats also counts the commands that scripts run inside one
+// call, which are not round trips, and
 // each new pooled connection's handshake (HELLO, CLIENT) or a client's keep-alive PING, which
 // are not per-operation costs; those are left out.
-var clientCommands = []string{"cmdstat_eval", "cmdstat_script", "cmdstat_subscribe", "cmdstat_unsubscribe",
+var clientCommands = []string{"cmdstat_eval", "cmdstat_fcall", "cmdstat_script", "cmdstat_function", "cmdstat_subscribe", "cmdstat_unsubscribe",
 	"cmdstat_ssubscribe", "cmdstat_sunsubscribe", "cmdstat_get", "cmdstat_set"}
 
 // ClientCommands returns how many commands clients have sent the server at addr, counted from

@@ -70,14 +70,14 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client != nil && client.Mode() == vk.ClientModeCluster {
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
-	rs, err := rediscore.New("valkey", client, driver{client}, o.shared...)
+	rs, err := rediscore.New("valkey", client, driver{c: client, fn: new(rediscore.Functions)}, o.shared...)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{rs: rs}, nil
 }
 
-// Acquire implements core.Store: one script call (EVALSHA; EVAL once per server). It grants the
+// Acquire implements core.Store: one script call (FCALL, or EVALSHA; see package rediscore). It grants the
 // request when the permits are free and nobody waits in the key's line, or renews the holder's
 // lease; otherwise it refuses and says when, by expiry alone, there would be room. A refusal
 // with req.Wait > 0 keeps the holder's place in the line, strictly FIFO, for req.Wait: a release
@@ -158,11 +158,47 @@ func (s *Store) Close() error { return s.rs.Close() }
 
 // driver is the rediscore.Client over valkey-go.
 type driver struct {
-	c vk.Client
+	c  vk.Client
+	fn *rediscore.Functions
 }
 
-// Run uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT.
+// Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
+// refuses functions uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT.
 func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+	return d.fn.Run(ctx, d, s, keys, args)
+}
+
+// FCall implements rediscore.FunctionClient.
+func (d driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
+	cmd := d.c.B().Fcall().Function(function).Numkeys(int64(len(keys))).Key(keys...).Arg(argStrings(args)...).Build()
+	return d.c.Do(ctx, cmd).ToAny()
+}
+
+// Eval implements rediscore.FunctionClient: valkey-go's script helper.
+func (d driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+	return scripts[s].Exec(ctx, d.c, keys, argStrings(args)).ToAny()
+}
+
+// LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on every node the client knows
+// (a Cluster's replicas answer READONLY, which rediscore passes over).
+func (d driver) LoadLibrary(ctx context.Context) []error {
+	var errs []error
+	for _, n := range d.c.Nodes() {
+		errs = append(errs, n.Do(ctx, n.B().FunctionLoad().FunctionCode(rediscore.Library).Build()).Error())
+	}
+	return errs
+}
+
+// Reply implements rediscore.FunctionClient.
+func (d driver) Reply(err error) (string, bool) {
+	if ve, ok := vk.IsValkeyErr(err); ok && !ve.IsNil() {
+		return ve.Error(), true
+	}
+	return "", false
+}
+
+// argStrings returns args as the strings valkey-go sends.
+func argStrings(args []any) []string {
 	strs := make([]string, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -176,7 +212,7 @@ func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args
 			strs[i] = fmt.Sprint(v)
 		}
 	}
-	return scripts[s].Exec(ctx, d.c, keys, strs).ToAny()
+	return strs
 }
 
 // Listen keeps one dedicated connection with pub/sub hooks; when it breaks, it reports Down,

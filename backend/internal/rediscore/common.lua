@@ -25,14 +25,33 @@
 -- Every number that goes into a stored string is written by int(), as a whole decimal number.
 -- Time is the server's (TIME); a lease with expiry E is held while now < E.
 --
--- Each script's body runs as main() under pcall (see guard.lua). The first command on each key
--- is a read, or a write that Redis refuses whole on a wrong type, so a key holding someone
--- else's data makes the script fail before it writes to that key or deletes it.
-local leases, holders, meta, queue, waiting, left = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- The same source serves as a script (EVALSHA: this prelude, then the body as main, run by
+-- guarded) and as a Redis Functions library (loaded once per server: this prelude once, every
+-- body as a function of its own, registered to run by guarded). So nothing here calls Redis
+-- when the source is loaded; what one call needs, begin sets up, and every name below that holds
+-- a call's state is set by begin. Each body runs as main() under pcall (see guard.lua). The first
+-- command on each key is a read, or a write that Redis refuses whole on a wrong type, so a key
+-- holding someone else's data makes the script fail before it writes to that key or deletes it.
+local KEYS, ARGV
+local leases, holders, meta, queue, waiting, left
+local now_ms, now_us
 
-local clock = redis.call('TIME')
-local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- watch_until is the server ms until which some Store watches the key (0: nobody), once a read
+-- of holders has found it (nil before).
+local watch_until = nil
+
+-- told says this call published on the changed channel already.
+local told = false
+
+-- begin sets up one call: its keys and arguments, and the server's time.
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+  leases, holders, meta, queue, waiting, left = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  local clock = redis.call('TIME')
+  now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  watch_until, told = nil, false
+end
 
 -- purge removes expired leases.
 local function purge()
@@ -50,10 +69,6 @@ local function split(v)
   local a, b, q, value = string.match(v, '^(%d+) (%d+)( ?q?)\n?(.*)$')
   return tonumber(a), tonumber(b), q == ' q', value
 end
-
--- watch_until is the server ms until which some Store watches the key (0: nobody), once a read
--- of holders has found it (nil before).
-local watch_until = nil
 
 -- watched records the watch entry of holders, v (nil when there is none).
 local function watched(v)
@@ -81,7 +96,6 @@ end
 -- changed tells the key's watchers that its leases changed, if anyone watches: a PUBLISH on the
 -- changed channel (the last ARGV) while the watch entry's deadline has not passed; else nothing.
 -- One message per script call is enough.
-local told = false
 local function changed()
   if watch_until == nil then watched(redis.call('HGET', holders, '')) end
   if watch_until > now_ms and not told then

@@ -28,8 +28,18 @@
 //
 // # Scripts
 //
-// Each Store operation is one script call (EVALSHA, falling back to EVAL once per server). The
-// scripts take the time from the server (TIME) and purge expired leases. Someone else's data
+// Each Store operation is one script call. Where the server has Redis Functions (Redis 7.0 and
+// later, Valkey) and lets the client load them, the scripts are one library, LibraryName,
+// loaded once per server (FUNCTION LOAD; on a Cluster, on every primary) and called by FCALL:
+// the prelude's helpers are made once, when the library loads, not on every call, which saves the
+// server a few µs per call. A server that lost the library (restarted without persistence,
+// FUNCTION FLUSH, a new Cluster node) is given it again by the first call that finds it
+// missing. Where the server refuses the library (an older server, an ACL without FUNCTION LOAD
+// or FCALL, a proxy that does not pass them), the Store uses EVALSHA, falling back to EVAL once
+// per server, for the rest of its life. Both ways run the same Lua, so clients of either kind
+// share keys. The library's name carries a hash of its source, so clients of different versions
+// keep one each on a server (a few KiB; FUNCTION DELETE removes an old one). The scripts take
+// the time from the server (TIME) and purge expired leases. Someone else's data
 // under the prefix is reported (an error naming the key and its type) and left untouched: each
 // key's first command is one that Redis refuses on a wrong type before it changes anything, and
 // only then is the key's type looked up, to name it. User values travel only as KEYS and ARGV.

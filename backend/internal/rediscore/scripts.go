@@ -1,6 +1,11 @@
 package rediscore
 
-import _ "embed"
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"strings"
+)
 
 var (
 	//go:embed common.lua
@@ -21,7 +26,7 @@ var (
 	guard string
 )
 
-// Script names one of the scripts a Client runs: an index into Sources.
+// Script names one of the scripts a Client runs: an index into Sources and functionNames.
 type Script int
 
 const (
@@ -33,16 +38,61 @@ const (
 	watchScript
 )
 
-// Sources are the scripts' full sources, indexed by Script: the shared prelude, then the
-// operation's body as a function run under the guard. A driver loads each once per server
-// (EVALSHA, falling back to EVAL) and keeps nothing else of them.
-var Sources = [...]string{
-	acquireScript: script(acquireBody),
-	extendScript:  script(extendBody),
-	releaseScript: script(releaseBody),
-	inspectScript: script(inspectBody),
-	leaveScript:   script(leaveBody),
-	watchScript:   script(watchBody),
+// bodies are the operations' bodies, indexed by Script, with the name of each in the library.
+var bodies = [...]struct {
+	name, body string
+	flags      string // the function's flags, as a Lua table
+}{
+	acquireScript: {"acquire", acquireBody, "{}"},
+	extendScript:  {"extend", extendBody, "{}"},
+	// Ending a lease and leaving the line mostly delete, and must work when the server is out
+	// of memory, as the same commands do in a script (EVALSHA refuses only the commands that
+	// may grow memory).
+	releaseScript: {"release", releaseBody, "{'allow-oom'}"},
+	inspectScript: {"inspect", inspectBody, "{'no-writes'}"},
+	leaveScript:   {"leave", leaveBody, "{'allow-oom'}"},
+	watchScript:   {"watch", watchBody, "{}"},
 }
 
-func script(body string) string { return common + "local function main()\n" + body + guard }
+// Sources are the scripts' full sources, indexed by Script, for EVALSHA (EVAL the first time on
+// a server): the shared prelude and guard, then the operation's body as main, run by guarded. A
+// driver loads each once per server and keeps nothing else of them.
+var Sources = func() (s [len(bodies)]string) {
+	for i, b := range bodies {
+		s[i] = "local eval_keys, eval_args = KEYS, ARGV\n" + common + guard +
+			"local function main()\n" + b.body + "\nend\nreturn guarded(main, eval_keys, eval_args)\n"
+	}
+	return s
+}()
+
+// LibraryName names the scripts' Redis Functions library: "leasehold_" and 16 hex digits of its
+// source's SHA-1, so that clients of different versions keep a library each on one server.
+var LibraryName string
+
+// Library is the source of the Redis Functions library that holds every script as a function
+// (FUNCTION LOAD, once per server; servers from Redis 7.0 and Valkey): the prelude and guard
+// once, then each body as a function registered as functionNames names it. It is the same Lua as
+// Sources, so the two ways run the same code on the same layout.
+var Library string
+
+// functionNames are the names of the library's functions, indexed by Script: FCALL them.
+var functionNames [len(bodies)]string
+
+func init() {
+	var b strings.Builder
+	b.WriteString(common)
+	b.WriteString(guard)
+	for _, op := range bodies {
+		b.WriteString("local function " + op.name + "()\n" + op.body + "\nend\n")
+	}
+	code := b.String()
+	sum := sha1.Sum([]byte(code))
+	LibraryName = "leasehold_" + hex.EncodeToString(sum[:8])
+	var reg strings.Builder
+	for i, op := range bodies {
+		functionNames[i] = LibraryName + "_" + op.name
+		reg.WriteString("redis.register_function{function_name = '" + functionNames[i] + "', flags = " + op.flags +
+			", callback = function(keys, args) return guarded(" + op.name + ", keys, args) end}\n")
+	}
+	Library = "#!lua name=" + LibraryName + "\n" + code + reg.String()
+}

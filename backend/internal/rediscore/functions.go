@@ -1,0 +1,92 @@
+package rediscore
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+)
+
+// FunctionClient is what an adapter supplies so that its scripts run as Redis Functions where
+// the server allows them, and by EVALSHA where it does not.
+type FunctionClient interface {
+	// FCall calls the library's function with keys and args.
+	FCall(ctx context.Context, function string, keys []string, args []any) (any, error)
+	// LoadLibrary runs FUNCTION LOAD Library on every node the client sends scripts to (on a
+	// Cluster, every primary), and returns each node's error.
+	LoadLibrary(ctx context.Context) []error
+	// Eval runs script by EVALSHA, and EVAL when the server has not seen it.
+	Eval(ctx context.Context, script Script, keys []string, args []any) (any, error)
+	// Reply reports whether err is the server's error reply, and its text.
+	Reply(err error) (string, bool)
+}
+
+// Functions runs the scripts of one client as the functions of Library, loaded once per server
+// (FUNCTION LOAD, then FCALL: the prelude is not run again on every call, which saves the server
+// a few µs per call), and falls back to EVALSHA for good when a server refuses the library:
+// one older than Redis 7.0, a user whose ACL does not allow FUNCTION LOAD or FCALL, a proxy that
+// does not pass them. A server that lost the library (restarted without persistence, FUNCTION
+// FLUSH, a new Cluster node) gets it again on the next call. The zero value is ready; it is safe
+// for concurrent use.
+type Functions struct {
+	state atomic.Int32
+}
+
+const (
+	fnUnknown int32 = iota // the library has not been loaded yet
+	fnLoaded               // FCALL
+	fnRefused              // EVALSHA, for good
+)
+
+// Run runs script with keys and args: by FCALL while the library is loaded (loading it first
+// when it is not, or when the server has lost it), else by EVALSHA. It costs one round trip, and
+// one more when it loads the library.
+func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, keys []string, args []any) (any, error) {
+	switch f.state.Load() {
+	case fnRefused:
+		return c.Eval(ctx, script, keys, args)
+	case fnUnknown:
+		if !f.load(ctx, c) {
+			return c.Eval(ctx, script, keys, args)
+		}
+	}
+	r, err := c.FCall(ctx, functionNames[script], keys, args)
+	if msg, ok := c.Reply(err); ok && functionMissing(msg) {
+		if !f.load(ctx, c) {
+			return c.Eval(ctx, script, keys, args)
+		}
+		r, err = c.FCall(ctx, functionNames[script], keys, args)
+	}
+	return r, err
+}
+
+// load loads the library on every node and reports whether FCALL can be used: false when a node
+// refused it (and then for good) or could not be reached (then the next call tries again).
+func (f *Functions) load(ctx context.Context, c FunctionClient) bool {
+	unreached := false
+	for _, err := range c.LoadLibrary(ctx) {
+		if err == nil {
+			continue
+		}
+		msg, ok := c.Reply(err)
+		switch {
+		case !ok:
+			unreached = true
+		case strings.Contains(msg, "already exists"), strings.HasPrefix(msg, "READONLY"):
+			// Loaded before, by this client or another of this version; or a replica, which
+			// has it from its primary.
+		default:
+			f.state.Store(fnRefused)
+			return false
+		}
+	}
+	if unreached {
+		return false
+	}
+	f.state.CompareAndSwap(fnUnknown, fnLoaded)
+	return f.state.Load() == fnLoaded
+}
+
+// functionMissing reports whether an error reply says the server has no such function.
+func functionMissing(msg string) bool {
+	return strings.Contains(strings.ToLower(msg), "function not found")
+}
