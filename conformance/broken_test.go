@@ -43,6 +43,9 @@ func (b *broken) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acq
 		req.Value = req.Value[:min(len(req.Value), 255)]
 	}
 	res, err := b.Store.Acquire(ctx, req)
+	if b.fault == "overstatesTTL" && res.Granted {
+		res.TTL = req.TTL + time.Second
+	}
 	if b.fault == "repeatsFence" && res.Granted {
 		b.mu.Lock()
 		// Every third grant repeats the fence of the grant before it.
@@ -161,6 +164,7 @@ var faults = map[string][]string{
 	"releasesByHolder":    {"ReleaseEndsOneLease", "StateMachine"},
 	"neverExpires":        {"ExpiryFreesPermits", "StateMachine"},
 	"repeatsFence":        {"FencesStrictlyIncrease", "StateMachine"},
+	"overstatesTTL":       {"AcquireGrantsUpToLimit"},
 	"forgetsToNotify":     {"ReleaseWakesWaiter"},
 	"hidesNotifier":       {"StoreIsNotifier", "ReleaseWakesWaiter"},
 	"floorsHeldLeases":    {"AcquireAboveFloorsNewGrantsOnly"},

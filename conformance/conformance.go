@@ -119,6 +119,10 @@ func (k keyAt) acquire(holder string, permits, limit int, ttl time.Duration) cor
 	if err != nil {
 		k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d): %v", k.key, holder, permits, limit, err)
 	}
+	if res.TTL < 0 || res.TTL > ttl || (!res.Granted && res.TTL != 0) {
+		// A store may say a grant has less than its TTL left (core.AcquireResult.TTL), never more.
+		k.t.Fatalf("Acquire(%q, holder %q) granted %v with TTL %v, want 0 or at most the request's %v", k.key, holder, res.Granted, res.TTL, ttl)
+	}
 	return res
 }
 

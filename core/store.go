@@ -61,7 +61,8 @@ type Store interface {
 	// while anyone waits no request behind it, nor a newcomer, nor one with Wait = 0 is granted.
 	// A release (or expiry, or a waiter leaving) may grant the head its lease before it asks
 	// again, and wake its Waiter; the waiter's next Acquire takes that grant (idempotently, as
-	// above: same fence, expiry now+TTL). A waiter that stops waiting closes its Waiter, which
+	// above: same fence, expiry now+TTL), or returns it without a round trip, with
+	// AcquireResult.TTL saying how long it has left. A waiter that stops waiting closes its Waiter, which
 	// takes it out of the line and passes on a grant it has not taken.
 	//
 	// Three duties of a store with a line that the rest of this contract implies:
@@ -124,6 +125,12 @@ type AcquireResult struct {
 	Granted bool
 	// Fence is the grant's fencing token; zero when refused.
 	Fence uint64
+	// TTL, on a grant, when not zero, is less than the request's TTL: how long the lease is known
+	// to last from when Acquire returns. A store sets it when it hands over a grant it did not
+	// make in this call (a grant from the line, heard of earlier and taken without a round trip,
+	// whose expiry was set when the line made it); the caller counts the lease's deadline from it,
+	// not from its call. Zero means the request's TTL from the call, as usual.
+	TTL time.Duration
 	// RetryAfter, on refusal, is how long until the leases now on the key would, by expiring
 	// alone, leave room for the request; when there is room but others wait ahead in the line,
 	// how long until the first lease expires (the next change expiry alone brings). Zero means

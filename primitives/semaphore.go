@@ -134,6 +134,13 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 			return fail(err)
 		}
 		if res.Granted {
+			if res.TTL > 0 && res.TTL < s.cfg.ttl {
+				// A grant the store handed over without a round trip began before this call:
+				// its lease counts from when it has res.TTL left, now.
+				if began := time.Now().Add(res.TTL - s.cfg.ttl); began.Before(start) {
+					start = began
+				}
+			}
 			if time.Since(start) >= s.cfg.ttl-drift(s.cfg.ttl) {
 				// The grant came back after the deadline it would have (a stalled store, say):
 				// the lease would be lost on arrival. Ask again: the holder's re-acquire is

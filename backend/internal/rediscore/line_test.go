@@ -14,8 +14,8 @@ import (
 )
 
 // TestLineServesWaitersInOrderAcrossProcesses: waiters in separate Stores (separate processes,
-// in effect) get the lock in the order they were refused, each handoff costing the release and
-// the waiter's taking its grant.
+// in effect) get the lock in the order they were refused, each handoff costing the release alone:
+// the waiter takes its grant from the message.
 func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -65,8 +65,8 @@ func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 				(<-held).Release(context.Background())
 			}
 			wg.Wait()
-			if n := commands(t, srv.Addr) - before; n != 2*waiters+1 {
-				t.Errorf("%d handoffs cost %d commands, want %d: the releases, and each waiter's taking its grant", waiters, n, 2*waiters+1)
+			if n := commands(t, srv.Addr) - before; n != waiters+1 {
+				t.Errorf("%d handoffs cost %d commands, want %d: the releases (each waiter takes its grant from the message)", waiters, n, waiters+1)
 			}
 			for i, w := range order {
 				if w != i {
@@ -160,9 +160,10 @@ func TestSemaphoreLineIsStrictlyFIFO(t *testing.T) {
 	}
 }
 
-// TestGrantFromLineIsTakenForItsFullTTL: a waiter in another Store, woken by the line's grant,
-// takes it with one round trip that renews it for its full TTL from that call, so its deadline
-// does not shrink with how long it waited; the fence is the grant's.
+// TestGrantFromLineIsTakenForItsFullTTL: a waiter in another Store, woken by the line's grant
+// after waiting half its TTL or more since its refused try, takes it with one round trip that
+// renews it for its full TTL from that call, so its deadline does not shrink with how long it
+// waited; the fence is the grant's.
 func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -195,10 +196,10 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 			if len(granted.Leases) != 1 || granted.Leases[0].Holder != "b" {
 				t.Fatalf("after the release the store holds %+v, want b's grant from the line", granted.Leases)
 			}
-			// Let the grant age, as a slow waiter's would, before it is taken.
+			// Let the grant age past half the TTL, as a slow waiter's would, before it is taken.
 			pollUntil(t, func() bool {
 				snap, _ := s.Inspect(ctx, "taken")
-				return len(snap.Leases) == 1 && snap.Leases[0].TTL < ttl-300*time.Millisecond
+				return len(snap.Leases) == 1 && snap.Leases[0].TTL < ttl/2-100*time.Millisecond
 			})
 			before := commands(t, srv.Addr)
 			res, err := other.Acquire(ctx, req)
@@ -214,6 +215,70 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 			}
 			if left := snap.Leases[0].TTL; left < ttl-200*time.Millisecond {
 				t.Errorf("the taken lease has %v left by the store's clock, want its full TTL %v from the taking call", left, ttl)
+			}
+		})
+	}
+}
+
+// TestGrantFromLineIsTakenWithoutARoundTrip: a waiter in another Store, woken by the line's grant
+// soon after its refused try, takes it from the message alone: no command, the grant's fence,
+// and a TTL no longer than the request's TTL less the time since the refused try was sent, which
+// the store's own clock then still has left. Closing the waiter afterwards gives nothing back,
+// and the lease's first Extend renews it.
+func TestGrantFromLineIsTakenWithoutARoundTrip(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
+			ctx := context.Background()
+			ttl := time.Minute
+			req := core.AcquireRequest{Key: "took", Holder: "b", Permits: 1, Limit: 1, TTL: ttl, Wait: time.Minute}
+			mustAcquire(t, s, core.AcquireRequest{Key: "took", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}, true)
+			mustAcquire(t, other, req, false)
+			refused := time.Now() // after the refused try was sent
+			w, err := other.Register(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pollUntil(t, w.Reliable)
+			drain(w)
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "took", Holder: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.C():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter granted from the line was not woken")
+			}
+			granted, _ := s.Inspect(ctx, "took")
+			before := commands(t, srv.Addr)
+			bound := ttl - time.Since(refused) // the waiter has waited at least this long
+			res, err := other.Acquire(ctx, req)
+			if err != nil || !res.Granted {
+				t.Fatalf("Acquire after the grant: %+v, %v", res, err)
+			}
+			if n := commands(t, srv.Addr) - before; n != 0 {
+				t.Errorf("taking a grant heard of sent %d commands, want 0", n)
+			}
+			if len(granted.Leases) != 1 || res.Fence != granted.Leases[0].Fence {
+				t.Fatalf("took fence %d; the store granted %+v", res.Fence, granted.Leases)
+			}
+			if res.TTL <= 0 || res.TTL > bound {
+				t.Fatalf("took it with TTL %v, want in (0, %v]: the request's TTL less the time since the refused try", res.TTL, bound)
+			}
+			w.Close()
+			if err := other.Close(); err != nil { // sends whatever leaves the Store still owes
+				t.Fatal(err)
+			}
+			snap, _ := s.Inspect(ctx, "took")
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "b" || snap.Leases[0].Fence != res.Fence {
+				t.Fatalf("after the waiter's Close the store holds %+v, want b's lease kept", snap.Leases)
+			}
+			if left := snap.Leases[0].TTL; left < res.TTL-time.Since(refused) {
+				t.Fatalf("the store gives the lease %v, less than the %v it was taken with", left, res.TTL)
+			}
+			if _, err := s.Extend(ctx, core.ExtendRequest{Key: "took", Holder: "b", TTL: ttl}); err != nil {
+				t.Fatalf("the taken lease's Extend: %v", err)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/leasehold/leasehold/core"
 )
@@ -47,6 +48,12 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	}
 	waits := req.Wait > 0
 	subs := s.loadSubs()
+	if waits && subs != nil {
+		if fence, left, ok := subs.takeGrant(req); ok {
+			return core.AcquireResult{Granted: true, Fence: fence, TTL: left}, nil
+		}
+	}
+	sent := time.Now()
 	var t try
 	if subs != nil && waits {
 		t = subs.beforeTry(req.Key, req.Holder)
@@ -84,7 +91,8 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		subs = s.subscriptions() // the caller is about to wait: open them now, to hear of grants
 	}
 	if subs != nil {
-		out := tryOutcome{key: req.Key, holder: req.Holder, granted: res.Granted, waits: waits, fence: last}
+		out := tryOutcome{key: req.Key, holder: req.Holder, granted: res.Granted, waits: waits, fence: last,
+			sent: sentTry{at: sent, req: req}}
 		if res.Granted {
 			out.fence = res.Fence
 		}

@@ -16,9 +16,9 @@ func TestParseAcquire(t *testing.T) {
 		reply any
 		want  string // the result and last fence, or the end of the error's text
 	}{
-		{[]any{int64(1), int64(42)}, "{Granted:true Fence:42 RetryAfter:0s} 0"},
-		{[]any{int64(0), int64(1500), int64(41)}, "{Granted:false Fence:0 RetryAfter:1.5s} 41"},
-		{[]any{int64(0), int64(0)}, "{Granted:false Fence:0 RetryAfter:0s} 0"},
+		{[]any{int64(1), int64(42)}, "{Granted:true Fence:42 TTL:0s RetryAfter:0s} 0"},
+		{[]any{int64(0), int64(1500), int64(41)}, "{Granted:false Fence:0 TTL:0s RetryAfter:1.5s} 41"},
+		{[]any{int64(0), int64(0)}, "{Granted:false Fence:0 TTL:0s RetryAfter:0s} 0"},
 		{[]any{int64(-1), int64(2)}, ": holder already holds 2 permits, asked for 1"},
 		{[]any{int64(1)}, "unexpected script reply: [1]"},
 		{"OK", "unexpected script reply: OK"},

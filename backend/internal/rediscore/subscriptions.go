@@ -108,7 +108,7 @@ func (s *subscriptions) register(ctx context.Context, req core.AcquireRequest) (
 	tk := name + "\x00" + req.Holder
 	r, tried := s.tries[tk]
 	delete(s.tries, tk)
-	w.floor = r.floor
+	w.floor, w.sent = r.floor, r.sent
 	if !tried || r.gen == 0 || r.gen != c.gen {
 		w.wake() // a grant may have come before the subscription did
 	}

@@ -1,6 +1,11 @@
 package rediscore
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
 
 // try is a try in flight, from beforeTry to afterTry or endTry.
 type try struct {
@@ -14,6 +19,15 @@ type try struct {
 // sent, 0 if none.
 type refusal struct {
 	gen, floor uint64
+	sent       sentTry
+}
+
+// sentTry is a refused try's request and when it was sent. A grant the line makes the holder
+// after that refusal is made on that request, after it was sent, so it expires no sooner than
+// req.TTL after sent (by the server's clock, which runs at the client's rate within drift).
+type sentTry struct {
+	at  time.Time
+	req core.AcquireRequest
 }
 
 // beforeTry reports that holder's try on key, which will wait if refused, is about to be sent. A
@@ -28,6 +42,45 @@ func (s *subscriptions) beforeTry(key, holder string) try {
 	}
 	c.inflight[holder]++
 	return try{c: c, holder: holder, gen: c.gen}
+}
+
+// maxTakeAge is the longest a waiter may have waited for a grant from the line and still take
+// it without a round trip, as a fraction of its TTL: a grant taken so has its TTL less the wait
+// left, and one taken later is renewed by the round trip, for its full TTL.
+const maxTakeAge = 2 // the wait must be under TTL/maxTakeAge
+
+// takeGrant hands req's holder, enrolled alone on the key and waiting, the grant the line made it
+// since its refused try, without a round trip: the fence, and how long the lease has left at
+// the least (req.TTL from the refused try's sending, less the time since). It reports false, and
+// changes nothing, when there is no such grant, the request is not the refused one, a try of
+// the holder is in flight, or the wait took TTL/maxTakeAge or more. The grant is then taken:
+// closing the waiter does not give it back. The holder's entry stays marked untaken on the
+// server until its next Extend or Release, which nothing reads as a give-back but this Store's
+// leave, which it no longer sends for it.
+func (s *subscriptions) takeGrant(req core.AcquireRequest) (fence uint64, left time.Duration, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.channels[s.channel(req.Key)]
+	if c == nil || s.closed || c.inflight[req.Holder] > 0 {
+		return 0, 0, false
+	}
+	ws := c.waiters[req.Holder]
+	if len(ws) != 1 {
+		return 0, 0, false
+	}
+	w := ws[0]
+	sent := w.sent.req
+	if w.closed || w.grant <= w.floor || w.sent.at.IsZero() || sent.Permits != req.Permits || sent.Limit != req.Limit ||
+		sent.TTL != req.TTL || sent.Value != req.Value {
+		return 0, 0, false
+	}
+	waited := time.Since(w.sent.at)
+	if waited < 0 || waited >= req.TTL/maxTakeAge {
+		return 0, 0, false
+	}
+	fence = w.grant
+	w.queued, w.floor, w.grant = false, fence, 0
+	return fence, req.TTL - waited, true
 }
 
 // endTry ends a try that got no answer.
@@ -48,6 +101,7 @@ type tryOutcome struct {
 	granted     bool
 	waits       bool   // the request had a wait: a refusal took a place in the line
 	fence       uint64 // the grant's fence, or on a refusal the key's last fence then
+	sent        sentTry
 }
 
 // afterTry records the outcome of a try (t from beforeTry, or the zero try when there was none);
@@ -79,7 +133,7 @@ func (s *subscriptions) afterTry(ctx context.Context, t try, out tryOutcome) {
 					w.grant = 0
 				}
 			} else {
-				w.queued, w.floor = true, out.fence
+				w.queued, w.floor, w.sent = true, out.fence, out.sent
 			}
 		}
 		return
@@ -97,5 +151,5 @@ func (s *subscriptions) afterTry(ctx context.Context, t try, out tryOutcome) {
 	if len(s.tries) >= 4096 {
 		clear(s.tries) // callers that gave up before registering; the rest start woken
 	}
-	s.tries[name+"\x00"+out.holder] = refusal{gen: t.gen, floor: out.fence}
+	s.tries[name+"\x00"+out.holder] = refusal{gen: t.gen, floor: out.fence, sent: out.sent}
 }

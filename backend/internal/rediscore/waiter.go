@@ -13,8 +13,9 @@ type lineWaiter struct {
 	// A grant from the line is the waiter's when its fence is above floor, the key's last fence
 	// at the waiter's latest refusal.
 	floor  uint64
-	grant  uint64 // the fence of a grant not taken yet, if above floor
-	queued bool   // its latest try was refused: it has a place in the line
+	grant  uint64  // the fence of a grant not taken yet, if above floor
+	queued bool    // its latest try was refused: it has a place in the line
+	sent   sentTry // the latest refused try, for takeGrant
 	closed bool
 }
 

@@ -1,0 +1,53 @@
+package primitives_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// shortGrant is a Store whose grants say they have only ttl left (AcquireResult.TTL), as a
+// grant from the line taken without a round trip does.
+type shortGrant struct {
+	*recorder
+	ttl time.Duration
+}
+
+func (s shortGrant) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	res, err := s.recorder.Acquire(ctx, req)
+	if res.Granted {
+		res.TTL = s.ttl
+	}
+	return res, err
+}
+
+// TestGrantWithLessTTLShortensTheDeadline: a grant whose store says it has less than the
+// request's TTL left gets a deadline counted from that, not from the call, and is refreshed
+// before it; one with the full TTL (zero) keeps the deadline counted from the call.
+func TestGrantWithLessTTLShortensTheDeadline(t *testing.T) {
+	ttl := time.Minute
+	for _, left := range []time.Duration{10 * time.Second, 0} {
+		st := shortGrant{newRecorder(), left}
+		m, err := primitives.NewMutex(st, "short", primitives.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		called := time.Now()
+		l, err := m.Acquire(context.Background())
+		returned := time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ttl
+		if left > 0 {
+			want = left
+		}
+		if d := l.Deadline(); d.After(returned.Add(want)) || d.Before(called.Add(want-ttl/50-10*time.Millisecond)) {
+			t.Errorf("grant with TTL %v left: deadline %v after the call, want about %v", left, d.Sub(called), want)
+		}
+		l.Release(context.Background())
+	}
+}
