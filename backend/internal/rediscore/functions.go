@@ -55,6 +55,12 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ke
 			return c.Eval(ctx, script, keys, args)
 		}
 		r, err = c.FCall(ctx, functionNames[script], keys, args)
+		if msg, ok := c.Reply(err); ok && functionMissing(msg) {
+			// Lost again between the load and the call (another client flushing the
+			// server's functions): nothing ran, so this call runs by EVALSHA instead of
+			// failing; the next one loads it again.
+			return c.Eval(ctx, script, keys, args)
+		}
 	}
 	return r, err
 }
