@@ -50,6 +50,12 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ke
 		}
 	}
 	r, err := c.FCall(ctx, functionNames[script], keys, args)
+	if msg, ok := c.Reply(err); ok && fcallRefused(msg) {
+		// A user allowed FUNCTION LOAD but not FCALL, or whose ACL changed after the load:
+		// the server ran nothing, so EVALSHA, for good, as where the load was refused.
+		f.state.Store(fnRefused)
+		return c.Eval(ctx, script, keys, args)
+	}
 	if msg, ok := c.Reply(err); ok && functionMissing(msg) {
 		if !f.load(ctx, c) {
 			return c.Eval(ctx, script, keys, args)
@@ -90,6 +96,12 @@ func (f *Functions) load(ctx context.Context, c FunctionClient) bool {
 	}
 	f.state.CompareAndSwap(fnUnknown, fnLoaded)
 	return f.state.Load() == fnLoaded
+}
+
+// fcallRefused reports whether an error reply says the user may not run FCALL itself (not a
+// command the function runs: that error comes from inside the function, which ran).
+func fcallRefused(msg string) bool {
+	return strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'fcall' command")
 }
 
 // functionMissing reports whether an error reply says the server has no such function.
