@@ -104,7 +104,9 @@ func fcallRefused(msg string) bool {
 	return strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'fcall' command")
 }
 
-// functionMissing reports whether an error reply says the server has no such function.
+// functionMissing reports whether an error reply says the server has no such function: the
+// whole reply, so that a script's own error that merely contains the words (a WRONGTYPE error
+// naming a key that does) is not taken for it and the script run again.
 func functionMissing(msg string) bool {
-	return strings.Contains(strings.ToLower(msg), "function not found")
+	return strings.EqualFold(strings.TrimPrefix(msg, "ERR "), "function not found")
 }

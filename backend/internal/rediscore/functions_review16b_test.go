@@ -374,3 +374,28 @@ func libraries(t *testing.T, addr string) []redis.Library {
 	}
 	return libs
 }
+
+// TestErrorNamingAKeyLikeAMissingFunction: a WRONGTYPE error whose key reads "Function not
+// found" is the script's own error: it is returned after one FCALL, without loading the library
+// again and running the script twice more.
+func TestErrorNamingAKeyLikeAMissingFunction(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			s := mk(t, srv.Addr)
+			pairOn(t, s, "warm:"+name)
+			key := name + " Function not found"
+			if _, err := redistest.Do(srv.Addr, "SET", rediscore.Keys(key)[1], "theirs"); err != nil {
+				t.Fatal(err)
+			}
+			do(t, srv.Addr, "CONFIG", "RESETSTAT")
+			_, err := s.Acquire(context.Background(), core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), rediscore.Keys(key)[1]) {
+				t.Fatalf("acquire: %v; want WRONGTYPE naming the key", err)
+			}
+			if got := calls(t, srv.Addr, "fcall", "evalsha", "eval", "function|load"); got["fcall"] != 1 || got["evalsha"]+got["eval"]+got["function|load"] != 0 {
+				t.Fatalf("one failing acquire ran %v; want one FCALL", got)
+			}
+		})
+	}
+}
