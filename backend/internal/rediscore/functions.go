@@ -50,11 +50,23 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ke
 		}
 	}
 	r, err := c.FCall(ctx, functionNames[script], keys, args)
+	if msg, ok := c.Reply(err); ok && fcallRefused(msg) {
+		// A user allowed FUNCTION LOAD but not FCALL, or whose ACL changed after the load:
+		// the server ran nothing, so EVALSHA, for good, as where the load was refused.
+		f.state.Store(fnRefused)
+		return c.Eval(ctx, script, keys, args)
+	}
 	if msg, ok := c.Reply(err); ok && functionMissing(msg) {
 		if !f.load(ctx, c) {
 			return c.Eval(ctx, script, keys, args)
 		}
 		r, err = c.FCall(ctx, functionNames[script], keys, args)
+		if msg, ok := c.Reply(err); ok && functionMissing(msg) {
+			// Lost again between the load and the call (another client flushing the
+			// server's functions): nothing ran, so this call runs by EVALSHA instead of
+			// failing; the next one loads it again.
+			return c.Eval(ctx, script, keys, args)
+		}
 	}
 	return r, err
 }
@@ -86,7 +98,15 @@ func (f *Functions) load(ctx context.Context, c FunctionClient) bool {
 	return f.state.Load() == fnLoaded
 }
 
-// functionMissing reports whether an error reply says the server has no such function.
+// fcallRefused reports whether an error reply says the user may not run FCALL itself (not a
+// command the function runs: that error comes from inside the function, which ran).
+func fcallRefused(msg string) bool {
+	return strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'fcall' command")
+}
+
+// functionMissing reports whether an error reply says the server has no such function: the
+// whole reply, so that a script's own error that merely contains the words (a WRONGTYPE error
+// naming a key that does) is not taken for it and the script run again.
 func functionMissing(msg string) bool {
-	return strings.Contains(strings.ToLower(msg), "function not found")
+	return strings.EqualFold(strings.TrimPrefix(msg, "ERR "), "function not found")
 }
