@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // FunctionClient is what an adapter supplies so that its scripts run as Redis Functions where
@@ -29,7 +30,13 @@ type FunctionClient interface {
 // for concurrent use.
 type Functions struct {
 	state atomic.Int32
+	// retryAt is when, in Unix ns, a load may be tried again after one that could not reach
+	// every node: until then calls use EVALSHA rather than wait for an unreachable node each.
+	retryAt atomic.Int64
 }
+
+// loadRetry is how long after a load that could not reach every node the next is tried.
+const loadRetry = time.Second
 
 const (
 	fnUnknown int32 = iota // the library has not been loaded yet
@@ -45,7 +52,7 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ke
 	case fnRefused:
 		return c.Eval(ctx, script, keys, args)
 	case fnUnknown:
-		if !f.load(ctx, c) {
+		if !f.loadDue() || !f.load(ctx, c) {
 			return c.Eval(ctx, script, keys, args)
 		}
 	}
@@ -57,7 +64,7 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ke
 		return c.Eval(ctx, script, keys, args)
 	}
 	if msg, ok := c.Reply(err); ok && functionMissing(msg) {
-		if !f.load(ctx, c) {
+		if !f.loadDue() || !f.load(ctx, c) {
 			return c.Eval(ctx, script, keys, args)
 		}
 		r, err = c.FCall(ctx, functionNames[script], keys, args)
@@ -92,6 +99,7 @@ func (f *Functions) load(ctx context.Context, c FunctionClient) bool {
 		}
 	}
 	if unreached {
+		f.retryAt.Store(time.Now().Add(loadRetry).UnixNano())
 		return false
 	}
 	f.state.CompareAndSwap(fnUnknown, fnLoaded)
@@ -103,6 +111,9 @@ func (f *Functions) load(ctx context.Context, c FunctionClient) bool {
 func fcallRefused(msg string) bool {
 	return strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'fcall' command")
 }
+
+// loadDue reports whether a load may be tried now (see retryAt).
+func (f *Functions) loadDue() bool { return time.Now().UnixNano() >= f.retryAt.Load() }
 
 // functionMissing reports whether an error reply says the server has no such function: the
 // whole reply, so that a script's own error that merely contains the words (a WRONGTYPE error
