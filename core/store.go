@@ -113,6 +113,13 @@ type AcquireRequest struct {
 	// not wait (a single attempt). It is at most MaxDuration: a caller that will wait longer,
 	// or with no limit, says MaxDuration.
 	Wait time.Duration
+	// Unshared says that Holder is this caller's alone — an id the portable layer drew at random
+	// for this one acquire, not one chosen with WithHolder — so that no other caller, in this
+	// process or another, tries, waits or leaves the line under it. A store may then hand the
+	// caller a grant the line made it without a round trip (see AcquireResult.TTL). With a
+	// shared id it must not: another caller's leave of the id's place may pass that grant on
+	// without this caller knowing. A store may ignore it.
+	Unshared bool
 	// Value is kept with the lease and reported by Inspect, and with the caller's place while
 	// it waits in line: a short label of who holds or waits (at most MaxValueLen bytes; may be
 	// empty). It does not take part in admission.

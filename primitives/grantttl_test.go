@@ -51,3 +51,38 @@ func TestGrantWithLessTTLShortensTheDeadline(t *testing.T) {
 		l.Release(context.Background())
 	}
 }
+
+// unsharedSeen is a Store that records each Acquire's Unshared.
+type unsharedSeen struct {
+	*recorder
+	seen []bool
+}
+
+func (u *unsharedSeen) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	u.seen = append(u.seen, req.Unshared)
+	return u.recorder.Acquire(ctx, req)
+}
+
+// TestOnlyDrawnHoldersAreUnshared: an acquire under the id the portable layer draws says its
+// holder is unshared (a store may hand it a grant without a round trip); one under a WithHolder
+// id, which other callers may share, does not.
+func TestOnlyDrawnHoldersAreUnshared(t *testing.T) {
+	for _, tc := range []struct {
+		opts []primitives.Option
+		want bool
+	}{{nil, true}, {[]primitives.Option{primitives.WithHolder("shared-id")}, false}} {
+		st := &unsharedSeen{recorder: newRecorder()}
+		m, err := primitives.NewMutex(st, "unshared", tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(context.Background())
+		if len(st.seen) != 1 || st.seen[0] != tc.want {
+			t.Errorf("options %v: Unshared %v, want %v", tc.opts, st.seen, tc.want)
+		}
+	}
+}

@@ -118,7 +118,8 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 	if holder == "" {
 		holder = newHolder()
 	}
-	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl, Value: s.cfg.value}
+	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl, Value: s.cfg.value,
+		Unshared: s.cfg.holder == ""}
 	a := acquisition{s: s, req: req, attempts: attempts, begin: time.Now()}
 	defer a.close()
 	fail := func(err error) (core.Lease, error) {

@@ -82,7 +82,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // lease; otherwise it refuses and says when, by expiry alone, there would be room. A refusal
 // with req.Wait > 0 keeps the holder's place in the line, strictly FIFO, for req.Wait: a release
 // grants it the lease there, and its next Acquire takes it: from the grant's message, with no
-// command, when it waited under half its TTL (AcquireResult.TTL is then what is left of the TTL
+// command, when its holder id is unshared and it waited under half its TTL (AcquireResult.TTL is then what is left of the TTL
 // counted from its refused try), else with one call that renews it for its full TTL. A try that
 // fails in flight is followed by a leave of the line, sent in the background. Every grant, new
 // or renewed, keeps req.Value with the lease, in the lease's own entry (no key or command more),

@@ -53,8 +53,8 @@
 // grant on the channel of the waiter's Store alone; the releasing Store wakes its own waiters
 // from the reply without waiting for the message. Only the waiters granted wake, and no other
 // Store hears of it; idle waiters send nothing. A woken waiter's next Acquire takes the grant:
-// without a command, from what its Store heard, when it waited less than half its TTL since its
-// refused try (the grant was made after that try was sent, on its TTL, so the lease lasts at
+// without a command, from what its Store heard, when its holder id is its own
+// (AcquireRequest.Unshared) and it waited less than half its TTL since its refused try (the grant was made after that try was sent, on its TTL, so the lease lasts at
 // least the TTL from then: AcquireResult.TTL says what is left of that); otherwise with one call
 // that renews it for its full TTL. A grant taken without the call stays marked untaken on the
 // server until the lease's first Extend or Release, which nothing but its own Store's leave

@@ -232,7 +232,7 @@ func TestGrantFromLineIsTakenWithoutARoundTrip(t *testing.T) {
 			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
 			ctx := context.Background()
 			ttl := time.Minute
-			req := core.AcquireRequest{Key: "took", Holder: "b", Permits: 1, Limit: 1, TTL: ttl, Wait: time.Minute}
+			req := core.AcquireRequest{Key: "took", Holder: "b", Permits: 1, Limit: 1, TTL: ttl, Wait: time.Minute, Unshared: true}
 			mustAcquire(t, s, core.AcquireRequest{Key: "took", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}, true)
 			mustAcquire(t, other, req, false)
 			refused := time.Now() // after the refused try was sent

@@ -52,12 +52,16 @@ const maxTakeAge = 2 // the wait must be under TTL/maxTakeAge
 // takeGrant hands req's holder, enrolled alone on the key and waiting, the grant the line made it
 // since its refused try, without a round trip: the fence, and how long the lease has left at
 // the least (req.TTL from the refused try's sending, less the time since). It reports false, and
-// changes nothing, when there is no such grant, the request is not the refused one, a try of
-// the holder is in flight, or the wait took TTL/maxTakeAge or more. The grant is then taken:
+// changes nothing, when the holder id may be shared (not req.Unshared: another caller's leave of
+// it may have passed the grant on), there is no such grant, the request is not the refused one,
+// a try of the holder is in flight, or the wait took TTL/maxTakeAge or more. The grant is then taken:
 // closing the waiter does not give it back. The holder's entry stays marked untaken on the
 // server until its next Extend or Release, which nothing reads as a give-back but this Store's
 // leave, which it no longer sends for it.
 func (s *subscriptions) takeGrant(req core.AcquireRequest) (fence uint64, left time.Duration, ok bool) {
+	if !req.Unshared {
+		return 0, 0, false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.channels[s.channel(req.Key)]
