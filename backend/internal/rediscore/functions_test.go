@@ -7,13 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	vk "github.com/valkey-io/valkey-go"
-
-	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
-	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -91,29 +86,7 @@ func TestScriptsFallBackWhereFunctionsAreRefused(t *testing.T) {
 	srv := redistest.StartServer(t)
 	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
 	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
-	stores := map[string]func(t *testing.T, user string) core.Store{
-		"goredis": func(t *testing.T, user string) core.Store {
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: "secret"})
-			s, err := goredis.New(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close(); c.Close() })
-			return s
-		},
-		"valkey": func(t *testing.T, user string) core.Store {
-			c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr}, Username: user, Password: "secret", DisableCache: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := valkey.New(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close(); c.Close() })
-			return s
-		},
-	}
+	stores := userStores(srv.Addr)
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {
 			do(t, srv.Addr, "FUNCTION", "FLUSH")
