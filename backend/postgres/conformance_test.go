@@ -149,3 +149,21 @@ func uniqueKey(t testing.TB) string {
 	rand.Read(b[:])
 	return t.Name() + "-" + hex.EncodeToString(b[:])
 }
+
+// enroll makes req's try, which must be refused, and registers its waiter, closed when t ends.
+func enroll(t testing.TB, s interface {
+	core.Store
+	core.Notifier
+}, req core.AcquireRequest) core.Waiter {
+	t.Helper()
+	ctx := context.Background()
+	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
+		t.Fatalf("the try of %q: %+v, %v; want refused", req.Holder, res, err)
+	}
+	w, err := s.Register(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}

@@ -46,13 +46,7 @@ func TestCloseLeavesItsWaitersPlaces(t *testing.T) {
 			}
 			s := newStore(t, url, opts...)
 			req := core.AcquireRequest{Key: key, Holder: "closed", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Hour}
-			if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
-				t.Fatalf("the closing Store's try: %+v, %v; want refused", res, err)
-			}
-			w, err := s.Register(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			w := enroll(t, s, req)
 			live := req
 			live.Holder = "live"
 			if res, err := holder.Acquire(ctx, live); err != nil || res.Granted {

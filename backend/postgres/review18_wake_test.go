@@ -81,14 +81,7 @@ func TestLiveWaitersAreNotPassedOver(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-			if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
-				t.Fatalf("the waiter's try: %+v, %v; want refused", res, err)
-			}
-			w, err := s.Register(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
+			w := enroll(t, s, req)
 			if !w.Reliable() {
 				t.Fatal("the waiter is not reliable")
 			}

@@ -139,14 +139,7 @@ func TestListenerReconnects(t *testing.T) {
 	}
 	ws := newStore(t, url)
 	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-	if res, err := ws.Acquire(ctx, req); err != nil || res.Granted {
-		t.Fatalf("the waiter's try: %+v, %v; want refused", res, err)
-	}
-	w, err := ws.Register(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := enroll(t, ws, req)
 	if !w.Reliable() {
 		t.Fatal("a waiter of a Store that listens is not reliable")
 	}
@@ -345,13 +338,7 @@ func TestGrantedWaiterSendsNoLeave(t *testing.T) {
 	s, c := countedStore(t, url)
 	before := c.n.Load() // setting up and listening
 	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
-		t.Fatalf("the waiter's try: %+v, %v; want refused", res, err)
-	}
-	w, err := s.Register(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := enroll(t, s, req)
 	holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"})
 	<-w.C()
 	if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
