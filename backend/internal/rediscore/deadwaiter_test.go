@@ -24,7 +24,7 @@ func places(t *testing.T, addr, key string) []string {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	v, err := c.HVals(context.Background(), rediscore.Keys(key)[4]).Result()
+	v, err := c.HVals(context.Background(), rediscore.Keys(key)[2]).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,9 @@ func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
 				}
 				req.Holder = "a"
 				_, err := s.Acquire(ctx, req)
-				if err == nil || !strings.HasPrefix(err.Error(), name+": ") || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), foreign) {
+				// A try reads left only while a leave's try ids may be in it (the counters say
+				// until when), and none was ever left here: it need not touch left.
+				if (i != 3 || err != nil) && (err == nil || !strings.HasPrefix(err.Error(), name+": ") || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), foreign)) {
 					t.Errorf("Acquire with %s foreign: err = %v, want the driver's name, then the wrong type and the Redis key (which holds the key)", foreign, err)
 				}
 				for _, op := range []func() error{

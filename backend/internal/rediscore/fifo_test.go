@@ -43,7 +43,7 @@ func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
 			// The leave that follows the try reaches the server after it here (the try went
 			// first, on a link as slow); on another connection it may overtake the try, which
 			// then takes no place. Either way the line is empty once the leave has run.
-			pollUntil(t, func() bool { return zcard(t, srv.Addr, "orphan", 5) == 1 })
+			pollUntil(t, func() bool { return zcard(t, srv.Addr, "orphan", 3) == 1 })
 			if n := lineLen(t, srv.Addr, "orphan"); n != 0 {
 				t.Fatalf("the line has %d places after the canceled try and its leave, want none", n)
 			}

@@ -15,9 +15,10 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// TestStoredFormat: a lease or a place without a value is stored as before values were, so
-// that older clients read it; a value follows inline; a watch is an entry of the empty holder
-// id that reads as a lease of 0 permits.
+// TestStoredFormat: the lease hash holds each lease as "<permits> <fence> <expiry>" with its
+// value after a newline, and the key's counters under the empty holder id; a place without a
+// value is stored as before values were, and a value follows inline; a watch sets its deadline
+// in the counters.
 func TestStoredFormat(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := redisharness.GoRedis(t, srv.Addr)
@@ -43,10 +44,11 @@ func TestStoredFormat(t *testing.T) {
 		i            int
 		field, match string
 	}{
-		{1, "a", fmt.Sprintf(`^1 %d$`, a.Fence)},
-		{1, "b", regexp.QuoteMeta(fmt.Sprintf("1 %d\n%s", b.Fence, odd)) + `$`},
-		{4, "w", `^3 \d+ 3 60000 0 [01] ` + channel + `$`},
-		{4, "v", fmt.Sprintf(`^3 \d+ 3 60000 0 [23] %d `, len(odd)) + regexp.QuoteMeta(odd) + channel + `$`},
+		{0, "a", fmt.Sprintf(`^1 %d \d+$`, a.Fence)},
+		{0, "b", fmt.Sprintf(`^1 %d \d+`, b.Fence) + regexp.QuoteMeta("\n"+odd) + `$`},
+		{0, "", fmt.Sprintf(`^%d 3 2 0 \d+ 0 \d+$`, b.Fence)},
+		{2, "w", `^3 \d+ 3 60000 0 [01] ` + channel + `$`},
+		{2, "v", fmt.Sprintf(`^3 \d+ 3 60000 0 [23] %d `, len(odd)) + regexp.QuoteMeta(odd) + channel + `$`},
 	} {
 		if v := get(tc.i, tc.field); !regexp.MustCompile(tc.match).MatchString(v) {
 			t.Errorf("%s[%q] = %q, want it to match %s", keys[tc.i], tc.field, v, tc.match)
@@ -57,8 +59,8 @@ func TestStoredFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if v := get(1, ""); !regexp.MustCompile(`^0 \d+$`).MatchString(v) {
-		t.Errorf("the watch entry is %q, want \"0 <server ms>\"", v)
+	if v := get(0, ""); !regexp.MustCompile(fmt.Sprintf(`^%d 3 2 [1-9]\d* \d+ 0 \d+$`, b.Fence)).MatchString(v) {
+		t.Errorf("the counters after a watch are %q, want a watch deadline", v)
 	}
 	if snap, err := s.Inspect(ctx, "fmt"); err != nil || len(snap.Leases) != 2 || snap.InUse() != 2 || len(snap.Waiters) != 2 {
 		t.Errorf("Inspect of a watched key = %+v, %v; want the 2 leases and 2 waiters only", snap, err)

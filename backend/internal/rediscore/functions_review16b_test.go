@@ -97,14 +97,14 @@ func TestFunctionCallsDoNotShareState(t *testing.T) {
 			wa := reliableWatch(t, s, "leak:"+name+":a")
 			wb := reliableWatch(t, s, "leak:"+name+":b")
 			bad := "leak:" + name + ":bad"
-			if _, err := redistest.Do(srv.Addr, "SET", rediscore.Keys(bad)[1], "theirs"); err != nil {
+			if _, err := redistest.Do(srv.Addr, "SET", rediscore.Keys(bad)[0], "theirs"); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 3 {
 				for _, key := range []string{"a", "b"} {
 					key = "leak:" + name + ":" + key
 					res := mustAcquire(t, s, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}, true)
-					if _, err := s.Acquire(ctx, core.AcquireRequest{Key: bad, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err == nil || !strings.Contains(err.Error(), rediscore.Keys(bad)[1]) {
+					if _, err := s.Acquire(ctx, core.AcquireRequest{Key: bad, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err == nil || !strings.Contains(err.Error(), rediscore.Keys(bad)[0]) {
 						t.Fatalf("acquire on a foreign key: %v; want WRONGTYPE naming it", err)
 					}
 					before := publishes(t, srv.Addr)
@@ -385,12 +385,12 @@ func TestErrorNamingAKeyLikeAMissingFunction(t *testing.T) {
 			s := mk(t, srv.Addr)
 			pairOn(t, s, "warm:"+name)
 			key := name + " Function not found"
-			if _, err := redistest.Do(srv.Addr, "SET", rediscore.Keys(key)[1], "theirs"); err != nil {
+			if _, err := redistest.Do(srv.Addr, "SET", rediscore.Keys(key)[0], "theirs"); err != nil {
 				t.Fatal(err)
 			}
 			do(t, srv.Addr, "CONFIG", "RESETSTAT")
 			_, err := s.Acquire(context.Background(), core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
-			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), rediscore.Keys(key)[1]) {
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), rediscore.Keys(key)[0]) {
 				t.Fatalf("acquire: %v; want WRONGTYPE naming the key", err)
 			}
 			if got := calls(t, srv.Addr, "fcall", "evalsha", "eval", "function|load"); got["fcall"] != 1 || got["evalsha"]+got["eval"]+got["function|load"] != 0 {

@@ -1,14 +1,26 @@
--- guarded runs main for one call with keys and args, and turns a wrong-type failure into an
--- error naming the key at fault.
-local function guarded(main, keys, args)
+-- call loads the lease hash, runs main, and, when writes_back (every call but a read-only one),
+-- writes what main changed and tells the key's watchers.
+local function call(main, writes_back)
+  load()
+  local r = main()
+  if writes_back then
+    flush()
+    if tell then redis.call('PUBLISH', ARGV[#ARGV], '') end
+  end
+  return r
+end
+
+-- guarded runs main for one call with keys and args (see call), and turns a wrong-type failure
+-- into an error naming the key at fault.
+local function guarded(main, keys, args, writes_back)
   begin(keys, args)
-  local ok, res = pcall(main)
+  local ok, res = pcall(call, main, writes_back)
   if ok then return res end
   local msg = type(res) == 'table' and res.err or tostring(res)
   if string.find(msg, 'WRONGTYPE', 1, true) then
     for i, k in ipairs(KEYS) do
       local t = redis.call('TYPE', k)['ok']
-      local want = (i == 1 or i == 4 or i == 6) and 'zset' or 'hash'
+      local want = (i == 2 or i == 4) and 'zset' or 'hash'
       if t ~= 'none' and t ~= want then
         return redis.error_reply('WRONGTYPE leasehold: ' .. k .. ' holds a ' .. t .. ', not a ' .. want .. ' of ours; it was left untouched')
       end

@@ -69,7 +69,7 @@ func mustAcquire(t *testing.T, s core.Store, req core.AcquireRequest, granted bo
 func commands(t *testing.T, addr string) int { return redistest.ClientCommands(t, addr) }
 
 // lineLen returns the number of waiters in key's line.
-func lineLen(t *testing.T, addr, key string) int { return zcard(t, addr, key, 3) }
+func lineLen(t *testing.T, addr, key string) int { return zcard(t, addr, key, 1) }
 
 // zcard returns the size of the i-th Redis key of key (a sorted set).
 func zcard(t *testing.T, addr, key string, i int) int {

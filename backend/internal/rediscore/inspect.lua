@@ -1,20 +1,17 @@
 -- No ARGV. Returns {limit, number of leases, holder, permits, fence, ttl_ms, value, ...,
 -- holder, permits, value, ...}: the unexpired leases, then the line's places whose wait has not
 -- ended, head first. It writes nothing.
-local out = {tonumber(redis.call('HGET', meta, 'limit') or '0'), 0}
-local live = redis.call('ZRANGEBYSCORE', leases, '(' .. now_ms, '+inf', 'WITHSCORES')
-for i = 1, #live, 2 do
-  local n, fence, _, value = held(live[i])
-  if n then
-    out[#out + 1] = live[i]
-    out[#out + 1] = n
-    out[#out + 1] = fence
-    out[#out + 1] = tonumber(live[i + 1]) - now_ms
-    out[#out + 1] = value
-    out[2] = out[2] + 1
-  end
+local out = {meta.limit, 0}
+for h, l in pairs(leases) do
+  out[#out + 1] = h
+  out[#out + 1] = l.n
+  out[#out + 1] = l.fence
+  out[#out + 1] = l.exp - now_ms
+  out[#out + 1] = l.value
+  out[2] = out[2] + 1
 end
-local line = redis.call('ZRANGE', queue, 0, -1)
+local line = {}
+if line_live() then line = redis.call('ZRANGE', queue, 0, -1) end
 for i = 1, #line, 1000 do
   local reqs = redis.call('HMGET', waiting, unpack(line, i, math.min(i + 999, #line)))
   for j = 1, #reqs do

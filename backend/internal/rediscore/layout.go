@@ -31,9 +31,10 @@ func (l layout) tag(key string) string {
 	return l.prefix + "{" + keyEscaper.Replace(key) + "}:"
 }
 
-// suffixes follow a resource key's tag: its six Redis keys, in the order the scripts take them,
-// then its changed channel.
-var suffixes = [...]string{"leases", "holders", "meta", "queue", "waiting", "left", "changed"}
+// suffixes follow a resource key's tag: its four Redis keys, in the order the scripts take them
+// (see common.lua), then its changed channel. The lease hash is "lease", not the "leases" sorted
+// set of the layout before it, so that the two layouts never read each other's keys.
+var suffixes = [...]string{"lease", "queue", "waiting", "left", "changed"}
 
 // keys returns the Redis keys of a resource key, in the order the scripts take them.
 func (l layout) keys(key string) []string {
@@ -43,7 +44,7 @@ func (l layout) keys(key string) []string {
 
 // names returns the Redis keys of a resource key, in the order the scripts take them, and its
 // changed channel (see changed): slices of one string, so that a script call allocates two
-// values for them, not eight.
+// values for them, not six.
 func (l layout) names(key string) (keys []string, changed string) {
 	esc := keyEscaper.Replace(key)
 	tag := len(l.prefix) + len(esc) + len("{}:")

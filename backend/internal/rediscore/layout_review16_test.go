@@ -50,7 +50,7 @@ func TestLayoutNamesAreByteExact(t *testing.T) {
 			}
 			key := pk[1]
 			got := l.keys(key)
-			want := []string{tag + "leases", tag + "holders", tag + "meta", tag + "queue", tag + "waiting", tag + "left"}
+			want := []string{tag + "lease", tag + "queue", tag + "waiting", tag + "left"}
 			if len(got) != len(want) {
 				t.Fatalf("prefix %q key %q: %d keys, want %d", prefix, key, len(got), len(want))
 			}

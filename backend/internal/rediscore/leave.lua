@@ -5,16 +5,19 @@
 -- after this leave, takes no place for the next hold ms.
 -- Returns {holder, fence, ...} as release does.
 local holder, floor = ARGV[1], tonumber(ARGV[2])
-purge()
 if #ARGV >= 5 then
   local hold = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', left, '-inf', now_ms)
   redis.call('ZADD', left, now_ms + hold, ARGV[3])
-  if redis.call('PTTL', left) < hold then redis.call('PEXPIRE', left, hold) end
+  if meta.left < now_ms + hold then
+    redis.call('PEXPIRE', left, hold)
+    setm('left', now_ms + hold)
+    keep(hold)
+  end
 end
-unqueue(holder)
-local n, fence, untaken = held(holder)
-if n and untaken and fence > floor then
+if line_live() then unqueue(holder) end
+local l = leases[holder]
+if l and l.q and l.fence > floor then
   drop(holder)
   changed()
 end

@@ -49,7 +49,7 @@ func TestTryWithLostReplyLeavesNothingBehind(t *testing.T) {
 	// The Store leaves for the try (on another connection, which may overtake it); the try,
 	// arriving before or after, must leave no place nor lease behind.
 	proxy.SetLatency(0)
-	pollUntil(t, func() bool { return zcard(t, srv.Addr, "lost-reply", 5) == 1 })
+	pollUntil(t, func() bool { return zcard(t, srv.Addr, "lost-reply", 3) == 1 })
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ func TestNamesAreKeysAndChanged(t *testing.T) {
 		for _, key := range []string{"", "a", "%", "{", "}", "{}%", "☃", "\xff", "a}:leases", string(make([]byte, 5000))} {
 			tag := l.tag(key)
 			keys, changed := l.names(key)
-			want := []string{tag + "leases", tag + "holders", tag + "meta", tag + "queue", tag + "waiting", tag + "left"}
+			want := []string{tag + "lease", tag + "queue", tag + "waiting", tag + "left"}
 			if len(keys) != len(want) || changed != tag+"changed" || changed != l.changed(key) {
 				t.Fatalf("prefix %q key %q: names %q, %q", prefix, key, keys, changed)
 			}

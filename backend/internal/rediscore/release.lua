@@ -3,11 +3,10 @@
 -- the freed permits go to the waiters at the head of the line (holder, fence each), whose Stores
 -- are told on their channels.
 local holder, want = ARGV[1], tonumber(ARGV[2])
-purge()
-local n, fence = held(holder)
-if not n or (want ~= 0 and fence ~= want) then return {0} end
+local l = leases[holder]
+if not l or (want ~= 0 and l.fence ~= want) then return {0} end
 drop(holder)
 changed()
 local out = serve()
-table.insert(out, 1, n)
+table.insert(out, 1, l.n)
 return out

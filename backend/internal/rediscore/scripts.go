@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
@@ -42,16 +43,19 @@ const (
 var bodies = [...]struct {
 	name, body string
 	flags      string // the function's flags, as a Lua table
+	// writes says the body may change the lease hash: its call writes back what it changed
+	// (see guard.lua). Only a read-only body has it false.
+	writes bool
 }{
-	acquireScript: {"acquire", acquireBody, "{}"},
-	extendScript:  {"extend", extendBody, "{}"},
+	acquireScript: {"acquire", acquireBody, "{}", true},
+	extendScript:  {"extend", extendBody, "{}", true},
 	// Ending a lease and leaving the line mostly delete, and must work when the server is out
 	// of memory, as the same commands do in a script (EVALSHA refuses only the commands that
 	// may grow memory).
-	releaseScript: {"release", releaseBody, "{'allow-oom'}"},
-	inspectScript: {"inspect", inspectBody, "{'no-writes'}"},
-	leaveScript:   {"leave", leaveBody, "{'allow-oom'}"},
-	watchScript:   {"watch", watchBody, "{}"},
+	releaseScript: {"release", releaseBody, "{'allow-oom'}", true},
+	inspectScript: {"inspect", inspectBody, "{'no-writes'}", false},
+	leaveScript:   {"leave", leaveBody, "{'allow-oom'}", true},
+	watchScript:   {"watch", watchBody, "{}", true},
 }
 
 // Sources are the scripts' full sources, indexed by Script, for EVALSHA (EVAL the first time on
@@ -60,7 +64,7 @@ var bodies = [...]struct {
 var Sources = func() (s [len(bodies)]string) {
 	for i, b := range bodies {
 		s[i] = "local eval_keys, eval_args = KEYS, ARGV\n" + common + guard +
-			"local function main()\n" + b.body + "\nend\nreturn guarded(main, eval_keys, eval_args)\n"
+			"local function main()\n" + b.body + "\nend\nreturn guarded(main, eval_keys, eval_args, " + strconv.FormatBool(b.writes) + ")\n"
 	}
 	return s
 }()
@@ -92,7 +96,8 @@ func init() {
 	for i, op := range bodies {
 		functionNames[i] = LibraryName + "_" + op.name
 		reg.WriteString("redis.register_function{function_name = '" + functionNames[i] + "', flags = " + op.flags +
-			", callback = function(keys, args) return guarded(" + op.name + ", keys, args) end}\n")
+			", callback = function(keys, args) return guarded(" + op.name + ", keys, args, " +
+			strconv.FormatBool(op.writes) + ") end}\n")
 	}
 	Library = "#!lua name=" + LibraryName + "\n" + code + reg.String()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,8 +20,8 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// Tests of the trimmed acquire script (one read of holders; serve says whether the line is
-// empty, and a newcomer's grant skips the unqueue and the PTTL of the empty line).
+// Tests of the acquire script's shape: one read of the lease hash; serve says whether the line
+// is empty, and reads it only while its keys live; the hash outlives what it records.
 
 const week = 604800000 * time.Millisecond
 
@@ -31,12 +32,42 @@ func raw(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
-// holdersOf returns the holders hash of key.
+// expiryInEntry is the expiry in a lease hash entry, "<permits> <fence> <expiry>...".
+var expiryInEntry = regexp.MustCompile(`^(\d+ \d+) \d+`)
+
+// holdersOf returns the leases in key's lease hash, each as "<permits> <fence>" and what follows
+// the expiry (the q mark, the value): the entries but the counters, without their expiries.
 func holdersOf(t *testing.T, c *redis.Client, key string) map[string]string {
 	t.Helper()
-	m, err := c.HGetAll(context.Background(), rediscore.Keys(key)[1]).Result()
+	m, err := c.HGetAll(context.Background(), rediscore.Keys(key)[0]).Result()
 	if err != nil {
 		t.Fatal(err)
+	}
+	delete(m, "")
+	for h, v := range m {
+		m[h] = expiryInEntry.ReplaceAllString(v, "$1")
+	}
+	return m
+}
+
+// counters are the lease hash's entry "": the key's counters and deadlines (see common.lua).
+type counters struct {
+	fence, limit, seq, watch, line, left, keep uint64
+}
+
+// countersOf returns the counters of key, all 0 when there are none.
+func countersOf(t *testing.T, c *redis.Client, key string) counters {
+	t.Helper()
+	v, err := c.HGet(context.Background(), rediscore.Keys(key)[0], "").Result()
+	if errors.Is(err, redis.Nil) {
+		return counters{}
+	}
+	var m counters
+	if err == nil {
+		_, err = fmt.Sscanf(v, "%d %d %d %d %d %d %d", &m.fence, &m.limit, &m.seq, &m.watch, &m.line, &m.left, &m.keep)
+	}
+	if err != nil {
+		t.Fatalf("counters of %q: %q, %v", key, v, err)
 	}
 	return m
 }
@@ -86,10 +117,7 @@ func TestTakingALineGrantClearsItsMarkAndKeepsItsFence(t *testing.T) {
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "mark", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
-			fence, err := c.HGet(ctx, rediscore.Keys("mark")[2], "fence").Uint64()
-			if err != nil {
-				t.Fatal(err)
-			}
+			fence := countersOf(t, c, "mark").fence
 			if got, want := holdersOf(t, c, "mark")["w"], fmt.Sprintf("1 %d q\nfirst", fence); got != want {
 				t.Fatalf("the line's grant is stored as %q, want %q", got, want)
 			}
@@ -124,32 +152,31 @@ func TestTakingALineGrantClearsItsMarkAndKeepsItsFence(t *testing.T) {
 
 // TestWaiterTakesGrantItsOwnAcquireServes: the waiter at the head retries after the holder's
 // lease expired; its own script's serve grants it from the line ("q", published), and the same
-// script's census finds that grant and takes it: granted, the mark cleared, its place and request
+// script finds that grant and takes it: granted, the mark cleared, its place and request
 // gone.
 func TestWaiterTakesGrantItsOwnAcquireServes(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
+			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			w := core.AcquireRequest{Key: "self", Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Value: "v"}
 			mustAcquire(t, s, core.AcquireRequest{Key: "self", Holder: "a", Permits: 1, Limit: 1, TTL: 100 * time.Millisecond}, true)
 			mustAcquire(t, s, w, false)
 			expired(t, s, "self", "a")
 			res := mustAcquire(t, s, w, true)
-			fence, err := c.HGet(ctx, rediscore.Keys("self")[2], "fence").Uint64()
-			if err != nil || fence != res.Fence {
-				t.Fatalf("meta's fence %d (%v), want the grant's %d", fence, err, res.Fence)
+			if fence := countersOf(t, c, "self").fence; fence != res.Fence {
+				t.Fatalf("the last fence is %d, want the grant's %d", fence, res.Fence)
 			}
 			if got, want := holdersOf(t, c, "self"), map[string]string{"w": fmt.Sprintf("1 %d\nv", res.Fence)}; fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("holders %q, want %q", got, want)
 			}
-			for _, i := range []int{3, 4} {
+			for _, i := range []int{1, 2} {
 				if p := pttl(t, c, "self", i); p != -2*time.Millisecond {
 					t.Errorf("%s still exists (PTTL %v): the place was not taken out of the line", rediscore.Keys("self")[i], p)
 				}
 			}
-			if p := pttl(t, c, "self", 1); p < 50*time.Second || p > time.Minute {
-				t.Errorf("holders PTTL %v, want about the TTL of a minute", p)
+			if p := pttl(t, c, "self", 0); p < week/2+time.Minute || p > week+2*time.Minute {
+				t.Errorf("lease hash PTTL %v, want half a week to a week past the wait and the TTL", p)
 			}
 		})
 	}
@@ -157,8 +184,8 @@ func TestWaiterTakesGrantItsOwnAcquireServes(t *testing.T) {
 
 // TestNewcomerAfterServeEmptiesTheLine: permits freed by expiry go first to a line longer than
 // one read of serve (64 places); the newcomer whose script served them all finds the line empty
-// and takes what is left, not a permit more; its grant leaves no line keys and gives meta a
-// week past its TTL.
+// and takes what is left, not a permit more; its grant leaves no line keys, and the lease hash
+// outlives the places it counted.
 func TestNewcomerAfterServeEmptiesTheLine(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -192,14 +219,18 @@ func TestNewcomerAfterServeEmptiesTheLine(t *testing.T) {
 			if got, want := h["new"], fmt.Sprintf("%d %d", limit-waiters, res.Fence); got != want || res.Fence <= prev {
 				t.Fatalf("new holds %q, want %q above the line's fences", got, want)
 			}
-			for _, i := range []int{3, 4} {
+			for _, i := range []int{1, 2} {
 				if p := pttl(t, c, "many", i); p != -2*time.Millisecond {
 					t.Errorf("%s exists (PTTL %v) after the line was served", rediscore.Keys("many")[i], p)
 				}
 			}
-			// meta lives a week past the last grant's TTL (the newcomer's, the line being empty).
-			if p := pttl(t, c, "many", 2); p <= week || p > week+ttl {
-				t.Errorf("meta PTTL %v, want in (a week, a week + %v]", p, ttl)
+			if line := countersOf(t, c, "many").line; line != 0 {
+				t.Errorf("the line lives until %d by the counters, want 0 once it was found empty", line)
+			}
+			// The hash lives half a week to a week past the places' hour (the grants' hour with
+			// them).
+			if p := pttl(t, c, "many", 0); p <= week/2+59*time.Minute || p > week+time.Hour {
+				t.Errorf("lease hash PTTL %v, want in (half a week and 59 minutes, a week and an hour]", p)
 			}
 			if snap, _ := s.Inspect(ctx, "many"); snap.InUse() != limit {
 				t.Errorf("%d permits in use, want %d", snap.InUse(), limit)
@@ -210,7 +241,7 @@ func TestNewcomerAfterServeEmptiesTheLine(t *testing.T) {
 
 // TestLapsedPlacesLetANewcomerIn: a line of places whose waits have all ended (more than one
 // read of serve) is dropped by the newcomer's own script, which then grants it as to an empty
-// line: its grant, no line keys left, and meta a week past its TTL, not the places' waits.
+// line: its grant, no line keys left, and the lease hash still half a week past its TTL.
 func TestLapsedPlacesLetANewcomerIn(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -228,13 +259,13 @@ func TestLapsedPlacesLetANewcomerIn(t *testing.T) {
 			pollUntil(t, func() bool { return time.Since(start) > 250*time.Millisecond })
 			ttl := 3 * time.Second
 			mustAcquire(t, s, req("new", ttl, 0), true)
-			for _, i := range []int{3, 4} {
+			for _, i := range []int{1, 2} {
 				if p := pttl(t, c, "lapsing", i); p != -2*time.Millisecond {
 					t.Errorf("%s exists (PTTL %v) after its places lapsed", rediscore.Keys("lapsing")[i], p)
 				}
 			}
-			if p := pttl(t, c, "lapsing", 2); p <= week || p > week+ttl {
-				t.Errorf("meta PTTL %v, want in (a week, a week + %v]", p, ttl)
+			if p := pttl(t, c, "lapsing", 0); p <= week/2+ttl || p > week+ttl {
+				t.Errorf("lease hash PTTL %v, want in (half a week + %v, a week + %v]", p, ttl, ttl)
 			}
 			if h := holdersOf(t, c, "lapsing"); len(h) != 1 || h["new"] == "" {
 				t.Errorf("holders %q, want new's lease alone", h)
@@ -246,7 +277,7 @@ func TestLapsedPlacesLetANewcomerIn(t *testing.T) {
 // TestHeadThatServeCannotGrantKeepsTheLine: after an expiry frees a permit that the head (asking
 // two) cannot use, serve stops at the head: a newcomer for whom the permit would do is refused,
 // and takes the last place; a waiter's retry keeps its place; the line keeps its expiry, and
-// meta outlives it.
+// the lease hash outlives it.
 func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -259,7 +290,7 @@ func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 			mustAcquire(t, s, req("b", 1, time.Minute, 0), true)
 			mustAcquire(t, s, req("big", 2, time.Minute, time.Hour), false)
 			mustAcquire(t, s, req("c", 1, time.Minute, time.Hour), false)
-			before, err := c.ZScore(ctx, rediscore.Keys("head")[3], "c").Result()
+			before, err := c.ZScore(ctx, rediscore.Keys("head")[1], "c").Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -267,21 +298,21 @@ func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 			mustAcquire(t, s, req("try", 1, time.Minute, 0), false)
 			mustAcquire(t, s, req("new", 1, time.Minute, time.Hour), false)
 			mustAcquire(t, s, req("c", 1, time.Minute, time.Hour), false)
-			if after, _ := c.ZScore(ctx, rediscore.Keys("head")[3], "c").Result(); after != before {
+			if after, _ := c.ZScore(ctx, rediscore.Keys("head")[1], "c").Result(); after != before {
 				t.Errorf("c's place moved from %v to %v on its retry", before, after)
 			}
-			line, _ := c.ZRange(ctx, rediscore.Keys("head")[3], 0, -1).Result()
+			line, _ := c.ZRange(ctx, rediscore.Keys("head")[1], 0, -1).Result()
 			if fmt.Sprint(line) != "[big c new]" {
 				t.Fatalf("the line is %v, want [big c new]", line)
 			}
 			if h := holdersOf(t, c, "head"); len(h) != 1 || h["b"] == "" {
 				t.Fatalf("holders %q, want b's lease alone", h)
 			}
-			if p := pttl(t, c, "head", 3); p <= 59*time.Minute {
+			if p := pttl(t, c, "head", 1); p <= 59*time.Minute {
 				t.Errorf("queue PTTL %v, want about the hour of the waits", p)
 			}
-			if p := pttl(t, c, "head", 2); p <= week+59*time.Minute {
-				t.Errorf("meta PTTL %v, want past the line's hour by a week", p)
+			if p := pttl(t, c, "head", 0); p <= week/2+59*time.Minute {
+				t.Errorf("lease hash PTTL %v, want past the line's hour by half a week at least", p)
 			}
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "head", Holder: "b"}); err != nil {
 				t.Fatal(err)
@@ -289,22 +320,22 @@ func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 			if h := holdersOf(t, c, "head"); len(h) != 1 || h["big"] == "" {
 				t.Fatalf("after b's release, holders %q, want the head's grant alone", h)
 			}
-			if line, _ := c.ZRange(ctx, rediscore.Keys("head")[3], 0, -1).Result(); fmt.Sprint(line) != "[c new]" {
+			if line, _ := c.ZRange(ctx, rediscore.Keys("head")[1], 0, -1).Result(); fmt.Sprint(line) != "[c new]" {
 				t.Fatalf("after the head's grant the line is %v, want [c new]", line)
 			}
-			// A grant from the line to the head, with places left behind it: meta still
-			// outlives them.
-			if p := pttl(t, c, "head", 2); p <= week+59*time.Minute {
-				t.Errorf("after the line's grant, meta PTTL %v, want past the line's hour by a week", p)
+			// A grant from the line to the head, with places left behind it: the lease hash
+			// still outlives them.
+			if p := pttl(t, c, "head", 0); p <= week/2+59*time.Minute {
+				t.Errorf("after the line's grant, lease hash PTTL %v, want past the line's hour by half a week at least", p)
 			}
 		})
 	}
 }
 
-// TestWatchEntryIsNoLeaseForTheTrimmedAcquire: on a watched key, the watch entry ” counts no
-// permit and holds no lease: the first grant (fresh: only the watch entry) keeps the lease keys
-// as long as the watch, a newcomer over the limit is refused, a line grant taken keeps the
-// entry, and each grant and release wakes the watch.
+// TestWatchEntryIsNoLeaseForTheTrimmedAcquire: on a watched key, the counters' entry "" counts
+// no permit and holds no lease: the lease hash lives as long as the watch, a newcomer over the
+// limit is refused, a line grant taken keeps the watch's deadline, and each grant and release
+// wakes the watch.
 func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -328,14 +359,14 @@ func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
 			req := func(holder string) core.AcquireRequest {
 				return core.AcquireRequest{Key: "watched", Holder: holder, Permits: 1, Limit: 1, TTL: time.Second, Wait: time.Minute}
 			}
-			entry := holdersOf(t, c, "watched")[""]
+			watch := countersOf(t, c, "watched").watch
+			if watch == 0 {
+				t.Fatal("no watch deadline in the counters of a watched key")
+			}
 			mustAcquire(t, s, req("a"), true)
 			woken("a's grant")
 			if p := pttl(t, c, "watched", 0); p < 20*time.Second {
-				t.Errorf("leases PTTL %v after the first grant on a watched key, want the watch's life", p)
-			}
-			if p := pttl(t, c, "watched", 1); p < 20*time.Second {
-				t.Errorf("holders PTTL %v after the first grant on a watched key, want the watch's life", p)
+				t.Errorf("lease hash PTTL %v after the first grant on a watched key, want the watch's life", p)
 			}
 			mustAcquire(t, s, req("b"), false)
 			mustAcquire(t, s, req("a"), true) // renewal
@@ -345,8 +376,11 @@ func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
 			woken("a's release")
 			res := mustAcquire(t, s, req("b"), true)
 			h := holdersOf(t, c, "watched")
-			if got, want := h["b"], fmt.Sprintf("1 %d", res.Fence); got != want || h[""] != entry || len(h) != 2 {
-				t.Fatalf("holders %q, want b's taken lease %q and the watch entry %q", h, want, entry)
+			if got, want := h["b"], fmt.Sprintf("1 %d", res.Fence); got != want || len(h) != 1 {
+				t.Fatalf("leases %q, want b's taken lease %q alone", h, want)
+			}
+			if got := countersOf(t, c, "watched").watch; got < watch {
+				t.Fatalf("the watch deadline went from %d to %d", watch, got)
 			}
 		})
 	}
@@ -405,8 +439,7 @@ func TestSemaphoreNeverOverItsLimitUnderChurn(t *testing.T) {
 }
 
 // TestShortGrantDoesNotShortenTheLeaseKeys: a grant with a short TTL beside a lease with a long
-// one (census says leases were held: not fresh) leaves the lease keys living as long as the
-// long lease.
+// one leaves the lease hash living as long as the long lease.
 func TestShortGrantDoesNotShortenTheLeaseKeys(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s, c := redisharness.GoRedis(t, srv.Addr), raw(t, srv.Addr)
@@ -415,9 +448,7 @@ func TestShortGrantDoesNotShortenTheLeaseKeys(t *testing.T) {
 	}
 	mustAcquire(t, s, req("long", time.Hour), true)
 	mustAcquire(t, s, req("short", time.Second), true)
-	for _, i := range []int{0, 1} {
-		if p := pttl(t, c, "short", i); p < 59*time.Minute {
-			t.Errorf("%s PTTL %v after a short grant beside an hour's lease, want about an hour", rediscore.Keys("short")[i], p)
-		}
+	if p := pttl(t, c, "short", 0); p < 59*time.Minute {
+		t.Errorf("%s PTTL %v after a short grant beside an hour's lease, want about an hour", rediscore.Keys("short")[0], p)
 	}
 }
