@@ -1,7 +1,8 @@
--- ARGV: holder, permits, limit (both whole decimals as strconv writes them: stored as sent), ttl_ms, min_fence, wait_ms, channel (of the holder's Store),
--- fence_floor (a least fence for a new grant only), listens (1 when a PUBLISH on channel counts
--- the holder's Store while it listens), try id (names this try to a leave that may overtake it;
--- '' for none), value (kept with the lease, and with the place in the line), changed channel
+-- ARGV: holder, permits, limit (both whole decimals as strconv writes them: they are stored as
+-- sent), ttl_ms, min_fence, wait_ms, channel (of the holder's Store), fence_floor (a least fence
+-- for a new grant only), listens (1 when a PUBLISH on channel counts the holder's Store while it
+-- listens), try id (names this try to a leave that may overtake it; '' for none), value (kept
+-- with the lease, and with the place in the line), changed channel
 -- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits. The line is strictly FIFO: free
 -- permits go to the waiters in line first, and a caller not served from it is granted only when
@@ -14,7 +15,8 @@ if ARGV[10] ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, ARGV[10]
 end
 local min_fence, wait_ms, value = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[11]
 local _, line_empty = serve()
-local cur = leases[holder]
+local me = ':' .. holder
+local cur = leases[me]
 if cur then
   -- Held already, or granted from the line just now or before: granted again, and taken.
   if cur.n ~= n then return {-1, cur.n} end
@@ -25,7 +27,7 @@ if cur then
   cur.exp, cur.q, cur.value = now_ms + ttl, false, value
   setm('limit', limit, ARGV[3])
   keep(ttl)
-  put(holder, cur)
+  put(me, cur)
   return {1, cur.fence}
 end
 if used + n > limit or not line_empty then

@@ -1,19 +1,20 @@
 -- Shared prelude of every Leasehold script. One resource key is four Redis keys in one slot:
---   KEYS[1] lease:   hash, all a call needs when nobody waits, read whole by one HGETALL:
---                    holder -> "<permits> <fence> <expiry in server ms>", then " q" for a lease the
---                    line granted that its waiter has not taken yet (an Acquire by the holder takes
---                    it), then "\n" and the lease's value when it has one. A lease whose expiry has
---                    passed is no lease; the next call that writes deletes it.
---                    '' (no holder's id) -> "<fence> <limit> <seq> <watch> <line> <left> <keep>":
---                    the last fence granted, the limit of the latest grant, the last place given in
---                    the line; until when (server ms) some Store watches the key (until then a call
---                    that grants a new lease, releases one or gives one back publishes on the key's
---                    changed channel), until when queue and waiting may hold places (they expire
---                    then: a call reads the line only before), until when left may hold try ids
---                    (read only before), and when the hash itself expires. The hash outlives every
---                    lease, place and watch it records by half a week to a week: its fence and
---                    place counters must not start again while they are in use, and after that the
---                    server clock carries the order of fences.
+--   KEYS[1] lease:   hash, all a call needs when nobody waits, read whole by one HGETALL. A lease is
+--                    the entry ':' .. holder -> "<permits> <fence> <expiry in server ms>", then " q"
+--                    for a lease the line granted that its waiter has not taken yet (an Acquire by
+--                    the holder takes it), then "\n" and the lease's value when it has one. A lease
+--                    whose expiry has passed is no lease; the next call that writes deletes it.
+--                    The key's counters are entries of their own, none starting with ':' (an
+--                    absent one is 0): fence (the last fence granted), limit (of the latest
+--                    grant), seq (the last place given in the line), watch (until when, in server
+--                    ms, some Store watches the key: until then a call that grants a new lease,
+--                    releases one or gives one back publishes on the key's changed channel), line
+--                    (until when queue and waiting may hold places: they expire then, and a call
+--                    reads the line only before), left (until when left may hold try ids: read
+--                    only before) and keep (when the hash itself expires). The hash outlives
+--                    every lease, place and watch it records by half a week to a week: its fence
+--                    and place counters must not start again while they are in use, and after
+--                    that the server clock carries the order of fences.
 --   KEYS[2] queue:   sorted set, the line of waiters: holder -> place
 --   KEYS[3] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>
 --                    <listens> <channel>", the request of each waiter in the line, its Store's
@@ -26,12 +27,13 @@
 --                    that overtook its try on another connection
 -- ARGV[#ARGV] is the key's changed channel in every script that can change leases.
 -- Every number that goes into a stored string is written by int(), as a whole decimal number
--- (they all stay below 2^53). Lua's formatting and tables cost the server as much as a command
--- each, so a call formats only the numbers it changed and makes few tables.
+-- (they all stay below 2^53). Lua's formatting, matching and tables cost the server about as
+-- much as a command each, so a call formats only the numbers it changed, writes only the
+-- counters it changed, and makes few tables.
 -- Time is the server's (TIME); a lease with expiry E is held while now < E.
 --
 -- A call reads the lease hash once (load), works on what it read, and writes what it changed
--- back in one HSET and one HDEL (flush), before any grant is published and at its end; the line's
+-- back in one HDEL and one HSET (flush), before any grant is published and at its end; the line's
 -- keys it reads and writes as it goes. So a call when nobody waits is TIME, HGETALL and one write.
 --
 -- The same source serves as a script (EVALSHA: this prelude, then the body as main, run by
@@ -45,16 +47,16 @@ local KEYS, ARGV
 local state, queue, waiting, left
 local now_ms, now_us
 
--- leases are the unexpired leases as load found them and the call changed them: holder ->
--- {n = permits, fence, exp = expiry ms, q = untaken grant from the line, value}, and nt and ft,
--- the text of n and fence when the call has it; used is the permits they hold.
+-- leases are the unexpired leases as load found them and the call changed them, by entry (':'
+-- .. holder): {n = permits, fence, exp = expiry ms, q = untaken grant from the line, value}, and
+-- nt and ft, the text of n and fence when the call has it; used is the permits they hold.
 local leases, used
--- meta is the '' entry's numbers by name: fence, limit, seq, watch, line, left, keep (see the
--- header); mtext is their text as read or set, for each that has it.
-local meta, mtext
--- writes are the holders whose entries the next flush writes (a lease) or deletes (false);
--- meta_dirty says it writes the '' entry, and expire that it sets the hash's expiry to meta.keep.
-local writes, meta_dirty, expire
+-- meta is the counters by name (see the header), as numbers.
+local meta
+-- writes are the entries the next flush writes or deletes, nil when none: a lease's entry -> the
+-- lease, or false to delete it; a counter's name -> its text, or true to format it. expire says
+-- the flush sets the hash's expiry to meta.keep.
+local writes, expire
 -- tell says the call's end publishes on the changed channel: someone watches, and leases changed.
 local tell
 
@@ -67,8 +69,8 @@ local function begin(keys, args)
   local clock = redis.call('TIME')
   now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-  leases, used, meta, mtext = nil, 0, nil, nil
-  writes, meta_dirty, expire, tell = {}, false, false, false
+  leases, used, meta = nil, 0, nil
+  writes, expire, tell = nil, false, false
 end
 
 -- foreign stops the call: the lease hash holds an entry that is not ours.
@@ -81,15 +83,10 @@ end
 local function load()
   local all = redis.call('HGETALL', state)
   leases, used = {}, 0
+  meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0, keep = 0}
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
-    if f == '' then
-      local a, b, c, d, e, g, h = string.match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
-      if not a then foreign(f) end
-      meta = {fence = tonumber(a), limit = tonumber(b), seq = tonumber(c), watch = tonumber(d), line = tonumber(e),
-        left = tonumber(g), keep = tonumber(h)}
-      mtext = {fence = a, limit = b, seq = c, watch = d, line = e, left = g, keep = h}
-    else
+    if string.byte(f) == 58 then -- ':'
       local n, fence, exp, q, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)\n?(.*)$')
       if not n then foreign(f) end
       exp = tonumber(exp)
@@ -97,19 +94,22 @@ local function load()
         leases[f] = {n = tonumber(n), fence = tonumber(fence), exp = exp, q = q == ' q', value = value}
         used = used + tonumber(n)
       else
+        writes = writes or {}
         writes[f] = false
       end
+    else
+      local x = meta[f] and string.match(v, '^%d+$')
+      if not x then foreign(f) end
+      meta[f] = tonumber(x)
     end
-  end
-  if not meta then
-    meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0, keep = 0}
-    mtext = {fence = '0', limit = '0', seq = '0', watch = '0', line = '0', left = '0', keep = '0'}
   end
 end
 
--- setm sets meta's k to v, whose text is text (nil: to be formatted when written).
+-- setm sets the counter k to v, whose text is text (nil: to be formatted when written).
 local function setm(k, v, text)
-  meta[k], mtext[k], meta_dirty = v, text, true
+  meta[k] = v
+  writes = writes or {}
+  writes[k] = text or true
 end
 
 -- keep makes the lease hash live at least life ms more: when it would expire within half a week
@@ -130,35 +130,35 @@ local function encode(l)
   return s
 end
 
--- mt returns the text of meta's k.
-local function mt(k) return mtext[k] or int(meta[k]) end
-
 -- flush writes what the call changed in the lease hash: the deletions first (they must go
 -- through when the server is out of memory), then one HSET, then the expiry.
 local function flush()
-  local set, del = {}, {}
-  if next(writes) then
-    for h, l in pairs(writes) do
-      if l then
-        set[#set + 1] = h
-        set[#set + 1] = encode(l)
+  if writes then
+    local set, del = {}, nil
+    for f, w in pairs(writes) do
+      if w == false then
+        del = del or {}
+        del[#del + 1] = f
       else
-        del[#del + 1] = h
+        set[#set + 1] = f
+        if w == true then
+          set[#set + 1] = int(meta[f])
+        elseif type(w) == 'string' then
+          set[#set + 1] = w
+        else
+          set[#set + 1] = encode(w)
+        end
       end
     end
-    writes = {}
-  end
-  for i = 1, #del, 1000 do
-    redis.call('HDEL', state, unpack(del, i, math.min(i + 999, #del)))
-  end
-  if meta_dirty then
-    set[#set + 1] = ''
-    set[#set + 1] = mt('fence') .. ' ' .. mt('limit') .. ' ' .. mt('seq') .. ' ' .. mt('watch') .. ' ' .. mt('line') .. ' ' ..
-      mt('left') .. ' ' .. mt('keep')
-    meta_dirty = false
-  end
-  for i = 1, #set, 1000 do
-    redis.call('HSET', state, unpack(set, i, math.min(i + 999, #set)))
+    writes = nil
+    if del then
+      for i = 1, #del, 1000 do
+        redis.call('HDEL', state, unpack(del, i, math.min(i + 999, #del)))
+      end
+    end
+    for i = 1, #set, 1000 do
+      redis.call('HSET', state, unpack(set, i, math.min(i + 999, #set)))
+    end
   end
   if expire then
     redis.call('PEXPIRE', state, meta.keep - now_ms)
@@ -166,20 +166,21 @@ local function flush()
   end
 end
 
--- put records lease l of holder, to be written by the next flush; it replaces any lease holder
--- had.
-local function put(holder, l)
-  local had = leases[holder]
+-- put records lease l at entry f, to be written by the next flush; it replaces any lease there.
+local function put(f, l)
+  local had = leases[f]
   if had then used = used - had.n end
-  leases[holder], writes[holder] = l, l
+  writes = writes or {}
+  leases[f], writes[f] = l, l
   used = used + l.n
 end
 
--- drop removes holder's lease.
-local function drop(holder)
-  local had = leases[holder]
+-- drop removes the lease at entry f.
+local function drop(f)
+  local had = leases[f]
   if had then used = used - had.n end
-  leases[holder], writes[holder] = nil, false
+  writes = writes or {}
+  leases[f], writes[f] = nil, false
 end
 
 -- changed tells the key's watchers, at the call's end, that its leases changed, if anyone
@@ -230,7 +231,7 @@ local function grant(holder, n, limit, ttl, min_fence, q, value, queued, nt, lt)
   setm('fence', fence, ft)
   setm('limit', limit, lt)
   keep(ttl)
-  put(holder, {n = n, fence = fence, exp = now_ms + ttl, q = q, value = value, nt = nt, ft = ft})
+  put(':' .. holder, {n = n, fence = fence, exp = now_ms + ttl, q = q, value = value, nt = nt, ft = ft})
   return fence, ft
 end
 
@@ -256,9 +257,10 @@ end
 -- on the channel of the waiter's Store as "<length>:<holder><fence> ", and carries the value the
 -- waiter asked with. It reads the line 64 places at a time and goes on until the line is empty or
 -- its head waits, so a line of any length is served. It returns {holder, fence, ...} of the
--- grants made, and whether the line is empty now.
+-- grants made (nil when it did not read the line, which is then empty), and whether the line is
+-- empty now.
 local function serve()
-  if not line_live() then return {}, true end
+  if not line_live() then return nil, true end
   local out, gone = {}, {}
   while true do
     local head = redis.call('ZRANGE', queue, 0, 63)
@@ -272,7 +274,7 @@ local function serve()
       if reqs[i] then
         n, deadline, limit, ttl, min_fence, listens, value, channel = request(reqs[i])
       end
-      if deadline <= now_ms or gone[channel] or leases[h] then
+      if deadline <= now_ms or gone[channel] or leases[':' .. h] then
         unqueue(h)
       elseif used + n > limit then
         return out, false
@@ -281,7 +283,7 @@ local function serve()
         flush()
         local heard = redis.call('PUBLISH', channel, #h .. ':' .. h .. ft .. ' ')
         if heard == 0 and listens == '1' then
-          drop(h) -- its Store is gone (or its subscription down, and its waiters retry)
+          drop(':' .. h) -- its Store is gone (or its subscription down, and its waiters retry)
           gone[channel] = true
         else
           changed()

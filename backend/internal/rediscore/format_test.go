@@ -15,10 +15,10 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// TestStoredFormat: the lease hash holds each lease as "<permits> <fence> <expiry>" with its
-// value after a newline, and the key's counters under the empty holder id; a place without a
-// value is stored as before values were, and a value follows inline; a watch sets its deadline
-// in the counters.
+// TestStoredFormat: the lease hash holds each lease at ':' + holder as "<permits> <fence>
+// <expiry>" with its value after a newline, and the key's counters as entries of their own; a
+// place without a value is stored as before values were, and a value follows inline; a watch
+// sets its deadline in the counters.
 func TestStoredFormat(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := redisharness.GoRedis(t, srv.Addr)
@@ -44,9 +44,13 @@ func TestStoredFormat(t *testing.T) {
 		i            int
 		field, match string
 	}{
-		{0, "a", fmt.Sprintf(`^1 %d \d+$`, a.Fence)},
-		{0, "b", fmt.Sprintf(`^1 %d \d+`, b.Fence) + regexp.QuoteMeta("\n"+odd) + `$`},
-		{0, "", fmt.Sprintf(`^%d 3 2 0 \d+ 0 \d+$`, b.Fence)},
+		{0, ":a", fmt.Sprintf(`^1 %d \d+$`, a.Fence)},
+		{0, ":b", fmt.Sprintf(`^1 %d \d+`, b.Fence) + regexp.QuoteMeta("\n"+odd) + `$`},
+		{0, "fence", fmt.Sprintf(`^%d$`, b.Fence)},
+		{0, "limit", `^3$`},
+		{0, "seq", `^2$`},
+		{0, "line", `^[1-9]\d*$`},
+		{0, "keep", `^[1-9]\d*$`},
 		{2, "w", `^3 \d+ 3 60000 0 [01] ` + channel + `$`},
 		{2, "v", fmt.Sprintf(`^3 \d+ 3 60000 0 [23] %d `, len(odd)) + regexp.QuoteMeta(odd) + channel + `$`},
 	} {
@@ -59,8 +63,11 @@ func TestStoredFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if v := get(0, ""); !regexp.MustCompile(fmt.Sprintf(`^%d 3 2 [1-9]\d* \d+ 0 \d+$`, b.Fence)).MatchString(v) {
-		t.Errorf("the counters after a watch are %q, want a watch deadline", v)
+	if v := get(0, "watch"); !regexp.MustCompile(`^[1-9]\d*$`).MatchString(v) {
+		t.Errorf("the watch counter is %q, want a deadline in server ms", v)
+	}
+	if n, err := c.HLen(ctx, keys[0]).Result(); err != nil || n != 8 {
+		t.Errorf("the lease hash has %d entries (%v), want 2 leases and 6 counters (no left)", n, err)
 	}
 	if snap, err := s.Inspect(ctx, "fmt"); err != nil || len(snap.Leases) != 2 || snap.InUse() != 2 || len(snap.Waiters) != 2 {
 		t.Errorf("Inspect of a watched key = %+v, %v; want the 2 leases and 2 waiters only", snap, err)

@@ -2,8 +2,8 @@
 -- holder, permits, value, ...}: the unexpired leases, then the line's places whose wait has not
 -- ended, head first. It writes nothing.
 local out = {meta.limit, 0}
-for h, l in pairs(leases) do
-  out[#out + 1] = h
+for f, l in pairs(leases) do
+  out[#out + 1] = string.sub(f, 2)
   out[#out + 1] = l.n
   out[#out + 1] = l.fence
   out[#out + 1] = l.exp - now_ms

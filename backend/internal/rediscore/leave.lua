@@ -15,11 +15,12 @@ if #ARGV >= 5 then
     keep(hold)
   end
 end
-if line_live() then unqueue(holder) end
-local l = leases[holder]
+-- Even when the line's time is up (its keys expire then, by Redis's clock, which may run a
+-- moment behind TIME): the place goes now.
+unqueue(holder)
+local l = leases[':' .. holder]
 if l and l.q and l.fence > floor then
-  drop(holder)
+  drop(':' .. holder)
   changed()
 end
-local out = serve()
-return out
+return serve() or {}

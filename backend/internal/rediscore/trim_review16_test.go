@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,44 +34,48 @@ func raw(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
-// expiryInEntry is the expiry in a lease hash entry, "<permits> <fence> <expiry>...".
+// expiryInEntry is the expiry in a lease's entry, "<permits> <fence> <expiry>...".
 var expiryInEntry = regexp.MustCompile(`^(\d+ \d+) \d+`)
 
-// holdersOf returns the leases in key's lease hash, each as "<permits> <fence>" and what follows
-// the expiry (the q mark, the value): the entries but the counters, without their expiries.
+// holdersOf returns the leases in key's lease hash by holder, each as "<permits> <fence>" and
+// what follows the expiry (the q mark, the value): its entries ':' + holder, without expiries.
 func holdersOf(t *testing.T, c *redis.Client, key string) map[string]string {
 	t.Helper()
 	m, err := c.HGetAll(context.Background(), rediscore.Keys(key)[0]).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	delete(m, "")
-	for h, v := range m {
-		m[h] = expiryInEntry.ReplaceAllString(v, "$1")
+	leases := map[string]string{}
+	for f, v := range m {
+		if h, ok := strings.CutPrefix(f, ":"); ok {
+			leases[h] = expiryInEntry.ReplaceAllString(v, "$1")
+		}
 	}
-	return m
+	return leases
 }
 
-// counters are the lease hash's entry "": the key's counters and deadlines (see common.lua).
+// counters are the lease hash's counters (see common.lua); an absent one is 0.
 type counters struct {
 	fence, limit, seq, watch, line, left, keep uint64
 }
 
-// countersOf returns the counters of key, all 0 when there are none.
+// countersOf returns the counters of key.
 func countersOf(t *testing.T, c *redis.Client, key string) counters {
 	t.Helper()
-	v, err := c.HGet(context.Background(), rediscore.Keys(key)[0], "").Result()
-	if errors.Is(err, redis.Nil) {
-		return counters{}
-	}
-	var m counters
-	if err == nil {
-		_, err = fmt.Sscanf(v, "%d %d %d %d %d %d %d", &m.fence, &m.limit, &m.seq, &m.watch, &m.line, &m.left, &m.keep)
-	}
+	m, err := c.HGetAll(context.Background(), rediscore.Keys(key)[0]).Result()
 	if err != nil {
-		t.Fatalf("counters of %q: %q, %v", key, v, err)
+		t.Fatal(err)
 	}
-	return m
+	var cs counters
+	for name, p := range map[string]*uint64{"fence": &cs.fence, "limit": &cs.limit, "seq": &cs.seq, "watch": &cs.watch,
+		"line": &cs.line, "left": &cs.left, "keep": &cs.keep} {
+		if v, ok := m[name]; ok {
+			if *p, err = strconv.ParseUint(v, 10, 64); err != nil {
+				t.Fatalf("counter %s of %q: %q", name, key, v)
+			}
+		}
+	}
+	return cs
 }
 
 // pttl returns the PTTL of the i-th Redis key of key (-2: none; -1: no expiry).
