@@ -70,7 +70,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	d := driver{c: client, fn: new(rediscore.Functions)}
+	d := &driver{c: client, fn: new(rediscore.Functions)}
 	switch c := client.(type) {
 	case *redis.Client:
 		d.honoursCtx = c != nil && c.Options().ContextTimeoutEnabled
@@ -181,7 +181,7 @@ type driver struct {
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
 // refuses functions uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns
 // when ctx ends.
-func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+func (d *driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
 	if d.honoursCtx || ctx.Done() == nil {
 		return d.fn.Run(ctx, d, s, keys, args)
 	}
@@ -203,18 +203,18 @@ func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args
 }
 
 // FCall implements rediscore.FunctionClient.
-func (d driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
+func (d *driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
 	return d.c.FCall(ctx, function, keys, args...).Result()
 }
 
 // Eval implements rediscore.FunctionClient: go-redis's script helper.
-func (d driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+func (d *driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
 	return scripts[s].Run(ctx, d.c, keys, args...).Result()
 }
 
 // LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on the server, every primary of
 // a Cluster, or every shard of a Ring.
-func (d driver) LoadLibrary(ctx context.Context) []error {
+func (d *driver) LoadLibrary(ctx context.Context) []error {
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -239,9 +239,12 @@ func (d driver) LoadLibrary(ctx context.Context) []error {
 }
 
 // Reply implements rediscore.FunctionClient.
-func (d driver) Reply(err error) (string, bool) {
+func (d *driver) Reply(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
 	var re redis.Error
-	if err != nil && errors.As(err, &re) && !errors.Is(err, redis.Nil) {
+	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
 		return re.Error(), true
 	}
 	return "", false
@@ -249,7 +252,7 @@ func (d driver) Reply(err error) (string, bool) {
 
 // Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and
 // resubscribes on the next read; until the server confirms, waiters poll.
-func (d driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
+func (d *driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
 	ps := d.c.Subscribe(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -70,7 +70,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client != nil && client.Mode() == vk.ClientModeCluster {
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
-	rs, err := rediscore.New("valkey", client, driver{c: client, fn: new(rediscore.Functions)}, o.shared...)
+	rs, err := rediscore.New("valkey", client, &driver{c: client, fn: new(rediscore.Functions)}, o.shared...)
 	if err != nil {
 		return nil, err
 	}
@@ -166,24 +166,24 @@ type driver struct {
 
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
 // refuses functions uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT.
-func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+func (d *driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
 	return d.fn.Run(ctx, d, s, keys, args)
 }
 
 // FCall implements rediscore.FunctionClient.
-func (d driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
+func (d *driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
 	cmd := d.c.B().Fcall().Function(function).Numkeys(int64(len(keys))).Key(keys...).Arg(argStrings(args)...).Build()
 	return d.c.Do(ctx, cmd).ToAny()
 }
 
 // Eval implements rediscore.FunctionClient: valkey-go's script helper.
-func (d driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+func (d *driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
 	return scripts[s].Exec(ctx, d.c, keys, argStrings(args)).ToAny()
 }
 
 // LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on every node the client knows
 // (a Cluster's replicas answer READONLY, which rediscore passes over).
-func (d driver) LoadLibrary(ctx context.Context) []error {
+func (d *driver) LoadLibrary(ctx context.Context) []error {
 	var errs []error
 	for _, n := range d.c.Nodes() {
 		errs = append(errs, n.Do(ctx, n.B().FunctionLoad().FunctionCode(rediscore.Library).Build()).Error())
@@ -192,7 +192,7 @@ func (d driver) LoadLibrary(ctx context.Context) []error {
 }
 
 // Reply implements rediscore.FunctionClient.
-func (d driver) Reply(err error) (string, bool) {
+func (d *driver) Reply(err error) (string, bool) {
 	if ve, ok := vk.IsValkeyErr(err); ok && !ve.IsNil() {
 		return ve.Error(), true
 	}
@@ -219,7 +219,7 @@ func argStrings(args []any) []string {
 
 // Listen keeps one dedicated connection with pub/sub hooks; when it breaks, it reports Down,
 // takes a new one and subscribes again to every channel that has waiters.
-func (d driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
+func (d *driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
 	ps := &pubsub{}
 	done := make(chan struct{})
 	go func() {
