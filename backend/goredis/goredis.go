@@ -181,9 +181,9 @@ type driver struct {
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
 // refuses functions uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns
 // when ctx ends.
-func (d *driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	if d.honoursCtx || ctx.Done() == nil {
-		return d.fn.Run(ctx, d, s, keys, args)
+		return d.fn.Run(ctx, d, s, c)
 	}
 	type reply struct {
 		v   any
@@ -191,7 +191,7 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, keys []string, arg
 	}
 	ch := make(chan reply, 1)
 	go func() {
-		v, err := d.fn.Run(ctx, d, s, keys, args)
+		v, err := d.fn.Run(ctx, d, s, c)
 		ch <- reply{v, err}
 	}()
 	select {
@@ -202,14 +202,33 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, keys []string, arg
 	}
 }
 
-// FCall implements rediscore.FunctionClient.
-func (d *driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
-	return d.c.FCall(ctx, function, keys, args...).Result()
+// functions are the names of the library's functions, indexed by rediscore.Script, boxed once.
+var functions = func() (f [len(rediscore.Sources)]any) {
+	for i := range f {
+		f[i] = rediscore.FunctionName(rediscore.Script(i))
+	}
+	return f
+}()
+
+// FCall implements rediscore.FunctionClient: the command go-redis's FCall builds, sent from
+// c.Args as they are.
+func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	c.Args[0], c.Args[1], c.Args[2] = "fcall", functions[s], c.Keys
+	cmd := redis.NewCmd(ctx, c.Args...)
+	if c.Keys > 0 {
+		cmd.SetFirstKeyPos(rediscore.Head)
+	}
+	_ = d.c.Process(ctx, cmd)
+	return cmd.Result()
 }
 
 // Eval implements rediscore.FunctionClient: go-redis's script helper.
-func (d *driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
-	return scripts[s].Run(ctx, d.c, keys, args...).Result()
+func (d *driver) Eval(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	keys := make([]string, c.Keys)
+	for i := range keys {
+		keys[i] = c.Key(i)
+	}
+	return scripts[s].Run(ctx, d.c, keys, c.ARGV()...).Result()
 }
 
 // LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on the server, every primary of

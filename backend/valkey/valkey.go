@@ -166,19 +166,36 @@ type driver struct {
 
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
 // refuses functions uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT.
-func (d *driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
-	return d.fn.Run(ctx, d, s, keys, args)
+func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	return d.fn.Run(ctx, d, s, c)
 }
 
 // FCall implements rediscore.FunctionClient.
-func (d *driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
-	cmd := d.c.B().Fcall().Function(function).Numkeys(int64(len(keys))).Key(keys...).Arg(argStrings(args)...).Build()
-	return d.c.Do(ctx, cmd).ToAny()
+func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	b := d.c.B().Fcall().Function(rediscore.FunctionName(s)).Numkeys(int64(c.Keys))
+	k := b.Key()
+	for i := range c.Keys {
+		k = k.Key(c.Key(i))
+	}
+	a := k.Arg()
+	for _, v := range c.ARGV() {
+		a = a.Arg(argString(v))
+	}
+	return d.c.Do(ctx, a.Build()).ToAny()
 }
 
 // Eval implements rediscore.FunctionClient: valkey-go's script helper.
-func (d *driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
-	return scripts[s].Exec(ctx, d.c, keys, argStrings(args)).ToAny()
+func (d *driver) Eval(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	keys := make([]string, c.Keys)
+	for i := range keys {
+		keys[i] = c.Key(i)
+	}
+	argv := c.ARGV()
+	args := make([]string, len(argv))
+	for i, v := range argv {
+		args[i] = argString(v)
+	}
+	return scripts[s].Exec(ctx, d.c, keys, args).ToAny()
 }
 
 // LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on every node the client knows
@@ -199,22 +216,18 @@ func (d *driver) Reply(err error) (string, bool) {
 	return "", false
 }
 
-// argStrings returns args as the strings valkey-go sends.
-func argStrings(args []any) []string {
-	strs := make([]string, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case string:
-			strs[i] = v
-		case int:
-			strs[i] = strconv.Itoa(v)
-		case int64:
-			strs[i] = strconv.FormatInt(v, 10)
-		default:
-			strs[i] = fmt.Sprint(v)
-		}
+// argString returns an ARGV value as the string valkey-go sends.
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case int:
+		return strconv.Itoa(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	default:
+		return fmt.Sprint(v)
 	}
-	return strs
 }
 
 // Listen keeps one dedicated connection with pub/sub hooks; when it breaks, it reports Down,
