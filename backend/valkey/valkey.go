@@ -225,6 +225,8 @@ func argString(a any) string {
 		return strconv.Itoa(v)
 	case int64:
 		return strconv.FormatInt(v, 10)
+	case uint64:
+		return strconv.FormatUint(v, 10)
 	default:
 		return fmt.Sprint(v)
 	}

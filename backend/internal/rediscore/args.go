@@ -2,6 +2,7 @@ package rediscore
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
@@ -37,8 +38,8 @@ type argList struct {
 // maxArgs is the most values an argList holds.
 const maxArgs = 12
 
-// args returns an argList of vs.
-func args(vs ...any) (a argList) {
+// newArgs returns an argList of vs.
+func newArgs(vs ...any) (a argList) {
 	a.n = copy(a.v[:], vs)
 	return a
 }
@@ -46,13 +47,13 @@ func args(vs ...any) (a argList) {
 // values returns the values of a.
 func (a *argList) values() []any { return a.v[:a.n] }
 
-// acquireArgs returns the ARGV of the acquire script.
-func acquireArgs(c acquireCall) argList {
+// acquireArgs returns the ARGV of the acquire script, with its durations boxed by d.
+func acquireArgs(c acquireCall, d *durations) argList {
 	req, listens := c.req, zero
 	if c.listens {
 		listens = one
 	}
-	return args(req.Holder, req.Permits, req.Limit, ms(req.TTL), decimal(c.fences.held), ms(req.Wait),
+	return newArgs(req.Holder, req.Permits, req.Limit, d.box(req.TTL, true), decimal(c.fences.held), d.box(req.Wait, false),
 		orEmpty(c.channel), decimal(c.fences.grant), listens, orEmpty(c.try), req.Value)
 }
 
@@ -67,12 +68,40 @@ func orEmpty(v any) any {
 // zero and one are "0" and "1" as ARGV values, boxed once.
 var zero, one any = "0", "1"
 
-// decimal returns n in decimal as an ARGV value; zero, the common case, costs no allocation.
+// decimal returns n as an ARGV value, which the drivers send in decimal; zero, the common case,
+// costs no allocation.
 func decimal(n uint64) any {
 	if n == 0 {
 		return zero
 	}
-	return strconv.FormatUint(n, 10)
+	return n
+}
+
+// durations boxes the durations a Store sends, in whole ms (see ms), keeping the TTLs: a call
+// whose TTL, or wait, is a TTL sent before boxes nothing. Safe for concurrent use.
+type durations struct {
+	slots [8]atomic.Pointer[boxedMs]
+}
+
+// boxedMs is a duration in ms, and boxed.
+type boxedMs struct {
+	ms  int64
+	box any
+}
+
+// box returns ms(d) as an ARGV value; keep keeps it for the calls after.
+func (c *durations) box(d time.Duration, keep bool) any {
+	n := ms(d)
+	slot := &c.slots[n%int64(len(c.slots))]
+	if b := slot.Load(); b != nil && b.ms == n {
+		return b.box
+	}
+	if !keep {
+		return n
+	}
+	b := &boxedMs{ms: n, box: n}
+	slot.Store(b)
+	return b.box
 }
 
 // changes says which scripts can change a key's leases: their last ARGV is the key's changed
@@ -88,25 +117,25 @@ func argv(script Script, changed any, args []any) []any {
 	return args
 }
 
-// extendArgs returns the ARGV of the extend script.
-func extendArgs(req core.ExtendRequest) argList {
-	return args(req.Holder, ms(req.TTL))
+// extendArgs returns the ARGV of the extend script, with its TTL boxed by d.
+func extendArgs(req core.ExtendRequest, d *durations) argList {
+	return newArgs(req.Holder, d.box(req.TTL, true))
 }
 
 // releaseArgs returns the ARGV of the release script.
 func releaseArgs(req core.ReleaseRequest) argList {
-	return args(req.Holder, decimal(req.Fence))
+	return newArgs(req.Holder, decimal(req.Fence))
 }
 
 // watchArgs returns the ARGV of the watch script: how long the key is watched from now.
 func watchArgs(life time.Duration) argList {
-	return args(ms(life))
+	return newArgs(msValue(life))
 }
 
 // leaveArgs returns the ARGV of the leave script, for holder, which gave up waiting after a
 // refusal that reported floor as the key's last fence.
 func leaveArgs(holder string, floor uint64) argList {
-	return args(holder, decimal(floor))
+	return newArgs(holder, decimal(floor))
 }
 
 // tryHold is how long a leave keeps the try it undoes from taking a place, should the try reach
@@ -117,8 +146,14 @@ const tryHold = time.Minute
 // ARGV) whose caller gave up before its reply came: it leaves the line, and the try, should it
 // arrive later, takes no place.
 func leaveTryArgs(holder string, try any) argList {
-	return args(holder, zero, try, ms(tryHold))
+	return newArgs(holder, zero, try, tryHoldMs)
 }
+
+// tryHoldMs is tryHold as an ARGV value.
+var tryHoldMs = msValue(tryHold)
+
+// msValue returns ms(d) as an ARGV value.
+func msValue(d time.Duration) any { return ms(d) }
 
 // tryID returns the name of a try: the Store's id, ':', and the try's number n in base 36.
 func tryID(store string, n uint64) string {

@@ -9,8 +9,9 @@ import (
 // or script, the number of keys, the keys, then the ARGV.
 type Call struct {
 	// Args is the whole command. Its first Head values are the driver's to set; then come Keys
-	// keys (strings), then the ARGV (strings and ints). The Store never changes Args once it has
-	// passed them on: a driver may fill the head, send Args as they are, and keep them.
+	// keys (strings), then the ARGV (strings, and int, int64 and uint64 values to send in
+	// decimal). The Store never changes Args once it has passed them on: a driver may fill the
+	// head, send Args as they are, and keep them.
 	Args []any
 	// Keys is the number of keys.
 	Keys int

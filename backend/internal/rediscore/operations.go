@@ -65,7 +65,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
 		call.listens = s.listens && t.gen != 0
 	}
-	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call))
+	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
 	var res core.AcquireResult
 	var last uint64
 	if err == nil {
@@ -108,7 +108,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 // latest grant set it. A lease that is not held (expired, released, or never granted) is
 // core.ErrLost; Extend never revives one.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
-	r, err := s.run(ctx, extendScript, req.Key, extendArgs(req))
+	r, err := s.run(ctx, extendScript, req.Key, extendArgs(req, &s.durations))
 	if err != nil {
 		return core.ExtendResult{}, err
 	}

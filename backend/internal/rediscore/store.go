@@ -32,12 +32,13 @@ type Client interface {
 // the network, and opens the subscription connection on the first waiter or watch. Safe for
 // concurrent use.
 type Store struct {
-	name   string
-	id     string // random: names the Store's channels
-	client Client
-	layout layout
-	names  nameCache
-	closed atomic.Bool
+	name      string
+	id        string // random: names the Store's channels
+	client    Client
+	layout    layout
+	names     nameCache
+	durations durations
+	closed    atomic.Bool
 
 	mu         sync.Mutex // guards the lazily opened subscription
 	subs       *subscriptions
