@@ -26,26 +26,27 @@ type leaseParams struct {
 // a lease costs no goroutine between refreshes, and none at all once it ends; Release waits for
 // a refresh in flight, so nothing of the lease outlives it.
 type lease struct {
-	p    leaseParams
-	done chan struct{}
-	req  core.ExtendRequest
+	p   leaseParams
+	req core.ExtendRequest
 
 	// running counts refreshes in flight; Add happens under mu only while !stopped.
 	running sync.WaitGroup
 	// extending, a semaphore of one, serialises the lease's Extend calls to the store
 	// (background refresh and Lease.Extend). A call holds it until it has applied its reply, so
 	// the deadline is always that of the last call to reach the store. Lock order: extending,
-	// then mu. A channel, so that waiting for it can end with ctx.
+	// then mu. A channel, so that waiting for it can end with ctx; made, under mu, by the first
+	// call.
 	extending chan struct{}
 
 	mu          sync.Mutex
+	done        chan struct{} // made by the first Done, under mu; closed when the lease ends
 	timer       *time.Timer
 	deadline    time.Time
 	nextRefresh time.Time
 	cancel      context.CancelFunc // aborts the refresh in flight, if any
 	refreshing  bool               // a refresh is in flight; it resets the timer when done
 	stopped     bool               // no more refreshes
-	ended       bool               // done is closed
+	ended       bool               // the lease ended: done, if made, is closed
 	released    bool               // Release was called
 	// lost says why the lease was lost, wrapping core.ErrLost, with no operation or key: each
 	// later call adds its own. err, what Err reports, is lost with the operation that found the
@@ -77,12 +78,10 @@ func (l *lease) event(kind EventKind, err error) {
 
 func startLease(p leaseParams) *lease {
 	l := &lease{
-		p:         p,
-		done:      make(chan struct{}),
-		extending: make(chan struct{}, 1),
-		req:       core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
-		deadline:  p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
-		stopped:   p.cfg.noRefresh,
+		p:        p,
+		req:      core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
+		deadline: p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
+		stopped:  p.cfg.noRefresh,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -112,7 +111,32 @@ func (l *lease) Deadline() time.Time {
 	return l.deadline
 }
 
-func (l *lease) Done() <-chan struct{} { return l.done }
+func (l *lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		if l.ended {
+			return closedChan
+		}
+		l.done = make(chan struct{})
+	}
+	return l.done
+}
+
+// closedChan is the Done of a lease that ended before anyone asked for it.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// extendingLocked returns l.extending, making it the first time. l.mu must be held.
+func (l *lease) extendingLocked() chan struct{} {
+	if l.extending == nil {
+		l.extending = make(chan struct{}, 1)
+	}
+	return l.extending
+}
 
 func (l *lease) Err() error {
 	l.mu.Lock()
@@ -135,13 +159,15 @@ func (l *lease) stopLocked() {
 	}
 }
 
-// endLocked closes done, once. l.mu must be held.
+// endLocked ends the lease and closes done, once. l.mu must be held.
 func (l *lease) endLocked() {
 	if !l.ended {
 		l.ended = true
 		l.stopLocked()
 		l.timer.Stop()
-		close(l.done)
+		if l.done != nil {
+			close(l.done)
+		}
 	}
 }
 
@@ -257,13 +283,14 @@ func (l *lease) tick() {
 	l.cancel = cancel
 	l.refreshing = true
 	l.running.Add(1)
+	extending := l.extendingLocked()
 	l.mu.Unlock()
 
 	var res core.ExtendResult
 	var err error
 	exclusive := false
 	select {
-	case l.extending <- struct{}{}:
+	case extending <- struct{}{}:
 		exclusive = true
 		now = time.Now()
 		res, err = l.p.store.Extend(ctx, l.req)
@@ -296,7 +323,7 @@ func (l *lease) tick() {
 	}
 	l.mu.Unlock()
 	if exclusive {
-		<-l.extending // only now: the deadline set above is the latest call's
+		<-extending // only now: the deadline set above is the latest call's
 	}
 	l.running.Done()
 	if err == nil && notify == nil {
@@ -316,6 +343,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	l.mu.Lock()
 	released, lost := l.released, l.lost
+	extending := l.extendingLocked()
 	l.mu.Unlock()
 	switch {
 	case lost != nil:
@@ -324,7 +352,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		return fail(fmt.Errorf("%w: the lease was released", core.ErrNotHeld))
 	}
 	select {
-	case l.extending <- struct{}{}:
+	case extending <- struct{}{}:
 	case <-ctx.Done():
 		return fail(ctx.Err())
 	}
@@ -356,7 +384,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	deadline := l.deadline
 	l.mu.Unlock()
-	<-l.extending
+	<-extending
 	if notify != nil {
 		notify()
 	}

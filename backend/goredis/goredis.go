@@ -70,7 +70,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	d := driver{c: client, fn: new(rediscore.Functions)}
+	d := &driver{c: client, fn: new(rediscore.Functions)}
 	switch c := client.(type) {
 	case *redis.Client:
 		d.honoursCtx = c != nil && c.Options().ContextTimeoutEnabled
@@ -181,9 +181,9 @@ type driver struct {
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
 // refuses functions uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns
 // when ctx ends.
-func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
+func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	if d.honoursCtx || ctx.Done() == nil {
-		return d.fn.Run(ctx, d, s, keys, args)
+		return d.fn.Run(ctx, d, s, c)
 	}
 	type reply struct {
 		v   any
@@ -191,7 +191,7 @@ func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args
 	}
 	ch := make(chan reply, 1)
 	go func() {
-		v, err := d.fn.Run(ctx, d, s, keys, args)
+		v, err := d.fn.Run(ctx, d, s, c)
 		ch <- reply{v, err}
 	}()
 	select {
@@ -202,19 +202,38 @@ func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args
 	}
 }
 
-// FCall implements rediscore.FunctionClient.
-func (d driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
-	return d.c.FCall(ctx, function, keys, args...).Result()
+// functions are the names of the library's functions, indexed by rediscore.Script, boxed once.
+var functions = func() (f [len(rediscore.Sources)]any) {
+	for i := range f {
+		f[i] = rediscore.FunctionName(rediscore.Script(i))
+	}
+	return f
+}()
+
+// FCall implements rediscore.FunctionClient: the command go-redis's FCall builds, sent from
+// c.Args as they are.
+func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	c.Args[0], c.Args[1], c.Args[2] = "fcall", functions[s], c.Keys
+	cmd := redis.NewCmd(ctx, c.Args...)
+	if c.Keys > 0 {
+		cmd.SetFirstKeyPos(rediscore.Head)
+	}
+	_ = d.c.Process(ctx, cmd)
+	return cmd.Result()
 }
 
 // Eval implements rediscore.FunctionClient: go-redis's script helper.
-func (d driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
-	return scripts[s].Run(ctx, d.c, keys, args...).Result()
+func (d *driver) Eval(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	keys := make([]string, c.Keys)
+	for i := range keys {
+		keys[i] = c.Key(i)
+	}
+	return scripts[s].Run(ctx, d.c, keys, c.ARGV()...).Result()
 }
 
 // LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on the server, every primary of
 // a Cluster, or every shard of a Ring.
-func (d driver) LoadLibrary(ctx context.Context) []error {
+func (d *driver) LoadLibrary(ctx context.Context) []error {
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -239,9 +258,12 @@ func (d driver) LoadLibrary(ctx context.Context) []error {
 }
 
 // Reply implements rediscore.FunctionClient.
-func (d driver) Reply(err error) (string, bool) {
+func (d *driver) Reply(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
 	var re redis.Error
-	if err != nil && errors.As(err, &re) && !errors.Is(err, redis.Nil) {
+	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
 		return re.Error(), true
 	}
 	return "", false
@@ -249,7 +271,7 @@ func (d driver) Reply(err error) (string, bool) {
 
 // Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and
 // resubscribes on the next read; until the server confirms, waiters poll.
-func (d driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
+func (d *driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
 	ps := d.c.Subscribe(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -70,7 +70,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client != nil && client.Mode() == vk.ClientModeCluster {
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
-	rs, err := rediscore.New("valkey", client, driver{c: client, fn: new(rediscore.Functions)}, o.shared...)
+	rs, err := rediscore.New("valkey", client, &driver{c: client, fn: new(rediscore.Functions)}, o.shared...)
 	if err != nil {
 		return nil, err
 	}
@@ -166,24 +166,41 @@ type driver struct {
 
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
 // refuses functions uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT.
-func (d driver) Run(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
-	return d.fn.Run(ctx, d, s, keys, args)
+func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	return d.fn.Run(ctx, d, s, c)
 }
 
 // FCall implements rediscore.FunctionClient.
-func (d driver) FCall(ctx context.Context, function string, keys []string, args []any) (any, error) {
-	cmd := d.c.B().Fcall().Function(function).Numkeys(int64(len(keys))).Key(keys...).Arg(argStrings(args)...).Build()
-	return d.c.Do(ctx, cmd).ToAny()
+func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	b := d.c.B().Fcall().Function(rediscore.FunctionName(s)).Numkeys(int64(c.Keys))
+	k := b.Key()
+	for i := range c.Keys {
+		k = k.Key(c.Key(i))
+	}
+	a := k.Arg()
+	for _, v := range c.ARGV() {
+		a = a.Arg(argString(v))
+	}
+	return d.c.Do(ctx, a.Build()).ToAny()
 }
 
 // Eval implements rediscore.FunctionClient: valkey-go's script helper.
-func (d driver) Eval(ctx context.Context, s rediscore.Script, keys []string, args []any) (any, error) {
-	return scripts[s].Exec(ctx, d.c, keys, argStrings(args)).ToAny()
+func (d *driver) Eval(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+	keys := make([]string, c.Keys)
+	for i := range keys {
+		keys[i] = c.Key(i)
+	}
+	argv := c.ARGV()
+	args := make([]string, len(argv))
+	for i, v := range argv {
+		args[i] = argString(v)
+	}
+	return scripts[s].Exec(ctx, d.c, keys, args).ToAny()
 }
 
 // LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on every node the client knows
 // (a Cluster's replicas answer READONLY, which rediscore passes over).
-func (d driver) LoadLibrary(ctx context.Context) []error {
+func (d *driver) LoadLibrary(ctx context.Context) []error {
 	var errs []error
 	for _, n := range d.c.Nodes() {
 		errs = append(errs, n.Do(ctx, n.B().FunctionLoad().FunctionCode(rediscore.Library).Build()).Error())
@@ -192,34 +209,32 @@ func (d driver) LoadLibrary(ctx context.Context) []error {
 }
 
 // Reply implements rediscore.FunctionClient.
-func (d driver) Reply(err error) (string, bool) {
+func (d *driver) Reply(err error) (string, bool) {
 	if ve, ok := vk.IsValkeyErr(err); ok && !ve.IsNil() {
 		return ve.Error(), true
 	}
 	return "", false
 }
 
-// argStrings returns args as the strings valkey-go sends.
-func argStrings(args []any) []string {
-	strs := make([]string, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case string:
-			strs[i] = v
-		case int:
-			strs[i] = strconv.Itoa(v)
-		case int64:
-			strs[i] = strconv.FormatInt(v, 10)
-		default:
-			strs[i] = fmt.Sprint(v)
-		}
+// argString returns an ARGV value as the string valkey-go sends.
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case int:
+		return strconv.Itoa(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case uint64:
+		return strconv.FormatUint(v, 10)
+	default:
+		return fmt.Sprint(v)
 	}
-	return strs
 }
 
 // Listen keeps one dedicated connection with pub/sub hooks; when it breaks, it reports Down,
 // takes a new one and subscribes again to every channel that has waiters.
-func (d driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
+func (d *driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
 	ps := &pubsub{}
 	done := make(chan struct{})
 	go func() {

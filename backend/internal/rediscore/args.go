@@ -2,6 +2,7 @@ package rediscore
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
@@ -12,41 +13,95 @@ import (
 type acquireCall struct {
 	req    core.AcquireRequest
 	fences fences
-	// channel is where a grant from the line to the holder is to be published.
-	channel string
+	// channel is where a grant from the line to the holder is to be published (a string).
+	channel any
 	// listens says a PUBLISH on channel counts the Store while it listens (not on a Cluster, and
 	// only once its subscription was confirmed before the try): a release then passes over the
 	// place when the PUBLISH reaches nobody.
 	listens bool
-	// try names the try, so that a leave sent after it gave up keeps it out of the line should it
-	// arrive later.
-	try string
+	// try names the try (a string), so that a leave sent after it gave up keeps it out of the
+	// line should it arrive later.
+	try any
 }
 
 // fences are the least fences an acquire gives (zero: no floor): grant to a new grant, held to a
 // lease the holder already holds. See core.FenceRaiser.
 type fences struct{ grant, held uint64 }
 
-// acquireArgs returns the ARGV of the acquire script.
-func acquireArgs(c acquireCall) []any {
-	req, listens := c.req, "0"
-	if c.listens {
-		listens = "1"
-	}
-	// One slot more for the changed channel (see argv), so that adding it does not copy.
-	return append(make([]any, 0, 12), req.Holder, req.Permits, req.Limit, ms(req.TTL), decimal(c.fences.held), ms(req.Wait),
-		c.channel, decimal(c.fences.grant), listens, c.try, req.Value)
+// argList is a script's ARGV, built by value: run copies it into the call, which is then the only
+// slice a call allocates.
+type argList struct {
+	v [maxArgs]any
+	n int
 }
 
-// zero is "0" as an ARGV value, boxed once.
-var zero any = "0"
+// maxArgs is the most values an argList holds.
+const maxArgs = 12
 
-// decimal returns n in decimal as an ARGV value; zero, the common case, costs no allocation.
+// newArgs returns an argList of vs.
+func newArgs(vs ...any) (a argList) {
+	a.n = copy(a.v[:], vs)
+	return a
+}
+
+// values returns the values of a.
+func (a *argList) values() []any { return a.v[:a.n] }
+
+// acquireArgs returns the ARGV of the acquire script, with its durations boxed by d.
+func acquireArgs(c acquireCall, d *durations) argList {
+	req, listens := c.req, zero
+	if c.listens {
+		listens = one
+	}
+	return newArgs(req.Holder, req.Permits, req.Limit, d.box(req.TTL, true), decimal(c.fences.held), d.box(req.Wait, false),
+		orEmpty(c.channel), decimal(c.fences.grant), listens, orEmpty(c.try), req.Value)
+}
+
+// orEmpty returns v, or "" for nil.
+func orEmpty(v any) any {
+	if v == nil {
+		return ""
+	}
+	return v
+}
+
+// zero and one are "0" and "1" as ARGV values, boxed once.
+var zero, one any = "0", "1"
+
+// decimal returns n as an ARGV value, which the drivers send in decimal; zero, the common case,
+// costs no allocation.
 func decimal(n uint64) any {
 	if n == 0 {
 		return zero
 	}
-	return strconv.FormatUint(n, 10)
+	return n
+}
+
+// durations boxes the durations a Store sends, in whole ms (see ms), keeping the TTLs: a call
+// whose TTL, or wait, is a TTL sent before boxes nothing. Safe for concurrent use.
+type durations struct {
+	slots [8]atomic.Pointer[boxedMs]
+}
+
+// boxedMs is a duration in ms, and boxed.
+type boxedMs struct {
+	ms  int64
+	box any
+}
+
+// box returns ms(d) as an ARGV value; keep keeps it for the calls after.
+func (c *durations) box(d time.Duration, keep bool) any {
+	n := ms(d)
+	slot := &c.slots[n%int64(len(c.slots))]
+	if b := slot.Load(); b != nil && b.ms == n {
+		return b.box
+	}
+	if !keep {
+		return n
+	}
+	b := &boxedMs{ms: n, box: n}
+	slot.Store(b)
+	return b.box
 }
 
 // changes says which scripts can change a key's leases: their last ARGV is the key's changed
@@ -55,32 +110,32 @@ var changes = [...]bool{acquireScript: true, releaseScript: true, leaveScript: t
 
 // argv returns the ARGV of script: args, then the key's changed channel for a script that can
 // change leases.
-func argv(script Script, changed string, args []any) []any {
+func argv(script Script, changed any, args []any) []any {
 	if int(script) < len(changes) && changes[script] {
 		return append(args, changed)
 	}
 	return args
 }
 
-// extendArgs returns the ARGV of the extend script.
-func extendArgs(req core.ExtendRequest) []any {
-	return []any{req.Holder, ms(req.TTL)}
+// extendArgs returns the ARGV of the extend script, with its TTL boxed by d.
+func extendArgs(req core.ExtendRequest, d *durations) argList {
+	return newArgs(req.Holder, d.box(req.TTL, true))
 }
 
 // releaseArgs returns the ARGV of the release script.
-func releaseArgs(req core.ReleaseRequest) []any {
-	return append(make([]any, 0, 3), req.Holder, decimal(req.Fence))
+func releaseArgs(req core.ReleaseRequest) argList {
+	return newArgs(req.Holder, decimal(req.Fence))
 }
 
 // watchArgs returns the ARGV of the watch script: how long the key is watched from now.
-func watchArgs(life time.Duration) []any {
-	return []any{ms(life)}
+func watchArgs(life time.Duration) argList {
+	return newArgs(msValue(life))
 }
 
 // leaveArgs returns the ARGV of the leave script, for holder, which gave up waiting after a
 // refusal that reported floor as the key's last fence.
-func leaveArgs(holder string, floor uint64) []any {
-	return append(make([]any, 0, 3), holder, decimal(floor))
+func leaveArgs(holder string, floor uint64) argList {
+	return newArgs(holder, decimal(floor))
 }
 
 // tryHold is how long a leave keeps the try it undoes from taking a place, should the try reach
@@ -90,6 +145,20 @@ const tryHold = time.Minute
 // leaveTryArgs returns the ARGV of the leave script for a try (named try in the acquire script's
 // ARGV) whose caller gave up before its reply came: it leaves the line, and the try, should it
 // arrive later, takes no place.
-func leaveTryArgs(holder, try string) []any {
-	return append(make([]any, 0, 5), holder, zero, try, ms(tryHold))
+func leaveTryArgs(holder string, try any) argList {
+	return newArgs(holder, zero, try, tryHoldMs)
+}
+
+// tryHoldMs is tryHold as an ARGV value.
+var tryHoldMs = msValue(tryHold)
+
+// msValue returns ms(d) as an ARGV value.
+func msValue(d time.Duration) any { return ms(d) }
+
+// tryID returns the name of a try: the Store's id, ':', and the try's number n in base 36.
+func tryID(store string, n uint64) string {
+	var buf [64]byte
+	b := append(buf[:0], store...)
+	b = append(b, ':')
+	return string(strconv.AppendUint(b, n, 36))
 }

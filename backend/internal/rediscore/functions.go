@@ -10,13 +10,13 @@ import (
 // FunctionClient is what an adapter supplies so that its scripts run as Redis Functions where
 // the server allows them, and by EVALSHA where it does not.
 type FunctionClient interface {
-	// FCall calls the library's function with keys and args.
-	FCall(ctx context.Context, function string, keys []string, args []any) (any, error)
+	// FCall calls script's function in the library (FunctionName names it) as c says.
+	FCall(ctx context.Context, script Script, c Call) (any, error)
 	// LoadLibrary runs FUNCTION LOAD Library on every node the client sends scripts to (on a
 	// Cluster, every primary), and returns each node's error.
 	LoadLibrary(ctx context.Context) []error
 	// Eval runs script by EVALSHA, and EVAL when the server has not seen it.
-	Eval(ctx context.Context, script Script, keys []string, args []any) (any, error)
+	Eval(ctx context.Context, script Script, c Call) (any, error)
 	// Reply reports whether err is the server's error reply, and its text.
 	Reply(err error) (string, bool)
 }
@@ -44,39 +44,42 @@ const (
 	fnRefused              // EVALSHA, for good
 )
 
-// Run runs script with keys and args: by FCALL while the library is loaded (loading it first
+// Run runs script as call says: by FCALL while the library is loaded (loading it first
 // when it is not, or when the server has lost it), else by EVALSHA. It costs one round trip, and
 // one more when it loads the library.
-func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, keys []string, args []any) (any, error) {
+func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, call Call) (any, error) {
 	switch f.state.Load() {
 	case fnRefused:
-		return c.Eval(ctx, script, keys, args)
+		return c.Eval(ctx, script, call)
 	case fnUnknown:
 		if !f.loadDue() || !f.load(ctx, c) {
-			return c.Eval(ctx, script, keys, args)
+			return c.Eval(ctx, script, call)
 		}
 	}
-	r, err := c.FCall(ctx, functionNames[script], keys, args)
+	r, err := c.FCall(ctx, script, call)
 	if msg, ok := c.Reply(err); ok && fcallRefused(msg) {
 		// A user allowed FUNCTION LOAD but not FCALL, or whose ACL changed after the load:
 		// the server ran nothing, so EVALSHA, for good, as where the load was refused.
 		f.state.Store(fnRefused)
-		return c.Eval(ctx, script, keys, args)
+		return c.Eval(ctx, script, call)
 	}
 	if msg, ok := c.Reply(err); ok && functionMissing(msg) {
 		if !f.loadDue() || !f.load(ctx, c) {
-			return c.Eval(ctx, script, keys, args)
+			return c.Eval(ctx, script, call)
 		}
-		r, err = c.FCall(ctx, functionNames[script], keys, args)
+		r, err = c.FCall(ctx, script, call)
 		if msg, ok := c.Reply(err); ok && functionMissing(msg) {
 			// Lost again between the load and the call (another client flushing the
 			// server's functions): nothing ran, so this call runs by EVALSHA instead of
 			// failing; the next one loads it again.
-			return c.Eval(ctx, script, keys, args)
+			return c.Eval(ctx, script, call)
 		}
 	}
 	return r, err
 }
+
+// FunctionName returns the name of script's function in Library.
+func FunctionName(script Script) string { return functionNames[script] }
 
 // load loads the library on every node and reports whether FCALL can be used: false when a node
 // refused it (and then for good) or could not be reached (then the next call tries again).

@@ -10,7 +10,7 @@ import (
 // network error, and scripts run by EVALSHA.
 type unreachable struct{ loads, evals, fcalls int }
 
-func (u *unreachable) FCall(context.Context, string, []string, []any) (any, error) {
+func (u *unreachable) FCall(context.Context, Script, Call) (any, error) {
 	u.fcalls++
 	return nil, errors.New("ERR Function not found")
 }
@@ -18,7 +18,7 @@ func (u *unreachable) LoadLibrary(context.Context) []error {
 	u.loads++
 	return []error{nil, errors.New("dial tcp: i/o timeout")}
 }
-func (u *unreachable) Eval(context.Context, Script, []string, []any) (any, error) {
+func (u *unreachable) Eval(context.Context, Script, Call) (any, error) {
 	u.evals++
 	return int64(1), nil
 }
@@ -35,7 +35,7 @@ func TestUnreachableNodeIsNotLoadedOnEveryCall(t *testing.T) {
 	var f Functions
 	u := &unreachable{}
 	for range 20 {
-		if _, err := f.Run(context.Background(), u, acquireScript, nil, nil); err != nil {
+		if _, err := f.Run(context.Background(), u, acquireScript, Call{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,7 +43,7 @@ func TestUnreachableNodeIsNotLoadedOnEveryCall(t *testing.T) {
 		t.Fatalf("20 calls with a node unreachable: %d loads, %d EVALSHAs, %d FCALLs; want 1, 20, 0", u.loads, u.evals, u.fcalls)
 	}
 	f.retryAt.Store(0) // loadRetry has passed
-	f.Run(context.Background(), u, acquireScript, nil, nil)
+	f.Run(context.Background(), u, acquireScript, Call{})
 	if u.loads != 2 {
 		t.Fatalf("after loadRetry: %d loads, want 2", u.loads)
 	}

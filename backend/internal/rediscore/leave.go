@@ -118,7 +118,7 @@ func (s *Store) leave(key, holder string, floor uint64) {
 }
 
 // leaveWith is leave with the leave script's ARGV given.
-func (s *Store) leaveWith(key, holder string, args []any) {
+func (s *Store) leaveWith(key, holder string, args argList) {
 	s.leaves.start(key, holder, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
@@ -140,9 +140,8 @@ func (s *Store) leaveWith(key, holder string, args []any) {
 // leaveNow sends the leave script once and reports its error. It is not s.run: a closing Store
 // still sends what its waiters owe the line. A leave that never gets through leaves the place to
 // lapse with the waiter's wait, and a grant made meanwhile to expire with its TTL.
-func (s *Store) leaveNow(ctx context.Context, key string, args []any) error {
-	keys, changed := s.layout.names(key)
-	r, err := s.client.Run(ctx, leaveScript, keys, argv(leaveScript, changed, args))
+func (s *Store) leaveNow(ctx context.Context, key string, args argList) error {
+	r, err := s.client.Run(ctx, leaveScript, call(leaveScript, s.keyNames(key), &args))
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package rediscore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
@@ -60,13 +59,13 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	}
 	call := acquireCall{req: req, fences: f}
 	if waits {
-		call.channel = s.layout.channel(req.Key, s.id)
-		call.try = s.id + ":" + strconv.FormatUint(s.tries.Add(1), 36)
+		call.channel = s.keyNames(req.Key).channel
+		call.try = tryID(s.id, s.tries.Add(1))
 		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
 		// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
 		call.listens = s.listens && t.gen != 0
 	}
-	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call))
+	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
 	var res core.AcquireResult
 	var last uint64
 	if err == nil {
@@ -109,7 +108,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 // latest grant set it. A lease that is not held (expired, released, or never granted) is
 // core.ErrLost; Extend never revives one.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
-	r, err := s.run(ctx, extendScript, req.Key, extendArgs(req))
+	r, err := s.run(ctx, extendScript, req.Key, extendArgs(req, &s.durations))
 	if err != nil {
 		return core.ExtendResult{}, err
 	}
@@ -151,7 +150,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	if err := s.leaves.awaitKey(ctx, key); err != nil {
 		return core.Snapshot{}, err
 	}
-	r, err := s.run(ctx, inspectScript, key, nil)
+	r, err := s.run(ctx, inspectScript, key, argList{})
 	if err != nil {
 		return core.Snapshot{}, err
 	}

@@ -15,24 +15,28 @@ import (
 // errReply is a script reply or a message this version cannot read.
 var errReply = errors.New("unexpected script reply")
 
-// ints returns the leading int64 values of an array reply, at least least of them.
-func ints(r any, least int) ([]int64, error) {
+// maxInts is the most leading int64 values ints reads of a reply.
+const maxInts = 4
+
+// ints returns the leading int64 values of an array reply, up to maxInts of them, and how many
+// it read: at least least.
+func ints(r any, least int) (v [maxInts]int64, n int, err error) {
 	arr, ok := r.([]any)
 	if !ok {
-		return nil, fmt.Errorf("%w: %v", errReply, r)
+		return v, 0, fmt.Errorf("%w: %v", errReply, r)
 	}
-	out := make([]int64, 0, len(arr))
-	for _, v := range arr {
-		n, ok := v.(int64)
-		if !ok {
+	for _, e := range arr {
+		i, ok := e.(int64)
+		if !ok || n == maxInts {
 			break
 		}
-		out = append(out, n)
+		v[n] = i
+		n++
 	}
-	if len(out) < least {
-		return nil, fmt.Errorf("%w: %v", errReply, r)
+	if n < least {
+		return v, 0, fmt.Errorf("%w: %v", errReply, r)
 	}
-	return out, nil
+	return v, n, nil
 }
 
 // parseAcquire decodes the acquire script's reply to a request for asked permits. On a refusal,
@@ -40,7 +44,7 @@ func ints(r any, least int) ([]int64, error) {
 // afterwards has a higher one. A holder that holds another number of permits is an error
 // wrapping core.ErrInvalid.
 func parseAcquire(r any, asked int) (res core.AcquireResult, last uint64, err error) {
-	v, err := ints(r, 2)
+	v, n, err := ints(r, 2)
 	if err != nil {
 		return core.AcquireResult{}, 0, err
 	}
@@ -48,7 +52,7 @@ func parseAcquire(r any, asked int) (res core.AcquireResult, last uint64, err er
 	case 1:
 		return core.AcquireResult{Granted: true, Fence: uint64(v[1])}, 0, nil
 	case 0:
-		if len(v) > 2 {
+		if n > 2 {
 			last = uint64(v[2])
 		}
 		return core.AcquireResult{RetryAfter: time.Duration(v[1]) * time.Millisecond}, last, nil
@@ -59,14 +63,14 @@ func parseAcquire(r any, asked int) (res core.AcquireResult, last uint64, err er
 
 // parseExtend decodes the extend script's reply; a lease not held is core.ErrLost.
 func parseExtend(r any) (core.ExtendResult, error) {
-	v, err := ints(r, 1)
+	v, n, err := ints(r, 1)
 	if err != nil {
 		return core.ExtendResult{}, err
 	}
 	if v[0] == 0 {
 		return core.ExtendResult{}, core.ErrLost
 	}
-	if len(v) < 4 {
+	if n < 4 {
 		return core.ExtendResult{}, fmt.Errorf("%w: %v", errReply, r)
 	}
 	res := core.ExtendResult{Permits: int(v[1]), Fence: uint64(v[2]), Limit: int(v[3])}
@@ -91,7 +95,7 @@ func parseRelease(r any) (held bool, grants []grant, err error) {
 	if !ok {
 		return false, nil, fmt.Errorf("%w: %v", errReply, r)
 	}
-	grants, err = parseGrants(arr[1:])
+	grants, err = grantsIn(arr[1:])
 	return n > 0, grants, err
 }
 
@@ -104,15 +108,23 @@ type grant struct {
 // parseGrants decodes the grants in a script's reply: {holder, fence, ...}.
 func parseGrants(r any) ([]grant, error) {
 	arr, ok := r.([]any)
-	if !ok || len(arr)%2 != 0 {
+	if !ok {
 		return nil, fmt.Errorf("%w: %v", errReply, r)
+	}
+	return grantsIn(arr)
+}
+
+// grantsIn decodes the grants of parseGrants from the reply's values.
+func grantsIn(arr []any) ([]grant, error) {
+	if len(arr)%2 != 0 {
+		return nil, fmt.Errorf("%w: %v", errReply, arr)
 	}
 	var gs []grant
 	for i := 0; i < len(arr); i += 2 {
 		h, ok1 := arr[i].(string)
 		f, ok2 := arr[i+1].(int64)
 		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("%w: %v", errReply, r)
+			return nil, fmt.Errorf("%w: %v", errReply, arr)
 		}
 		gs = append(gs, grant{holder: h, fence: uint64(f)})
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -16,9 +17,9 @@ import (
 // Client is what a driver supplies: a way to run a script, and to open the Store's
 // subscription connection.
 type Client interface {
-	// Run runs script with keys and args in one round trip (plus a load the first time on a
-	// server) and returns the reply as int64, string and []any values, or the client's error.
-	Run(ctx context.Context, script Script, keys []string, args []any) (any, error)
+	// Run runs script as c says in one round trip (plus a load the first time on a server) and
+	// returns the reply as int64, string and []any values, or the client's error.
+	Run(ctx context.Context, script Script, c Call) (any, error)
 	// Listen opens the Store's subscription connection, reports what it receives to l (and
 	// l.Down when it breaks) until ctx ends, and returns the PubSub that sends on it and a
 	// function that waits until everything Listen started has ended.
@@ -31,11 +32,13 @@ type Client interface {
 // the network, and opens the subscription connection on the first waiter or watch. Safe for
 // concurrent use.
 type Store struct {
-	name   string
-	id     string // random: names the Store's channels
-	client Client
-	layout layout
-	closed atomic.Bool
+	name      string
+	id        string // random: names the Store's channels
+	client    Client
+	layout    layout
+	names     nameCache
+	durations durations
+	closed    atomic.Bool
 
 	mu         sync.Mutex // guards the lazily opened subscription
 	subs       *subscriptions
@@ -98,6 +101,7 @@ func New(name string, userClient any, client Client, opts ...Option) (*Store, er
 	rand.Read(id[:])
 	s := &Store{name: name, id: hex.EncodeToString(id[:]), client: client, layout: l, listens: !o.cluster}
 	s.leaves.pending = map[string]*pendingLeave{}
+	s.names.seed = maphash.MakeSeed()
 	return s, nil
 }
 
@@ -114,17 +118,19 @@ func isNil(v any) bool {
 }
 
 // run runs script on key's Redis keys after checking the Store and ctx.
-func (s *Store) run(ctx context.Context, script Script, key string, args []any) (any, error) {
+func (s *Store) run(ctx context.Context, script Script, key string, args argList) (any, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	keys, changed := s.layout.names(key)
-	r, err := s.client.Run(ctx, script, keys, argv(script, changed, args))
+	r, err := s.client.Run(ctx, script, call(script, s.keyNames(key), &args))
 	if err != nil {
 		return nil, s.clientError(ctx, err)
 	}
 	return r, nil
 }
+
+// keyNames returns key's names.
+func (s *Store) keyNames(key string) *keyNames { return s.names.get(s.layout, key, s.id) }
 
 // check returns core.ErrClosed once the Store is closed, else ctx's error.
 func (s *Store) check(ctx context.Context) error {

@@ -1,0 +1,70 @@
+package rediscore
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+)
+
+// Call is one script call, laid out as FCALL and EVALSHA both take it: the command, the function
+// or script, the number of keys, the keys, then the ARGV.
+type Call struct {
+	// Args is the whole command. Its first Head values are the driver's to set; then come Keys
+	// keys (strings), then the ARGV (strings, and int, int64 and uint64 values to send in
+	// decimal). The Store never changes Args once it has passed them on: a driver may fill the
+	// head, send Args as they are, and keep them.
+	Args []any
+	// Keys is the number of keys.
+	Keys int
+}
+
+// Head is the number of values at the start of Call.Args that the driver sets: the command, the
+// function or script, and the number of keys.
+const Head = 3
+
+// Key returns the call's i-th key.
+func (c Call) Key(i int) string { return c.Args[Head+i].(string) }
+
+// ARGV returns the call's script arguments.
+func (c Call) ARGV() []any { return c.Args[Head+c.Keys:] }
+
+// call returns the Call of script on the key that n names, with ARGV a.
+func call(script Script, n *keyNames, a *argList) Call {
+	args := make([]any, Head, Head+len(n.keys)+a.n+1)
+	args = append(args, n.keys...)
+	return Call{Args: argv(script, n.changed, append(args, a.values()...)), Keys: len(n.keys)}
+}
+
+// keyNames are a resource key's Redis keys, its changed channel and the Store's channel for it,
+// boxed once for the calls that send them.
+type keyNames struct {
+	key     string
+	keys    []any // the Redis keys (strings), in the order the scripts take them
+	changed any   // see layout.changed
+	channel any   // see layout.channel
+}
+
+// nameSlots is how many keys' names a Store keeps.
+const nameSlots = 64
+
+// nameCache keeps the names of the keys a Store used last, in a slot chosen by the key's hash, so
+// that a call on a key used before makes and boxes none of them. An entry never changes once
+// stored; another key's names replace it. Safe for concurrent use.
+type nameCache struct {
+	seed  maphash.Seed
+	slots [nameSlots]atomic.Pointer[keyNames]
+}
+
+// get returns key's names in layout l, for the Store whose id is store.
+func (c *nameCache) get(l layout, key, store string) *keyNames {
+	slot := &c.slots[maphash.String(c.seed, key)%nameSlots]
+	if n := slot.Load(); n != nil && n.key == key {
+		return n
+	}
+	keys, changed := l.names(key)
+	n := &keyNames{key: key, keys: make([]any, len(keys)), changed: changed, channel: l.channel(key, store)}
+	for i, k := range keys {
+		n.keys[i] = k
+	}
+	slot.Store(n)
+	return n
+}
