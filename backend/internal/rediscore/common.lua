@@ -98,9 +98,9 @@ local function load()
         writes[f] = false
       end
     else
-      local x = meta[f] and string.match(v, '^%d+$')
+      local x = meta[f] and tonumber(v)
       if not x then foreign(f) end
-      meta[f] = tonumber(x)
+      meta[f] = x
     end
   end
 end
