@@ -38,7 +38,7 @@ if used + n > limit or not line_empty then
   -- With room but others ahead, the first expiry is the next change that expiry alone brings.
   local need, by_expiry = math.max(used + n - limit, 1), {}
   for _, l in pairs(leases) do by_expiry[#by_expiry + 1] = l end
-  table.sort(by_expiry, function(a, b) return a.exp < b.exp end)
+  if #by_expiry > 1 then table.sort(by_expiry, sooner) end
   for _, l in ipairs(by_expiry) do
     need = need - l.n
     if need <= 0 then return {0, l.exp - now_ms, meta.fence} end

@@ -122,6 +122,9 @@ local function keep(life)
   end
 end
 
+-- sooner orders leases by expiry.
+local function sooner(a, b) return a.exp < b.exp end
+
 -- encode returns the lease hash's entry of lease l.
 local function encode(l)
   local s = (l.nt or int(l.n)) .. ' ' .. (l.ft or int(l.fence)) .. ' ' .. int(l.exp)
