@@ -6,25 +6,36 @@
 //
 // # Key layout
 //
-// A resource key K under prefix P is stored in six Redis keys: P{K'}:leases (a sorted set of holder
-// → expiry in server milliseconds), P{K'}:holders (a hash of holder → "permits fence", with " q"
-// after a grant from the line not taken yet, then a newline and the lease's value when it has one;
-// and, while some Store watches the key, the entry of the empty id → "0 <server ms>", until when it
-// does), P{K'}:meta (a hash with the last fence, the latest limit and the line's counter),
-// P{K'}:queue (a sorted set, the line of waiters in arrival order), P{K'}:waiting (a hash of waiter
-// → its request: the numbers, and the channel of its Store, after the value's length and the value
-// when it has one) and P{K'}:left (a sorted set of the ids of tries given up before their reply
-// came, for a minute), where K' is K with '%', '{' and '}' percent-encoded. K' is the hash tag, so
-// the six keys (and the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed,
-// which all share) land in one Redis Cluster slot and one script can touch them all; the encoding
-// keeps any user key in one slot and distinct from every other.
+// A resource key K under prefix P is stored in four Redis keys. P{K'}:lease is a hash that holds
+// all an operation needs when nobody waits, so that it reads it whole with one HGETALL and writes
+// back what it changed with one HSET (and one HDEL): each lease as the entry ':' + holder →
+// "permits fence expiry" (the expiry in server milliseconds), with " q" after a grant from the
+// line not taken yet, then a newline and the lease's value when it has one; and the key's
+// counters as entries of their own: fence (the last fence granted), limit (of the latest grant),
+// seq (the line's place counter), and until when, in server milliseconds, some Store watches the
+// key (watch), the line's keys live (line), the left tries live (left) and the hash itself lives
+// (keep). P{K'}:queue (a sorted set, the line of waiters in arrival order), P{K'}:waiting (a hash
+// of waiter → its request: the numbers, and the channel of its Store, after the value's length
+// and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
+// their reply came, for a minute) are read only while the lease hash says they live, so an
+// uncontended acquire is TIME, HGETALL and HSET inside its script, and a release TIME, HGETALL and
+// HDEL. K' is K with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
+// the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed, which all share)
+// land in one Redis Cluster slot and one script can touch them all; the encoding keeps any user
+// key in one slot and distinct from every other. The lease hash outlives every lease, place and
+// watch it records by half a week to a week, so that its counters never start again while they
+// are in use; after that the server clock, which fences follow, keeps their order.
 //
-// A lease's value (at most 1 KiB, any bytes) is stored inline, in the holders entry it belongs
-// to: granting, renewing, extending or inspecting a lease reads and writes no other key and runs
-// no other command for it, and a lease without a value is stored exactly as before values were.
-// A waiter's value is kept with its request in the waiting hash, length-prefixed because the
-// channel after it holds the user key (a place without a value is stored as before values were),
-// and goes with the grant the line makes it.
+// This layout replaced one of six keys (leases, holders, meta, queue, waiting, left) before any
+// release. The lease hash has a name of its own (lease, not leases), so processes of the two
+// layouts do not read each other's data as theirs; they must not share a prefix all the same,
+// since neither sees the other's leases.
+//
+// A lease's value (at most 1 KiB, any bytes) is stored inline, in the lease's entry: granting,
+// renewing, extending or inspecting a lease reads and writes no other key and runs no other
+// command for it. A waiter's value is kept with its request in the waiting hash, length-prefixed
+// because the channel after it holds the user key (a place without a value is stored as before
+// values were), and goes with the grant the line makes it.
 //
 // # Scripts
 //
@@ -39,7 +50,7 @@
 // per server, for the rest of its life. Both ways run the same Lua, so clients of either kind
 // share keys. The library's name carries a hash of its source, so clients of different versions
 // keep one each on a server (a few KiB; FUNCTION DELETE removes an old one). The scripts take
-// the time from the server (TIME) and purge expired leases. Someone else's data
+// the time from the server (TIME) and delete expired leases when they write. Someone else's data
 // under the prefix is reported (an error naming the key and its type) and left untouched: each
 // key's first command is one that Redis refuses on a wrong type before it changes anything, and
 // only then is the key's type looked up, to name it. User values travel only as KEYS and ARGV.
