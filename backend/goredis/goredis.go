@@ -58,7 +58,9 @@ func WithPrefix(prefix string) Option {
 
 // New returns a Store over client. It sends nothing until the first operation; the first
 // waiter opens one subscription connection. The client stays the caller's: Close does not
-// close it. A nil client, or a prefix with a brace, is an error wrapping core.ErrInvalid.
+// close it. A nil client, or a prefix with a brace, is an error wrapping core.ErrInvalid. Over a
+// *redis.Ring, which has no connection that hears every shard's messages, the Store subscribes to
+// nothing: its waiters and watches are never Reliable, and poll.
 //
 // go-redis bounds a call by ctx's deadline only with ContextTimeoutEnabled (off by default);
 // otherwise by its ReadTimeout, 3s unless set. So that every call returns by its ctx deadline
@@ -272,6 +274,12 @@ func (d *driver) Reply(err error) (string, bool) {
 // Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and
 // resubscribes on the next read; until the server confirms, waiters poll.
 func (d *driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
+	if _, ok := d.c.(*redis.Ring); ok {
+		// A Ring subscribes on the shard of the first channel named (and panics with none), and
+		// a PUBLISH reaches the subscribers of its own shard only: no one connection hears every
+		// key. Nothing is subscribed; the Store's waiters and watches, never confirmed, poll.
+		return noPubSub{}, func() {}
+	}
 	ps := d.c.Subscribe(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -314,6 +322,12 @@ func (d *driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore
 }
 
 type pubsub struct{ ps *redis.PubSub }
+
+// noPubSub is the PubSub of a Ring: it subscribes to nothing.
+type noPubSub struct{}
+
+func (noPubSub) Subscribe(context.Context, string) error   { return nil }
+func (noPubSub) Unsubscribe(context.Context, string) error { return nil }
 
 func (p pubsub) Subscribe(ctx context.Context, ch string) error   { return p.ps.Subscribe(ctx, ch) }
 func (p pubsub) Unsubscribe(ctx context.Context, ch string) error { return p.ps.Unsubscribe(ctx, ch) }
