@@ -72,14 +72,13 @@ func fanout[T any](ctx context.Context, s *Store, r round[T]) ([]result[T], *cal
 	for i := range c.res {
 		c.res[i].err = errNoAnswer
 	}
-	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// One deadline serves every call of the round: they all start now.
+	base, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	c.cancel = cancel
 	stop := context.AfterFunc(ctx, cancel) // until decided, ctx's end cancels the calls
 	for _, i := range idx {
 		go func() {
-			nc, cancel := context.WithTimeout(base, r.timeout)
-			v, err := r.call(nc, i, s.nodes[i])
-			cancel()
+			v, err := r.call(base, i, s.nodes[i])
 			c.answer(i, result[T]{v, err}, r.decided)
 		}()
 	}
@@ -94,8 +93,10 @@ func fanout[T any](ctx context.Context, s *Store, r round[T]) ([]result[T], *cal
 		// Decided: give the other nodes as long again (at least graceMin) to answer, so that a
 		// node merely slower than the quorum, not hung, is not left behind (a release it has not
 		// done yet would refuse the next acquire that needs it).
-		if grace := max(time.Since(begin), graceMin); len(idx) > 0 {
-			t := time.NewTimer(grace)
+		select {
+		case <-c.all: // every node answered: nobody to wait for
+		default:
+			t := time.NewTimer(max(time.Since(begin), graceMin))
 			select {
 			case <-c.all:
 			case <-t.C:
