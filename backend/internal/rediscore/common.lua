@@ -211,13 +211,14 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   if not line_live() or not redis.call('ZSCORE', queue, holder) then
     setm('seq', meta.seq + 1)
     redis.call('ZADD', queue, meta.seq, holder)
-    keep(wait_ms) -- the place counter outlives the places
   end
   if meta.line < now_ms + wait_ms then
     redis.call('PEXPIRE', queue, wait_ms)
     redis.call('PEXPIRE', waiting, wait_ms)
     setm('line', now_ms + wait_ms)
   end
+  -- The place counter and the line's hint outlive the places: a kept place's wait too.
+  keep(wait_ms)
 end
 
 -- grant gives holder a lease of n permits for ttl ms, with a fence above the key's last and at
