@@ -206,9 +206,15 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   if to.value ~= '' then
     rest = int(tonumber(listens) + 2) .. ' ' .. int(#to.value) .. ' ' .. to.value .. to.channel
   end
+  -- A place is kept only while its wait lasts: one whose wait ended (its waiter gone without a
+  -- leave, behind a head that serve stopped at) is dead, and the holder takes the last place.
+  local kept = line_live() and redis.call('ZSCORE', queue, holder)
+  if kept then
+    kept = (tonumber(string.match(redis.call('HGET', waiting, holder) or '', '^%d+ (%d+) ')) or 0) > now_ms
+  end
   redis.call('HSET', waiting, holder, int(n) .. ' ' .. int(now_ms + wait_ms) .. ' ' .. int(limit) .. ' ' .. int(ttl) .. ' ' ..
     int(min_fence) .. ' ' .. rest)
-  if not line_live() or not redis.call('ZSCORE', queue, holder) then
+  if not kept then
     setm('seq', meta.seq + 1)
     redis.call('ZADD', queue, meta.seq, holder)
   end
