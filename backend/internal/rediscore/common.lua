@@ -98,8 +98,10 @@ local function load()
         writes[f] = false
       end
     else
+      -- Ours are whole numbers below 2^53: one that is not (nan, inf, negative, fractional) is
+      -- someone else's, and would break the arithmetic (a fence of NaN).
       local x = meta[f] and tonumber(v)
-      if not x then foreign(f) end
+      if not x or x % 1 ~= 0 or x < 0 or x >= 9007199254740992 then foreign(f) end
       meta[f] = x
     end
   end
