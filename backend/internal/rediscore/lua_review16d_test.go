@@ -258,3 +258,93 @@ func TestLeaveThatOvertookItsTryKeepsItOut(t *testing.T) {
 	}
 	_ = fmt.Sprint
 }
+
+// TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory: the scripts as EVALSHA runs them (no
+// flags: Redis refuses only a first write that may grow memory) release, grant the line's head,
+// and leave with a try id when maxmemory is full; a new grant is refused with OOM and changes
+// nothing.
+func TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	ctx := context.Background()
+	const key = "oom-eval"
+	acq := func(holder string, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+	}
+	if r := acq("a", 0); r[0].(int64) != 1 {
+		t.Fatalf("a: %v", r)
+	}
+	for _, h := range []string{"b", "c", "d"} {
+		acq(h, time.Minute)
+	}
+	do(t, srv.Addr, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "1")
+	t.Cleanup(func() { redistest.Do(srv.Addr, "CONFIG", "SET", "maxmemory", "0") })
+	args := append(acquireArgv("x", 1, 1, time.Minute, 0, "", false, "", ""), "changed")
+	if _, err := c.Eval(ctx, rediscore.Sources[srcAcquire], rediscore.Keys("oom-other"), args...).Result(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("a grant when out of memory: %v; want OOM", err)
+	}
+	if n, _ := c.Exists(ctx, rediscore.Keys("oom-other")...).Result(); n != 0 {
+		t.Fatalf("a refused grant left %d keys", n)
+	}
+	if r := script(t, c, srcRelease, key, "a", 0).([]any); len(r) != 3 || r[1] != "b" {
+		t.Fatalf("release when out of memory = %v; want b granted", r)
+	}
+	script(t, c, srcLeave, key, "c", 0, "try-c", 60000)
+	if r := script(t, c, srcRelease, key, "b", 0).([]any); len(r) != 3 || r[1] != "d" {
+		t.Fatalf("release of b when out of memory = %v; want d granted (c left)", r)
+	}
+	if h := holdersOf(t, c, key); len(h) != 1 || !strings.HasSuffix(h["d"], " q") {
+		t.Errorf("holders %q; want d's untaken grant alone", h)
+	}
+	if n := lineLen(t, srv.Addr, key); n != 0 {
+		t.Errorf("%d places left", n)
+	}
+}
+
+// TestWatchedKeyTellsOfEveryChange: while the key is watched, each call that grants a lease,
+// releases one, grants the line's head or gives an untaken grant back publishes on the key's
+// changed channel.
+func TestWatchedKeyTellsOfEveryChange(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	ctx := context.Background()
+	const key = "told"
+	sub := c.Subscribe(ctx, rediscore.Keys(key)[0]+":changed-test")
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := sub.Channel()
+	told := func(what string) {
+		t.Helper()
+		select {
+		case <-msgs:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: nothing published on the changed channel", what)
+		}
+		for len(msgs) > 0 {
+			<-msgs
+		}
+	}
+	acq := func(holder string, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+	}
+	script(t, c, 5, key, time.Minute.Milliseconds()) // watch.lua
+	acq("a", 0)
+	told("a grant")
+	acq("w", time.Minute)
+	acq("x", time.Minute)
+	script(t, c, srcRelease, key, "a", 0)
+	told("a release that grants the line's head")
+	script(t, c, srcLeave, key, "w", 0)
+	told("a leave that gives w's untaken grant to x")
+	if h := holdersOf(t, c, key); len(h) != 1 || h["x"] == "" {
+		t.Fatalf("holders %q; want x's grant", h)
+	}
+	acq("x", 0) // taken
+	script(t, c, srcRelease, key, "x", 0)
+	told("a release")
+	acq("b", 0)
+	told("a grant after a release")
+}
