@@ -98,8 +98,10 @@ local function load()
         writes[f] = false
       end
     else
+      -- Ours are whole numbers below 2^53: one that is not (nan, inf, negative, fractional) is
+      -- someone else's, and would break the arithmetic (a fence of NaN).
       local x = meta[f] and tonumber(v)
-      if not x then foreign(f) end
+      if not x or x % 1 ~= 0 or x < 0 or x >= 9007199254740992 then foreign(f) end
       meta[f] = x
     end
   end
@@ -209,18 +211,25 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   if to.value ~= '' then
     rest = int(tonumber(listens) + 2) .. ' ' .. int(#to.value) .. ' ' .. to.value .. to.channel
   end
+  -- A place is kept only while its wait lasts: one whose wait ended (its waiter gone without a
+  -- leave, behind a head that serve stopped at) is dead, and the holder takes the last place.
+  local kept = line_live() and redis.call('ZSCORE', queue, holder)
+  if kept then
+    kept = (tonumber(string.match(redis.call('HGET', waiting, holder) or '', '^%d+ (%d+) ')) or 0) > now_ms
+  end
   redis.call('HSET', waiting, holder, int(n) .. ' ' .. int(now_ms + wait_ms) .. ' ' .. int(limit) .. ' ' .. int(ttl) .. ' ' ..
     int(min_fence) .. ' ' .. rest)
-  if not line_live() or not redis.call('ZSCORE', queue, holder) then
+  if not kept then
     setm('seq', meta.seq + 1)
     redis.call('ZADD', queue, meta.seq, holder)
-    keep(wait_ms) -- the place counter outlives the places
   end
   if meta.line < now_ms + wait_ms then
     redis.call('PEXPIRE', queue, wait_ms)
     redis.call('PEXPIRE', waiting, wait_ms)
     setm('line', now_ms + wait_ms)
   end
+  -- The place counter and the line's hint outlive the places: a kept place's wait too.
+  keep(wait_ms)
 end
 
 -- grant gives holder a lease of n permits for ttl ms, with a fence above the key's last and at

@@ -1,0 +1,350 @@
+package rediscore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+)
+
+// Adversarial review of the lease hash layout (review16d): the hash must outlive what it
+// records, the line's and left's hints must never hide a live place or try, and the scripts
+// must keep exclusion with odd holders, values and the line's undone grants.
+
+// Indexes of rediscore.Sources, for the tests that call a script with exact ARGV.
+const (
+	srcAcquire = 0
+	srcRelease = 2
+	srcInspect = 3
+	srcLeave   = 4
+)
+
+// script runs the script Sources[i] on key with args by EVAL (the changed channel appended for
+// every script but inspect), and fails t on an error.
+func script(t *testing.T, c *redis.Client, i int, key string, args ...any) any {
+	t.Helper()
+	if i != srcInspect {
+		args = append(args, rediscore.Keys(key)[0]+":changed-test")
+	}
+	r, err := c.Eval(context.Background(), rediscore.Sources[i], rediscore.Keys(key), args...).Result()
+	if err != nil {
+		t.Fatalf("script %d on %q %v: %v", i, key, args, err)
+	}
+	return r
+}
+
+// acquireArgv is the acquire script's ARGV before the changed channel.
+func acquireArgv(holder string, permits, limit int, ttl, wait time.Duration, channel string, listens bool, try, value string) []any {
+	l := "0"
+	if listens {
+		l = "1"
+	}
+	return []any{holder, permits, limit, ttl.Milliseconds(), 0, wait.Milliseconds(), channel, 0, l, try, value}
+}
+
+// TestRequeueWithALongerWaitKeepsTheHash: a waiter whose retry keeps its place but waits longer
+// than its first try (a holder id shared by two acquires, a new timeout) extends the line; the
+// lease hash, which holds the line's place counter and its hint, must live past the line, or a
+// newcomer would find no line once it expired, and take places ahead of the waiters.
+func TestRequeueWithALongerWaitKeepsTheHash(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
+			req := func(holder string, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: "longer", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait}
+			}
+			mustAcquire(t, s, req("a", 0), true)
+			mustAcquire(t, s, req("w", time.Minute), false)
+			mustAcquire(t, s, req("w", 30*24*time.Hour), false)
+			if n := lineLen(t, srv.Addr, "longer"); n != 1 {
+				t.Fatalf("%d places, want w's one", n)
+			}
+			line, hash := pttl(t, c, "longer", 1), pttl(t, c, "longer", 0)
+			if hash < line+week/2 {
+				t.Errorf("the lease hash expires in %v, the line in %v: the place counter and the line's hint would go first", hash, line)
+			}
+			if cs := countersOf(t, c, "longer"); cs.keep < cs.line+uint64(week/2/time.Millisecond) {
+				t.Errorf("counters keep %d, line %d: keep must be half a week past the line", cs.keep, cs.line)
+			}
+		})
+	}
+}
+
+// TestNewcomerDoesNotJumpALineThatOutlivedItsFirstWait: on miniredis, whose clock the test
+// moves: a holder holds for three weeks, w waits a minute, then (a second acquire of its id)
+// three weeks. Eight days on, past what its first wait kept the lease hash for, a newcomer is
+// still refused and w is still in line.
+func TestNewcomerDoesNotJumpALineThatOutlivedItsFirstWait(t *testing.T) {
+	m := miniredis.RunT(t)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(now)
+	s := redisharness.GoRedis(t, m.Addr())
+	req := func(holder string, ttl, wait time.Duration) core.AcquireRequest {
+		return core.AcquireRequest{Key: "jump", Holder: holder, Permits: 1, Limit: 1, TTL: ttl, Wait: wait}
+	}
+	mustAcquire(t, s, req("a", time.Minute, 0), true)
+	mustAcquire(t, s, req("w", time.Minute, time.Minute), false)
+	mustAcquire(t, s, req("w", time.Minute, 21*24*time.Hour), false)
+	d := 8 * 24 * time.Hour
+	m.SetTime(now.Add(d))
+	m.FastForward(d)
+	res, err := s.Acquire(context.Background(), req("newcomer", time.Minute, 0))
+	if err != nil || res.Granted {
+		t.Errorf("a newcomer while w waits: %+v, %v; want refused", res, err)
+	}
+}
+
+// TestInspectDeletesNothing: Inspect (a no-writes function) lists only unexpired leases and
+// leaves an expired one's entry where it was: it is the next writing call that deletes it.
+func TestInspectDeletesNothing(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
+			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "gone", Permits: 1, Limit: 2, TTL: 20 * time.Millisecond}, true)
+			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "here", Permits: 1, Limit: 2, TTL: time.Minute}, true)
+			expired(t, s, "ro", "gone")
+			snap, err := s.Inspect(context.Background(), "ro")
+			if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != "here" {
+				t.Fatalf("Inspect = %+v, %v; want here's lease alone", snap, err)
+			}
+			if h := holdersOf(t, c, "ro"); len(h) != 2 {
+				t.Errorf("after Inspect the hash holds %q; want the expired entry still there", h)
+			}
+			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "here", Permits: 1, Limit: 2, TTL: time.Minute}, true)
+			if h := holdersOf(t, c, "ro"); len(h) != 1 {
+				t.Errorf("after a renewal the hash holds %q; want the expired entry deleted", h)
+			}
+		})
+	}
+}
+
+// TestCounterLikeHoldersAndOddValues: holders named like the hash's counters, empty, starting
+// with ':', or not ASCII, with values holding newlines, " q", digits and NULs, exclude each
+// other on a mutex, read back as they were stored, and release only their own lease.
+func TestCounterLikeHoldersAndOddValues(t *testing.T) {
+	holders := []string{"fence", "keep", "line", "", ":", ":x", "q", "1 2 3", "é\x00\n"}
+	values := []string{" q", "\n", "1 2 3 q\nx", "\x00", "", "q\n q", "fence", "\n\n", "é"}
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			ctx := context.Background()
+			req := func(i int) core.AcquireRequest {
+				return core.AcquireRequest{Key: "odd", Holder: holders[i], Permits: 1, Limit: 1, TTL: time.Minute, Value: values[i]}
+			}
+			for i := range holders {
+				res := mustAcquire(t, s, req(i), true)
+				for j := range holders {
+					if j != i {
+						mustAcquire(t, s, req(j), false)
+					}
+				}
+				snap, err := s.Inspect(ctx, "odd")
+				if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != holders[i] || snap.Leases[0].Value != values[i] || snap.Leases[0].Fence != res.Fence {
+					t.Fatalf("Inspect with %q holding %q = %+v, %v", holders[i], values[i], snap, err)
+				}
+				ext, err := s.Extend(ctx, core.ExtendRequest{Key: "odd", Holder: holders[i], TTL: time.Minute})
+				if err != nil || ext.Value != values[i] || ext.Fence != res.Fence {
+					t.Fatalf("Extend of %q = %+v, %v; want value %q, fence %d", holders[i], ext, err, values[i], res.Fence)
+				}
+				for j := range holders {
+					if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "odd", Holder: holders[j]}); err != nil || ok != (i == j) {
+						t.Fatalf("Release of %q while %q holds: %v, %v", holders[j], holders[i], ok, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestUnheardGrantIsUndoneAndTheNextServed: a release grants the head, whose Store is said to
+// listen but the PUBLISH reaches nobody: the grant is undone, every later place of that channel
+// passed over, and the next waiter granted, the only lease; a watcher of the key hears the change.
+func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	ctx := context.Background()
+	const key = "unheard"
+	changed := rediscore.Keys(key)[0] + ":changed-test"
+	sub := c.Subscribe(ctx, changed, "heard")
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acq := func(holder string, wait time.Duration, channel string, listens bool) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, channel, listens, "", "v")...).([]any)
+	}
+	script(t, c, 5, key, time.Minute.Milliseconds()) // watch.lua
+	if r := acq("a", 0, "", false); r[0].(int64) != 1 {
+		t.Fatalf("a: %v", r)
+	}
+	acq("deaf1", time.Minute, "nobody", true)
+	acq("deaf2", time.Minute, "nobody", true)
+	acq("w", time.Minute, "heard", true)
+	msgs := sub.Channel()
+	for len(msgs) > 0 {
+		<-msgs
+	}
+	r := script(t, c, srcRelease, key, "a", 0).([]any)
+	if len(r) != 3 || r[0].(int64) != 1 || r[1] != "w" {
+		t.Fatalf("release = %v; want 1 permit freed and w granted", r)
+	}
+	snap := script(t, c, srcInspect, key).([]any)
+	if snap[1].(int64) != 1 || snap[2] != "w" || len(snap) != 7 {
+		t.Errorf("inspect = %q; want w's lease alone and an empty line", snap)
+	}
+	got := map[string]bool{}
+	for !got["heard"] || !got[changed] {
+		select {
+		case m := <-msgs:
+			got[m.Channel] = true
+		case <-time.After(5 * time.Second):
+			t.Fatalf("heard %v; want w's grant and the key's change", got)
+		}
+	}
+}
+
+// TestLeaveThatOvertookItsTryKeepsItOut: a leave naming a try that has not arrived keeps that
+// try from taking a place or a grant, whether or not the line lives, for as long as the leave
+// said; another try of the same holder is served as usual.
+func TestLeaveThatOvertookItsTryKeepsItOut(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	const key = "overtaken"
+	acq := func(holder, try string, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, try, "")...).([]any)
+	}
+	script(t, c, srcLeave, key, "w", 0, "t1", 60000)
+	if r := acq("w", "t1", time.Minute); r[0].(int64) != 0 {
+		t.Fatalf("the overtaken try on a free key = %v; want refused", r)
+	}
+	if n := lineLen(t, srv.Addr, key); n != 0 {
+		t.Fatalf("the overtaken try took a place")
+	}
+	if r := acq("a", "", 0); r[0].(int64) != 1 {
+		t.Fatalf("a: %v", r)
+	}
+	script(t, c, srcLeave, key, "w", 0, "t2", 60000)
+	acq("x", "tx", time.Minute) // the line lives
+	if r := acq("w", "t2", time.Minute); r[0].(int64) != 0 {
+		t.Fatalf("the overtaken try = %v; want refused", r)
+	}
+	if r := acq("w", "t1", time.Minute); r[0].(int64) != 0 {
+		t.Fatalf("the first overtaken try again = %v; want refused", r)
+	}
+	if n := lineLen(t, srv.Addr, key); n != 1 {
+		t.Fatalf("%d places, want x's alone", n)
+	}
+	if r := acq("w", "t3", time.Minute); r[0].(int64) != 0 || lineLen(t, srv.Addr, key) != 2 {
+		t.Fatalf("another try of w = %v, line %d; want refused with a place behind x", r, lineLen(t, srv.Addr, key))
+	}
+	script(t, c, srcRelease, key, "a", 0)
+	if h := holdersOf(t, c, key); len(h) != 1 || !strings.HasSuffix(h["x"], " q") {
+		t.Errorf("holders %q; want x granted from the line", h)
+	}
+	_ = fmt.Sprint
+}
+
+// TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory: the scripts as EVALSHA runs them (no
+// flags: Redis refuses only a first write that may grow memory) release, grant the line's head,
+// and leave with a try id when maxmemory is full; a new grant is refused with OOM and changes
+// nothing.
+func TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	ctx := context.Background()
+	const key = "oom-eval"
+	acq := func(holder string, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+	}
+	if r := acq("a", 0); r[0].(int64) != 1 {
+		t.Fatalf("a: %v", r)
+	}
+	for _, h := range []string{"b", "c", "d"} {
+		acq(h, time.Minute)
+	}
+	do(t, srv.Addr, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "1")
+	t.Cleanup(func() { redistest.Do(srv.Addr, "CONFIG", "SET", "maxmemory", "0") })
+	args := append(acquireArgv("x", 1, 1, time.Minute, 0, "", false, "", ""), "changed")
+	if _, err := c.Eval(ctx, rediscore.Sources[srcAcquire], rediscore.Keys("oom-other"), args...).Result(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("a grant when out of memory: %v; want OOM", err)
+	}
+	if n, _ := c.Exists(ctx, rediscore.Keys("oom-other")...).Result(); n != 0 {
+		t.Fatalf("a refused grant left %d keys", n)
+	}
+	if r := script(t, c, srcRelease, key, "a", 0).([]any); len(r) != 3 || r[1] != "b" {
+		t.Fatalf("release when out of memory = %v; want b granted", r)
+	}
+	script(t, c, srcLeave, key, "c", 0, "try-c", 60000)
+	if r := script(t, c, srcRelease, key, "b", 0).([]any); len(r) != 3 || r[1] != "d" {
+		t.Fatalf("release of b when out of memory = %v; want d granted (c left)", r)
+	}
+	if h := holdersOf(t, c, key); len(h) != 1 || !strings.HasSuffix(h["d"], " q") {
+		t.Errorf("holders %q; want d's untaken grant alone", h)
+	}
+	if n := lineLen(t, srv.Addr, key); n != 0 {
+		t.Errorf("%d places left", n)
+	}
+}
+
+// TestWatchedKeyTellsOfEveryChange: while the key is watched, each call that grants a lease,
+// releases one, grants the line's head or gives an untaken grant back publishes on the key's
+// changed channel.
+func TestWatchedKeyTellsOfEveryChange(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	ctx := context.Background()
+	const key = "told"
+	sub := c.Subscribe(ctx, rediscore.Keys(key)[0]+":changed-test")
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := sub.Channel()
+	told := func(what string) {
+		t.Helper()
+		select {
+		case <-msgs:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: nothing published on the changed channel", what)
+		}
+		for len(msgs) > 0 {
+			<-msgs
+		}
+	}
+	acq := func(holder string, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+	}
+	script(t, c, 5, key, time.Minute.Milliseconds()) // watch.lua
+	acq("a", 0)
+	told("a grant")
+	acq("w", time.Minute)
+	acq("x", time.Minute)
+	script(t, c, srcRelease, key, "a", 0)
+	told("a release that grants the line's head")
+	script(t, c, srcLeave, key, "w", 0)
+	told("a leave that gives w's untaken grant to x")
+	if h := holdersOf(t, c, key); len(h) != 1 || h["x"] == "" {
+		t.Fatalf("holders %q; want x's grant", h)
+	}
+	acq("x", 0) // taken
+	script(t, c, srcRelease, key, "x", 0)
+	told("a release")
+	acq("b", 0)
+	told("a grant after a release")
+}
