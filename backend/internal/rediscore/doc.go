@@ -27,9 +27,9 @@
 // are in use; after that the server clock, which fences follow, keeps their order.
 //
 // This layout replaced one of six keys (leases, holders, meta, queue, waiting, left) before any
-// release. The lease hash has a name of its own (lease, not leases), so processes of the two
-// layouts do not read each other's data as theirs; they must not share a prefix all the same,
-// since neither sees the other's leases.
+// release. The lease hash has a name of its own (lease, not leases), so neither layout reads
+// the other's leases as its own; but neither sees the other's leases either, and the line's keys
+// kept their names, so processes of the two layouts must not share a prefix.
 //
 // A lease's value (at most 1 KiB, any bytes) is stored inline, in the lease's entry: granting,
 // renewing, extending or inspecting a lease reads and writes no other key and runs no other

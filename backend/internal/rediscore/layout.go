@@ -33,7 +33,8 @@ func (l layout) tag(key string) string {
 
 // suffixes follow a resource key's tag: its four Redis keys, in the order the scripts take them
 // (see common.lua), then its changed channel. The lease hash is "lease", not the "leases" sorted
-// set of the layout before it, so that the two layouts never read each other's keys.
+// set of the layout before it, so that neither layout reads the other's leases as its own; the
+// line's keys kept their names (see doc.go: the two must not share a prefix).
 var suffixes = [...]string{"lease", "queue", "waiting", "left", "changed"}
 
 // keys returns the Redis keys of a resource key, in the order the scripts take them.
