@@ -110,8 +110,12 @@ func fanout[T any](ctx context.Context, s *Store, r round[T]) ([]result[T], *cal
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.decided {
+		// ctx ended first. Its AfterFunc may not have run: ctx closes Done before it starts
+		// its AfterFuncs (a context of another kind, whenever it likes), and stop may have
+		// come first. Cancel the calls here.
 		c.decided = true
 		close(c.done)
+		cancel()
 	}
 	return slices.Clone(c.res), c
 }

@@ -297,6 +297,95 @@ func TestSlowerNodeGetsAsLongAgainAndGoesOnAfterDecision_review16f(t *testing.T)
 	}
 }
 
+// gatedCtx is a context whose end is told to AfterFunc callbacks only when fire is called, as a
+// context whose own AfterFunc runs them on a goroutine of its own may do, some time after Done
+// is closed: context.AfterFunc uses a context's AfterFunc method when it has one.
+type gatedCtx struct {
+	context.Context // for Deadline and Value
+	done            chan struct{}
+
+	mu    sync.Mutex
+	funcs map[int]func()
+	next  int
+}
+
+func newGatedCtx() *gatedCtx {
+	return &gatedCtx{Context: context.Background(), done: make(chan struct{}), funcs: map[int]func(){}}
+}
+
+func (g *gatedCtx) Done() <-chan struct{} { return g.done }
+
+func (g *gatedCtx) Err() error {
+	select {
+	case <-g.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+func (g *gatedCtx) AfterFunc(f func()) func() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	id := g.next
+	g.next++
+	g.funcs[id] = f
+	return func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		_, ok := g.funcs[id]
+		delete(g.funcs, id)
+		return ok
+	}
+}
+
+func (g *gatedCtx) cancel() { close(g.done) }
+
+// fire runs the callbacks still registered, each on its own goroutine.
+func (g *gatedCtx) fire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, f := range g.funcs {
+		delete(g.funcs, id)
+		go f()
+	}
+}
+
+// TestCtxEndingBeforeDecisionCancelsEveryCall_review16f: every node hangs; the caller's ctx ends
+// and Release returns its error. Every node's call must then be canceled, whenever the ctx's
+// AfterFunc callbacks run: fanout must not rely on its AfterFunc having run before it stops it
+// (with a context.WithCancel ctx too, Done is closed before the AfterFunc is started, so fanout
+// can stop it first).
+func TestCtxEndingBeforeDecisionCancelsEveryCall_review16f(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		log := &callLog{}
+		_, ss := scriptedNodes(3, hangOn(log, 0, 1, 2), nil)
+		s := mustNew(t, ss, redlock.WithNodeTimeout(timeout))
+		ctx := newGatedCtx()
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a"})
+			done <- err
+		}()
+		synctest.Wait()
+		begin := time.Now()
+		ctx.cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Release after ctx ended: %v, want Canceled", err)
+		}
+		ctx.fire()
+		synctest.Wait()
+		for i := range 3 {
+			c := log.get(i, "release")
+			if len(c) != 1 || !c[0].ended || c[0].end != begin || !errors.Is(c[0].err, context.Canceled) {
+				t.Errorf("node %d's release after the caller's ctx ended before the decision: %+v; want canceled at once", i, c)
+			}
+		}
+		time.Sleep(timeout) // let calls left running reach their deadline
+	})
+}
+
 // TestRaiseRoundHasItsOwnDeadline_review16f: the first round's answers come 90ms into a 100ms
 // node timeout, with different fences; the raise round that follows must get a whole node
 // timeout of its own, not what is left of the first round's.
