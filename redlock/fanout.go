@@ -75,7 +75,6 @@ func fanout[T any](ctx context.Context, s *Store, r round[T]) ([]result[T], *cal
 	// One deadline serves every call of the round: they all start now.
 	base, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	c.cancel = cancel
-	stop := context.AfterFunc(ctx, cancel) // until decided, ctx's end cancels the calls
 	for _, i := range idx {
 		go func() {
 			v, err := r.call(base, i, s.nodes[i])
@@ -106,13 +105,12 @@ func fanout[T any](ctx context.Context, s *Store, r round[T]) ([]result[T], *cal
 		}
 	case <-ctx.Done():
 	}
-	stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.decided {
-		// ctx ended first. Its AfterFunc may not have run: ctx closes Done before it starts
-		// its AfterFuncs (a context of another kind, whenever it likes), and stop may have
-		// come first. Cancel the calls here.
+		// ctx ended first: cancel the calls. Only then: once decided, the calls still out are
+		// stragglers and go on, even when ctx ends during the grace (so no context.AfterFunc,
+		// which would cancel them then, and may be stopped before it runs when ctx ends first).
 		c.decided = true
 		close(c.done)
 		cancel()

@@ -297,6 +297,49 @@ func TestSlowerNodeGetsAsLongAgainAndGoesOnAfterDecision_review16f(t *testing.T)
 	}
 }
 
+// TestCtxEndingAfterDecisionDoesNotCancelStragglers_review16f: a Release decided by nodes 0 and
+// 1 is waiting its grace for node 2 when the caller's ctx ends. The round was decided: node 2's
+// call must go on (Store's doc: "the other nodes' releases finish in the background"), and end
+// at its deadline, not be canceled by the caller's ctx.
+func TestCtxEndingAfterDecisionDoesNotCancelStragglers_review16f(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		log := &callLog{}
+		_, ss := scriptedNodes(3, hangOn(log, 2), nil)
+		s := mustNew(t, ss, redlock.WithNodeTimeout(timeout))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a"})
+			done <- err
+		}()
+		synctest.Wait() // nodes 0 and 1 answered (decided); Release waits its grace for node 2
+		if c := log.get(0, "release"); len(c) != 1 || !c[0].ended {
+			t.Fatalf("node 0 did not answer: %+v", c)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Release returned before its grace: %v", err)
+		default:
+		}
+		cancel()
+		synctest.Wait()
+		<-done
+		c := log.get(2, "release")
+		if len(c) != 1 {
+			t.Fatalf("node 2: %d release calls", len(c))
+		}
+		if c[0].ended {
+			t.Errorf("node 2's release, a straggler of a decided round, was canceled by the caller's ctx (%v after %v); want it to go on until its deadline", c[0].err, c[0].end.Sub(c[0].begin))
+		}
+		time.Sleep(timeout)
+		synctest.Wait()
+		if c := log.get(2, "release"); !c[0].ended || c[0].end.Sub(c[0].begin) != timeout {
+			t.Errorf("node 2's release: ended %v after %v; want at its deadline", c[0].ended, c[0].end.Sub(c[0].begin))
+		}
+	})
+}
+
 // gatedCtx is a context whose end is told to AfterFunc callbacks only when fire is called, as a
 // context whose own AfterFunc runs them on a goroutine of its own may do, some time after Done
 // is closed: context.AfterFunc uses a context's AfterFunc method when it has one.
