@@ -26,11 +26,26 @@ func raiseKeepsValue(t *testing.T, s core.Store, ns []core.Store, above func(req
 		if err != nil || !res.Granted {
 			t.Fatalf("limit %d: %+v %v", limit, res, err)
 		}
+		// A node that answered the raise round after its grace is a straggler, whose grant is
+		// released in the background: it may hold nothing. Every node that holds the lease holds
+		// it at the raised fence with its value, and a quorum does.
+		holding := 0
 		for i, n := range ns {
 			snap, err := n.Inspect(ctx, key)
-			if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Value != req.Value || snap.Leases[0].Fence != res.Fence || snap.Leases[0].Permits != limit {
-				t.Errorf("limit %d: node %d after the raise: %+v %v; want w's lease at fence %d with its value", limit, i, snap, err, res.Fence)
+			if err != nil || len(snap.Leases) > 1 {
+				t.Errorf("limit %d: node %d after the raise: %+v %v", limit, i, snap, err)
+				continue
 			}
+			if len(snap.Leases) == 0 {
+				continue
+			}
+			if l := snap.Leases[0]; l.Holder != "w" || l.Value != req.Value || l.Fence != res.Fence || l.Permits != limit {
+				t.Errorf("limit %d: node %d after the raise: %+v; want w's lease at fence %d with its value", limit, i, snap, res.Fence)
+			}
+			holding++
+		}
+		if holding < len(ns)/2+1 {
+			t.Errorf("limit %d: %d of %d nodes hold the raised lease, want a quorum", limit, holding, len(ns))
 		}
 		snap, err := s.Inspect(ctx, key)
 		if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Value != req.Value {
