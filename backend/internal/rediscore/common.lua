@@ -79,9 +79,18 @@ local function foreign(field)
     '" is not ours); it was left untouched'})
 end
 
--- load reads the lease hash: leases, used and meta; an expired lease is marked for deletion.
-local function load()
-  local all = redis.call('HGETALL', state)
+-- counter returns the number a counter's entry holds, or nil when it is not one of ours: ours
+-- are whole numbers below 2^53, and one that is not (nan, inf, negative, fractional) is someone
+-- else's, and would break the arithmetic (a fence of NaN).
+local function counter(v)
+  local x = tonumber(v)
+  if not x or x % 1 ~= 0 or x < 0 or x >= 9007199254740992 then return nil end
+  return x
+end
+
+-- load decodes the lease hash, all (as HGETALL returns it): leases, used and meta; an expired
+-- lease is marked for deletion.
+local function load(all)
   leases, used = {}, 0
   meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0, keep = 0}
   for i = 1, #all, 2 do
@@ -98,10 +107,8 @@ local function load()
         writes[f] = false
       end
     else
-      -- Ours are whole numbers below 2^53: one that is not (nan, inf, negative, fractional) is
-      -- someone else's, and would break the arithmetic (a fence of NaN).
-      local x = meta[f] and tonumber(v)
-      if not x or x % 1 ~= 0 or x < 0 or x >= 9007199254740992 then foreign(f) end
+      local x = meta[f] and counter(v)
+      if not x then foreign(f) end
       meta[f] = x
     end
   end

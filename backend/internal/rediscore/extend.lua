@@ -1,6 +1,7 @@
 -- ARGV: holder, ttl_ms
 -- Extending a grant the line made takes it, as the holder's Acquire would.
 -- Returns {1, permits, fence, limit, value}, or {0} when the holder holds no unexpired lease.
+load(all)
 local me, ttl = ':' .. ARGV[1], tonumber(ARGV[2])
 local l = leases[me]
 if not l then return {0} end

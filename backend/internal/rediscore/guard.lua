@@ -1,8 +1,8 @@
--- call loads the lease hash, runs main, and, when writes_back (every call but a read-only one),
--- writes what main changed and tells the key's watchers.
+-- call reads the lease hash, runs main with it (main decodes it with load, unless it takes a
+-- fast path that needs none of the state load builds), and, when writes_back (every call but a
+-- read-only one), writes what main changed and tells the key's watchers.
 local function call(main, writes_back)
-  load()
-  local r = main()
+  local r = main(redis.call('HGETALL', state))
   if writes_back then
     flush()
     if tell then redis.call('PUBLISH', ARGV[#ARGV], '') end

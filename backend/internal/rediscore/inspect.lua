@@ -1,6 +1,7 @@
 -- No ARGV. Returns {limit, number of leases, holder, permits, fence, ttl_ms, value, ...,
 -- holder, permits, value, ...}: the unexpired leases, then the line's places whose wait has not
 -- ended, head first. It writes nothing.
+load(all)
 local out = {meta.limit, 0}
 for f, l in pairs(leases) do
   out[#out + 1] = string.sub(f, 2)

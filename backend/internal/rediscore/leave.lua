@@ -4,6 +4,7 @@
 -- With a try id (a try whose caller gave up before its reply came), that try, should it arrive
 -- after this leave, takes no place for the next hold ms.
 -- Returns {holder, fence, ...} as release does.
+load(all)
 local holder, floor = ARGV[1], tonumber(ARGV[2])
 if #ARGV >= 5 then
   local hold = tonumber(ARGV[4])

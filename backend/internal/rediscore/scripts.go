@@ -59,12 +59,13 @@ var bodies = [...]struct {
 }
 
 // Sources are the scripts' full sources, indexed by Script, for EVALSHA (EVAL the first time on
-// a server): the shared prelude and guard, then the operation's body as main, run by guarded. A
+// a server): the shared prelude and guard, then the operation's body as main(all), run by
+// guarded, where all is the lease hash as HGETALL returns it (see guard.lua). A
 // driver loads each once per server and keeps nothing else of them.
 var Sources = func() (s [len(bodies)]string) {
 	for i, b := range bodies {
 		s[i] = "local eval_keys, eval_args = KEYS, ARGV\n" + common + guard +
-			"local function main()\n" + b.body + "\nend\nreturn guarded(main, eval_keys, eval_args, " + strconv.FormatBool(b.writes) + ")\n"
+			"local function main(all)\n" + b.body + "\nend\nreturn guarded(main, eval_keys, eval_args, " + strconv.FormatBool(b.writes) + ")\n"
 	}
 	return s
 }()
@@ -87,7 +88,7 @@ func init() {
 	b.WriteString(common)
 	b.WriteString(guard)
 	for _, op := range bodies {
-		b.WriteString("local function " + op.name + "()\n" + op.body + "\nend\n")
+		b.WriteString("local function " + op.name + "(all)\n" + op.body + "\nend\n")
 	}
 	code := b.String()
 	sum := sha1.Sum([]byte(code))
