@@ -3,14 +3,19 @@
 -- the freed permits go to the waiters at the head of the line (holder, fence each), whose Stores
 -- are told on their channels.
 local me, want = ':' .. ARGV[1], tonumber(ARGV[2])
--- The uncontended path: the holder's lease is there, with the fence asked for, and no counter
--- says that the line or a watch lives: one HDEL, without decoding the rest of the state.
+-- The uncontended path: the holder's lease is there, with the fence asked for, every other
+-- lease is one of ours and unexpired, and no counter says that the line or a watch lives: one
+-- HDEL, without decoding the rest of the state. (An expired lease the general path deletes, and
+-- an entry not ours it reports, untouched.)
 local entry, fast = nil, true
 for i = 1, #all, 2 do
   local f = all[i]
   if f == me then
     entry = all[i + 1]
-  elseif string.byte(f) ~= 58 then -- a counter, or someone else's entry
+  elseif string.byte(f) == 58 then -- another holder's lease
+    local exp = string.match(all[i + 1], '^%d+ %d+ (%d+)')
+    if not exp or tonumber(exp) <= now_ms then fast = false end
+  else -- a counter, or someone else's entry
     local x = counter(all[i + 1])
     if not x or ((f == 'line' or f == 'watch') and x > now_ms) or not (f == 'fence' or f == 'limit' or f == 'seq' or
       f == 'keep' or f == 'left' or f == 'line' or f == 'watch') then

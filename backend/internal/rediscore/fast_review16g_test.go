@@ -1,0 +1,339 @@
+package rediscore_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+)
+
+// Adversarial review of the uncontended fast paths of acquire and release (review16g, f6e2e46):
+// for every prepared state of a key, the same call made by the script as it is and by the
+// script with its fast path switched off must leave the same keys, expiries, messages and reply.
+
+// generalSource returns Sources[i] with the fast path of acquire or release made ineligible:
+// the rest of the script, the general path, is what the call then runs.
+func generalSource(t *testing.T, i int) string {
+	t.Helper()
+	cut := map[int]string{srcAcquire: "if n <= limit then\n", srcRelease: "if entry and fast then\n"}[i]
+	src := rediscore.Sources[i]
+	if strings.Count(src, cut) != 1 {
+		t.Fatalf("script %d: the fast path's test %q is not there once", i, cut)
+	}
+	return strings.Replace(src, cut, "if false then\n", 1)
+}
+
+// twin is a server whose clock the test sets (miniredis: m; a real server: its scripts read a
+// clock of the test's, see clocked), with a pattern subscription that sees every message
+// published on it.
+type twin struct {
+	m  *miniredis.Miniredis
+	c  *redis.Client
+	ps *redis.PubSub
+}
+
+func newTwin(t *testing.T, real bool) *twin {
+	tw := &twin{}
+	if real {
+		tw.c = raw(t, redistest.StartServer(t).Addr)
+	} else {
+		tw.m = miniredis.RunT(t)
+		tw.c = raw(t, tw.m.Addr())
+	}
+	tw.ps = tw.c.PSubscribe(context.Background(), "*")
+	t.Cleanup(func() { tw.ps.Close() })
+	if _, err := tw.ps.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return tw
+}
+
+// clocked returns src with TIME answering now: a local redis that shadows the server's in the
+// whole script, and passes every other command on.
+func clocked(src string, now time.Time) string {
+	return fmt.Sprintf("local server = redis\nlocal redis = setmetatable({call = function(cmd, ...)\n"+
+		"  if cmd == 'TIME' then return {'%d', '%d'} end\n  return server.call(cmd, ...)\nend}, {__index = server})\n",
+		now.Unix(), now.Nanosecond()/1000) + src
+}
+
+// fastState is a key's state: its lease hash (nil: none), and the line and left when set.
+type fastState struct {
+	hash        map[string]string
+	queue, left map[string]float64
+	waiting     map[string]string
+}
+
+// snapshot is everything a call may change, printed: each of the key's Redis keys with its
+// type, expiry and content, and the messages the call published.
+func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
+	t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	b.WriteString("reply " + reply + "\n")
+	for _, k := range rediscore.Keys(key) {
+		typ := tw.c.Type(ctx, k).Val()
+		fmt.Fprintf(&b, "%s %s pttl %v\n", k, typ, tw.c.PTTL(ctx, k).Val().Round(time.Second))
+		switch typ {
+		case "hash":
+			m := tw.c.HGetAll(ctx, k).Val()
+			for _, f := range slices.Sorted(maps.Keys(m)) {
+				fmt.Fprintf(&b, "  %q = %q\n", f, m[f])
+			}
+		case "zset":
+			for _, z := range tw.c.ZRangeWithScores(ctx, k, 0, -1).Val() {
+				fmt.Fprintf(&b, "  %q %v\n", z.Member, z.Score)
+			}
+		}
+	}
+	// Every message the call published came before the sentinel, on this one subscription.
+	if err := tw.c.Publish(ctx, "sentinel-review16g", "end").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		msg, err := tw.ps.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Channel == "sentinel-review16g" {
+			break
+		}
+		fmt.Fprintf(&b, "published %q on %q\n", msg.Payload, msg.Channel)
+	}
+	return b.String()
+}
+
+// run sets tw's clock to now and key's state to st, runs src with args and returns the snapshot.
+func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src string, args []any) string {
+	t.Helper()
+	ctx := context.Background()
+	if err := tw.c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if tw.m != nil {
+		tw.m.SetTime(now)
+	} else {
+		src = clocked(src, now)
+	}
+	ks := rediscore.Keys(key)
+	p := tw.c.TxPipeline()
+	if st.hash != nil {
+		for f, v := range st.hash {
+			p.HSet(ctx, ks[0], f, v)
+		}
+		p.Expire(ctx, ks[0], 30*24*time.Hour)
+	}
+	for h, sc := range st.queue {
+		p.ZAdd(ctx, ks[1], redis.Z{Score: sc, Member: h})
+	}
+	for h, v := range st.waiting {
+		p.HSet(ctx, ks[2], h, v)
+	}
+	for id, sc := range st.left {
+		p.ZAdd(ctx, ks[3], redis.Z{Score: sc, Member: id})
+	}
+	if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	r, err := tw.c.Eval(ctx, src, ks, append(args, ks[0]+":changed")...).Result()
+	return tw.snapshot(t, key, fmt.Sprintf("%v / %v", r, err))
+}
+
+// TestFastPathsDoWhatTheGeneralPathsDo_review16g: on two miniredis servers at the same clock,
+// the same acquire or release, by the script and by the script without its fast path, for
+// states of counters alone (at their edges, foreign ones, at now and a ms after), leases of
+// the holder and of others (expired, untaken, with values, foreign), a live line, watch and
+// left, and calls with values, fences asked above (AcquireAbove, a floor), semaphores, tries,
+// waits and TTLs up to 2^50 ms: the keys, their expiries, the messages and the reply are the
+// same, byte for byte.
+func TestFastPathsDoWhatTheGeneralPathsDo_review16g(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	nowMs, nowUs := now.UnixMilli(), now.UnixMicro()
+	s := func(x int64) string { return strconv.FormatInt(x, 10) }
+	const halfWeek, ttl = 302400000, 60000
+	far := s(nowMs + 2*2*halfWeek)
+	lease := func(n, fence, exp int64, rest string) string { return s(n) + " " + s(fence) + " " + s(exp) + rest }
+	live, dead := nowMs+ttl, nowMs
+	counters := func(extra map[string]string) fastState {
+		h := map[string]string{"fence": "7", "limit": "1", "seq": "3", "keep": far}
+		for f, v := range extra {
+			if v == "" {
+				delete(h, f)
+			} else {
+				h[f] = v
+			}
+		}
+		return fastState{hash: h}
+	}
+	liveLine := func(st fastState) fastState {
+		st.hash["line"] = s(nowMs + 1)
+		st.queue = map[string]float64{"w": 3}
+		st.waiting = map[string]string{"w": "1 " + s(nowMs+1) + " 1 60000 0 0 wchan"}
+		return st
+	}
+	states := map[string]fastState{
+		"none":                {},
+		"counters":            counters(nil),
+		"counters, no fence":  counters(map[string]string{"fence": ""}),
+		"counters, keep only": {hash: map[string]string{"keep": far}},
+		"fence above now":     counters(map[string]string{"fence": s(nowUs + 5000)}),
+		"fence 2^53-2":        counters(map[string]string{"fence": "9007199254740990"}),
+		"keep at the edge":    counters(map[string]string{"keep": s(nowMs + ttl + halfWeek)}),
+		"keep a ms short":     counters(map[string]string{"keep": s(nowMs + ttl + halfWeek - 1)}),
+		"keep 0":              counters(map[string]string{"keep": "0"}),
+		"no keep":             counters(map[string]string{"keep": ""}),
+		"keep for 2^50":       counters(map[string]string{"keep": s(nowMs + 1<<50 + 2*halfWeek)}),
+		"line at now":         counters(map[string]string{"line": s(nowMs)}),
+		"line live":           liveLine(counters(nil)),
+		"line live, no place": counters(map[string]string{"line": s(nowMs + 1)}),
+		"watch at now":        counters(map[string]string{"watch": s(nowMs)}),
+		"watch live":          counters(map[string]string{"watch": s(nowMs + 1)}),
+		"left at now":         counters(map[string]string{"left": s(nowMs)}),
+		"left live": func() fastState {
+			st := counters(map[string]string{"left": s(nowMs + 1)})
+			st.left = map[string]float64{"t1": float64(nowMs + 1)}
+			return st
+		}(),
+		"expired other":            counters(map[string]string{":o": lease(1, 7, dead, "")}),
+		"expired self":             counters(map[string]string{":h": lease(1, 7, dead, "")}),
+		"live other":               counters(map[string]string{":o": lease(1, 7, live, ""), "limit": "2"}),
+		"self":                     counters(map[string]string{":h": lease(1, 7, live, "")}),
+		"self untaken":             counters(map[string]string{":h": lease(1, 7, live, " q")}),
+		"self with value":          counters(map[string]string{":h": lease(1, 7, live, "\nv q\n\x00")}),
+		"self untaken with value":  counters(map[string]string{":h": lease(1, 7, live, " q\n q")}),
+		"self, 2 permits":          counters(map[string]string{":h": lease(2, 7, live, ""), "limit": "3"}),
+		"self, odd tail":           counters(map[string]string{":h": lease(1, 7, live, "x")}),
+		"self and live other":      counters(map[string]string{":h": lease(1, 7, live, ""), ":o": lease(1, 6, live, ""), "limit": "2"}),
+		"self and expired other":   counters(map[string]string{":h": lease(1, 7, live, ""), ":o": lease(1, 6, dead, ""), "limit": "2"}),
+		"self and foreign lease":   counters(map[string]string{":h": lease(1, 7, live, ""), ":x": "garbage"}),
+		"self and numeric lease":   counters(map[string]string{":h": lease(1, 7, live, ""), ":x": "5"}),
+		"self, line live":          liveLine(counters(map[string]string{":h": lease(1, 7, live, "")})),
+		"self, line at now":        counters(map[string]string{":h": lease(1, 7, live, ""), "line": s(nowMs)}),
+		"self, watch live":         counters(map[string]string{":h": lease(1, 7, live, ""), "watch": s(nowMs + 1)}),
+		"self, watch at now":       counters(map[string]string{":h": lease(1, 7, live, ""), "watch": s(nowMs)}),
+		"self, left live":          counters(map[string]string{":h": lease(1, 7, live, ""), "left": s(nowMs + 1)}),
+		"self, foreign counter":    counters(map[string]string{":h": lease(1, 7, live, ""), "FENCE": "1"}),
+		"self, bad fence":          counters(map[string]string{":h": lease(1, 7, live, ""), "fence": "1.5"}),
+		"self, bad keep":           counters(map[string]string{":h": lease(1, 7, live, ""), "keep": "-1"}),
+		"foreign self entry":       counters(map[string]string{":h": "garbage"}),
+		"foreign numeric entry":    counters(map[string]string{":h": "5"}),
+		"fence x":                  counters(map[string]string{"fence": "x"}),
+		"fence 1.5":                counters(map[string]string{"fence": "1.5"}),
+		"fence -1":                 counters(map[string]string{"fence": "-1"}),
+		"fence 0x10":               counters(map[string]string{"fence": "0x10"}),
+		"fence spaced":             counters(map[string]string{"fence": " 7 "}),
+		"fence 1e3":                counters(map[string]string{"fence": "1e3"}),
+		"fence inf":                counters(map[string]string{"fence": "inf"}),
+		"fence nan":                counters(map[string]string{"fence": "nan"}),
+		"fence 2^53":               counters(map[string]string{"fence": "9007199254740992"}),
+		"watch x":                  counters(map[string]string{"watch": "x"}),
+		"left -1":                  counters(map[string]string{"left": "-1"}),
+		"foreign name":             counters(map[string]string{"other": "1"}),
+		"empty name":               counters(map[string]string{"": "1"}),
+		"counter named like lease": counters(map[string]string{":": "1"}),
+	}
+	acq := func(holder string, n, limit int, ttl int64, minFence int64, wait int64, floor int64, try, value string) []any {
+		return []any{holder, n, limit, ttl, minFence, wait, "hchan", floor, "0", try, value}
+	}
+	calls := map[string]struct {
+		src  int
+		args []any
+	}{
+		"acquire":                   {srcAcquire, acq("h", 1, 1, ttl, 0, 0, 0, "", "")},
+		"acquire other":             {srcAcquire, acq("o", 1, 1, ttl, 0, 0, 0, "", "")},
+		"acquire, value":            {srcAcquire, acq("h", 1, 1, ttl, 0, 0, 0, "", "v\n q\x00é")},
+		"acquire above":             {srcAcquire, acq("h", 1, 1, ttl, nowUs+1e9, 0, 0, "", "")},
+		"acquire above 7":           {srcAcquire, acq("h", 1, 1, ttl, 7, 0, 0, "", "")},
+		"acquire over a floor":      {srcAcquire, acq("h", 1, 1, ttl, 0, 0, nowUs+2e9, "", "")},
+		"acquire above, floor":      {srcAcquire, acq("h", 1, 1, ttl, nowUs+3e9, 0, nowUs+2e9, "", "")},
+		"acquire 1 of 2":            {srcAcquire, acq("h", 1, 2, ttl, 0, 0, 0, "", "")},
+		"acquire 2 of 3":            {srcAcquire, acq("h", 2, 3, ttl, 0, 0, 0, "", "")},
+		"acquire 2 of 1":            {srcAcquire, acq("h", 2, 1, ttl, 0, 0, 0, "", "")},
+		"acquire, try":              {srcAcquire, acq("h", 1, 1, ttl, 0, 0, 0, "t1", "")},
+		"acquire, wait":             {srcAcquire, acq("h", 1, 1, ttl, 0, 60000, 0, "t2", "")},
+		"acquire for 2^50 ms":       {srcAcquire, acq("h", 1, 1, 1<<50, 0, 0, 0, "", "")},
+		"acquire for 1 ms":          {srcAcquire, acq("h", 1, 1, 1, 0, 0, 0, "", "")},
+		"release":                   {srcRelease, []any{"h", 0}},
+		"release at its fence":      {srcRelease, []any{"h", 7}},
+		"release at another fence":  {srcRelease, []any{"h", 8}},
+		"release of another holder": {srcRelease, []any{"o", 0}},
+		"release, unknown holder":   {srcRelease, []any{"z", 0}},
+	}
+	srcs := map[int][2]string{
+		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
+		srcRelease: {rediscore.Sources[srcRelease], generalSource(t, srcRelease)},
+	}
+	for server, real := range map[string]bool{"miniredis": false, "redis-server": true} {
+		t.Run(server, func(t *testing.T) {
+			fast, general := newTwin(t, real), newTwin(t, real)
+			for _, sn := range slices.Sorted(maps.Keys(states)) {
+				for _, cn := range slices.Sorted(maps.Keys(calls)) {
+					st, c := states[sn], calls[cn]
+					got := fast.run(t, now, "k", st, srcs[c.src][0], slices.Clone(c.args))
+					want := general.run(t, now, "k", st, srcs[c.src][1], slices.Clone(c.args))
+					if got != want {
+						t.Errorf("%s on %s: with the fast path\n%s\nwithout\n%s", cn, sn, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestReleaseReportsAForeignEntry_review16g: a lease hash that holds an entry starting with ':'
+// that is not a lease of ours is someone else's: a release there fails with WRONGTYPE and
+// leaves the hash as it was, as every other call does, even when the holder's own lease in it
+// is there to release.
+func TestReleaseReportsAForeignEntry_review16g(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
+			ctx := context.Background()
+			got := mustAcquire(t, s, core.AcquireRequest{Key: "shared", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}, true)
+			if err := c.HSet(ctx, rediscore.Keys("shared")[0], ":theirs", "not a lease").Err(); err != nil {
+				t.Fatal(err)
+			}
+			ok, err := s.Release(ctx, core.ReleaseRequest{Key: "shared", Holder: "h", Fence: got.Fence})
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("Release on a hash with someone else's entry = %v, %v; want a WRONGTYPE error", ok, err)
+			}
+			if h := holdersOf(t, c, "shared"); h["h"] == "" || h["theirs"] != "not a lease" {
+				t.Errorf("after the refused release the hash holds %q; want it untouched", h)
+			}
+		})
+	}
+}
+
+// TestReleaseDeletesExpiredLeases_review16g: a release writes, and the call that writes deletes
+// the expired leases it finds (common.lua's header): a semaphore's holder that releases while
+// another's lease has expired leaves the hash with no lease at all.
+func TestReleaseDeletesExpiredLeases_review16g(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
+			mustAcquire(t, s, core.AcquireRequest{Key: "sem", Holder: "gone", Permits: 1, Limit: 2, TTL: 20 * time.Millisecond}, true)
+			here := mustAcquire(t, s, core.AcquireRequest{Key: "sem", Holder: "here", Permits: 1, Limit: 2, TTL: time.Minute}, true)
+			expired(t, s, "sem", "gone")
+			ok, err := s.Release(context.Background(), core.ReleaseRequest{Key: "sem", Holder: "here", Fence: here.Fence})
+			if !ok || err != nil {
+				t.Fatalf("Release = %v, %v", ok, err)
+			}
+			if h := holdersOf(t, c, "sem"); len(h) != 0 {
+				t.Errorf("after the release the hash holds %q; want the expired lease deleted too", h)
+			}
+		})
+	}
+}
