@@ -12,6 +12,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
@@ -336,4 +337,80 @@ func TestReleaseDeletesExpiredLeases_review16g(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFastPathsMatchOnDrawnStates_review16g: as TestFastPathsDoWhatTheGeneralPathsDo_review16g,
+// on states rapid draws: counters a ms either side of now (or absent, or the hash's expiry at
+// the edge of the call's need), leases of the caller and of others expired at, before or after
+// now, untaken or with values, a live line, and acquires and releases of any of those holders.
+func TestFastPathsMatchOnDrawnStates_review16g(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 999999000, time.UTC)
+	nowMs := now.UnixMilli()
+	s := func(x int64) string { return strconv.FormatInt(x, 10) }
+	srcs := map[int][2]string{
+		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
+		srcRelease: {rediscore.Sources[srcRelease], generalSource(t, srcRelease)},
+	}
+	fast, general := newTwin(t, true), newTwin(t, true)
+	rapid.Check(t, func(rt *rapid.T) {
+		ttl := rapid.SampledFrom([]int64{1, 60000, 1 << 50}).Draw(rt, "ttl")
+		near := func(label string, base int64) string {
+			return s(base + rapid.Int64Range(-1, 1).Draw(rt, label))
+		}
+		st := fastState{hash: map[string]string{}}
+		for _, c := range []string{"fence", "limit", "seq", "watch", "line", "left", "keep"} {
+			switch rapid.IntRange(0, 2).Draw(rt, c+" kind") {
+			case 0: // absent
+			case 1:
+				switch c {
+				case "keep":
+					st.hash[c] = near(c, nowMs+ttl+302400000)
+				case "fence":
+					st.hash[c] = near(c, now.UnixMicro())
+				case "limit", "seq":
+					st.hash[c] = s(rapid.Int64Range(0, 3).Draw(rt, c))
+				default:
+					st.hash[c] = near(c, nowMs)
+				}
+			case 2:
+				st.hash[c] = s(rapid.Int64Range(0, 1<<53-1).Draw(rt, c))
+			}
+		}
+		if line, _ := strconv.ParseInt(st.hash["line"], 10, 64); line > nowMs && rapid.Bool().Draw(rt, "place") {
+			st.queue = map[string]float64{"w": 1}
+			st.waiting = map[string]string{"w": "1 " + s(line) + " 2 60000 0 0 wchan"}
+		}
+		if left, _ := strconv.ParseInt(st.hash["left"], 10, 64); left > nowMs {
+			st.left = map[string]float64{"t": float64(left)}
+		}
+		for _, h := range []string{"h", "o", "p"} {
+			if rapid.Bool().Draw(rt, h+" holds") {
+				v := rapid.IntRange(1, 2).Draw(rt, h+" permits")
+				e := s(int64(v)) + " " + s(rapid.Int64Range(5, 9).Draw(rt, h+" fence")) + " " + near(h+" exp", nowMs)
+				e += rapid.SampledFrom([]string{"", " q", "\nv", " q\n q\n"}).Draw(rt, h+" tail")
+				st.hash[":"+h] = e
+			}
+		}
+		if len(st.hash) == 0 && rapid.Bool().Draw(rt, "no hash") {
+			st.hash = nil
+		}
+		holder := rapid.SampledFrom([]string{"h", "o", "z"}).Draw(rt, "holder")
+		var src int
+		var args []any
+		if rapid.Bool().Draw(rt, "release") {
+			src, args = srcRelease, []any{holder, rapid.Int64Range(0, 8).Draw(rt, "want")}
+		} else {
+			n := rapid.IntRange(1, 2).Draw(rt, "n")
+			src, args = srcAcquire, []any{holder, n, rapid.IntRange(1, 3).Draw(rt, "limit"), ttl,
+				rapid.SampledFrom([]int64{0, 7, now.UnixMicro() + 1}).Draw(rt, "min fence"),
+				rapid.SampledFrom([]int64{0, 60000}).Draw(rt, "wait"), "hchan",
+				rapid.SampledFrom([]int64{0, now.UnixMicro() + 2}).Draw(rt, "floor"), "0",
+				rapid.SampledFrom([]string{"", "t"}).Draw(rt, "try"), rapid.SampledFrom([]string{"", "v\n q"}).Draw(rt, "value")}
+		}
+		got := fast.run(t, now, "k", st, srcs[src][0], slices.Clone(args))
+		want := general.run(t, now, "k", st, srcs[src][1], slices.Clone(args))
+		if got != want {
+			rt.Fatalf("%q on %#v: with the fast path\n%s\nwithout\n%s", args, st, got, want)
+		}
+	})
 }
