@@ -29,7 +29,7 @@ if n <= limit then
       fast = false
     end
   end
-  if fast and until_ms >= now_ms + ttl + 302400000 then
+  if fast and lasts(until_ms, ttl) then
     local fence = math.max(last + 1, now_us, min_fence, tonumber(ARGV[8]) or 0)
     local ft, entry = int(fence), ''
     if value ~= '' then entry = '\n' .. value end

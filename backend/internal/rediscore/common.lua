@@ -121,12 +121,15 @@ local function setm(k, v, text)
   writes[k] = text or true
 end
 
--- keep makes the lease hash live at least life ms more: when it would expire within half a week
--- after that, it is set to expire a week after it.
+-- lasts says a lease hash that expires at until_ms (its keep) needs no new expiry to live life
+-- ms more: it outlives them by half a week (302400000 ms) at least.
+local function lasts(until_ms, life) return until_ms >= now_ms + life + 302400000 end
+
+-- keep makes the lease hash live at least life ms more: when it would not last (see lasts), it
+-- is set to expire a week after them.
 local function keep(life)
-  local week = 604800000
-  if meta.keep < now_ms + life + week / 2 then
-    setm('keep', now_ms + life + week)
+  if not lasts(meta.keep, life) then
+    setm('keep', now_ms + life + 604800000)
     expire = true
   end
 end
