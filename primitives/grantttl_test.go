@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
@@ -26,30 +27,44 @@ func (s shortGrant) Acquire(ctx context.Context, req core.AcquireRequest) (core.
 
 // TestGrantWithLessTTLShortensTheDeadline: a grant whose store says it has less than the
 // request's TTL left gets a deadline counted from that, not from the call, and is refreshed
-// before it; one with the full TTL (zero) keeps the deadline counted from the call.
+// before it; one with the full TTL (zero) keeps the deadline counted from the call. In a synctest
+// bubble, so that the refresh (due at once for the short grant) runs only when the test lets it.
 func TestGrantWithLessTTLShortensTheDeadline(t *testing.T) {
-	ttl := time.Minute
-	for _, left := range []time.Duration{10 * time.Second, 0} {
-		st := shortGrant{newRecorder(), left}
-		m, err := primitives.NewMutex(st, "short", primitives.WithTTL(ttl))
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		ttl := time.Minute
+		for _, left := range []time.Duration{10 * time.Second, 0} {
+			st := shortGrant{newRecorder(), left}
+			m, err := primitives.NewMutex(st, "short", primitives.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			called := time.Now()
+			l, err := m.Acquire(context.Background())
+			returned := time.Now()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ttl
+			if left > 0 {
+				want = left
+			}
+			if d := l.Deadline(); d.After(returned.Add(want)) || d.Before(called.Add(want-ttl/50-10*time.Millisecond)) {
+				t.Errorf("grant with TTL %v left: deadline %v after the call, want about %v", left, d.Sub(called), want)
+			}
+			synctest.Wait() // a refresh that is due runs now
+			refreshes := int64(0)
+			if left > 0 {
+				refreshes = 1 // due a third of the TTL after the grant began, which is past
+			}
+			if n := st.extends.Load(); n != refreshes {
+				t.Errorf("grant with TTL %v left: %d refreshes at once, want %d", left, n, refreshes)
+			}
+			if d := l.Deadline(); left > 0 && (d.After(time.Now().Add(ttl)) || d.Before(time.Now().Add(ttl-ttl/50-10*time.Millisecond))) {
+				t.Errorf("grant with TTL %v left: after its refresh, deadline %v from now, want about %v", left, time.Until(d), ttl)
+			}
+			l.Release(context.Background())
 		}
-		called := time.Now()
-		l, err := m.Acquire(context.Background())
-		returned := time.Now()
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := ttl
-		if left > 0 {
-			want = left
-		}
-		if d := l.Deadline(); d.After(returned.Add(want)) || d.Before(called.Add(want-ttl/50-10*time.Millisecond)) {
-			t.Errorf("grant with TTL %v left: deadline %v after the call, want about %v", left, d.Sub(called), want)
-		}
-		l.Release(context.Background())
-	}
+	})
 }
 
 // unsharedSeen is a Store that records each Acquire's Unshared.
