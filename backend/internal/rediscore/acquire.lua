@@ -28,6 +28,7 @@ if n <= limit then
     elseif f ~= 'limit' and f ~= 'seq' then
       fast = false
     end
+    if not fast then break end
   end
   if fast and lasts(until_ms, ttl) then
     local fence = math.max(last + 1, now_us, min_fence, tonumber(ARGV[8]) or 0)
@@ -42,7 +43,7 @@ if ARGV[10] ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, ARGV[10]
   -- Its caller gave up on this try before it arrived, and left: nothing to grant, no place.
   return {0, 0, 0}
 end
-local _, line_empty = serve()
+local _, line_empty = serve(1) -- a refused try reads only the head
 local me = ':' .. holder
 local cur = leases[me]
 if cur then

@@ -67,8 +67,8 @@ local function begin(keys, args)
   KEYS, ARGV = keys, args
   state, queue, waiting, left = keys[1], keys[2], keys[3], keys[4]
   local clock = redis.call('TIME')
-  now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  local s, us = tonumber(clock[1]), tonumber(clock[2])
+  now_ms, now_us = s * 1000 + math.floor(us / 1000), s * 1000000 + us
   leases, used, meta = nil, 0, nil
   writes, expire, tell = nil, false, false
 end
@@ -221,25 +221,27 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   if to.value ~= '' then
     rest = int(tonumber(listens) + 2) .. ' ' .. int(#to.value) .. ' ' .. to.value .. to.channel
   end
-  -- A place is kept only while its wait lasts: one whose wait ended (its waiter gone without a
-  -- leave, behind a head that serve stopped at) is dead, and the holder takes the last place.
-  local kept = line_live() and redis.call('ZSCORE', queue, holder)
-  if kept then
-    kept = (tonumber(string.match(redis.call('HGET', waiting, holder) or '', '^%d+ (%d+) ')) or 0) > now_ms
+  -- A new waiter takes the last place. A place is kept only while its wait lasts: one whose
+  -- wait ended (its waiter gone without a leave, behind a head that serve stopped at) is dead,
+  -- and the holder takes the last place.
+  local seq = meta.seq + 1
+  local new = redis.call('ZADD', queue, 'NX', seq, holder) == 1
+  if not new and (tonumber(string.match(redis.call('HGET', waiting, holder) or '', '^%d+ (%d+) ')) or 0) <= now_ms then
+    redis.call('ZADD', queue, seq, holder)
+    new = true
   end
+  if new then setm('seq', seq) end
   redis.call('HSET', waiting, holder, int(n) .. ' ' .. int(now_ms + wait_ms) .. ' ' .. int(limit) .. ' ' .. int(ttl) .. ' ' ..
     int(min_fence) .. ' ' .. rest)
-  if not kept then
-    setm('seq', meta.seq + 1)
-    redis.call('ZADD', queue, meta.seq, holder)
-  end
+  -- The line's keys must outlive this wait. When they would not, they get twice the wait, so
+  -- that the waiters after this one, who mostly wait as long, need not set their expiry again.
   if meta.line < now_ms + wait_ms then
-    redis.call('PEXPIRE', queue, wait_ms)
-    redis.call('PEXPIRE', waiting, wait_ms)
-    setm('line', now_ms + wait_ms)
+    redis.call('PEXPIRE', queue, 2 * wait_ms)
+    redis.call('PEXPIRE', waiting, 2 * wait_ms)
+    setm('line', now_ms + 2 * wait_ms)
   end
   -- The place counter and the line's hint outlive the places: a kept place's wait too.
-  keep(wait_ms)
+  keep(meta.line - now_ms)
 end
 
 -- grant gives holder a lease of n permits for ttl ms, with a fence above the key's last and at
@@ -277,15 +279,17 @@ end
 -- Store no longer listens (a PUBLISH that reaches nobody, where the count means something: the
 -- grant is undone and the next waiter served). Each grant is written (flush) and then published
 -- on the channel of the waiter's Store as "<length>:<holder><fence> ", and carries the value the
--- waiter asked with. It reads the line 64 places at a time and goes on until the line is empty or
--- its head waits, so a line of any length is served. It returns {holder, fence, ...} of the
--- grants made (nil when it did not read the line, which is then empty), and whether the line is
--- empty now.
-local function serve()
+-- waiter asked with. It reads the first places of the line (first of them: as many as the
+-- caller likely needs, since each place read costs the server), then 64 at a time, and goes on
+-- until the line is empty or its head waits, so a line of any length is served. It returns
+-- {holder, fence, ...} of the grants made (nil when it did not read the line, which is then
+-- empty), and whether the line is empty now.
+local function serve(first)
   if not line_live() then return nil, true end
-  local out, gone = {}, {}
+  local out, gone, batch = {}, {}, first
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 63)
+    local head = redis.call('ZRANGE', queue, 0, batch - 1)
+    batch = 64
     if #head == 0 then
       setm('line', 0, '0')
       return out, true

@@ -24,4 +24,4 @@ if l and l.q and l.fence > floor then
   drop(':' .. holder)
   changed()
 end
-return serve() or {}
+return serve(64) or {}

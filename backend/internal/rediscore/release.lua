@@ -22,6 +22,7 @@ for i = 1, #all, 2 do
       fast = false
     end
   end
+  if not fast then break end
 end
 if entry and fast then
   local n, fence, exp = string.match(entry, '^(%d+) (%d+) (%d+)')
@@ -35,7 +36,7 @@ local l = leases[me]
 if not l or (want ~= 0 and l.fence ~= want) then return {0} end
 drop(me)
 changed()
-local out = serve()
+local out = serve(2) -- a Mutex's release: the head it grants, and the next, who waits
 if not out then return {l.n} end
 table.insert(out, 1, l.n)
 return out
