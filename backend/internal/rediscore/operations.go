@@ -66,6 +66,12 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		call.listens = s.listens && t.gen != 0
 	}
 	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
+	if err == nil && ctx.Err() != nil {
+		// ctx ended before a driver that waits for the reply had it: the caller has gone, as
+		// when ctx ends first on a driver that returns then, and is answered alike, with what
+		// the try took given back below.
+		err = ctx.Err()
+	}
 	var res core.AcquireResult
 	var last uint64
 	if err == nil {
