@@ -20,9 +20,16 @@ type channel struct {
 	// the confirmation, so that a try can tell whether the subscription stayed up since.
 	gen    uint64
 	recent []recentGrant // grants of the last keepGrants for holders not enrolled here
+	// keptBy[h] is the number of h's grants in recent, so that a holder with none (nearly every
+	// one, when this Store's releases grant other Stores' waiters) is looked up, not searched for.
+	keptBy map[string]int
 	// floors[h] is, for a holder h not enrolled here, the fence up to which grants to h are
 	// stale: taken, found by a try, released, or made before h's latest refusal.
-	floors   map[string]floorAt
+	floors  map[string]floorAt
+	sweepAt int // floors swept of the old ones when they reach this many (see setFloor)
+	// scans counts the passes that read every floor or every kept grant: what the bookkeeping
+	// costs beyond O(1) a call (its tests check that it stays amortized O(1)).
+	scans    int
 	inflight map[string]int // holder → tries in flight
 	linger   *time.Timer    // set while the channel has no waiters
 }
@@ -49,7 +56,8 @@ func (c *channel) wakeAll() {
 func (s *subscriptions) channelLocked(name, key string) *channel {
 	c := s.channels[name]
 	if c == nil {
-		c = &channel{name: name, key: key, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{}, inflight: map[string]int{}}
+		c = &channel{name: name, key: key, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{}, inflight: map[string]int{},
+			keptBy: map[string]int{}}
 		s.channels[name] = c
 		c.linger = time.AfterFunc(linger, func() { s.expire(c) })
 	}

@@ -113,30 +113,41 @@ func (s *subscriptions) reclaim(c *channel, g grant) {
 	}
 }
 
-// setFloor records holder's floor, dropping its kept grants at or below it and any floors
-// older than keepGrants.
+// setFloor records holder's floor, dropping its kept grants at or below it and, once the
+// floors have doubled since they were last swept (64 at least), those older than keepGrants: a
+// sweep reads every floor, so sweeping at each call would cost each try on a busy key a pass
+// over every holder of the last keepGrants; this way a floor costs O(1) amortized, and the
+// floors are never more than twice those of the last keepGrants, or 64.
 func (c *channel) setFloor(holder string, fence uint64) {
 	now := time.Now()
-	if len(c.floors) >= 64 {
+	if len(c.floors) >= max(c.sweepAt, 64) {
 		for h, f := range c.floors {
 			if now.Sub(f.at) > keepGrants {
 				delete(c.floors, h)
 			}
 		}
+		c.scans++
+		c.sweepAt = 2 * len(c.floors)
 	}
 	c.floors[holder] = floorAt{fence, now}
 	c.forget(holder, fence, nil)
 }
 
 // forget drops the kept grants to holder with a fence up to atMost, calling took (if not nil)
-// with each, and stops their reclaim timers.
+// with each, and stops their reclaim timers. It costs a map lookup when holder has none kept,
+// and a pass over the grants kept when it has.
 func (c *channel) forget(holder string, atMost uint64, took func(fence uint64)) {
+	if c.keptBy[holder] == 0 {
+		return
+	}
+	c.scans++
 	kept := c.recent[:0]
 	for _, r := range c.recent {
 		if r.holder != holder || r.fence > atMost {
 			kept = append(kept, r)
 			continue
 		}
+		c.unkeep(holder)
 		if r.reclaim != nil {
 			r.reclaim.Stop()
 		}
@@ -152,7 +163,17 @@ func (c *channel) forget(holder string, atMost uint64, took func(fence uint64)) 
 func (c *channel) remember(g recentGrant) {
 	i := 0
 	for i < len(c.recent) && g.at.Sub(c.recent[i].at) > keepGrants {
+		c.unkeep(c.recent[i].holder)
 		i++
 	}
+	clear(c.recent[:i])
 	c.recent = append(c.recent[i:], g)
+	c.keptBy[g.holder]++
+}
+
+// unkeep counts one grant to holder out of recent.
+func (c *channel) unkeep(holder string) {
+	if c.keptBy[holder]--; c.keptBy[holder] <= 0 {
+		delete(c.keptBy, holder)
+	}
 }
