@@ -19,7 +19,7 @@ func newTestChannel() *channel {
 // read every floor of the last keepGrants, so each call on such a key cost a pass over
 // thousands of entries (2 µs and more a call, 100 µs at a few thousand handoffs a second). Now
 // the floors are swept when they have doubled since the last sweep, and are never more than
-// twice the live ones.
+// twice the live ones at the last sweep.
 func TestFloorsCostO1Amortized(t *testing.T) {
 	c := newTestChannel()
 	const n = 10000

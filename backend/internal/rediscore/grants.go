@@ -117,7 +117,10 @@ func (s *subscriptions) reclaim(c *channel, g grant) {
 // floors have doubled since they were last swept (64 at least), those older than keepGrants: a
 // sweep reads every floor, so sweeping at each call would cost each try on a busy key a pass
 // over every holder of the last keepGrants; this way a floor costs O(1) amortized, and the
-// floors are never more than twice those of the last keepGrants, or 64.
+// floors are at most twice those younger than keepGrants at the last sweep, or 64 (not twice
+// those of the last keepGrants: a burst's floors stay until the floors reach twice those kept at
+// its last sweep, or the channel expires, where a sweep at each call dropped them keepGrants
+// after the burst).
 func (c *channel) setFloor(holder string, fence uint64) {
 	now := time.Now()
 	if len(c.floors) >= max(c.sweepAt, 64) {
