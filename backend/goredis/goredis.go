@@ -95,8 +95,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 	case *redis.Ring:
 		if c != nil {
+			// A Ring leaves its timeouts as given, and its shards' clients take 0 for their
+			// defaults (5s to read; the read timeout to write), and a negative one for none.
 			o := c.Options()
-			d.honoursCtx, d.timesOut = o.ContextTimeoutEnabled, o.ReadTimeout > 0 && o.WriteTimeout > 0
+			d.honoursCtx, d.timesOut = o.ContextTimeoutEnabled, o.ReadTimeout >= 0 && o.WriteTimeout >= 0
 		}
 	}
 	switch client.(type) {

@@ -53,26 +53,41 @@ func TestCallRunsOnTheCallersGoroutineUnlessCtxNeedsAnother(t *testing.T) {
 	defer cancel()
 	deadline, cancel2 := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel2()
+	client := func(o redis.Options) func(addr string) redis.UniversalClient {
+		return func(addr string) redis.UniversalClient {
+			o.Addr = addr
+			return redis.NewClient(&o)
+		}
+	}
+	ring := func(o redis.RingOptions) func(addr string) redis.UniversalClient {
+		return func(addr string) redis.UniversalClient {
+			o.Addrs = map[string]string{"a": addr}
+			return redis.NewRing(&o)
+		}
+	}
 	cases := []struct {
 		name   string
-		opt    redis.Options
+		client func(addr string) redis.UniversalClient
 		ctx    context.Context
 		direct bool
 	}{
-		{"no Done, default timeouts", redis.Options{}, context.Background(), true},
-		{"cancelable, default timeouts", redis.Options{}, cancelable, true},
-		{"deadline, default timeouts", redis.Options{}, deadline, false},
-		{"deadline, ContextTimeoutEnabled", redis.Options{ContextTimeoutEnabled: true}, deadline, true},
-		{"cancelable, no read timeout", redis.Options{ReadTimeout: -1}, cancelable, false},
-		{"cancelable, no deadlines set", redis.Options{ReadTimeout: -2}, cancelable, false},
-		{"cancelable, no write timeout", redis.Options{WriteTimeout: -1}, cancelable, false},
-		{"no Done, no timeouts", redis.Options{ReadTimeout: -1, WriteTimeout: -1}, context.Background(), true},
+		{"no Done, default timeouts", client(redis.Options{}), context.Background(), true},
+		{"cancelable, default timeouts", client(redis.Options{}), cancelable, true},
+		{"deadline, default timeouts", client(redis.Options{}), deadline, false},
+		{"deadline, ContextTimeoutEnabled", client(redis.Options{ContextTimeoutEnabled: true}), deadline, true},
+		{"cancelable, no read timeout", client(redis.Options{ReadTimeout: -1}), cancelable, false},
+		{"cancelable, no deadlines set", client(redis.Options{ReadTimeout: -2}), cancelable, false},
+		{"cancelable, no write timeout", client(redis.Options{WriteTimeout: -1}), cancelable, false},
+		{"no Done, no timeouts", client(redis.Options{ReadTimeout: -1, WriteTimeout: -1}), context.Background(), true},
+		// A Ring passes its timeouts to its shards' clients, which take 0 for their defaults.
+		{"ring: cancelable, default timeouts", ring(redis.RingOptions{}), cancelable, true},
+		{"ring: deadline, default timeouts", ring(redis.RingOptions{}), deadline, false},
+		{"ring: cancelable, no read timeout", ring(redis.RingOptions{ReadTimeout: -1}), cancelable, false},
+		{"ring: cancelable, no write timeout", ring(redis.RingOptions{WriteTimeout: -2}), cancelable, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			opt := c.opt
-			opt.Addr = mr.Addr()
-			client := redis.NewClient(&opt)
+			client := c.client(mr.Addr())
 			defer client.Close()
 			hook := &stackHook{test: "TestCallRunsOnTheCallersGoroutineUnlessCtxNeedsAnother"}
 			client.AddHook(hook)
