@@ -16,7 +16,9 @@ package valkey
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -165,9 +167,30 @@ type driver struct {
 }
 
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
-// refuses functions uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT.
+// refuses functions uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT. valkey-go
+// dials a connection when a call first needs it, under that call's ctx, and hands the calls
+// waiting for the same connection that dial's error: another caller's short deadline can fail a
+// call whose own ctx is fine, before anything was sent. Such a call is made again, up to
+// unsentRetries times in all.
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
-	return d.fn.Run(ctx, d, s, c)
+	v, err := d.fn.Run(ctx, d, s, c)
+	for i := 1; i < unsentRetries && err != nil && ctx.Err() == nil && unsent(err); i++ {
+		v, err = d.fn.Run(ctx, d, s, c)
+	}
+	return v, err
+}
+
+// unsentRetries bounds the calls Run makes of one script call that failed unsent.
+const unsentRetries = 3
+
+// unsent reports whether err says the call never left the client: a failed dial, or a ctx error
+// that is not the call's own (another caller's, whose dial the call waited for).
+func unsent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // FCall implements rediscore.FunctionClient.
