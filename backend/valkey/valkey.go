@@ -174,10 +174,22 @@ type driver struct {
 // unsentRetries times in all.
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	v, err := d.fn.Run(ctx, d, s, c)
-	for i := 1; i < unsentRetries && err != nil && ctx.Err() == nil && unsent(err); i++ {
+	for i := 1; i < unsentRetries && err != nil && !ended(ctx) && unsent(err); i++ {
 		v, err = d.fn.Run(ctx, d, s, c)
 	}
 	return v, err
+}
+
+// ended reports whether ctx has ended, or its deadline has passed though its timer has not yet
+// set Err: valkey-go's syncDo cuts off the reply of a call that was sent when the call's own
+// deadline strikes the conn, and returns context.DeadlineExceeded, which may reach Run before
+// ctx.Err() does. That error is the call's own, and the script may have run.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // unsentRetries bounds the calls Run makes of one script call that failed unsent.

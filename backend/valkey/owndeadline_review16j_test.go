@@ -1,0 +1,85 @@
+package valkey_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/backend/valkey"
+	"github.com/leasehold/leasehold/core"
+)
+
+// lostReplyClient runs every command on the server, but while failNext is set it answers the next
+// script call (FCALL, EVALSHA, EVAL) with context.DeadlineExceeded after the server ran it: what
+// valkey-go's syncDo returns when the call's own deadline strikes the read of its reply
+// (pipe.go:1501-1502 converts the conn's timeout to context.DeadlineExceeded).
+type lostReplyClient struct {
+	vk.Client
+	failNext atomic.Bool
+	scripts  atomic.Int32
+}
+
+func (c *lostReplyClient) Do(ctx context.Context, cmd vk.Completed) vk.ValkeyResult {
+	switch strings.ToUpper(cmd.Commands()[0]) {
+	case "FCALL", "EVALSHA", "EVAL":
+		c.scripts.Add(1)
+		if c.failNext.CompareAndSwap(true, false) {
+			c.Client.Do(context.Background(), cmd) // it reached the server and ran
+			expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			defer cancel()
+			return c.Client.Do(expired, c.Client.B().Ping().Build()) // context.DeadlineExceeded
+		}
+		// A retry that reaches a live connection (the background writer of a pipelined one
+		// sends it whatever the ctx's deadline) runs.
+		return c.Client.Do(context.Background(), cmd)
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// lateCtx is a ctx whose deadline has passed but whose timer has not fired yet: Err is still nil.
+// context.WithDeadline sets Err from a time.AfterFunc goroutine, which can run after the
+// goroutine woken by the conn's deadline at the same instant has already seen its error.
+type lateCtx struct {
+	context.Context
+	dl time.Time
+}
+
+func (c lateCtx) Deadline() (time.Time, bool) { return c.dl, true }
+
+// TestOwnDeadlineAfterSendIsNotRetried: a script call whose reply its own deadline cut off may
+// have run; Run must not make it again even while ctx.Err() is still nil. Before the fix the
+// Release ran twice and reported a lease it had just released as not held.
+func TestOwnDeadlineAfterSendIsNotRetriedReview16j(t *testing.T) {
+	srv := redistest.StartServer(t)
+	real, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer real.Close()
+	c := &lostReplyClient{Client: real}
+	s, err := valkey.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	req := core.AcquireRequest{Key: "own-deadline", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
+	if res, err := s.Acquire(context.Background(), req); err != nil || !res.Granted {
+		t.Fatalf("Acquire: %+v, %v", res, err)
+	}
+	c.scripts.Store(0)
+	c.failNext.Store(true)
+	ctx := lateCtx{Context: context.Background(), dl: time.Now().Add(-time.Millisecond)}
+	held, err := s.Release(ctx, core.ReleaseRequest{Key: "own-deadline", Holder: "h"})
+	if n := c.scripts.Load(); n != 1 {
+		t.Errorf("Release sent its script %d times, want 1 (its own deadline ended the first)", n)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Release = %v, %v; want context.DeadlineExceeded", held, err)
+	}
+}
