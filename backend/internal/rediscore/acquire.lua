@@ -10,9 +10,10 @@
 -- last one), where a release may grant it the lease.
 local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local min_fence, wait_ms, value = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[11]
--- The uncontended path: a hash of counters alone (no lease, expired or not), none of them saying
--- that the line, a watch or a left try lives, and the hash's expiry far enough: the grant the
--- general path below would make, written with one HSET, without decoding the state.
+-- The uncontended path: a hash of counters alone, or none (no lease, expired or not), none of
+-- them saying that the line, a watch or a left try lives: the grant the general path below would
+-- make, written with one HSET, without decoding the state; a hash whose expiry is not far enough
+-- (a new key, or one idle for half a week) gets its keep in the HSET and a PEXPIRE, as keep does.
 if n <= limit then
   local last, until_ms, fast = 0, 0, true
   for i = 1, #all, 2 do
@@ -30,11 +31,18 @@ if n <= limit then
     end
     if not fast then break end
   end
-  if fast and lasts(until_ms, ttl) then
+  if fast then
     local fence = math.max(last + 1, now_us, min_fence, tonumber(ARGV[8]) or 0)
     local ft, entry = int(fence), ''
     if value ~= '' then entry = '\n' .. value end
-    redis.call('HSET', state, ':' .. holder, ARGV[2] .. ' ' .. ft .. ' ' .. int(now_ms + ttl) .. entry, 'fence', ft, 'limit', ARGV[3])
+    entry = ARGV[2] .. ' ' .. ft .. ' ' .. int(now_ms + ttl) .. entry
+    if lasts(until_ms, ttl) then
+      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', ARGV[3])
+    else
+      local life = ttl + 604800000
+      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', ARGV[3], 'keep', int(now_ms + life))
+      redis.call('PEXPIRE', state, life)
+    end
     return {1, fence}
   end
 end

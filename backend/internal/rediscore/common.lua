@@ -34,7 +34,8 @@
 --
 -- A call reads the lease hash once (load), works on what it read, and writes what it changed
 -- back in one HDEL and one HSET (flush), before any grant is published and at its end; the line's
--- keys it reads and writes as it goes. So a call when nobody waits is TIME, HGETALL and one write.
+-- keys it reads and writes as it goes. So a call when nobody waits is TIME, HGETALL and one write
+-- (and the hash's expiry, on a key new or idle for half a week).
 --
 -- The same source serves as a script (EVALSHA: this prelude, then the body as main, run by
 -- guarded) and as a Redis Functions library (loaded once per server: this prelude once, every

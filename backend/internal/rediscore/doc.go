@@ -18,8 +18,8 @@
 // of waiter → its request: the numbers, and the channel of its Store, after the value's length
 // and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
 // their reply came, for a minute) are read only while the lease hash says they live, so an
-// uncontended acquire is TIME, HGETALL and HSET inside its script, and a release TIME, HGETALL and
-// HDEL. K' is K with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
+// uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a key new or
+// idle for half a week), and a release TIME, HGETALL and HDEL. K' is K with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
 // the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed, which all share)
 // land in one Redis Cluster slot and one script can touch them all; the encoding keeps any user
 // key in one slot and distinct from every other. The lease hash outlives every lease, place and
