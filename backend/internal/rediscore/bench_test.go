@@ -36,24 +36,37 @@ func BenchmarkStorePair(b *testing.B) {
 }
 
 // BenchmarkMutexPair: one Mutex Acquire and Release on a free key, per driver, with the
-// primitives' defaults (a fresh holder id, a refreshed lease): two round trips.
+// primitives' defaults (a fresh holder id, a refreshed lease): two round trips; under
+// context.Background, and under a ctx that can be canceled but has no deadline (a request's,
+// say), which a driver may send otherwise (see goredis.New and valkey.New).
 func BenchmarkMutexPair(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for name, mk := range redisharness.Drivers {
-		b.Run(name, func(b *testing.B) {
-			m, _ := primitives.NewMutex(mk(b, srv.Addr), "mutex")
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				l, err := m.Acquire(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
+		for _, cancelable := range []bool{false, true} {
+			ctxName := "background"
+			if cancelable {
+				ctxName = "cancelable"
 			}
-		})
+			b.Run(name+"/"+ctxName, func(b *testing.B) {
+				m, _ := primitives.NewMutex(mk(b, srv.Addr), "mutex")
+				ctx := context.Background()
+				if cancelable {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					l, err := m.Acquire(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
