@@ -128,20 +128,22 @@ func BenchmarkHandoff(b *testing.B) {
 }
 
 // BenchmarkScriptCost: the server's own time per call (INFO commandstats usec_per_call of FCALL,
-// or of EVALSHA where the server refuses functions) of the acquire script granting a free key,
-// then of the release script ending that lease and finding nobody in line, on keys nobody
-// watches: the uncontended path's cost inside Redis, without the network. It reports keys used
-// before (the common case: the lease hash keeps the key's counters) and new keys (whose first
-// grant also sets the hash's expiry) apart.
+// or of EVALSHA where the server refuses functions), one call at a time on keys nobody watches:
+// the scripts' cost inside Redis, without the network. It reports, per operation, the acquire
+// script granting a free key used before (the common case: the lease hash keeps the key's
+// counters) and a new one; the extend of that lease; the release ending it and finding nobody in
+// line; and a handoff's two calls: the waiter's refused try, which takes a place in the line,
+// and the holder's release, which grants the lock to that waiter.
 func BenchmarkScriptCost(b *testing.B) {
 	srv := redistest.StartServer(b)
 	s := redisharness.GoRedis(b, srv.Addr)
 	ctx := context.Background()
-	req := func(i int) core.AcquireRequest {
-		return core.AcquireRequest{Key: fmt.Sprint("cost:", i), Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Value: "host-a pid 4242"}
+	key := func(i int) string { return fmt.Sprint("cost:", i) }
+	req := func(i int, holder string) core.AcquireRequest {
+		return core.AcquireRequest{Key: key(i), Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Value: "host-a pid 4242"}
 	}
-	s.Acquire(ctx, req(-1)) // load the scripts
-	s.Release(ctx, core.ReleaseRequest{Key: "cost:-1", Holder: "h"})
+	s.Acquire(ctx, req(-1, "h")) // load the scripts
+	s.Release(ctx, core.ReleaseRequest{Key: key(-1), Holder: "h"})
 	phase := func(op func(i int) error) float64 {
 		if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
 			b.Fatal(err)
@@ -153,25 +155,44 @@ func BenchmarkScriptCost(b *testing.B) {
 		}
 		return usecPerCall(b, srv.Addr, "cmdstat_fcall")
 	}
-	acquire := func(i int) error {
-		res, err := s.Acquire(ctx, req(i))
-		if err == nil && !res.Granted {
-			err = fmt.Errorf("key cost:%d refused", i)
+	acquire := func(holder string, granted bool) func(i int) error {
+		return func(i int) error {
+			res, err := s.Acquire(ctx, req(i, holder))
+			if err == nil && res.Granted != granted {
+				err = fmt.Errorf("key %s: %s's acquire granted %v, want %v", key(i), holder, res.Granted, granted)
+			}
+			return err
 		}
-		return err
 	}
-	release := func(i int) error {
-		_, err := s.Release(ctx, core.ReleaseRequest{Key: fmt.Sprint("cost:", i), Holder: "h"})
+	release := func(holder string) func(i int) error {
+		return func(i int) error {
+			held, err := s.Release(ctx, core.ReleaseRequest{Key: key(i), Holder: holder})
+			if err == nil && !held {
+				err = fmt.Errorf("key %s: %s held nothing to release", key(i), holder)
+			}
+			return err
+		}
+	}
+	extend := func(i int) error {
+		_, err := s.Extend(ctx, core.ExtendRequest{Key: key(i), Holder: "h", TTL: time.Minute})
 		return err
 	}
 	b.ResetTimer()
-	fresh := phase(acquire)
-	phase(release)
-	acq := phase(acquire)
-	rel := phase(release)
+	fresh := phase(acquire("h", true))
+	phase(release("h"))
+	acq := phase(acquire("h", true))
+	ext := phase(extend)
+	rel := phase(release("h"))
+	phase(acquire("h", true))
+	refused := phase(acquire("w", false))
+	granting := phase(release("h"))
+	phase(release("w")) // the line's grant made w the holder
 	b.ReportMetric(acq, "acquire-usec/call")
-	b.ReportMetric(rel, "release-usec/call")
 	b.ReportMetric(fresh, "new-key-acquire-usec/call")
+	b.ReportMetric(ext, "extend-usec/call")
+	b.ReportMetric(rel, "release-usec/call")
+	b.ReportMetric(refused, "refused-try-usec/call")
+	b.ReportMetric(granting, "granting-release-usec/call")
 }
 
 // usecPerCall returns the usec_per_call of the command stats line that starts with stat.
