@@ -185,8 +185,22 @@ func BenchmarkScriptCost(b *testing.B) {
 	rel := phase(release("h"))
 	phase(acquire("h", true))
 	refused := phase(acquire("w", false))
+	// Each waiter enrolls, as a waiting Mutex does: the release grants only to a waiter whose
+	// Store listens.
+	waiters := make([]core.Waiter, b.N)
+	for i := range b.N {
+		w, err := s.Register(ctx, req(i, "w"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		waiters[i] = w
+	}
 	granting := phase(release("h"))
-	phase(release("w")) // the line's grant made w the holder
+	phase(acquire("w", true)) // each waiter takes the line's grant
+	for _, w := range waiters {
+		w.Close()
+	}
+	phase(release("w"))
 	b.ReportMetric(acq, "acquire-usec/call")
 	b.ReportMetric(fresh, "new-key-acquire-usec/call")
 	b.ReportMetric(ext, "extend-usec/call")
