@@ -187,7 +187,7 @@ type driver struct {
 // waiting for the same connection that dial's error: another caller's short deadline can fail a
 // call whose own ctx is fine, before anything was sent. Such a call is made again, up to
 // unsentRetries times in all. A call whose ctx can be canceled but has no deadline is sent with a
-// deadline that never comes, and ends cancelGrace after ctx does (see New and farDeadline).
+// deadline that never comes, and ends defaultCancelGrace after ctx does (see New and farDeadline).
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	call := ctx
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
@@ -195,7 +195,10 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) 
 			return nil, err
 		}
 		graced, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		grace := time.Duration(cancelGrace.Load())
+		grace := defaultCancelGrace
+		if g := cancelGrace.Load(); g > 0 {
+			grace = time.Duration(g)
+		}
 		stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
 		defer func() {
 			stop()
@@ -214,7 +217,7 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) 
 // synchronously while its connection is idle (a call that can be canceled and has no deadline it
 // sends through the connection's background pipeline always), and in the background pipeline
 // otherwise, where the ctx's Done ends the wait. Run sends a call whose ctx can be canceled and
-// has no deadline under a farDeadline that ends cancelGrace after ctx does: its reply, which
+// has no deadline under a farDeadline that ends defaultCancelGrace after ctx does: its reply, which
 // reports what the server did, is waited for, but not forever. Sent without cancel
 // (context.WithoutCancel) instead, a call in the background pipeline whose ctx was canceled waited
 // for a server that no longer answers for as long as valkey-go's background PING let it: forever
@@ -227,12 +230,12 @@ var never = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func (farDeadline) Deadline() (time.Time, bool) { return never, true }
 
-// cancelGrace is how long after its ctx ends Run still waits for a call's reply (see farDeadline);
-// valkey-go's default ConnWriteTimeout, in ns. A variable for tests.
-var cancelGrace = func() (g atomic.Int64) {
-	g.Store(int64(10 * time.Second))
-	return
-}()
+// defaultCancelGrace is how long after its ctx ends Run still waits for a call's reply (see
+// farDeadline): valkey-go's default ConnWriteTimeout.
+const defaultCancelGrace = 10 * time.Second
+
+// cancelGrace, when positive, replaces defaultCancelGrace (in ns): for tests.
+var cancelGrace atomic.Int64
 
 // ended reports whether ctx has ended, or its deadline has passed though its timer has not yet
 // set Err: valkey-go's syncDo cuts off the reply of a call that was sent when the call's own
