@@ -21,6 +21,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
@@ -68,13 +69,16 @@ func WithPrefix(prefix string) Option {
 // valkey-go bounds a call by ctx's deadline, and by its ConnWriteTimeout (10 s by default); a
 // call whose ctx can be canceled but has no deadline it sends through its connection's
 // background pipeline, two goroutine hand-offs more, so that canceling ctx ends the wait. A
-// Store sends such a call as one without cancel instead, alone on its connection synchronously
-// as valkey-go does a call with a deadline, which spares an uncontended Mutex pair about a fifth
-// of its time: canceling ctx then ends the call when its reply comes, or when ConnWriteTimeout
-// ends it on a server that does not answer (never, if that is negative), and the call returns
-// what the reply says (the Store's Acquire reports ctx's error then, and gives back what the try
-// took). A ctx that has ended before the call is sent fails it, as valkey-go does. The waits
-// between calls (for a grant, a retry, a refresh) always end when ctx does.
+// Store sends such a call with a deadline that never comes instead, so that valkey-go sends it
+// as it does a call with a deadline, alone on its connection synchronously while nothing else
+// uses that connection, which spares an uncontended Mutex pair about a fifth of its time; and
+// canceling ctx ends the call when its reply comes, or when ConnWriteTimeout ends it on a server
+// that does not answer, and in any case (a connection that any overlap of two calls has switched
+// to valkey-go's background pipeline, where ConnWriteTimeout bounds no call when Dialer.KeepAlive
+// is negative; a dial) 10 s after ctx ended. The call returns what the reply says (the Store's
+// Acquire reports ctx's error then, and gives back what the try took). A ctx that has ended
+// before the call is sent fails it, as valkey-go does. The waits between calls (for a grant, a
+// retry, a refresh) always end when ctx does.
 func New(client vk.Client, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
@@ -182,14 +186,25 @@ type driver struct {
 // dials a connection when a call first needs it, under that call's ctx, and hands the calls
 // waiting for the same connection that dial's error: another caller's short deadline can fail a
 // call whose own ctx is fine, before anything was sent. Such a call is made again, up to
-// unsentRetries times in all. A call whose ctx has no deadline is sent without cancel (see New).
+// unsentRetries times in all. A call whose ctx can be canceled but has no deadline is sent with a
+// deadline that never comes, and ends defaultCancelGrace after ctx does (see New and farDeadline).
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	call := ctx
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		call = context.WithoutCancel(ctx)
+		graced, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		grace := defaultCancelGrace
+		if g := cancelGrace.Load(); g > 0 {
+			grace = time.Duration(g)
+		}
+		stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+		defer func() {
+			stop()
+			cancel()
+		}()
+		call = farDeadline{graced}
 	}
 	v, err := d.fn.Run(call, d, s, c)
 	for i := 1; i < unsentRetries && err != nil && !ended(ctx) && unsent(err); i++ {
@@ -197,6 +212,30 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) 
 	}
 	return v, err
 }
+
+// farDeadline is a ctx with a deadline that never comes. valkey-go sends a call with a deadline
+// synchronously while its connection is idle (a call that can be canceled and has no deadline it
+// sends through the connection's background pipeline always), and in the background pipeline
+// otherwise, where the ctx's Done ends the wait. Run sends a call whose ctx can be canceled and
+// has no deadline under a farDeadline that ends defaultCancelGrace after ctx does: its reply, which
+// reports what the server did, is waited for, but not forever. Sent without cancel
+// (context.WithoutCancel) instead, a call in the background pipeline whose ctx was canceled waited
+// for a server that no longer answers for as long as valkey-go's background PING let it: forever
+// with Dialer.KeepAlive < 0, where valkey-go neither pings nor sets a deadline on the connection.
+type farDeadline struct{ context.Context }
+
+// never is farDeadline's deadline: past any ConnWriteTimeout, which valkey-go applies instead on
+// a synchronous call (pipe.go syncDo), and far from the end of time.Time's range.
+var never = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (farDeadline) Deadline() (time.Time, bool) { return never, true }
+
+// defaultCancelGrace is how long after its ctx ends Run still waits for a call's reply (see
+// farDeadline): valkey-go's default ConnWriteTimeout.
+const defaultCancelGrace = 10 * time.Second
+
+// cancelGrace, when positive, replaces defaultCancelGrace (in ns): for tests.
+var cancelGrace atomic.Int64
 
 // ended reports whether ctx has ended, or its deadline has passed though its timer has not yet
 // set Err: valkey-go's syncDo cuts off the reply of a call that was sent when the call's own
