@@ -187,24 +187,16 @@ type driver struct {
 // waiting for the same connection that dial's error: another caller's short deadline can fail a
 // call whose own ctx is fine, before anything was sent. Such a call is made again, up to
 // unsentRetries times in all. A call whose ctx can be canceled but has no deadline is sent with a
-// deadline that never comes, and ends defaultCancelGrace after ctx does (see New and farDeadline).
+// deadline that never comes, and ends defaultCancelGrace after ctx does (see New and graceCtx).
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	call := ctx
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		graced, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		grace := defaultCancelGrace
-		if g := cancelGrace.Load(); g > 0 {
-			grace = time.Duration(g)
-		}
-		stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
-		defer func() {
-			stop()
-			cancel()
-		}()
-		call = farDeadline{graced}
+		g := &graceCtx{Context: ctx}
+		defer g.end()
+		call = g
 	}
 	v, err := d.fn.Run(call, d, s, c)
 	for i := 1; i < unsentRetries && err != nil && !ended(ctx) && unsent(err); i++ {
@@ -213,25 +205,104 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) 
 	return v, err
 }
 
-// farDeadline is a ctx with a deadline that never comes. valkey-go sends a call with a deadline
-// synchronously while its connection is idle (a call that can be canceled and has no deadline it
-// sends through the connection's background pipeline always), and in the background pipeline
-// otherwise, where the ctx's Done ends the wait. Run sends a call whose ctx can be canceled and
-// has no deadline under a farDeadline that ends defaultCancelGrace after ctx does: its reply, which
-// reports what the server did, is waited for, but not forever. Sent without cancel
-// (context.WithoutCancel) instead, a call in the background pipeline whose ctx was canceled waited
-// for a server that no longer answers for as long as valkey-go's background PING let it: forever
-// with Dialer.KeepAlive < 0, where valkey-go neither pings nor sets a deadline on the connection.
-type farDeadline struct{ context.Context }
+// graceCtx is the ctx Run sends a call under when the caller's ctx can be canceled but has no
+// deadline: one with a deadline that never comes, whose Done closes defaultCancelGrace after the
+// caller's ctx ends. valkey-go sends a call with a deadline synchronously while its connection is
+// idle, bounded by ConnWriteTimeout instead of the deadline (a call that can be canceled and has
+// no deadline it always sends through the connection's background pipeline, two goroutine
+// hand-offs more), and through the background pipeline otherwise, where Done ends the wait. So
+// the call's reply, which reports what the server did, is waited for after the caller's ctx ends,
+// but not forever: sent without cancel, a call in the background pipeline waited for a server
+// that no longer answers as long as valkey-go's background PING let it, forever with
+// Dialer.KeepAlive < 0, where valkey-go neither pings nor sets a deadline on the connection.
+//
+// Done's channel, and the watch of the caller's ctx behind it, are made only when asked for (the
+// synchronous path never asks), so the usual call costs one allocation. Value is the caller's.
+type graceCtx struct {
+	context.Context // the caller's
 
-// never is farDeadline's deadline: past any ConnWriteTimeout, which valkey-go applies instead on
+	mu     sync.Mutex
+	done   chan struct{} // made by Done
+	stop   func() bool   // ends the watch of the caller's ctx that Done set up
+	timer  *time.Timer   // closes done, from the end of the caller's ctx
+	closed bool          // done is closed
+	over   bool          // Run has returned: nothing more to start
+}
+
+// never is graceCtx's deadline: past any ConnWriteTimeout, which valkey-go applies instead on
 // a synchronous call (pipe.go syncDo), and far from the end of time.Time's range.
 var never = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func (farDeadline) Deadline() (time.Time, bool) { return never, true }
+// Deadline reports a deadline that never comes.
+func (g *graceCtx) Deadline() (time.Time, bool) { return never, true }
+
+// Done returns a channel closed the grace after the caller's ctx ends (never, if Run has
+// returned before it was asked for).
+func (g *graceCtx) Done() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.done == nil {
+		g.done = make(chan struct{})
+		if !g.over {
+			g.stop = context.AfterFunc(g.Context, g.ctxEnded)
+		}
+	}
+	return g.done
+}
+
+// ctxEnded starts the grace.
+func (g *graceCtx) ctxEnded() {
+	grace := defaultCancelGrace
+	if d := cancelGrace.Load(); d > 0 {
+		grace = time.Duration(d)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.over {
+		g.timer = time.AfterFunc(grace, g.expire)
+	}
+}
+
+// expire closes done.
+func (g *graceCtx) expire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed = true
+		close(g.done)
+	}
+}
+
+// Err is the caller's ctx's error once done is closed, and nil before.
+func (g *graceCtx) Err() error {
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	if !closed {
+		return nil
+	}
+	if err := g.Context.Err(); err != nil {
+		return err
+	}
+	return context.Canceled
+}
+
+// end stops the watch and the grace's timer: Run has returned.
+func (g *graceCtx) end() {
+	g.mu.Lock()
+	g.over = true
+	stop, timer := g.stop, g.timer
+	g.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+}
 
 // defaultCancelGrace is how long after its ctx ends Run still waits for a call's reply (see
-// farDeadline): valkey-go's default ConnWriteTimeout.
+// graceCtx): valkey-go's default ConnWriteTimeout.
 const defaultCancelGrace = 10 * time.Second
 
 // cancelGrace, when positive, replaces defaultCancelGrace (in ns): for tests.
