@@ -70,15 +70,17 @@ func WithPrefix(prefix string) Option {
 // call whose ctx can be canceled but has no deadline it sends through its connection's
 // background pipeline, two goroutine hand-offs more, so that canceling ctx ends the wait. A
 // Store sends such a call with a deadline that never comes instead, so that valkey-go sends it
-// as it does a call with a deadline, alone on its connection synchronously while nothing else
-// uses that connection, which spares an uncontended Mutex pair about a fifth of its time; and
-// canceling ctx ends the call when its reply comes, or when ConnWriteTimeout ends it on a server
-// that does not answer, and in any case (a connection that any overlap of two calls has switched
-// to valkey-go's background pipeline, where ConnWriteTimeout bounds no call when Dialer.KeepAlive
-// is negative; a dial) 10 s after ctx ended. The call returns what the reply says (the Store's
-// Acquire reports ctx's error then, and gives back what the try took). A ctx that has ended
-// before the call is sent fails it, as valkey-go does. The waits between calls (for a grant, a
-// retry, a refresh) always end when ctx does.
+// as it does a call with a deadline: alone on its connection, synchronously, while nothing else
+// uses that connection, which spares an uncontended Mutex pair about a fifth of its time. Once
+// ctx is canceled, such a call still waits for its reply, and returns what the reply says (the
+// Store's Acquire reports ctx's error then, and gives back what the try took); on a server that
+// does not answer it ends by ConnWriteTimeout when sent synchronously, and 10 s after ctx ended
+// when in the background pipeline (a connection that two overlapping calls have switched to it,
+// where ConnWriteTimeout bounds no call when Dialer.KeepAlive is negative) or in a dial. With
+// ConnWriteTimeout negative, a call sent synchronously waits for its reply however long it
+// takes, as one under context.Background does. A ctx that has ended before the call is sent
+// fails it, as valkey-go does. The waits between calls (for a grant, a retry, a refresh) always
+// end when ctx does.
 func New(client vk.Client, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
