@@ -38,7 +38,9 @@ func BenchmarkStorePair(b *testing.B) {
 // BenchmarkMutexPair: one Mutex Acquire and Release on a free key, per driver, with the
 // primitives' defaults (a fresh holder id, a refreshed lease): two round trips; under
 // context.Background, and under a ctx that can be canceled but has no deadline (a request's,
-// say), which a driver may send otherwise (see goredis.New and valkey.New).
+// say), which a driver may send otherwise (see goredis.New and valkey.New). It also reports the
+// client's CPU time per pair (this process's, user and system: the benchmark's goroutines and
+// the Go runtime, not redis-server), which moves less with the machine's load than the time.
 func BenchmarkMutexPair(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for name, mk := range redisharness.Drivers {
@@ -56,6 +58,7 @@ func BenchmarkMutexPair(b *testing.B) {
 					defer cancel()
 				}
 				b.ReportAllocs()
+				cpu0, cpuOK := processCPU()
 				for b.Loop() {
 					l, err := m.Acquire(ctx)
 					if err != nil {
@@ -64,6 +67,9 @@ func BenchmarkMutexPair(b *testing.B) {
 					if err := l.Release(ctx); err != nil {
 						b.Fatal(err)
 					}
+				}
+				if cpu1, ok := processCPU(); ok && cpuOK {
+					b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "client-cpu-us/op")
 				}
 			})
 		}
