@@ -76,7 +76,8 @@ func WithPrefix(prefix string) Option {
 // Store's Acquire reports ctx's error then, and gives back what the try took); on a server that
 // does not answer it ends by ConnWriteTimeout when sent synchronously, and 10 s after ctx ended
 // when in the background pipeline (a connection that two overlapping calls have switched to it,
-// where ConnWriteTimeout bounds no call when Dialer.KeepAlive is negative) or in a dial. With
+// where ConnWriteTimeout bounds no call when Dialer.KeepAlive is negative) or in a dial, or 10 s
+// after it got there if a synchronous call of the same operation kept it past ctx's end. With
 // ConnWriteTimeout negative, a call sent synchronously waits for its reply however long it
 // takes, as one under context.Background does. A ctx that has ended before the call is sent
 // fails it, as valkey-go does. The waits between calls (for a grant, a retry, a refresh) always
@@ -238,8 +239,10 @@ var never = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 // Deadline reports a deadline that never comes.
 func (g *graceCtx) Deadline() (time.Time, bool) { return never, true }
 
-// Done returns a channel closed the grace after the caller's ctx ends (never, if Run has
-// returned before it was asked for).
+// Done returns a channel closed the grace after the caller's ctx ends, or after Done is first
+// asked if that is later (the end of ctx is seen only from then on: a call that Run makes after
+// a synchronous one outlived ctx gets its whole grace); never, if Run has returned before it was
+// asked for. Until Done is asked, Err is nil whenever ctx ended: such a call is still sent.
 func (g *graceCtx) Done() <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
