@@ -205,6 +205,9 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) 
 	for i := 1; i < unsentRetries && err != nil && !ended(ctx) && unsent(err); i++ {
 		v, err = d.fn.Run(call, d, s, c)
 	}
+	if err != nil && dialFailed(err) && ended(ctx) {
+		return nil, fmt.Errorf("%w: %w", ctxErr(ctx), err)
+	}
 	return v, err
 }
 
@@ -325,17 +328,31 @@ func ended(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
+// ctxErr is ctx's error, or context.DeadlineExceeded when its deadline has passed though its
+// timer has not yet set Err.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
+// dialFailed reports whether err is a failed dial: nothing was sent. net's dial returns its
+// poller's "i/o timeout", which is not context.DeadlineExceeded, when the deadline it was given
+// (the call's own ctx's) strikes the connect before ctx's timer sets Err; Run reports such a
+// failure of a call whose ctx has ended as ctx's error, with the dial's.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 // unsentRetries bounds the calls Run makes of one script call that failed unsent.
 const unsentRetries = 3
 
 // unsent reports whether err says the call never left the client: a failed dial, or a ctx error
 // that is not the call's own (another caller's, whose dial the call waited for).
 func unsent(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	return dialFailed(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // FCall implements rediscore.FunctionClient.
