@@ -205,9 +205,6 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) 
 	for i := 1; i < unsentRetries && err != nil && !ended(ctx) && unsent(err); i++ {
 		v, err = d.fn.Run(call, d, s, c)
 	}
-	if err != nil && dialFailed(err) && ended(ctx) {
-		return nil, fmt.Errorf("%w: %w", ctxErr(ctx), err)
-	}
 	return v, err
 }
 
@@ -328,19 +325,7 @@ func ended(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
-// ctxErr is ctx's error, or context.DeadlineExceeded when its deadline has passed though its
-// timer has not yet set Err.
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return context.DeadlineExceeded
-}
-
-// dialFailed reports whether err is a failed dial: nothing was sent. net's dial returns its
-// poller's "i/o timeout", which is not context.DeadlineExceeded, when the deadline it was given
-// (the call's own ctx's) strikes the connect before ctx's timer sets Err; Run reports such a
-// failure of a call whose ctx has ended as ctx's error, with the dial's.
+// dialFailed reports whether err is a failed dial: nothing was sent.
 func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"

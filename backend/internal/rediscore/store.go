@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/leasehold/leasehold/core"
 )
@@ -142,9 +143,15 @@ func (s *Store) check(ctx context.Context) error {
 
 // clientError is err, from the client, as the Store reports it: ctx's error when ctx ended
 // (with the client's words after it when they say more), else the client's error after the
-// driver's name.
+// driver's name. ctx has ended too when its deadline has passed though its timer has not yet set
+// Err: the deadline that cut the call may reach the client first, as net's dial's "i/o timeout"
+// (which is not context.DeadlineExceeded) or a driver's own conversion.
 func (s *Store) clientError(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
 		if errors.Is(err, cerr) {
 			return cerr
 		}
