@@ -18,20 +18,8 @@ import (
 // it does, for good), and a key acquired through it.
 func backgroundStore(t *testing.T, addr string, opt vk.ClientOption) *valkey.Store {
 	t.Helper()
-	opt.InitAddress, opt.DisableCache, opt.PipelineMultiplex = []string{addr}, true, -1
-	c, err := vk.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := valkey.New(c)
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		c.Close()
-	})
+	opt.PipelineMultiplex = -1
+	c, s := clientAndStore(t, addr, opt)
 	req := core.AcquireRequest{Key: "bg", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
 	if _, err := s.Acquire(context.Background(), req); err != nil { // connection and library ready
 		t.Fatal(err)
@@ -148,20 +136,8 @@ func TestCanceledReleaseInBackgroundPipelineReportsWhatTheServerDidReview16k(t *
 func TestCancelableCallStaysSynchronousReview16k(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
-	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{proxy.Addr}, DisableCache: true, PipelineMultiplex: -1,
-		ConnWriteTimeout: 300 * time.Millisecond, Dialer: net.Dialer{KeepAlive: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := valkey.New(c)
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	defer func() {
-		s.Close()
-		c.Close()
-	}()
+	s := storeVia(t, proxy.Addr, vk.ClientOption{PipelineMultiplex: -1, ConnWriteTimeout: 300 * time.Millisecond,
+		Dialer: net.Dialer{KeepAlive: -1}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req := core.AcquireRequest{Key: "bg", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}

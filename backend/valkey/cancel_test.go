@@ -17,6 +17,14 @@ import (
 // storeVia returns a Store over a fresh valkey-go client of addr with opt's settings.
 func storeVia(t *testing.T, addr string, opt vk.ClientOption) *valkey.Store {
 	t.Helper()
+	_, s := clientAndStore(t, addr, opt)
+	return s
+}
+
+// clientAndStore returns a fresh valkey-go client of addr with opt's settings (without its
+// cache) and a Store over it, both closed when t ends.
+func clientAndStore(t *testing.T, addr string, opt vk.ClientOption) (vk.Client, *valkey.Store) {
+	t.Helper()
 	opt.InitAddress, opt.DisableCache = []string{addr}, true
 	c, err := vk.NewClient(opt)
 	if err != nil {
@@ -31,7 +39,7 @@ func storeVia(t *testing.T, addr string, opt vk.ClientOption) *valkey.Store {
 		s.Close()
 		c.Close()
 	})
-	return s
+	return c, s
 }
 
 // TestReleaseCanceledInFlightReportsWhatTheServerDid: a Release whose ctx (canceled, no
