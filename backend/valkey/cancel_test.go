@@ -25,21 +25,33 @@ func storeVia(t *testing.T, addr string, opt vk.ClientOption) *valkey.Store {
 // cache) and a Store over it, both closed when t ends.
 func clientAndStore(t *testing.T, addr string, opt vk.ClientOption) (vk.Client, *valkey.Store) {
 	t.Helper()
+	c := newClient(t, addr, opt)
+	return c, storeOver(t, c)
+}
+
+// newClient returns a fresh valkey-go client of addr with opt's settings, without its cache,
+// closed when t ends.
+func newClient(t *testing.T, addr string, opt vk.ClientOption) vk.Client {
+	t.Helper()
 	opt.InitAddress, opt.DisableCache = []string{addr}, true
 	c, err := vk.NewClient(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// storeOver returns a Store over c, closed when t ends (before a client made earlier in t, as
+// cleanups run last first).
+func storeOver(t *testing.T, c vk.Client) *valkey.Store {
+	t.Helper()
 	s, err := valkey.New(c)
 	if err != nil {
-		c.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		s.Close()
-		c.Close()
-	})
-	return c, s
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // TestReleaseCanceledInFlightReportsWhatTheServerDid: a Release whose ctx (canceled, no

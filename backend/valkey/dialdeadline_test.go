@@ -12,7 +12,6 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasehold/leasehold/backend/redistest"
-	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -37,22 +36,14 @@ func (c failingClient) Do(ctx context.Context, cmd vk.Completed) vk.ValkeyResult
 // returned the bare dial error (TestBusyKeyHandoffsReview16i failed on it in CI, one run).
 func TestDialCutByOwnDeadlineReportsTheDeadline(t *testing.T) {
 	srv := redistest.StartServer(t)
-	real, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer real.Close()
+	real := newClient(t, srv.Addr, vk.ClientOption{})
 	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
 	if errors.Is(dialErr, context.DeadlineExceeded) {
 		t.Fatal("the premise is gone: net's poller timeout now matches context.DeadlineExceeded")
 	}
-	s, err := valkey.New(failingClient{Client: real, err: dialErr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeOver(t, failingClient{Client: real, err: dialErr})
 	ctx := lateCtx{Context: context.Background(), dl: time.Now().Add(-time.Millisecond)}
-	_, err = s.Acquire(ctx, core.AcquireRequest{Key: "dial-deadline", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
+	_, err := s.Acquire(ctx, core.AcquireRequest{Key: "dial-deadline", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Acquire whose dial its own deadline cut = %v; want an error matching context.DeadlineExceeded", err)
 	}

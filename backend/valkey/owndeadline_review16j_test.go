@@ -11,7 +11,6 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasehold/leasehold/backend/redistest"
-	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -57,17 +56,8 @@ func (c lateCtx) Deadline() (time.Time, bool) { return c.dl, true }
 // Release ran twice and reported a lease it had just released as not held.
 func TestOwnDeadlineAfterSendIsNotRetriedReview16j(t *testing.T) {
 	srv := redistest.StartServer(t)
-	real, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer real.Close()
-	c := &lostReplyClient{Client: real}
-	s, err := valkey.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	c := &lostReplyClient{Client: newClient(t, srv.Addr, vk.ClientOption{})}
+	s := storeOver(t, c)
 	req := core.AcquireRequest{Key: "own-deadline", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
 	if res, err := s.Acquire(context.Background(), req); err != nil || !res.Granted {
 		t.Fatalf("Acquire: %+v, %v", res, err)

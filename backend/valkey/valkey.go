@@ -314,22 +314,10 @@ const defaultCancelGrace = 10 * time.Second
 var cancelGrace atomic.Int64
 
 // ended reports whether ctx has ended, or its deadline has passed though its timer has not yet
-// set Err: valkey-go's syncDo cuts off the reply of a call that was sent when the call's own
-// deadline strikes the conn, and returns context.DeadlineExceeded, which may reach Run before
-// ctx.Err() does. That error is the call's own, and the script may have run.
-func ended(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
-}
-
-// dialFailed reports whether err is a failed dial: nothing was sent.
-func dialFailed(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
+// set Err (rediscore.CtxErr): valkey-go's syncDo cuts off the reply of a call that was sent when
+// the call's own deadline strikes the conn, and returns context.DeadlineExceeded, which may reach
+// Run before ctx.Err() does. That error is the call's own, and the script may have run.
+func ended(ctx context.Context) bool { return rediscore.CtxErr(ctx) != nil }
 
 // unsentRetries bounds the calls Run makes of one script call that failed unsent.
 const unsentRetries = 3
@@ -337,7 +325,11 @@ const unsentRetries = 3
 // unsent reports whether err says the call never left the client: a failed dial, or a ctx error
 // that is not the call's own (another caller's, whose dial the call waited for).
 func unsent(err error) bool {
-	return dialFailed(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // FCall implements rediscore.FunctionClient.

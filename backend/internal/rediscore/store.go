@@ -141,17 +141,25 @@ func (s *Store) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// clientError is err, from the client, as the Store reports it: ctx's error when ctx ended
-// (with the client's words after it when they say more), else the client's error after the
-// driver's name. ctx has ended too when its deadline has passed though its timer has not yet set
-// Err: the deadline that cut the call may reach the client first, as net's dial's "i/o timeout"
-// (which is not context.DeadlineExceeded) or a driver's own conversion.
-func (s *Store) clientError(ctx context.Context, err error) error {
-	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
-		cerr = context.DeadlineExceeded
+// CtxErr is ctx's error, or context.DeadlineExceeded when its deadline has passed though its
+// timer has not yet set Err, or nil: the deadline that cut a call may reach the client before
+// ctx's timer does, as net's dial's "i/o timeout" (which is not context.DeadlineExceeded) or as a
+// client's own conversion of its connection's timeout.
+func CtxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	if cerr != nil {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// clientError is err, from the client, as the Store reports it: ctx's error (CtxErr) when ctx
+// ended, with the client's words after it when they say more, else the client's error after the
+// driver's name.
+func (s *Store) clientError(ctx context.Context, err error) error {
+	if cerr := CtxErr(ctx); cerr != nil {
 		if errors.Is(err, cerr) {
 			return cerr
 		}
