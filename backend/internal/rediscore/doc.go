@@ -19,7 +19,10 @@
 // and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
 // their reply came, for a minute) are read only while the lease hash says they live, so an
 // uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a key new or
-// idle for half a week), and a release TIME, HGETALL and HDEL. K' is K with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
+// idle for half a week), a release TIME, HGETALL and HDEL, and an extend TIME, HGETALL and HSET;
+// in the common case each writes straight from the HGETALL's reply, without decoding the rest of
+// the state (the fast paths: acquire.lua, release.lua and extend.lua say when they apply). K' is K
+// with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
 // the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed, which all share)
 // land in one Redis Cluster slot and one script can touch them all; the encoding keeps any user
 // key in one slot and distinct from every other. The lease hash outlives every lease, place and
@@ -85,21 +88,16 @@
 // message) on the key's changed channel, P{K'}:changed, to which the watching Store subscribes on
 // its one subscription connection, beside its waiters' channels; on a Cluster, plain pub/sub
 // reaches every node, so both Cluster modes hear it. They publish only while someone watches:
-// Watch writes into the holders hash, under the empty holder id (which no holder has), a deadline
-// in server time 30 s ahead, and the Store renews it every 10 s while it has watches on the key;
-// a script publishes only when that deadline has not passed.
+// Watch sets the lease hash's watch counter to a deadline in server time 30 s ahead (and keeps
+// the hash at least that long), the Store renews it every 10 s while it has watches on the key,
+// and a script publishes only when that deadline has not passed.
 //
-// Why there, and not always publishing, nor a flag in meta or a key of watchers: the uncontended
-// path stays as it was. A key nobody watches costs its scripts no PUBLISH, no extra key and no
-// extra command: every script that can change a lease reads holders anyway (release and extend its
-// holder's entry, now with HMGET of that entry and the empty id's; acquire and serve the whole
-// hash), so the check rides on a read already made. A flag in meta cost the release script one more
-// HGET, measurably (BenchmarkScriptCost, +10% of its server time on a slow machine). A deadline,
-// not a flag or a count, needs no cleanup: a Store that dies stops renewing it, and the key stops
-// publishing within 30 s. The entry reads as a lease of 0 permits to scripts older than values,
-// which count nothing for it (they do not publish, and their stretch may end it early: a watch
-// misses the changes an older client makes); the lease keys live at least as long as it, holders never shorter than
-// leases, so that no expired lease outlives its purge.
+// Why there, and not always publishing, nor a key of watchers: a key nobody watches costs its
+// scripts no PUBLISH, no extra key and no extra command, since every call reads the whole lease
+// hash anyway (one HGETALL), so the check rides on a read already made; the uncontended acquire
+// and release take their fast paths only while the deadline has passed, and extend, which tells
+// no watcher, takes its own whatever the deadline. A deadline, not a flag or a count, needs no
+// cleanup: a Store that dies stops renewing it, and the key stops publishing within 30 s.
 //
 // A watch is Reliable while its subscription is confirmed and the latest renewal succeeded;
 // every change of that sends a value on C, and a new Watch starts with one, since a change

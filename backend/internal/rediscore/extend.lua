@@ -1,8 +1,53 @@
 -- ARGV: holder, ttl_ms
 -- Extending a grant the line made takes it, as the holder's Acquire would.
 -- Returns {1, permits, fence, limit, value}, or {0} when the holder holds no unexpired lease.
-load(all)
 local me, ttl = ':' .. ARGV[1], tonumber(ARGV[2])
+-- The common path: the holder's lease is there and unexpired, every other lease is one of ours
+-- and unexpired, and every counter is one of ours: one HSET of the holder's entry (and the
+-- hash's keep and expiry, as keep does), without decoding the rest of the state. (An expired
+-- lease the general path deletes, and an entry not ours it reports, untouched; an extend
+-- tells no watcher and serves no line, so a live line or watch changes nothing here.)
+local entry, limit, until_ms, fast = nil, 0, 0, true
+for i = 1, #all, 2 do
+  local f = all[i]
+  if f == me then
+    entry = all[i + 1]
+  elseif string.byte(f) == 58 then -- another holder's lease
+    local exp = string.match(all[i + 1], '^%d+ %d+ (%d+)')
+    if not exp or tonumber(exp) <= now_ms then fast = false end
+  else -- a counter, or someone else's entry
+    local x = counter(all[i + 1])
+    if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == 'keep' or f == 'left' or
+      f == 'line' or f == 'watch') then
+      fast = false
+    elseif f == 'limit' then
+      limit = x
+    elseif f == 'keep' then
+      until_ms = x
+    end
+  end
+  if not fast then break end
+end
+if entry and fast then
+  -- The entry is written back as the general path's encode would: permits and fence as they
+  -- are when they are whole decimals it would print the same (no leading zero, below 2^53).
+  local nt, ft, exp, _, value = string.match(entry, '^(%d+) (%d+) (%d+)( ?q?)\n?(.*)$')
+  local n, fence = tonumber(nt), tonumber(ft)
+  if n and fence and tonumber(exp) > now_ms and string.byte(nt) ~= 48 and string.byte(ft) ~= 48 and
+    n < 9007199254740992 and fence < 9007199254740992 then
+    local e = nt .. ' ' .. ft .. ' ' .. int(now_ms + ttl)
+    if value ~= '' then e = e .. '\n' .. value end
+    if lasts(until_ms, ttl) then
+      redis.call('HSET', state, me, e)
+    else
+      local life = ttl + 604800000
+      redis.call('HSET', state, me, e, 'keep', int(now_ms + life))
+      redis.call('PEXPIRE', state, life)
+    end
+    return {1, n, fence, limit, value}
+  end
+end
+load(all)
 local l = leases[me]
 if not l then return {0} end
 -- A grant from the line, extended (adopted), is taken: no leave gives it back.

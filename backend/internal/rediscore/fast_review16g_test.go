@@ -24,11 +24,12 @@ import (
 // for every prepared state of a key, the same call made by the script as it is and by the
 // script with its fast path switched off must leave the same keys, expiries, messages and reply.
 
-// generalSource returns Sources[i] with the fast path of acquire or release made ineligible:
+// generalSource returns Sources[i] with the fast path of acquire, extend or release made ineligible:
 // the rest of the script, the general path, is what the call then runs.
 func generalSource(t *testing.T, i int) string {
 	t.Helper()
-	cut := map[int]string{srcAcquire: "if n <= limit then\n", srcRelease: "if entry and fast then\n"}[i]
+	cut := map[int]string{srcAcquire: "if n <= limit then\n", srcExtend: "if entry and fast then\n",
+		srcRelease: "if entry and fast then\n"}[i]
 	src := rediscore.Sources[i]
 	if strings.Count(src, cut) != 1 {
 		t.Fatalf("script %d: the fast path's test %q is not there once", i, cut)
@@ -85,7 +86,19 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 	b.WriteString("reply " + reply + "\n")
 	for _, k := range rediscore.Keys(key) {
 		typ := tw.c.Type(ctx, k).Val()
-		fmt.Fprintf(&b, "%s %s pttl %v\n", k, typ, tw.c.PTTL(ctx, k).Val().Round(time.Second))
+		// The server counts an expiry down on its own clock, not the test's, from the call to
+		// this read, which a loaded machine may hold up by a second in one twin and not the
+		// other: printed to 10 s, the expiries the calls set here (a whole number of seconds,
+		// one ms more, or 2^50 ms and a week, 2.6 s past a multiple of 10 s) read the same
+		// across stalls up to 5 s. (Read as ms: 2^50 ms overflows a time.Duration.)
+		pttl, err := tw.c.Do(ctx, "pttl", k).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pttl >= 0 { // else -1 (no expiry) or -2 (no key), as they are
+			pttl = (pttl + 5000) / 10000 * 10000
+		}
+		fmt.Fprintf(&b, "%s %s pttl %dms\n", k, typ, pttl)
 		switch typ {
 		case "hash":
 			m := tw.c.HGetAll(ctx, k).Val()
@@ -152,7 +165,7 @@ func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src s
 }
 
 // TestFastPathsDoWhatTheGeneralPathsDo_review16g: on two miniredis servers at the same clock,
-// the same acquire or release, by the script and by the script without its fast path, for
+// the same acquire, extend or release, by the script and by the script without its fast path, for
 // states of counters alone (at their edges, foreign ones, at now and a ms after), leases of
 // the holder and of others (expired, untaken, with values, foreign), a live line, watch and
 // left, and calls with values, fences asked above (AcquireAbove, a floor), semaphores, tries,
@@ -219,6 +232,22 @@ func TestFastPathsDoWhatTheGeneralPathsDo_review16g(t *testing.T) {
 		"self and expired other":   counters(map[string]string{":h": lease(1, 7, live, ""), ":o": lease(1, 6, dead, ""), "limit": "2"}),
 		"self and foreign lease":   counters(map[string]string{":h": lease(1, 7, live, ""), ":x": "garbage"}),
 		"self and numeric lease":   counters(map[string]string{":h": lease(1, 7, live, ""), ":x": "5"}),
+		"self, fence 0":            counters(map[string]string{":h": lease(1, 0, live, "")}),
+		"self, fence 07":           counters(map[string]string{":h": "1 07 " + s(live)}),
+		"self, permits 01":         counters(map[string]string{":h": "01 7 " + s(live)}),
+		"self, permits 0":          counters(map[string]string{":h": "0 7 " + s(live)}),
+		"self, fence 2^53-1":       counters(map[string]string{":h": lease(1, 1<<53-1, live, "")}),
+		"self, fence 2^53":         counters(map[string]string{":h": lease(1, 1<<53, live, "")}),
+		"self, fence of 20 digits": counters(map[string]string{":h": "1 12345678901234567890 " + s(live)}),
+		"self, space tail":         counters(map[string]string{":h": lease(1, 7, live, " \nv")}),
+		"self, q tail":             counters(map[string]string{":h": lease(1, 7, live, "q")}),
+		"self, expiry 0":           counters(map[string]string{":h": lease(1, 7, 0, "")}),
+		"self, expiry a ms on":     counters(map[string]string{":h": lease(1, 7, nowMs+1, "")}),
+		"self, keep a ms short":    counters(map[string]string{":h": lease(1, 7, live, ""), "keep": s(nowMs + ttl + halfWeek - 1)}),
+		"self, keep at the edge":   counters(map[string]string{":h": lease(1, 7, live, ""), "keep": s(nowMs + ttl + halfWeek)}),
+		"self, no keep":            counters(map[string]string{":h": lease(1, 7, live, ""), "keep": ""}),
+		"self, no limit":           counters(map[string]string{":h": lease(1, 7, live, ""), "limit": ""}),
+		"self alone":               {hash: map[string]string{":h": lease(1, 7, live, "")}},
 		"self, line live":          liveLine(counters(map[string]string{":h": lease(1, 7, live, "")})),
 		"self, line at now":        counters(map[string]string{":h": lease(1, 7, live, ""), "line": s(nowMs)}),
 		"self, watch live":         counters(map[string]string{":h": lease(1, 7, live, ""), "watch": s(nowMs + 1)}),
@@ -270,9 +299,15 @@ func TestFastPathsDoWhatTheGeneralPathsDo_review16g(t *testing.T) {
 		"release at another fence":  {srcRelease, []any{"h", 8}},
 		"release of another holder": {srcRelease, []any{"o", 0}},
 		"release, unknown holder":   {srcRelease, []any{"z", 0}},
+		"extend":                    {srcExtend, []any{"h", ttl}},
+		"extend for 1 ms":           {srcExtend, []any{"h", 1}},
+		"extend for 2^50 ms":        {srcExtend, []any{"h", int64(1) << 50}},
+		"extend another holder":     {srcExtend, []any{"o", ttl}},
+		"extend, unknown holder":    {srcExtend, []any{"z", ttl}},
 	}
 	srcs := map[int][2]string{
 		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
+		srcExtend:  {rediscore.Sources[srcExtend], generalSource(t, srcExtend)},
 		srcRelease: {rediscore.Sources[srcRelease], generalSource(t, srcRelease)},
 	}
 	for server, real := range map[string]bool{"miniredis": false, "redis-server": true} {
@@ -342,13 +377,14 @@ func TestReleaseDeletesExpiredLeases_review16g(t *testing.T) {
 // TestFastPathsMatchOnDrawnStates_review16g: as TestFastPathsDoWhatTheGeneralPathsDo_review16g,
 // on states rapid draws: counters a ms either side of now (or absent, or the hash's expiry at
 // the edge of the call's need), leases of the caller and of others expired at, before or after
-// now, untaken or with values, a live line, and acquires and releases of any of those holders.
+// now, untaken or with values, a live line, and acquires, extends and releases of any of those holders.
 func TestFastPathsMatchOnDrawnStates_review16g(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 999999000, time.UTC)
 	nowMs := now.UnixMilli()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }
 	srcs := map[int][2]string{
 		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
+		srcExtend:  {rediscore.Sources[srcExtend], generalSource(t, srcExtend)},
 		srcRelease: {rediscore.Sources[srcRelease], generalSource(t, srcRelease)},
 	}
 	fast, general := newTwin(t, true), newTwin(t, true)
@@ -397,9 +433,12 @@ func TestFastPathsMatchOnDrawnStates_review16g(t *testing.T) {
 		holder := rapid.SampledFrom([]string{"h", "o", "z"}).Draw(rt, "holder")
 		var src int
 		var args []any
-		if rapid.Bool().Draw(rt, "release") {
+		switch rapid.IntRange(0, 2).Draw(rt, "call") {
+		case 0:
 			src, args = srcRelease, []any{holder, rapid.Int64Range(0, 8).Draw(rt, "want")}
-		} else {
+		case 1:
+			src, args = srcExtend, []any{holder, ttl}
+		default:
 			n := rapid.IntRange(1, 2).Draw(rt, "n")
 			src, args = srcAcquire, []any{holder, n, rapid.IntRange(1, 3).Draw(rt, "limit"), ttl,
 				rapid.SampledFrom([]int64{0, 7, now.UnixMicro() + 1}).Draw(rt, "min fence"),

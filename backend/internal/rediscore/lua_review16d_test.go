@@ -23,6 +23,7 @@ import (
 // Indexes of rediscore.Sources, for the tests that call a script with exact ARGV.
 const (
 	srcAcquire = 0
+	srcExtend  = 1
 	srcRelease = 2
 	srcInspect = 3
 	srcLeave   = 4
