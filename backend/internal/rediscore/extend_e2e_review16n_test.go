@@ -1,0 +1,265 @@
+package rediscore_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// End-to-end review of extend's fast path (review16n, 80de615), through both drivers: leases
+// that primitives refresh (their timer extends them) beside a line, a live watch and another
+// holder's lease that expires; an untaken line grant adopted through another Store; the limit
+// Extend reports; the hash's expiry an extend longer than the key's keep sets.
+
+// otherDriver is a driver other than name's, so that two Stores of a test speak through both.
+func otherDriver(name string) redisharness.Driver {
+	for n, d := range redisharness.Drivers {
+		if n != name {
+			return d
+		}
+	}
+	return redisharness.Drivers[name]
+}
+
+// TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch_review16n: a semaphore of 2 permits held by
+// a (refreshed every 20 ms by its timer, so its extends take the fast path while the line and a
+// watch live, and the general path once b's lease has expired) and b (not refreshed: it
+// expires), and c waiting for both permits on a Store of the other driver. While a refreshes,
+// c stays out, before b expires and after; no refresh publishes on the key's changed channel
+// (the server ran no PUBLISH), so the live Watch hears nothing; a's lease is not lost; when a
+// releases, c is granted and the watch hears it.
+func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch_review16n(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			sa, sc, sw := mk(t, srv.Addr), otherDriver(name)(t, srv.Addr), mk(t, srv.Addr)
+			const key = "refreshed"
+			w := reliableWatch(t, sw, key)
+			var refreshes atomic.Int64
+			semA, err := primitives.NewSemaphore(sa, key, 2, primitives.WithTTL(time.Second),
+				primitives.WithRefreshInterval(20*time.Millisecond), primitives.WithEvents(func(e primitives.Event) {
+					if e.Kind == primitives.EventRefreshed {
+						refreshes.Add(1)
+					}
+				}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			semB, err := primitives.NewSemaphore(sa, key, 2, primitives.WithTTL(300*time.Millisecond), primitives.WithoutRefresh())
+			if err != nil {
+				t.Fatal(err)
+			}
+			semC, err := primitives.NewSemaphore(sc, key, 2, primitives.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			a, err := semA.Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := semB.Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan core.Lease, 1)
+			go func() {
+				l, err := semC.Acquire(ctx, 2)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 1 })
+			quiet(w) // the grants of a and b
+			published := publishes(t, srv.Addr)
+			out := func(when string) {
+				t.Helper()
+				select {
+				case l := <-got:
+					t.Fatalf("%s: c was granted %d permits (fence %d) while a holds one", when, l.Permits(), l.Fence())
+				default:
+				}
+			}
+			from := refreshes.Load()
+			pollUntil(t, func() bool { out("b live"); return refreshes.Load() >= from+5 })
+			expired(t, sa, key, b.Holder())
+			<-b.Done()
+			from = refreshes.Load()
+			pollUntil(t, func() bool { out("b expired"); return refreshes.Load() >= from+5 })
+			if err := a.Err(); err != nil {
+				t.Fatalf("a's lease, refreshed, is lost: %v", err)
+			}
+			if n := publishes(t, srv.Addr); n != published {
+				t.Errorf("the server ran %d PUBLISH during a's refreshes; want none (extend tells no watcher)", n-published)
+			}
+			select {
+			case <-w.C():
+				t.Error("the watch was told of a's refreshes")
+			default:
+			}
+			out("before the release")
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case l := <-got:
+				if l == nil || l.Permits() != 2 {
+					t.Fatalf("c got %v", l)
+				}
+				l.Release(ctx)
+			case <-time.After(10 * time.Second):
+				t.Fatal("c was not granted after a's release")
+			}
+			if !heard(w) {
+				t.Error("the watch did not hear the release and grant")
+			}
+		})
+	}
+}
+
+// TestAdoptTakesAnUntakenLineGrantAcrossStores_review16n: a line grant to b (with a value),
+// heard by b's Store but not taken, is adopted (Mutex.Adopt: an extend, on the fast path while
+// the line and a watch live) through a Store of the other driver: the adopted lease has the
+// grant's fence and value, its entry loses the untaken mark at once, and when b's waiter then
+// gives up, its leave (awaited by Inspect on b's Store) does not give the lease back: c, next in
+// line, is not granted until the adopter releases.
+func TestAdoptTakesAnUntakenLineGrantAcrossStores_review16n(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			sb, s2 := mk(t, srv.Addr), otherDriver(name)(t, srv.Addr)
+			c := raw(t, srv.Addr)
+			ctx := context.Background()
+			const key = "adopted"
+			reliableWatch(t, s2, key)
+			req := func(h, v string) core.AcquireRequest {
+				return core.AcquireRequest{Key: key, Holder: h, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Value: v}
+			}
+			a := mustAcquire(t, s2, req("a", ""), true)
+			mustAcquire(t, sb, req("b", "b's\n q"), false)
+			wb, err := sb.Register(ctx, req("b", "b's\n q"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wb.Close()
+			pollUntil(t, wb.Reliable)
+			drain(wb)
+			mustAcquire(t, s2, req("c", ""), false)
+			if ok, err := s2.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a", Fence: a.Fence}); !ok || err != nil {
+				t.Fatalf("release: %v, %v", ok, err)
+			}
+			select {
+			case <-wb.C():
+			case <-time.After(10 * time.Second):
+				t.Fatal("b's waiter was not woken by the grant")
+			}
+			h := holdersOf(t, c, key)
+			fence, _, _ := strings.Cut(strings.TrimPrefix(h["b"], "1 "), " ")
+			if want := "1 " + fence + " q\nb's\n q"; h["b"] != want {
+				t.Fatalf("b's grant reads %q; want %q (untaken, with its value)", h["b"], want)
+			}
+			m, err := primitives.NewMutex(s2, key, primitives.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			adopted, err := m.Adopt(ctx, "b")
+			if err != nil {
+				t.Fatalf("adopt: %v", err)
+			}
+			if strconv.FormatUint(adopted.Fence(), 10) != fence || adopted.Value() != "b's\n q" {
+				t.Errorf("adopted fence %d, value %q; want %s, %q", adopted.Fence(), adopted.Value(), fence, "b's\n q")
+			}
+			if h := holdersOf(t, c, key); h["b"] != "1 "+fence+"\nb's\n q" {
+				t.Errorf("after the adopt b's entry reads %q; want it taken (no ' q')", h["b"])
+			}
+			wb.Close()
+			snap, err := sb.Inspect(ctx, key) // after b's Store's leaves for the key
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "b" {
+				t.Fatalf("after b's waiter gave up the leases are %+v; want b's adopted lease alone", snap.Leases)
+			}
+			if len(snap.Waiters) != 1 || snap.Waiters[0].Holder != "c" {
+				t.Errorf("after b's waiter gave up the line is %+v; want c", snap.Waiters)
+			}
+			if err := adopted.Err(); err != nil {
+				t.Errorf("the adopted lease is lost: %v", err)
+			}
+			if err := adopted.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			snap, err = s2.Inspect(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "c" {
+				t.Errorf("after the adopter released the leases are %+v; want c's grant", snap.Leases)
+			}
+		})
+	}
+}
+
+// TestExtendReportsTheLatestLimit_review16n: a semaphore's Extend reports the limit of the key's
+// latest grant, on the fast path and on the general one (another lease expired beside it):
+// 3, then 5 after a grant of limit 5, then 4 after one of limit 4, and still 4 after that
+// lease's release; and an extend far past the hash's keep makes the hash outlive the lease by
+// half a week at least.
+func TestExtendReportsTheLatestLimit_review16n(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, other := mk(t, srv.Addr), otherDriver(name)(t, srv.Addr)
+			c := raw(t, srv.Addr)
+			ctx := context.Background()
+			const key = "limits"
+			acq := func(st core.Store, h string, limit int, ttl time.Duration) core.AcquireResult {
+				return mustAcquire(t, st, core.AcquireRequest{Key: key, Holder: h, Permits: 1, Limit: limit, TTL: ttl}, true)
+			}
+			extend := func(want int, ttl time.Duration) {
+				t.Helper()
+				res, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "a", TTL: ttl})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Limit != want || res.Permits != 1 {
+					t.Errorf("Extend reports limit %d, %d permits; want %d, 1", res.Limit, res.Permits, want)
+				}
+			}
+			acq(s, "a", 3, time.Minute)
+			extend(3, time.Minute)
+			acq(other, "b", 5, time.Minute)
+			extend(5, time.Minute)
+			acq(other, "gone", 4, 10*time.Millisecond)
+			expired(t, s, key, "gone")
+			extend(4, time.Minute) // the general path: it deletes gone's lease
+			if h := holdersOf(t, c, key); h["gone"] != "" {
+				t.Errorf("gone's expired lease is still there: %q", h)
+			}
+			acq(other, "d", 4, time.Minute)
+			if ok, err := other.Release(ctx, core.ReleaseRequest{Key: key, Holder: "d"}); !ok || err != nil {
+				t.Fatalf("release: %v, %v", ok, err)
+			}
+			extend(4, time.Minute)
+			// 30 days: past the keep a minute's lease gave the hash (a week and a minute).
+			extend(4, 30*24*time.Hour)
+			if got, min := pttl(t, c, key, 0), 30*24*time.Hour+week/2; got < min {
+				t.Errorf("after an extend of 30 days the lease hash expires in %v; want at least %v", got, min)
+			}
+			_, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "gone", TTL: time.Minute})
+			if !errors.Is(err, core.ErrLost) {
+				t.Errorf("Extend of an expired lease = %v; want ErrLost", err)
+			}
+		})
+	}
+}
