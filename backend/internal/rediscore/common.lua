@@ -26,16 +26,19 @@
 --                    gave up on it before its reply came, takes no place in the line: a leave
 --                    that overtook its try on another connection
 -- ARGV[#ARGV] is the key's changed channel in every script that can change leases.
--- Every number that goes into a stored string is written by int(), as a whole decimal number
--- (they all stay below 2^53). Lua's formatting, matching and tables cost the server about as
+-- Every number that goes into a stored string is a whole decimal number below 2^53, as int()
+-- writes it: written by int(), or copied as it is from an argument (strconv writes them alike)
+-- or from an entry that reads so. Lua's formatting, matching and tables cost the server about as
 -- much as a command each, so a call formats only the numbers it changed, writes only the
 -- counters it changed, and makes few tables.
 -- Time is the server's (TIME); a lease with expiry E is held while now < E.
 --
--- A call reads the lease hash once (load), works on what it read, and writes what it changed
--- back in one HDEL and one HSET (flush), before any grant is published and at its end; the line's
--- keys it reads and writes as it goes. So a call when nobody waits is TIME, HGETALL and one write
--- (and the hash's expiry, on a key new or idle for half a week).
+-- A call reads the lease hash once (one HGETALL, which guard hands to the body), works on what
+-- it read, and writes what it changed back in one HDEL and one HSET (flush), before any grant is
+-- published and at its end; the line's keys it reads and writes as it goes. So a call when
+-- nobody waits is TIME, HGETALL and one write (and the hash's expiry, on a key new or idle for
+-- half a week). In the common case acquire, extend and release write straight from the reply
+-- (their fast paths), and decode the state with load only when it rules that out.
 --
 -- The same source serves as a script (EVALSHA: this prelude, then the body as main, run by
 -- guarded) and as a Redis Functions library (loaded once per server: this prelude once, every
