@@ -125,6 +125,37 @@ local function setm(k, v, text)
   writes[k] = text or true
 end
 
+-- scan reads the lease hash as HGETALL returned it, all, for a fast path of the lease at entry
+-- me: it returns me's entry (nil when none) and whether the rest allows the fast path (every
+-- other lease well formed and unexpired, since the general path deletes an expired one and
+-- reports one not ours; every other entry a counter of ours; and, when quiet, no live line or
+-- watch), stopping at the first entry that rules it out; and, when it allows it, the counters
+-- limit and keep (0 when absent).
+local function scan(all, me, quiet)
+  local entry, limit, until_ms = nil, 0, 0
+  for i = 1, #all, 2 do
+    local f, v = all[i], all[i + 1]
+    if f == me then
+      entry = v
+    elseif string.byte(f) == 58 then -- another holder's lease
+      local exp = string.match(v, '^%d+ %d+ (%d+)')
+      if not exp or tonumber(exp) <= now_ms then return entry, false end
+    else
+      local x = counter(v)
+      if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == 'keep' or f == 'left' or
+        f == 'line' or f == 'watch') or (quiet and (f == 'line' or f == 'watch') and x > now_ms) then
+        return entry, false
+      end
+      if f == 'limit' then
+        limit = x
+      elseif f == 'keep' then
+        until_ms = x
+      end
+    end
+  end
+  return entry, true, limit, until_ms
+end
+
 -- lasts says a lease hash that expires at until_ms (its keep) needs no new expiry to live life
 -- ms more: it outlives them by half a week (302400000 ms) at least.
 local function lasts(until_ms, life) return until_ms >= now_ms + life + 302400000 end

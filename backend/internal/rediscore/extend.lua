@@ -7,27 +7,7 @@ local me, ttl = ':' .. ARGV[1], tonumber(ARGV[2])
 -- hash's keep and expiry, as keep does), without decoding the rest of the state. (An expired
 -- lease the general path deletes, and an entry not ours it reports, untouched; an extend
 -- tells no watcher and serves no line, so a live line or watch changes nothing here.)
-local entry, limit, until_ms, fast = nil, 0, 0, true
-for i = 1, #all, 2 do
-  local f = all[i]
-  if f == me then
-    entry = all[i + 1]
-  elseif string.byte(f) == 58 then -- another holder's lease
-    local exp = string.match(all[i + 1], '^%d+ %d+ (%d+)')
-    if not exp or tonumber(exp) <= now_ms then fast = false end
-  else -- a counter, or someone else's entry
-    local x = counter(all[i + 1])
-    if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == 'keep' or f == 'left' or
-      f == 'line' or f == 'watch') then
-      fast = false
-    elseif f == 'limit' then
-      limit = x
-    elseif f == 'keep' then
-      until_ms = x
-    end
-  end
-  if not fast then break end
-end
+local entry, fast, limit, until_ms = scan(all, me, false)
 if entry and fast then
   -- The entry is written back as the general path's encode would: permits and fence as they
   -- are when they are whole decimals it would print the same (no leading zero, below 2^53).

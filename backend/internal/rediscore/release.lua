@@ -7,23 +7,7 @@ local me, want = ':' .. ARGV[1], tonumber(ARGV[2])
 -- lease is one of ours and unexpired, and no counter says that the line or a watch lives: one
 -- HDEL, without decoding the rest of the state. (An expired lease the general path deletes, and
 -- an entry not ours it reports, untouched.)
-local entry, fast = nil, true
-for i = 1, #all, 2 do
-  local f = all[i]
-  if f == me then
-    entry = all[i + 1]
-  elseif string.byte(f) == 58 then -- another holder's lease
-    local exp = string.match(all[i + 1], '^%d+ %d+ (%d+)')
-    if not exp or tonumber(exp) <= now_ms then fast = false end
-  else -- a counter, or someone else's entry
-    local x = counter(all[i + 1])
-    if not x or ((f == 'line' or f == 'watch') and x > now_ms) or not (f == 'fence' or f == 'limit' or f == 'seq' or
-      f == 'keep' or f == 'left' or f == 'line' or f == 'watch') then
-      fast = false
-    end
-  end
-  if not fast then break end
-end
+local entry, fast = scan(all, me, true)
 if entry and fast then
   local n, fence, exp = string.match(entry, '^(%d+) (%d+) (%d+)')
   if n and tonumber(exp) > now_ms and (want == 0 or tonumber(fence) == want) then
