@@ -35,8 +35,9 @@ type state16n struct {
 	setup func(ctx context.Context, p redis.Pipeliner, ks []string)
 }
 
-// run16n is twin.run for a state16n: tw at now, key in state st, src run with args exactly (an
-// extend's ARGV is holder and ttl: no changed channel).
+// run16n sets tw's clock to now and key's state to st (the hash's entries in sorted order, then
+// setup), runs src with args exactly (an extend's ARGV is holder and ttl: no changed channel)
+// and returns the snapshot.
 func (tw *twin) run16n(t *testing.T, now time.Time, key string, st state16n, src string, args []any) string {
 	t.Helper()
 	ctx := context.Background()

@@ -128,40 +128,22 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 	return b.String()
 }
 
-// run sets tw's clock to now and key's state to st, runs src with args and returns the snapshot.
+// run sets tw's clock to now and key's state to st, runs src with args and the key's changed
+// channel, and returns the snapshot.
 func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src string, args []any) string {
 	t.Helper()
-	ctx := context.Background()
-	if err := tw.c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if tw.m != nil {
-		tw.m.SetTime(now)
-	} else {
-		src = clocked(src, now)
-	}
-	ks := rediscore.Keys(key)
-	p := tw.c.TxPipeline()
-	if st.hash != nil {
-		for f, v := range st.hash {
-			p.HSet(ctx, ks[0], f, v)
+	line := func(ctx context.Context, p redis.Pipeliner, ks []string) {
+		for h, sc := range st.queue {
+			p.ZAdd(ctx, ks[1], redis.Z{Score: sc, Member: h})
 		}
-		p.Expire(ctx, ks[0], 30*24*time.Hour)
+		for h, v := range st.waiting {
+			p.HSet(ctx, ks[2], h, v)
+		}
+		for id, sc := range st.left {
+			p.ZAdd(ctx, ks[3], redis.Z{Score: sc, Member: id})
+		}
 	}
-	for h, sc := range st.queue {
-		p.ZAdd(ctx, ks[1], redis.Z{Score: sc, Member: h})
-	}
-	for h, v := range st.waiting {
-		p.HSet(ctx, ks[2], h, v)
-	}
-	for id, sc := range st.left {
-		p.ZAdd(ctx, ks[3], redis.Z{Score: sc, Member: id})
-	}
-	if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
-		t.Fatal(err)
-	}
-	r, err := tw.c.Eval(ctx, src, ks, append(args, ks[0]+":changed")...).Result()
-	return tw.snapshot(t, key, fmt.Sprintf("%v / %v", r, err))
+	return tw.run16n(t, now, key, state16n{hash: st.hash, setup: line}, src, append(args, rediscore.Keys(key)[0]+":changed"))
 }
 
 // TestFastPathsDoWhatTheGeneralPathsDo_review16g: on two miniredis servers at the same clock,
