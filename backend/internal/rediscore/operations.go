@@ -67,12 +67,13 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
 		call.listens = s.listens && t.gen != 0
 	} else if req.Unshared && ctx.Done() != nil && ctx.Err() == nil {
-		// A try that will not wait, whose ctx can end while the call is still on its way: named
-		// by its holder, drawn for this one acquire, so that the leave sent when its caller
-		// gives up keeps it from being granted should it arrive after the caller's give-back
-		// (see Release). A shared holder's lease is not given back, and its try is not named;
-		// nor is one whose ctx has ended already, which is not sent (nothing to leave).
-		call.try = req.Holder
+		// A try that will not wait, whose ctx can end while the call is still on its way: named,
+		// so that the leave sent when its caller gives up keeps it from being granted should it
+		// arrive after the caller's give-back (see Release). Its own name, not its holder's:
+		// the holder's later tries (the next attempt, a Redlock node's raise) must still be
+		// granted. A shared holder's lease is not given back, and its try is not named; nor is
+		// one whose ctx has ended already, which is not sent (nothing to leave).
+		call.try = tryID(s.id, s.tries.Add(1))
 	}
 	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
 	if err == nil && ctx.Err() != nil {

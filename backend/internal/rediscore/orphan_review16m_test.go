@@ -207,3 +207,55 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease_review16m(t *testing.T) {
 		})
 	}
 }
+
+// TestHolderTriesAgainAfterAnAbandonedTry_review16m: a try that will not wait (a Redlock node's,
+// a TryAcquire's) whose ctx's deadline passes while it is on its way is left, so that it takes
+// nothing should it arrive later; but the mark is the try's, not its holder's: the same holder's
+// next try (the next attempt of its acquire, a Redlock node's raise), sent once the abandoned one
+// has arrived and been refused, is granted.
+func TestHolderTriesAgainAfterAnAbandonedTry_review16m(t *testing.T) {
+	srv := redistest.StartServer(t)
+	g := newGate(false)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: g.dial})
+	t.Cleanup(func() { c.Close() })
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Unshared: true}
+	// The library loaded.
+	if _, err := s.Inspect(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	failed := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(actx, req)
+		failed <- err
+	}()
+	<-g.held
+	if err := <-failed; !errors.Is(err, context.DeadlineExceeded) {
+		close(g.open)
+		t.Fatalf("Acquire with its try held back = %v; want the deadline's error", err)
+	}
+	// The leave has been answered once a Release of the holder, which waits for it, has.
+	if held, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "h"}); held || err != nil {
+		t.Fatalf("Release before the try arrived = %v, %v; want nothing held", held, err)
+	}
+	close(g.open)
+	<-g.written
+	if snap, err := s.Inspect(ctx, "k"); err != nil || len(snap.Leases) != 0 {
+		t.Fatalf("after the abandoned try arrived, Inspect = %+v, %v; want no lease", snap, err)
+	}
+	// With a deadline, as a Redlock node's calls have: a try that is named.
+	nctx, ncancel := context.WithTimeout(ctx, time.Minute)
+	defer ncancel()
+	res, err := s.Acquire(nctx, req)
+	if err != nil || !res.Granted {
+		t.Fatalf("the holder's next try = %+v, %v; want a grant", res, err)
+	}
+}
