@@ -48,8 +48,10 @@ type Lease interface {
 	// Release returns an error wrapping ErrLost, so the caller learns its critical section ran
 	// unprotected. If the store cannot be reached (or ctx ends first), Release returns that
 	// error and the lease stays, no longer refreshed, until its deadline: call Release again to
-	// retry — except when the Store was closed: then the lease is lost at once and Release
-	// returns an error wrapping ErrLost and ErrClosed. It costs one store round trip.
+	// retry (a retry that finds the lease gone reports it released, as the failed call may have
+	// released it and lost the reply) — except when the Store was closed: then the lease is lost
+	// at once and Release returns an error wrapping ErrLost and ErrClosed. It costs one store
+	// round trip.
 	Release(ctx context.Context) error
 	// StopRefresh stops the background refresh. The lease stays valid until its deadline, and is
 	// reported lost then unless released before.

@@ -48,6 +48,9 @@ type lease struct {
 	stopped     bool               // no more refreshes
 	ended       bool               // the lease ended: done, if made, is closed
 	released    bool               // Release was called
+	// unsure says a Release failed whose call may have reached the store (its reply lost, ctx
+	// ended on the way): a later Release that finds nothing held finds that release's work.
+	unsure bool
 	// lost says why the lease was lost, wrapping core.ErrLost, with no operation or key: each
 	// later call adds its own. err, what Err reports, is lost with the operation that found the
 	// loss and the key.
@@ -189,7 +192,7 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if err != nil && !closed && l.err == nil && !l.ended {
 		// Not released: the lease stays, unrefreshed, until its deadline; Release may be retried.
-		l.released = false
+		l.released, l.unsure = false, true
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
 		l.mu.Unlock()
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
@@ -202,6 +205,9 @@ func (l *lease) Release(ctx context.Context) error {
 		// Neither released nor ever to be refreshed: lost, now. The backend may keep it until
 		// it expires.
 		l.setLostLocked("release", err)
+	case err == nil && !held && l.unsure:
+		// An earlier Release, sent while the lease was held, may have ended it and lost its
+		// reply: the critical section ended then, protected. Released, not lost.
 	case err == nil && !held:
 		l.setLostLocked("release", errors.New("the store no longer held it (expired or taken)"))
 	}

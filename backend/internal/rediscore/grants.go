@@ -107,6 +107,12 @@ func (s *subscriptions) reclaim(c *channel, g grant) {
 	if f, ok := c.floors[g.holder]; ok && g.fence <= f.fence {
 		found = false // stale: taken, found by a try, or released
 	}
+	if found {
+		// The leave takes the holder's place too: a caller that enrolls after all (it was only
+		// slow) must start woken and try again, not wait, Reliable, for a grant to a place it
+		// no longer has.
+		delete(s.tries, s.channel(c.key)+"\x00"+g.holder)
+	}
 	s.mu.Unlock()
 	if found {
 		s.leave(c.key, g.holder, g.fence-1)

@@ -13,7 +13,9 @@ import (
 // in the line for req.Wait; a lease the line grants it is taken by its next Acquire, which
 // renews it for its full TTL from that call. A try of a holder whose leave of the key's line is
 // still being sent waits for it first. A try that fails or whose ctx ends in flight is followed
-// by a leave, in the background, so that it leaves no place behind.
+// by a leave, in the background, so that it leaves no place behind, and, should it still reach
+// the server after that leave, takes nothing: a try that would wait, and one that would not of
+// an unshared holder whose ctx can end (whose caller gives back what it may have been granted).
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, fences{})
 }
@@ -64,6 +66,14 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
 		// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
 		call.listens = s.listens && t.gen != 0
+	} else if req.Unshared && ctx.Done() != nil && ctx.Err() == nil {
+		// A try that will not wait, whose ctx can end while the call is still on its way: named,
+		// so that the leave sent when its caller gives up keeps it from being granted should it
+		// arrive after the caller's give-back (see Release). Its own name, not its holder's:
+		// the holder's later tries (the next attempt, a Redlock node's raise) must still be
+		// granted. A shared holder's lease is not given back, and its try is not named; nor is
+		// one whose ctx has ended already, which is not sent (nothing to leave).
+		call.try = tryID(s.id, s.tries.Add(1))
 	}
 	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
 	if err == nil && ctx.Err() != nil {
@@ -82,12 +92,13 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		if subs != nil {
 			subs.endTry(t)
 		}
-		if waits {
+		if call.try != nil {
 			// The try may have reached the server and taken a place that nobody would own (its
 			// caller takes an error as final), or may still reach it, after the leave, on its
 			// own connection: leave, and keep that try out of the line. A grant made meanwhile
 			// goes on down the line; a lease granted to the try itself is not the line's, and is
-			// the caller's to release.
+			// the caller's to release: its Release waits for this leave, so that the try cannot
+			// arrive between the two and take a lease nobody gives back.
 			s.leaveWith(req.Key, req.Holder, leaveTryArgs(req.Holder, call.try))
 		}
 		return core.AcquireResult{}, err
@@ -124,8 +135,15 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 
 // Release implements core.Store.Release: one script call, which grants the freed permits to
 // the waiters at the head of the key's line and tells them: this Store's own at once, from the
-// reply, and those of other processes by a message on the key's channel.
+// reply, and those of other processes by a message on the key's channel. It first waits for the
+// leaves of the holder's tries this Store is still sending (see Acquire).
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	// A leave of the holder's try still being sent goes first (each is bounded by leaveTimeout):
+	// sent after it, the release frees what the try took should the try arrive before the
+	// leave, and the leave keeps it from taking anything should it arrive after.
+	if err := s.leaves.await(ctx, req.Key, req.Holder); err != nil {
+		return false, err
+	}
 	r, err := s.run(ctx, releaseScript, req.Key, releaseArgs(req))
 	if err != nil {
 		return false, err

@@ -51,7 +51,7 @@ type Store struct {
 	listens bool
 
 	leaves leaves
-	tries  atomic.Uint64 // numbers the tries that wait, for their ids
+	tries  atomic.Uint64 // numbers the named tries (see Acquire), for their ids
 }
 
 var (
