@@ -49,7 +49,8 @@ type lease struct {
 	ended       bool               // the lease ended: done, if made, is closed
 	released    bool               // Release was called
 	// unsure says a Release failed whose call may have reached the store (its reply lost, ctx
-	// ended on the way): a later Release that finds nothing held finds that release's work.
+	// ended on the way), called before the deadline: a later Release that finds nothing held
+	// may find that release's work, and the critical section ended while the lease held.
 	unsure bool
 	// lost says why the lease was lost, wrapping core.ErrLost, with no operation or key: each
 	// later call adds its own. err, what Err reports, is lost with the operation that found the
@@ -181,6 +182,7 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
+	inTime := time.Now().Before(l.deadline) // the critical section ended while the lease held
 	l.stopLocked()
 	l.timer.Stop()
 	l.mu.Unlock()
@@ -192,7 +194,7 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if err != nil && !closed && l.err == nil && !l.ended {
 		// Not released: the lease stays, unrefreshed, until its deadline; Release may be retried.
-		l.released, l.unsure = false, true
+		l.released, l.unsure = false, l.unsure || inTime
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
 		l.mu.Unlock()
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
