@@ -119,7 +119,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // grants it the lease there, and its next Acquire takes it: from the grant's message, with no
 // command, when its holder id is unshared and it waited under half its TTL (AcquireResult.TTL is then what is left of the TTL
 // counted from its refused try), else with one call that renews it for its full TTL. A try that
-// fails in flight is followed by a leave of the line, sent in the background. Every grant, new
+// fails in flight (one that would wait; one that would not, of an unshared holder under a ctx
+// that can end) is followed by a leave, sent in the background, which keeps it from taking a
+// place or a lease should it still reach the server. Every grant, new
 // or renewed, keeps req.Value with the lease, in the lease's own entry (no key or command more),
 // and a grant the line makes carries the waiter's value.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
@@ -151,6 +153,8 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 // Release implements core.Store: one script call. It ends the holder's lease and reports whether
 // there was one; the freed permits go to the head of the key's line in the same call, and the
 // new holders' Stores are told: this one from the reply, others by a PUBLISH on their channel.
+// It first waits for the leaves of the holder's failed tries that this Store is still sending
+// (each for at most 2 s), so that such a try cannot take a lease after the release.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	return s.rs.Release(ctx, req)
 }
