@@ -12,16 +12,18 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// replyLost is a store whose Release, while lose is set, releases and then reports the caller's
-// ctx's end instead of the reply.
-type replyLost struct {
+// LostReply is a store whose Release, while Lose is set, releases and then reports the caller's
+// ctx's end instead of the reply, as a driver does when ctx's deadline strikes after the script
+// ran (go-redis's call goroutine, valkey-go's cut-off reply). Exported for the package's
+// external tests.
+type LostReply struct {
 	*memory.Store
-	lose atomic.Bool
+	Lose atomic.Bool
 }
 
-func (s *replyLost) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+func (s *LostReply) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	held, err := s.Store.Release(context.WithoutCancel(ctx), req)
-	if s.lose.Load() {
+	if s.Lose.Load() {
 		return false, context.DeadlineExceeded
 	}
 	return held, err
@@ -34,7 +36,7 @@ func (s *replyLost) Release(ctx context.Context, req core.ReleaseRequest) (bool,
 // a failed Release called in time makes a retry that finds nothing a release.
 func TestReleaseAfterTheDeadlineWithItsReplyLostIsALoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &replyLost{Store: memory.New()}
+		s := &LostReply{Store: memory.New()}
 		m, err := NewMutex(s, "k", WithTTL(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -49,11 +51,11 @@ func TestReleaseAfterTheDeadlineWithItsReplyLostIsALoss(t *testing.T) {
 		l.timer.Stop()
 		l.deadline = time.Now().Add(-time.Nanosecond)
 		l.mu.Unlock()
-		s.lose.Store(true)
+		s.Lose.Store(true)
 		if err := l.Release(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Release with its reply lost = %v; want the ctx's error", err)
 		}
-		s.lose.Store(false)
+		s.Lose.Store(false)
 		if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) {
 			t.Errorf("retried Release, the first called after the deadline = %v; want ErrLost", err)
 		}

@@ -15,22 +15,6 @@ import (
 
 // Adversarial review of issue 16 as a whole (review16m): a release whose reply is lost.
 
-// lostReply is a store whose Release, while lose is set, releases and then reports the caller's
-// ctx's end instead of the reply, as a driver does when ctx's deadline strikes after the script
-// ran (go-redis's call goroutine, valkey-go's cut-off reply).
-type lostReply struct {
-	*memory.Store
-	lose atomic.Bool
-}
-
-func (s *lostReply) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
-	held, err := s.Store.Release(context.WithoutCancel(ctx), req)
-	if s.lose.Load() {
-		return false, context.DeadlineExceeded
-	}
-	return held, err
-}
-
 // TestRetriedReleaseAfterALostReplyIsNotALoss_review16m: Release fails when its reply is lost,
 // and the lease stays (TestFailedReleaseCanBeRetried); the caller retries, and the store says
 // the holder holds nothing: its own first release went through. The retry reports the lease
@@ -38,7 +22,7 @@ func (s *lostReply) Release(ctx context.Context, req core.ReleaseRequest) (bool,
 // after a lost reply is safe, as an Acquire retried after one is.)
 func TestRetriedReleaseAfterALostReplyIsNotALoss_review16m(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &lostReply{Store: memory.New()}
+		s := &primitives.LostReply{Store: memory.New()}
 		var lostCalls, lostEvents atomic.Int32
 		m := mustMutex(t, s, primitives.WithTTL(3*time.Second),
 			primitives.WithOnLost(func(core.Lease, error) { lostCalls.Add(1) }),
@@ -48,11 +32,11 @@ func TestRetriedReleaseAfterALostReplyIsNotALoss_review16m(t *testing.T) {
 				}
 			}))
 		l := mustAcquire(t, m)
-		s.lose.Store(true)
+		s.Lose.Store(true)
 		if err := l.Release(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Release with its reply lost = %v; want the ctx's error", err)
 		}
-		s.lose.Store(false)
+		s.Lose.Store(false)
 		if err := l.Release(context.Background()); err != nil {
 			t.Errorf("retried Release after a lost reply = %v; want nil: the lease was released by the first", err)
 		}
