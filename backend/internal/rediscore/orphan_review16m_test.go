@@ -45,6 +45,21 @@ func newGate(holdLeaves bool) *gate {
 		holdLeaves: holdLeaves, leaving: make(chan struct{})}
 }
 
+// gatedStore returns a gate (see newGate), and a go-redis client at addr whose connections pass
+// through it and a Store over that client; both end with t.
+func gatedStore(t *testing.T, addr string, holdLeaves bool) (*gate, *redis.Client, *goredis.Store) {
+	t.Helper()
+	g := newGate(holdLeaves)
+	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: g.dial})
+	t.Cleanup(func() { c.Close() })
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return g, c, s
+}
+
 var (
 	acquireFn = []byte(rediscore.FunctionName(0)) // acquire is Script 0
 	releaseFn = []byte(rediscore.FunctionName(2)) // release is Script 2
@@ -124,14 +139,7 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease_review16m(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			g := newGate(tc.holdLeaves)
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: g.dial})
-			t.Cleanup(func() { c.Close() })
-			s, err := goredis.New(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
+			g, c, s := gatedStore(t, srv.Addr, tc.holdLeaves)
 			opts := []primitives.Option{primitives.WithTTL(time.Minute)}
 			m, err := primitives.NewMutex(s, "k", opts...)
 			if err != nil {
@@ -215,14 +223,7 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease_review16m(t *testing.T) {
 // has arrived and been refused, is granted.
 func TestHolderTriesAgainAfterAnAbandonedTry_review16m(t *testing.T) {
 	srv := redistest.StartServer(t)
-	g := newGate(false)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: g.dial})
-	t.Cleanup(func() { c.Close() })
-	s, err := goredis.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	g, _, s := gatedStore(t, srv.Addr, false)
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Unshared: true}
 	// The library loaded.
