@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"slices"
@@ -29,6 +30,18 @@ func (b *broken) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acq
 	switch b.fault {
 	case "ignoresLimit":
 		req.Limit = 1 << 30
+	case "admitsAgainstOwnLimit":
+		// A store from before keys had one limit: each request is measured against its own. The
+		// grant it makes past the key's limit is not recorded; the suite must not get that far.
+		res, err := b.Store.Acquire(ctx, req)
+		if !errors.Is(err, core.ErrLimitMismatch) {
+			return res, err
+		}
+		snap, err := b.Store.Inspect(ctx, req.Key)
+		if err != nil || len(snap.Leases) == 0 || snap.InUse()+req.Permits > req.Limit {
+			return core.AcquireResult{RetryAfter: time.Second}, err
+		}
+		return core.AcquireResult{Granted: true, Fence: snap.Leases[len(snap.Leases)-1].Fence + 1}, nil
 	case "neverExpires":
 		req.TTL = 100 * 365 * 24 * time.Hour
 	case "keepsFirstValue":
@@ -159,21 +172,22 @@ func (h brokenHarness) Advance(d time.Duration) bool {
 // faults maps each deliberate fault to the suite tests that must catch it: the behaviour test
 // written for it and, for faults of the store's state, the state machine on its own.
 var faults = map[string][]string{
-	"ignoresLimit":        {"AcquireGrantsUpToLimit", "StateMachine"},
-	"anyoneReleases":      {"ReleaseOnlyByHolder", "StateMachine"},
-	"releasesByHolder":    {"ReleaseEndsOneLease", "StateMachine"},
-	"neverExpires":        {"ExpiryFreesPermits", "StateMachine"},
-	"repeatsFence":        {"FencesStrictlyIncrease", "StateMachine"},
-	"overstatesTTL":       {"AcquireGrantsUpToLimit"},
-	"forgetsToNotify":     {"ReleaseWakesWaiter"},
-	"hidesNotifier":       {"StoreIsNotifier", "ReleaseWakesWaiter"},
-	"floorsHeldLeases":    {"AcquireAboveFloorsNewGrantsOnly"},
-	"raisesNewGrantsOnly": {"RaiseFenceRaisesHeldLeases"},
-	"halfFenceRaiser":     {"AcquireAboveFloorsNewGrantsOnly", "RaiseFenceRaisesHeldLeases"},
-	"keepsFirstValue":     {"LeasesKeepTheirValues", "StateMachine"},
-	"truncatesValues":     {"LeasesKeepTheirValues", "StateMachine"},
-	"reversesLine":        {"InspectListsTheLine"},
-	"watchesNothing":      {"WatchSeesGrantsAndReleases"},
+	"ignoresLimit":          {"AcquireGrantsUpToLimit", "StateMachine"},
+	"anyoneReleases":        {"ReleaseOnlyByHolder", "StateMachine"},
+	"releasesByHolder":      {"ReleaseEndsOneLease", "StateMachine"},
+	"neverExpires":          {"ExpiryFreesPermits", "StateMachine"},
+	"repeatsFence":          {"FencesStrictlyIncrease", "StateMachine"},
+	"overstatesTTL":         {"AcquireGrantsUpToLimit"},
+	"forgetsToNotify":       {"ReleaseWakesWaiter"},
+	"hidesNotifier":         {"StoreIsNotifier", "ReleaseWakesWaiter"},
+	"floorsHeldLeases":      {"AcquireAboveFloorsNewGrantsOnly"},
+	"raisesNewGrantsOnly":   {"RaiseFenceRaisesHeldLeases"},
+	"halfFenceRaiser":       {"AcquireAboveFloorsNewGrantsOnly", "RaiseFenceRaisesHeldLeases"},
+	"keepsFirstValue":       {"LeasesKeepTheirValues", "StateMachine"},
+	"truncatesValues":       {"LeasesKeepTheirValues", "StateMachine"},
+	"reversesLine":          {"InspectListsTheLine"},
+	"watchesNothing":        {"WatchSeesGrantsAndReleases"},
+	"admitsAgainstOwnLimit": {"KeyHasOneLimit"},
 	// Not a broken store but a wrong hookup: Run told WithoutNotifier about a store that has
 	// notifications, which would skip their tests.
 	"claimsNoNotifier": {"StoreIsNotifier"},

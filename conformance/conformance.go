@@ -34,6 +34,7 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 		{"WeightedAcquiresShareKeySpace", s.testWeightedAcquiresShareKeySpace},
 		{"RefusalReportsRetryAfter", s.testRefusalReportsRetryAfter},
 		{"AcquireIsIdempotentPerHolder", s.testAcquireIsIdempotentPerHolder},
+		{"KeyHasOneLimit", s.testKeyHasOneLimit},
 		{"ExtendOnlyByHolder", s.testExtendOnlyByHolder},
 		{"ExtendSetsExpiryFromNow", s.testExtendSetsExpiryFromNow},
 		{"ReleaseOnlyByHolder", s.testReleaseOnlyByHolder},

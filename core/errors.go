@@ -1,6 +1,9 @@
 package core
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Errors returned by Leasehold wrap one of these, so callers branch with
 // errors.Is, never by comparing messages. Their texts carry no prefix: the layer a user calls
@@ -27,4 +30,27 @@ var (
 
 	// ErrClosed means the Store was closed.
 	ErrClosed = errors.New("store closed")
+
+	// ErrLimitMismatch means a request's limit differs from the limit of the key's unexpired
+	// leases or of the waiters in its line: clients disagree on how many permits the key has. The
+	// request was refused at once and changed nothing; it did not wait. The error is a
+	// *LimitMismatchError, which names both limits.
+	ErrLimitMismatch = errors.New("limit mismatch")
 )
+
+// LimitMismatchError is the error a Store returns for a request whose limit is not the key's.
+// errors.Is(err, ErrLimitMismatch) reports true for it.
+type LimitMismatchError struct {
+	// Held is the key's limit: that of its unexpired leases, or of its waiters when it has none.
+	Held int
+	// Requested is the limit the refused request asked for.
+	Requested int
+}
+
+// Error says what the request asked for and what the key is held under.
+func (e *LimitMismatchError) Error() string {
+	return fmt.Sprintf("%v: the key is held under limit %d, this request has %d", ErrLimitMismatch, e.Held, e.Requested)
+}
+
+// Is reports whether target is ErrLimitMismatch.
+func (e *LimitMismatchError) Is(target error) bool { return target == ErrLimitMismatch }

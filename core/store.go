@@ -52,8 +52,12 @@ type Store interface {
 	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing. Every grant,
 	// renewed or new, keeps req.Value with the lease.
 	//
-	// The limit is not stored with the key: each request is admitted against its own req.Limit,
-	// so clients that disagree on the limit each see theirs (Inspect reports the latest one).
+	// The key has one limit at a time: that of its unexpired leases and of the waiters in its
+	// line. A request whose req.Limit differs from it is refused at once with a
+	// *LimitMismatchError (wrapping ErrLimitMismatch) naming both limits; it takes no place in
+	// the line and changes nothing, whether or not it would wait. The holder of a lease asking
+	// again with another limit is refused the same way. Once no unexpired lease and no waiter
+	// holds the key, the next request's limit becomes the key's.
 	//
 	// A store may keep a line of waiters (a store that implements Notifier must): a request
 	// refused with req.Wait > 0 holds a place in it for that long. The line is strictly FIFO:
@@ -104,7 +108,8 @@ type AcquireRequest struct {
 	Holder string
 	// Permits is how many of the key's permits the lease takes (a mutex: 1).
 	Permits int
-	// Limit is how many permits the key has, as this request sees it (a mutex: 1).
+	// Limit is how many permits the key has (a mutex: 1). It must be the key's limit while
+	// anyone holds or waits for the key; see Store.Acquire.
 	Limit int
 	// TTL is how long after the grant, by the store's clock, the lease expires.
 	TTL time.Duration
@@ -177,7 +182,8 @@ type ExtendResult struct {
 
 // Snapshot is what Inspect reports about a key.
 type Snapshot struct {
-	// Limit is the limit of the latest grant on the key, or 0 if the store has none recorded.
+	// Limit is the key's limit: that of its unexpired leases and waiters. When it has none, it
+	// is 0, or the limit of the key's latest grant if the store still records one.
 	Limit int
 	// Leases are the unexpired leases, ordered by fence.
 	Leases []LeaseInfo

@@ -42,10 +42,10 @@ func TestSemaphoreWeightedPermitsShareKeySpace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire(1) with 1 free: %v", err)
 	}
-	// A Mutex on the same key is a Semaphore of limit 1 in the same key space: no room.
+	// A Mutex on the same key is a Semaphore of limit 1: the key is held under limit 4.
 	m := mustMutexOn(t, store, "pool")
-	if _, err := m.TryAcquire(ctx); !errors.Is(err, core.ErrNotAcquired) {
-		t.Errorf("Mutex on a full semaphore's key: err = %v, want ErrNotAcquired", err)
+	if _, err := m.TryAcquire(ctx); !errors.Is(err, core.ErrLimitMismatch) {
+		t.Errorf("Mutex on a semaphore's key: err = %v, want ErrLimitMismatch", err)
 	}
 	snap, _ := store.Inspect(ctx, "pool")
 	if snap.InUse() != 4 || snap.Limit != 4 {
@@ -125,5 +125,34 @@ func TestSemaphoreAdoptKeepsPermits(t *testing.T) {
 	mustRelease(t, adopted)
 	if err := l.Release(t.Context()); !errors.Is(err, core.ErrLost) {
 		t.Errorf("releasing the original after the adopter released: %v, want ErrLost", err)
+	}
+}
+
+func TestSemaphoreOfAnotherLimitIsRefusedAtOnce(t *testing.T) {
+	store := memory.New()
+	two, err := primitives.NewSemaphore(store, "gpu", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	five, err := primitives.NewSemaphore(store, "gpu", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for range 2 {
+		l, err := two.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Release(context.Background()) })
+	}
+	// Acquire would wait for a free permit; a mismatch is not worth waiting for.
+	_, err = five.Acquire(ctx, 1)
+	const want = `leasehold: acquire "gpu": limit mismatch: the key is held under limit 2, this request has 5`
+	if !errors.Is(err, core.ErrLimitMismatch) || err.Error() != want {
+		t.Fatalf("Acquire of a Semaphore(5) beside two Semaphore(2) leases: %v, want %q", err, want)
+	}
+	if snap, _ := store.Inspect(ctx, "gpu"); snap.InUse() != 2 || len(snap.Waiters) != 0 || snap.Limit != 2 {
+		t.Errorf("after the refusal: %+v, want the two leases alone, limit 2", snap)
 	}
 }

@@ -2,6 +2,7 @@ package primitives
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,10 +45,10 @@ func (a *acquisition) try(ctx context.Context) (core.AcquireResult, error) {
 	a.req.Wait = a.willWait(ctx)
 	res, err := a.s.store.Acquire(ctx, a.req)
 	if err != nil {
-		if a.s.cfg.holder == "" {
+		if a.s.cfg.holder == "" && !errors.Is(err, core.ErrLimitMismatch) {
 			// The store may have granted the lease although the reply was lost (ctx ended, the
 			// connection broke): don't leave it to expire. A caller-chosen holder id may name a
-			// lease held elsewhere, so that one is left be.
+			// lease held elsewhere, so that one is left be. A limit mismatch changed nothing.
 			a.abandon()
 		}
 		return res, err

@@ -150,6 +150,9 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 		s.keys[req.Key] = ks
 	}
 	s.serveLocked(req.Key, ks, now)
+	if held, ok := ks.heldLimit(now); ok && held != req.Limit {
+		return core.AcquireResult{}, &core.LimitMismatchError{Held: held, Requested: req.Limit}
+	}
 	if e, ok := ks.leases[req.Holder]; ok {
 		if e.permits != req.Permits {
 			return core.AcquireResult{}, fmt.Errorf("%w: holder already holds %d permits, asked for %d",
@@ -177,6 +180,22 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 	ks.grant(newPlace(req, least.grant), now)
 	s.changedLocked(req.Key)
 	return core.AcquireResult{Granted: true, Fence: ks.fence}, nil
+}
+
+// heldLimit returns the key's limit — that of its unexpired leases, or of the waiters in its
+// line when it has none — and whether any lease or waiter holds the key.
+func (ks *keyState) heldLimit(now time.Time) (int, bool) {
+	for _, e := range ks.leases {
+		if now.Before(e.expiry) {
+			return ks.limit, true
+		}
+	}
+	for _, p := range ks.line {
+		if now.Before(p.deadline) {
+			return p.limit, true
+		}
+	}
+	return 0, false
 }
 
 // used returns the permits the key's leases hold.
@@ -270,6 +289,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	}
 	now := s.clock.Now()
 	snap := core.Snapshot{Limit: ks.limit, Leases: make([]core.LeaseInfo, 0, len(ks.leases))}
+	if held, ok := ks.heldLimit(now); ok {
+		snap.Limit = held
+	}
 	for h, e := range ks.leases {
 		if now.Before(e.expiry) {
 			snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: h, Permits: e.permits, Fence: e.fence, TTL: e.expiry.Sub(now), Value: e.value})

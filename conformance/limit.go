@@ -1,0 +1,73 @@
+package conformance
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// mismatch asks for req and fails the test unless the store refuses it with a
+// *core.LimitMismatchError naming held and req.Limit.
+func (k keyAt) mismatch(req core.AcquireRequest, held int) {
+	k.t.Helper()
+	res, err := k.st.Acquire(ctxFor(k.t), req)
+	var lm *core.LimitMismatchError
+	switch {
+	case err == nil:
+		k.t.Fatalf("Acquire(%q, holder %q, limit %d, wait %v) = %+v, nil; want an error wrapping ErrLimitMismatch (the key's limit is %d)",
+			k.key, req.Holder, req.Limit, req.Wait, res, held)
+	case !errors.Is(err, core.ErrLimitMismatch) || !errors.As(err, &lm):
+		k.t.Fatalf("Acquire(%q, holder %q, limit %d): %v; want a *core.LimitMismatchError wrapping ErrLimitMismatch", k.key, req.Holder, req.Limit, err)
+	case lm.Held != held || lm.Requested != req.Limit:
+		k.t.Errorf("Acquire(%q, holder %q, limit %d): %v; want it to name the key's limit %d and the request's %d", k.key, req.Holder, req.Limit, err, held, req.Limit)
+	}
+}
+
+// testKeyHasOneLimit: a request whose limit is not that of the key's leases or waiters is
+// refused at once and changes nothing; once nobody holds or waits, the next limit is the key's.
+func (s *suite) testKeyHasOneLimit(t *testing.T) {
+	st, other, key := s.h.NewStore(t), s.h.NewStore(t), newKey(t)
+	k, ko := at(t, st, key), at(t, other, key)
+	fa := k.grant("a", 1, 2, time.Minute)
+	k.grant("b", 1, 2, time.Minute)
+	before := inspect(t, st, key)
+	if before.Limit != 2 {
+		t.Errorf("Inspect: limit %d, want 2 (the key's leases' limit)", before.Limit)
+	}
+
+	// A larger limit would let a third holder in beside two of limit 2; a smaller one, a mutex
+	// beside them. Neither is admitted, waiting or not, through this Store or another.
+	for _, req := range []core.AcquireRequest{
+		ko.request("c", 1, 5, time.Minute),
+		ko.request("c", 1, 1, time.Minute),
+		k.request("c", 2, 3, time.Minute),
+		withWait(ko.request("c", 1, 3, time.Minute), time.Minute),
+		k.request("a", 1, 3, time.Minute), // the holder itself, with another limit
+	} {
+		ko.mismatch(req, 2)
+	}
+	after := inspect(t, st, key)
+	if len(after.Waiters) != 0 {
+		t.Errorf("after refused requests: waiters %+v, want none (a mismatch takes no place in the line)", after.Waiters)
+	}
+	if h := holders(after); len(h) != 2 || h["a"].Fence != fa || h["a"].TTL > before.Leases[0].TTL+time.Second || after.Limit != 2 {
+		t.Errorf("after refused requests: %+v, want a's and b's leases as they were, limit 2", after)
+	}
+
+	// Once nobody holds the key, the next request's limit is the key's.
+	k.release("a")
+	k.release("b")
+	k.grant("c", 1, 5, time.Minute)
+	if snap := inspect(t, st, key); snap.Limit != 5 {
+		t.Errorf("Inspect after a grant of limit 5 on a free key: limit %d, want 5", snap.Limit)
+	}
+	ko.mismatch(ko.request("a", 1, 2, time.Minute), 5)
+	k.grant("d", 4, 5, time.Minute)
+}
+
+func withWait(req core.AcquireRequest, wait time.Duration) core.AcquireRequest {
+	req.Wait = wait
+	return req
+}
