@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,10 @@ import (
 // fence it was granted; a node that failed after a refusal is released at any fence (it may have
 // granted unseen). Each such call ends within the node timeout, and its release within one more.
 //
+// A node that holds the key under another limit than req.Limit ends the acquire with its
+// error wrapping core.ErrLimitMismatch; the other nodes' grants are given back, and a lease the
+// holder already had is left as it was.
+//
 // A failed acquire releases req.Holder on the nodes that granted or failed: a caller-chosen
 // holder id that already held the lease loses it. A late release of a failed try can race a
 // retry of the same holder on a node that answers slowly; the retry's lease then holds one node
@@ -63,12 +68,15 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}})
 	st.expect(c.then(st.late))
 	var granted, failed []int
+	var mismatch error
 	answered, refused := 0, 0
 	for i, r := range res {
 		switch {
 		case errors.Is(r.err, core.ErrInvalid):
 			st.decide(0, true) // the holder holds other permits: nothing of this call to undo
 			return core.AcquireResult{}, r.err
+		case errors.Is(r.err, core.ErrLimitMismatch):
+			mismatch = cmp.Or(mismatch, r.err)
 		case r.err == errNoAnswer:
 		case r.err != nil:
 			failed = append(failed, i)
@@ -79,6 +87,24 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 			answered++
 			refused++
 		}
+	}
+	if mismatch != nil {
+		// A node holds the key under another limit, and changed nothing. Nodes that granted
+		// had no lease on the key, so what they granted is this call's alone; one that failed
+		// may have granted unseen, but only an id drawn for this call can be released at any
+		// fence without ending a lease its holder has under the key's own limit elsewhere.
+		st.decide(0, false)
+		rel := map[int]uint64{}
+		for _, i := range granted {
+			rel[i] = res[i].v.Fence
+		}
+		if req.Unshared {
+			for _, i := range failed {
+				rel[i] = 0
+			}
+		}
+		s.releaseOn(ctx, keyHolder{req.Key, req.Holder}, rel, timeout)
+		return core.AcquireResult{}, mismatch
 	}
 	if len(granted) >= quorum && ctx.Err() == nil {
 		fence, ok := s.raise(ctx, raising{req: req, quorum: quorum, timeout: timeout}, res, granted)
@@ -111,13 +137,14 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 }
 
 // acquireDecided reports whether the answers so far settle an acquire: a quorum granted, so
-// many refused or failed that a quorum cannot grant, or a node found the request invalid.
+// many refused or failed that a quorum cannot grant, or a node found the request invalid or of
+// another limit than the key's.
 func acquireDecided(rs []result[core.AcquireResult], quorum int) bool {
 	granted, not := 0, 0
 	for _, r := range rs {
 		switch {
 		case r.err == errNoAnswer:
-		case errors.Is(r.err, core.ErrInvalid):
+		case errors.Is(r.err, core.ErrInvalid), errors.Is(r.err, core.ErrLimitMismatch):
 			return true
 		case r.err == nil && r.v.Granted:
 			granted++

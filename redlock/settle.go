@@ -102,7 +102,7 @@ func (st *settle) act(i int, r result[core.AcquireResult]) {
 	st.mu.Unlock()
 	var fence uint64
 	switch {
-	case skip || errors.Is(r.err, core.ErrInvalid):
+	case skip || errors.Is(r.err, core.ErrInvalid) || errors.Is(r.err, core.ErrLimitMismatch):
 		return
 	case r.err == nil && r.v.Granted:
 		if st.fence != 0 && r.v.Fence == st.fence {
