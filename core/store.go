@@ -23,9 +23,16 @@ const MaxLimit = 1<<31 - 1
 // the portable layer refuses a longer one, so a driver may store it inline with the lease.
 const MaxValueLen = 1024
 
+// MaxKeyLen is the longest key, in bytes, a Store is ever asked for: 1024. A key names a
+// resource ("invoice:1234", "gpu-pool"), not a payload; the bound keeps every key within what an
+// index entry can hold (PostgreSQL's btree refuses entries past about 2.7 KB) and a store's memory
+// per key small. The portable layer refuses a longer key, so a driver may assume
+// len(key) <= MaxKeyLen.
+const MaxKeyLen = 1024
+
 // Store is the driver contract: the atomic operations every storage backend supplies. The
 // portable layer (package primitives) checks every argument before calling a Store, so a driver
-// may assume valid input: a non-empty key and holder, 1 <= Permits <= Limit <= MaxLimit,
+// may assume valid input: a non-empty key of at most MaxKeyLen bytes, a non-empty holder, 1 <= Permits <= Limit <= MaxLimit,
 // 1ms <= TTL <= MaxDuration, 0 <= Wait <= MaxDuration, and len(Value) <= MaxValueLen.
 //
 // The model is a key with a limit of permits. A grant is a lease: (key, holder, permits, fence,

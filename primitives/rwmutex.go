@@ -50,7 +50,7 @@ const writerIntent = "\x00writer"
 // WithValue, WithAcquireTimeout …) to both kinds of lease. It checks its arguments and returns
 // an error wrapping core.ErrInvalid that names the bad one; it does not touch the store.
 func NewRWMutex(store core.Store, key string, opts ...Option) (*RWMutex, error) {
-	sem, err := newSemaphore(store, resource{kind: "rwmutex", key: key, limit: MaxReaders}, opts)
+	sem, err := newSemaphore(store, resource{kind: "rwmutex", key: key, limit: MaxReaders, maxKeyLen: core.MaxKeyLen - len(writerIntent)}, opts)
 	if err != nil {
 		return nil, err
 	}

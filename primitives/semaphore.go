@@ -1,6 +1,7 @@
 package primitives
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,22 +34,25 @@ func NewSemaphore(store core.Store, key string, limit int, opts ...Option) (*Sem
 	return newSemaphore(store, resource{kind: "semaphore", key: key, limit: limit}, opts)
 }
 
-// resource is what a constructor was asked for: its kind (for messages), key and limit.
+// resource is what a constructor was asked for: its kind (for messages), key and limit, and
+// the longest key it takes (core.MaxKeyLen when zero).
 type resource struct {
 	kind, key string
 	limit     int
+	maxKeyLen int
 }
 
 func newSemaphore(store core.Store, r resource, opts []Option) (*Semaphore, error) {
 	kind, key, limit := r.kind, r.key, r.limit
 	fail := func(err error) (*Semaphore, error) {
-		return nil, fmt.Errorf("leasehold: new %s %q: %w", kind, key, err)
+		return nil, fmt.Errorf("leasehold: new %s %s: %w", kind, quoteKey(key), err)
 	}
+	keyErr := checkKey(key, cmp.Or(r.maxKeyLen, core.MaxKeyLen))
 	switch {
 	case store == nil:
 		return fail(fmt.Errorf("%w: store: must not be nil", core.ErrInvalid))
-	case key == "":
-		return fail(fmt.Errorf("%w: key: must not be empty", core.ErrInvalid))
+	case keyErr != nil:
+		return fail(keyErr)
 	case limit < 1:
 		return fail(fmt.Errorf("%w: limit %d: must be >= 1", core.ErrInvalid, limit))
 	case limit > core.MaxLimit:

@@ -1,0 +1,40 @@
+package primitives
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// quotedKeyLen is how many bytes of a key an error message quotes; a longer key is cut there.
+const quotedKeyLen = 100
+
+// quoteKey returns key quoted for an error message, as %q would: a key longer than
+// quotedKeyLen bytes is cut at a rune boundary within them and marked with its length.
+func quoteKey(key string) string {
+	if len(key) <= quotedKeyLen {
+		return strconv.Quote(key)
+	}
+	cut := quotedKeyLen
+	for cut > 0 && !utf8.RuneStart(key[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q… (%d bytes)", key[:cut], len(key))
+}
+
+// checkKey returns an error wrapping core.ErrInvalid unless 1 <= len(key) <= most.
+func checkKey(key string, most int) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: key: must not be empty", core.ErrInvalid)
+	case len(key) > most:
+		if most == core.MaxKeyLen {
+			return fmt.Errorf("%w: key of %d bytes: must be at most %d (core.MaxKeyLen)", core.ErrInvalid, len(key), most)
+		}
+		return fmt.Errorf("%w: key of %d bytes: must be at most %d (core.MaxKeyLen less the %d bytes of a suffix it needs)",
+			core.ErrInvalid, len(key), most, core.MaxKeyLen-most)
+	}
+	return nil
+}
