@@ -73,3 +73,39 @@ func ExampleNewElection() {
 	// leader: ""
 	// leader: "host-b:8080", term after host-a's: true
 }
+
+// A rolling deploy raises a pool's limit from 2 to 5. While processes of the old release hold
+// the key under limit 2, a new process asking for 5 is refused with ErrLimitMismatch; it runs
+// under the key's limit until the key is free, when 5 becomes the key's limit.
+func ExampleSemaphore_rollingLimitChange() {
+	ctx := context.Background()
+	store := memory.New()
+	old, _ := primitives.NewSemaphore(store, "gpu-pool", 2)
+	held, _ := old.Acquire(ctx, 1) // a process of the old release
+
+	acquire := func(limit int) (core.Lease, error) {
+		sem, err := primitives.NewSemaphore(store, "gpu-pool", limit)
+		if err != nil {
+			return nil, err
+		}
+		lease, err := sem.Acquire(ctx, 1)
+		var lm *core.LimitMismatchError
+		if errors.As(err, &lm) {
+			fmt.Printf("key held under limit %d; using it for now\n", lm.Held)
+			sem, _ = primitives.NewSemaphore(store, "gpu-pool", lm.Held)
+			return sem.Acquire(ctx, 1)
+		}
+		return lease, err
+	}
+	l, _ := acquire(5)
+	l.Release(ctx)
+	held.Release(ctx) // the last old process is gone: the key is free
+
+	l, _ = acquire(5)
+	st, _ := old.Inspect(ctx)
+	fmt.Println("limit now:", st.KeyLimit)
+	l.Release(ctx)
+	// Output:
+	// key held under limit 2; using it for now
+	// limit now: 5
+}

@@ -11,8 +11,12 @@ import (
 type Status struct {
 	// Limit is the limit of the Mutex (1) or Semaphore asking.
 	Limit int
+	// KeyLimit is the key's limit, that of its leases and waiters, as the store reports it: when
+	// it is not Limit, this Semaphore's acquires are refused with core.ErrLimitMismatch. It is 0,
+	// or the limit of the key's latest grant, when nobody holds or waits for the key.
+	KeyLimit int
 	// InUse is the number of permits held by unexpired leases; Free is Limit − InUse, or 0 when
-	// clients that disagree on the limit have taken more.
+	// more are in use.
 	InUse, Free int
 	// Leases are the unexpired leases, ordered by fence, with their holder ids, permits, fences
 	// and the time they have left by the store's clock.
@@ -27,9 +31,9 @@ type Status struct {
 func (s *Semaphore) Inspect(ctx context.Context) (Status, error) {
 	snap, err := s.store.Inspect(ctx, s.key)
 	if err != nil {
-		return Status{}, fmt.Errorf("leasehold: inspect %q: %w", s.key, err)
+		return Status{}, fmt.Errorf("leasehold: inspect %s: %w", quoteKey(s.key), err)
 	}
-	st := Status{Limit: s.limit, InUse: snap.InUse(), Leases: snap.Leases, Waiters: snap.Waiters}
+	st := Status{Limit: s.limit, KeyLimit: snap.Limit, InUse: snap.InUse(), Leases: snap.Leases, Waiters: snap.Waiters}
 	st.Free = max(st.Limit-st.InUse, 0)
 	return st, nil
 }
