@@ -74,12 +74,11 @@ func (s *Store) serveLocked(key string, ks *keyState, now time.Time) {
 // leaveLocked takes holder out of key's line and gives back a lease the line granted it that it
 // has not taken, serving the next waiters. s.mu must be held.
 func (s *Store) leaveLocked(key, holder string) {
-	ks := s.keys[key]
+	now := s.clock.Now()
+	ks := s.live(key, now)
 	if ks == nil {
 		return
 	}
-	now := s.clock.Now()
-	ks = s.live(key, now)
 	if i := ks.find(holder); i >= 0 {
 		ks.line = slices.Delete(ks.line, i, i+1)
 	}
@@ -88,6 +87,7 @@ func (s *Store) leaveLocked(key, holder string) {
 		s.changedLocked(key)
 	}
 	s.serveLocked(key, ks, now)
+	s.dropIdleLocked(key, ks, now)
 }
 
 // enrollment is one caller's enrollment on a key: it is woken when the line grants its holder a

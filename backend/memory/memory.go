@@ -22,12 +22,15 @@ import (
 
 // Store is an in-memory core.Store. It also implements core.Notifier. Make one with New.
 //
-// The store keeps, for every key ever acquired, its last fence (a few dozen bytes), so that fences
-// keep increasing after a key's leases have all ended.
+// A key nobody holds or waits for is dropped at its last release or leave (a key whose last
+// lease expired unreleased, at its next use), so per-entity keys leave nothing behind; the store
+// keeps one number, the highest fence of the keys it dropped, above which every new key's
+// fences start, so a key's fences keep increasing across its lives even if the clock steps back.
 type Store struct {
 	clock core.Clock
 
 	mu      sync.Mutex
+	retired uint64 // the highest fence of a dropped key
 	keys    map[string]*keyState
 	waiters map[string]map[string][]*enrollment // key → holder → enrolled waiters
 	watches map[string][]*watch                 // key → open watches
@@ -104,7 +107,21 @@ func (s *Store) live(key string, now time.Time) *keyState {
 			delete(ks.leases, h)
 		}
 	}
+	if s.dropIdleLocked(key, ks, now) {
+		return nil
+	}
 	return ks
+}
+
+// dropIdleLocked forgets the key when no unexpired lease and no waiter holds it, keeping its
+// fence in s.retired, and reports whether it did. s.mu must be held.
+func (s *Store) dropIdleLocked(key string, ks *keyState, now time.Time) bool {
+	if _, busy := ks.heldLimit(now); busy {
+		return false
+	}
+	s.retired = max(s.retired, ks.fence)
+	delete(s.keys, key)
+	return true
 }
 
 // Acquire implements core.Store.Acquire. The key's line is strictly FIFO: free permits go to
@@ -146,7 +163,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 	now := s.clock.Now()
 	ks := s.live(req.Key, now)
 	if ks == nil {
-		ks = &keyState{leases: make(map[string]entry, 1)}
+		ks = &keyState{fence: s.retired, leases: make(map[string]entry, 1)}
 		s.keys[req.Key] = ks
 	}
 	s.serveLocked(req.Key, ks, now)
@@ -274,6 +291,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 	delete(ks.leases, req.Holder)
 	s.changedLocked(key)
 	s.serveLocked(key, ks, now)
+	s.dropIdleLocked(key, ks, now)
 	return true, nil
 }
 
