@@ -2,8 +2,8 @@ package primitives_test
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
