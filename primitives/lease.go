@@ -75,7 +75,8 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 var errDeadline = errors.New("deadline passed without a successful refresh")
 
 // refreshError is why a lease was lost at its deadline after failed refreshes: how many failed
-// in a row, and the last one's error, which it wraps.
+// in a row, and the last one's error, which it wraps (the one before, if the last was only cut
+// off by the deadline).
 type refreshError struct {
 	n    int
 	last error
@@ -353,6 +354,9 @@ func (l *lease) tick() {
 	case <-ctx.Done(): // Release, or the deadline, came while a Lease.Extend was in flight
 		err = ctx.Err()
 	}
+	// Cut off by the deadline: what failed before says more (a dead server's connection
+	// refused, say, rather than the deadline of the retry in flight).
+	cut := err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded)
 	cancel()
 
 	l.mu.Lock()
@@ -375,7 +379,9 @@ func (l *lease) tick() {
 	default:
 		if !l.stopped { // not aborted by Release or StopRefresh
 			l.failures++
-			l.lastFailure = err
+			if !cut || l.lastFailure == nil {
+				l.lastFailure = err
+			}
 			if l.failures == 1 {
 				failed = fmt.Errorf("leasehold: refresh %q: %w", l.p.key, err)
 			}

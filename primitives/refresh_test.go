@@ -233,3 +233,34 @@ func TestStoppedLeaseLostAtItsDeadlineIsLeftInTheStore(t *testing.T) {
 		l.Release(context.Background())
 	})
 }
+
+// failThenHang is a store whose Extends fail with errNetwork once, then get no reply until
+// their ctx ends.
+type failThenHang struct {
+	*recorder
+	failed atomic.Bool
+}
+
+func (s *failThenHang) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	s.extends.Add(1)
+	if s.failed.CompareAndSwap(false, true) {
+		return core.ExtendResult{}, errNetwork
+	}
+	<-ctx.Done()
+	return core.ExtendResult{}, ctx.Err()
+}
+
+// TestLossNamesTheFailureBeforeTheRefreshCutOffByTheDeadline: the refresh in flight at the
+// deadline fails by the deadline alone; the loss names the error that came before it.
+func TestLossNamesTheFailureBeforeTheRefreshCutOffByTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mustMutex(t, &failThenHang{recorder: newRecorder()}, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		<-l.Done()
+		want := `leasehold: hold "job": lease lost: 2 refreshes failed, last: network unreachable`
+		if err := l.Err(); err == nil || err.Error() != want || !errors.Is(err, errNetwork) {
+			t.Errorf("Err = %v, want %q", err, want)
+		}
+		l.Release(context.Background())
+	})
+}
