@@ -13,7 +13,8 @@ type EventKind int
 
 // The kinds of events. Every Acquire or TryAcquire that reaches the store ends in one of
 // EventAcquired, EventRefused and EventAcquireFailed; every lease it grants ends in one of
-// EventReleased and EventLost.
+// EventReleased and EventLost, and its events follow its EventAcquired. (A lease from Adopt has
+// no EventAcquired.)
 const (
 	EventAcquired  EventKind = iota + 1 // Acquire or TryAcquire got the lease (Wait says how long it took)
 	EventRefused                        // Acquire or TryAcquire gave up with core.ErrNotAcquired

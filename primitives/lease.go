@@ -107,18 +107,23 @@ func (l *lease) eventCtx(ctx context.Context, kind EventKind, err error) {
 	l.p.cfg.emit(e)
 }
 
-func startLease(p leaseParams) *lease {
-	l := &lease{
-		p:        p,
-		req:      core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
-		deadline: p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
-		stopped:  p.cfg.noRefresh,
+// newLease returns the lease p describes; its timer starts with arm, which must be called
+// before the lease is returned to anyone.
+func newLease(p leaseParams) *lease {
+	return &lease{
+		p:           p,
+		req:         core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
+		deadline:    p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
+		nextRefresh: p.start.Add(p.cfg.refreshInterval),
+		stopped:     p.cfg.noRefresh,
 	}
+}
+
+// arm starts the lease's timer: its refreshes and its deadline.
+func (l *lease) arm() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.nextRefresh = p.start.Add(p.cfg.refreshInterval)
 	l.timer = time.AfterFunc(l.nextWakeLocked(time.Now()), l.tick)
-	return l
 }
 
 // nextWakeLocked returns how long until the timer should next fire. l.mu must be held.

@@ -107,7 +107,9 @@ func (s *Semaphore) Adopt(ctx context.Context, holder string) (core.Lease, error
 		}
 		return nil, fmt.Errorf("leasehold: adopt %q: %w", s.key, err)
 	}
-	return s.newLease(ctx, grant{holder: holder, permits: res.Permits, fence: res.Fence, value: res.Value}, start), nil
+	l := s.newLease(ctx, grant{holder: holder, permits: res.Permits, fence: res.Fence, value: res.Value}, start)
+	l.arm()
+	return l, nil
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, error) {
@@ -165,6 +167,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(a.begin),
 					Waited: waited, Lease: l, Context: ctx})
 			}
+			l.arm() // after the event: the lease's own events follow it
 			return l, nil
 		}
 		if !waited && len(s.cfg.events) > 0 {
@@ -185,13 +188,13 @@ type grant struct {
 	value   string
 }
 
-// newLease starts the lease g, granted by a call with ctx that was sent at start.
+// newLease returns the lease g, granted by a call with ctx that was sent at start, unarmed.
 func (s *Semaphore) newLease(ctx context.Context, g grant, start time.Time) *lease {
 	var ectx context.Context // for events only: nothing else keeps the caller's ctx
 	if len(s.cfg.events) > 0 {
 		ectx = context.WithoutCancel(ctx)
 	}
-	return startLease(leaseParams{
+	return newLease(leaseParams{
 		ctx:     ectx,
 		store:   s.store,
 		key:     s.key,
