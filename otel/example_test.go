@@ -13,19 +13,22 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/core"
 	leaseotel "github.com/leasehold/leasehold/otel"
 	"github.com/leasehold/leasehold/primitives"
 )
 
 // A Mutex whose leases are recorded by an OpenTelemetry SDK: here one that keeps its metrics
-// until read and its spans in memory; in production the global providers, with exporters.
+// until read and its spans in memory; in production the global providers, with exporters. The
+// lock's spans are children of the request's span, the one in the ctx passed to Do (or to
+// Acquire, TryAcquire and Release).
 func ExampleNew() {
-	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	tel, err := leaseotel.New(
 		leaseotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-		leaseotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))),
+		leaseotel.WithTracerProvider(tp),
 		leaseotel.WithKeyAttribute(func(key string) string { // "invoice:1234" is recorded as "invoice"
 			prefix, _, _ := strings.Cut(key, ":")
 			return prefix
@@ -34,17 +37,21 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-
 	mu, err := primitives.NewMutex(memory.New(), "invoice:1234", tel.Option())
 	if err != nil {
 		panic(err)
 	}
-	lease, _ := mu.Acquire(ctx)
-	mu.TryAcquire(ctx) // refused: the mutex is held
-	lease.Release(ctx)
+
+	// The request's span, as an HTTP server's middleware would start it.
+	ctx, request := tp.Tracer("app").Start(context.Background(), "POST /invoices/1234/pay")
+	mu.Do(ctx, func(ctx context.Context, lease core.Lease) error {
+		mu.TryAcquire(ctx) // refused: the mutex is held
+		return nil
+	})
+	request.End()
 
 	var rm metricdata.ResourceMetrics
-	reader.Collect(ctx, &rm)
+	reader.Collect(context.Background(), &rm)
 	var lines []string
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		switch data := m.Data.(type) {
@@ -60,17 +67,29 @@ func ExampleNew() {
 	}
 	slices.Sort(lines) // points come in no particular order
 	fmt.Println(strings.Join(lines, "\n"))
-	for _, s := range spans.GetSpans() {
-		fmt.Println("span", s.Name)
+
+	// The trace, as a tree: each span under its parent.
+	stubs := spans.GetSpans()
+	var print func(parent string, depth int)
+	print = func(parent string, depth int) {
+		for _, s := range stubs {
+			if s.Parent.SpanID().String() == parent {
+				fmt.Printf("%s%s\n", strings.Repeat("  ", depth), s.Name)
+				print(s.SpanContext.SpanID().String(), depth+1)
+			}
+		}
 	}
+	print("0000000000000000", 0) // the root: no parent
 	// Output:
+	// leasehold.lease.active{leasehold.key=invoice} 0
 	// leasehold.lease.events{leasehold.key=invoice,leasehold.outcome=acquired} 1
 	// leasehold.lease.events{leasehold.key=invoice,leasehold.outcome=refused} 1
 	// leasehold.lease.events{leasehold.key=invoice,leasehold.outcome=released} 1
-	// leasehold.lease.held{leasehold.key=invoice,leasehold.outcome=released} count 1 (s)
-	// leasehold.lease.wait{leasehold.key=invoice,leasehold.outcome=acquired} count 1 (s)
-	// leasehold.lease.wait{leasehold.key=invoice,leasehold.outcome=refused} count 1 (s)
-	// span leasehold.acquire
-	// span leasehold.acquire
-	// span leasehold.hold
+	// leasehold.lease.hold.duration{leasehold.key=invoice,leasehold.outcome=released} count 1 (s)
+	// leasehold.lease.wait.duration{leasehold.key=invoice,leasehold.outcome=acquired} count 1 (s)
+	// leasehold.lease.wait.duration{leasehold.key=invoice,leasehold.outcome=refused} count 1 (s)
+	// POST /invoices/1234/pay
+	//   leasehold.acquire
+	//   leasehold.acquire
+	//   leasehold.hold
 }

@@ -21,6 +21,7 @@ type recorder struct {
 	tel    *leaseotel.Telemetry
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.InMemoryExporter
+	tp     *sdktrace.TracerProvider
 }
 
 func newRecorder(t *testing.T, opts ...leaseotel.Option) *recorder {
@@ -28,6 +29,7 @@ func newRecorder(t *testing.T, opts ...leaseotel.Option) *recorder {
 	r := &recorder{reader: sdkmetric.NewManualReader(), spans: tracetest.NewInMemoryExporter()}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(r.spans))
+	r.tp = tp
 	t.Cleanup(func() {
 		mp.Shutdown(context.Background())
 		tp.Shutdown(context.Background())
@@ -49,8 +51,8 @@ func (r *recorder) instruments(t *testing.T) map[string]metricdata.Metrics {
 	}
 	out := map[string]metricdata.Metrics{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != leaseotel.ScopeName {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, leaseotel.ScopeName)
+		if sm.Scope.Name != leaseotel.ScopeName || sm.Scope.Version == "" {
+			t.Errorf("scope %q version %q, want %q with a version", sm.Scope.Name, sm.Scope.Version, leaseotel.ScopeName)
 		}
 		for _, m := range sm.Metrics {
 			out[m.Name] = m
@@ -157,4 +159,23 @@ func noHolder(t *testing.T, r *recorder, holder string) {
 			}
 		}
 	}
+}
+
+// sum returns the points of the Sum[int64] instrument name by their attributes, checking it is
+// monotonic or not as want says.
+func (r *recorder) sum(t *testing.T, name string, monotonic bool) map[string]int64 {
+	t.Helper()
+	m, ok := r.instruments(t)[name]
+	if !ok {
+		return nil
+	}
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	if !ok || sum.IsMonotonic != monotonic {
+		t.Fatalf("%s is %T, want a Sum[int64] with IsMonotonic %v", name, m.Data, monotonic)
+	}
+	out := map[string]int64{}
+	for _, p := range sum.DataPoints {
+		out[attrs(p.Attributes)] = p.Value
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -12,27 +13,39 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// ScopeName is the instrumentation scope of the meter and the tracer.
+// ScopeName is the instrumentation scope of the meter and the tracer; its version is the
+// module's (see the package doc).
 const ScopeName = "github.com/leasehold/leasehold/otel"
 
-// The names of the instruments, the spans and their attributes.
+// The names of the instruments, the spans, their events and their attributes.
 const (
-	WaitHistogram = "leasehold.lease.wait"   // seconds an acquire took, by outcome acquired or refused
-	HeldHistogram = "leasehold.lease.held"   // seconds a lease was held, by outcome released or lost
-	EventsCounter = "leasehold.lease.events" // events, by outcome (the event's kind)
+	WaitDuration  = "leasehold.lease.wait.duration" // seconds an acquire took, by outcome acquired, refused or acquire_failed
+	HoldDuration  = "leasehold.lease.hold.duration" // seconds a lease was held, by outcome released or lost
+	EventsCounter = "leasehold.lease.events"        // events, by outcome (the event's kind)
+	ErrorsCounter = "leasehold.lease.errors"        // failed store operations, by operation and error.type
+	ActiveLeases  = "leasehold.lease.active"        // up-down: leases held now by this process
+	Waiters       = "leasehold.lease.waiters"       // up-down: Acquire calls of this process waiting now
 
-	AcquireSpan = "leasehold.acquire" // an Acquire or TryAcquire, from its call to its grant or refusal
+	AcquireSpan = "leasehold.acquire" // an Acquire or TryAcquire, from its call to its grant, refusal or failure
 	HoldSpan    = "leasehold.hold"    // a lease, from its grant to its release or loss
 
-	KeyAttribute     = "leasehold.key"     // the key, or what WithKeyAttribute makes of it
-	OutcomeAttribute = "leasehold.outcome" // the event's kind: acquired, refused, refreshed, released, lost
-	PermitsAttribute = "leasehold.permits" // spans: the permits asked for or held
-	FenceAttribute   = "leasehold.fence"   // spans: the lease's fencing token
-	WaitAttribute    = "leasehold.wait"    // acquire spans: the wait in seconds
-	HeldAttribute    = "leasehold.held"    // hold spans: the hold time in seconds
+	RefreshFailedEvent    = "leasehold.refresh.failed"    // hold span: the first of a run of failed refreshes
+	RefreshRecoveredEvent = "leasehold.refresh.recovered" // hold span: a refresh succeeded after failures
+	ReleaseFailedEvent    = "leasehold.release.failed"    // hold span: a Release failed; the lease stays until its deadline
+
+	KeyAttribute       = "leasehold.key"       // the key, or what WithKeyAttribute makes of it
+	OutcomeAttribute   = "leasehold.outcome"   // the event's kind, with "_" for spaces: acquired, refused, acquire_failed, ...
+	OperationAttribute = "leasehold.operation" // errors: acquire, refresh or release
+	PermitsAttribute   = "leasehold.permits"   // spans: the permits asked for or held
+	FenceAttribute     = "leasehold.fence"     // spans: the lease's fencing token
+	WaitAttribute      = "leasehold.wait"      // acquire spans: the wait in seconds
+	HeldAttribute      = "leasehold.held"      // hold spans: the hold time in seconds
+	ErrorTypeAttribute = "error.type"          // failures: the kind of error (see the package doc)
+	MessageAttribute   = "exception.message"   // span events of failures: the error's text
 )
 
 // Bucket boundaries advised for the histograms, in seconds: a wait is often under a
@@ -42,6 +55,9 @@ var (
 	heldBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 )
 
+// maxSpanEvents bounds the span events kept for one lease's hold span.
+const maxSpanEvents = 32
+
 // Telemetry turns the events of leases into metrics and spans. It is safe for concurrent use,
 // and one Telemetry may serve any number of Mutexes and Semaphores.
 type Telemetry struct {
@@ -49,8 +65,28 @@ type Telemetry struct {
 	wait    metric.Float64Histogram
 	held    metric.Float64Histogram
 	events  metric.Int64Counter
+	errors  metric.Int64Counter
+	active  metric.Int64UpDownCounter
+	waiters metric.Int64UpDownCounter
 	key     func(string) string
 	outcome map[primitives.EventKind]attribute.KeyValue // made once: recording allocates less
+
+	mu    sync.Mutex
+	holds map[core.Lease]*hold // the leases granted by an acquire, until they end
+}
+
+// hold is what is kept of a held lease until its hold span is made, when it ends.
+type hold struct {
+	parent  trace.SpanContext // the acquire caller's span
+	metrics metric.MeasurementOption
+	events  []spanEvent
+}
+
+// spanEvent is an event of a hold span, recorded before the span is.
+type spanEvent struct {
+	name  string
+	at    time.Time
+	attrs []attribute.KeyValue
 }
 
 // New makes a Telemetry with the instruments of the package doc, from the providers the options
@@ -61,24 +97,47 @@ func New(opts ...Option) (*Telemetry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: otel: %w", err)
 	}
-	meter := c.meters.Meter(ScopeName)
-	t := &Telemetry{tracer: c.tracers.Tracer(ScopeName), key: c.key, outcome: map[primitives.EventKind]attribute.KeyValue{}}
-	for _, k := range []primitives.EventKind{primitives.EventAcquired, primitives.EventRefused, primitives.EventRefreshed, primitives.EventReleased, primitives.EventLost} {
-		t.outcome[k] = attribute.String(OutcomeAttribute, k.String())
+	version := moduleVersion()
+	meter := c.meters.Meter(ScopeName, metric.WithInstrumentationVersion(version))
+	t := &Telemetry{
+		tracer:  c.tracers.Tracer(ScopeName, trace.WithInstrumentationVersion(version)),
+		key:     c.key,
+		outcome: map[primitives.EventKind]attribute.KeyValue{},
+		holds:   map[core.Lease]*hold{},
 	}
-	if t.wait, err = meter.Float64Histogram(WaitHistogram, metric.WithUnit("s"),
-		metric.WithDescription("How long an acquire of a lease took, until its grant or refusal."),
+	for _, k := range []primitives.EventKind{primitives.EventAcquired, primitives.EventRefused, primitives.EventRefreshed,
+		primitives.EventReleased, primitives.EventLost, primitives.EventWaiting, primitives.EventAcquireFailed,
+		primitives.EventRefreshFailed, primitives.EventRefreshRecovered, primitives.EventReleaseFailed} {
+		t.outcome[k] = attribute.String(OutcomeAttribute, strings.ReplaceAll(k.String(), " ", "_"))
+	}
+	fail := func(name string, err error) (*Telemetry, error) {
+		return nil, fmt.Errorf("leasehold: otel: %s: %w", name, err)
+	}
+	if t.wait, err = meter.Float64Histogram(WaitDuration, metric.WithUnit("s"),
+		metric.WithDescription("How long an acquire of a lease took, until its grant, refusal or failure."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
-		return nil, fmt.Errorf("leasehold: otel: %s: %w", WaitHistogram, err)
+		return fail(WaitDuration, err)
 	}
-	if t.held, err = meter.Float64Histogram(HeldHistogram, metric.WithUnit("s"),
+	if t.held, err = meter.Float64Histogram(HoldDuration, metric.WithUnit("s"),
 		metric.WithDescription("How long a lease was held, until its release or loss."),
 		metric.WithExplicitBucketBoundaries(heldBuckets...)); err != nil {
-		return nil, fmt.Errorf("leasehold: otel: %s: %w", HeldHistogram, err)
+		return fail(HoldDuration, err)
 	}
 	if t.events, err = meter.Int64Counter(EventsCounter, metric.WithUnit("{event}"),
-		metric.WithDescription("Events of leases: acquired, refused, refreshed, released, lost.")); err != nil {
-		return nil, fmt.Errorf("leasehold: otel: %s: %w", EventsCounter, err)
+		metric.WithDescription("Events of leases, by outcome: acquired, refused, released, lost, ...")); err != nil {
+		return fail(EventsCounter, err)
+	}
+	if t.errors, err = meter.Int64Counter(ErrorsCounter, metric.WithUnit("{error}"),
+		metric.WithDescription("Failed acquires, refreshes and releases, by operation and error.type.")); err != nil {
+		return fail(ErrorsCounter, err)
+	}
+	if t.active, err = meter.Int64UpDownCounter(ActiveLeases, metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases held by this process.")); err != nil {
+		return fail(ActiveLeases, err)
+	}
+	if t.waiters, err = meter.Int64UpDownCounter(Waiters, metric.WithUnit("{waiter}"),
+		metric.WithDescription("Acquires of this process waiting for a lease.")); err != nil {
+		return fail(Waiters, err)
 	}
 	return t, nil
 }
@@ -111,21 +170,83 @@ func (t *Telemetry) record(e primitives.Event) {
 		metricKey, keyed = spanKey, spanKey != ""
 	}
 	attrs := metric.WithAttributes(outcome)
+	gauge := metric.WithAttributes() // the up-down counters: by key alone
 	if keyed {
-		attrs = metric.WithAttributes(outcome, attribute.String(KeyAttribute, metricKey))
+		key := attribute.String(KeyAttribute, metricKey)
+		attrs = metric.WithAttributes(outcome, key)
+		gauge = metric.WithAttributes(key)
+	}
+	parent := e.Context
+	if parent == nil {
+		parent = context.Background()
 	}
 
-	ctx := context.Background()
+	ctx := parent
 	switch e.Kind {
-	case primitives.EventAcquired, primitives.EventRefused:
+	case primitives.EventWaiting:
+		t.waiters.Add(parent, 1, gauge)
+	case primitives.EventAcquired, primitives.EventRefused, primitives.EventAcquireFailed:
+		if e.Waited {
+			t.waiters.Add(parent, -1, gauge)
+		}
 		span := t.startSpan(&ctx, e, spanOf{name: AcquireSpan, start: now.Add(-e.Wait), key: spanKey,
 			outcome: outcome, duration: attribute.Float64(WaitAttribute, e.Wait.Seconds())})
+		if e.Kind == primitives.EventAcquireFailed && e.Err != nil {
+			typ := errorType(e.Err)
+			span.SetAttributes(attribute.String(ErrorTypeAttribute, typ))
+			span.SetStatus(codes.Error, t.describe(e, spanKey))
+			t.countError(ctx, "acquire", typ, keyed, metricKey)
+		}
 		span.End(trace.WithTimestamp(now))
 		t.wait.Record(ctx, e.Wait.Seconds(), attrs)
+		if e.Kind == primitives.EventAcquired && e.Lease != nil {
+			t.mu.Lock()
+			t.holds[e.Lease] = &hold{parent: trace.SpanContextFromContext(parent), metrics: gauge}
+			t.mu.Unlock()
+			t.active.Add(parent, 1, gauge)
+		}
+	case primitives.EventRefreshFailed, primitives.EventRefreshRecovered, primitives.EventReleaseFailed:
+		name, op := RefreshFailedEvent, "refresh"
+		switch e.Kind {
+		case primitives.EventRefreshRecovered:
+			name = RefreshRecoveredEvent
+		case primitives.EventReleaseFailed:
+			name, op = ReleaseFailedEvent, "release"
+		}
+		var ev []attribute.KeyValue
+		if e.Err != nil {
+			ev = append(ev, attribute.String(MessageAttribute, t.describe(e, spanKey)))
+		}
+		if e.Kind != primitives.EventRefreshRecovered && e.Err != nil {
+			typ := errorType(e.Err)
+			ev = append(ev, attribute.String(ErrorTypeAttribute, typ))
+			t.countError(parent, op, typ, keyed, metricKey)
+		}
+		t.mu.Lock()
+		if h := t.holds[e.Lease]; h != nil && len(h.events) < maxSpanEvents {
+			h.events = append(h.events, spanEvent{name: name, at: now, attrs: ev})
+		}
+		t.mu.Unlock()
 	case primitives.EventReleased, primitives.EventLost:
+		t.mu.Lock()
+		h := t.holds[e.Lease]
+		delete(t.holds, e.Lease)
+		t.mu.Unlock()
+		if h != nil {
+			t.active.Add(parent, -1, h.metrics)
+			// The hold span is a child of the acquire caller's span; of the releaser's for a
+			// lease no acquire granted (Adopt).
+			ctx = trace.ContextWithSpanContext(parent, h.parent)
+		}
 		span := t.startSpan(&ctx, e, spanOf{name: HoldSpan, start: now.Add(-e.Held), key: spanKey,
 			outcome: outcome, duration: attribute.Float64(HeldAttribute, e.Held.Seconds())})
+		if h != nil {
+			for _, ev := range h.events {
+				span.AddEvent(ev.name, trace.WithTimestamp(ev.at), trace.WithAttributes(ev.attrs...))
+			}
+		}
 		if e.Kind == primitives.EventLost && e.Err != nil {
+			span.SetAttributes(attribute.String(ErrorTypeAttribute, errorType(e.Err)))
 			span.SetStatus(codes.Error, t.describe(e, spanKey))
 		}
 		span.End(trace.WithTimestamp(now))
@@ -135,7 +256,16 @@ func (t *Telemetry) record(e primitives.Event) {
 	t.events.Add(ctx, 1, attrs)
 }
 
-// describe returns the description of the lost lease's error: the error's text, where the key
+// countError counts a failed operation op of error type typ.
+func (t *Telemetry) countError(ctx context.Context, op, typ string, keyed bool, key string) {
+	kv := []attribute.KeyValue{attribute.String(OperationAttribute, op), attribute.String(ErrorTypeAttribute, typ)}
+	if keyed {
+		kv = append(kv, attribute.String(KeyAttribute, key))
+	}
+	t.errors.Add(ctx, 1, metric.WithAttributes(kv...))
+}
+
+// describe returns the description of the event's error: the error's text, where the key
 // is replaced by what WithKeyAttribute made of it (the key is in the text: "leasehold: hold
 // \"invoice:1234\": ..."), so that a key the option hides or bounds does not reach the span
 // that way. Without the option the key is on the span anyway.
@@ -159,10 +289,11 @@ type spanOf struct {
 	outcome, duration attribute.KeyValue
 }
 
-// startSpan starts the span s for the event e and sets *ctx to the span's context.
+// startSpan starts the span s for the event e, as a child of the span in *ctx, if any, and sets
+// *ctx to the new span's context.
 func (t *Telemetry) startSpan(ctx *context.Context, e primitives.Event, s spanOf) trace.Span {
 	name, start, key, outcome, d := s.name, s.start, s.key, s.outcome, s.duration
-	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs := make([]attribute.KeyValue, 0, 6)
 	if key != "" {
 		attrs = append(attrs, attribute.String(KeyAttribute, key))
 	}

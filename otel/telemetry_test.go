@@ -65,8 +65,8 @@ func TestAcquireAndReleaseAreRecorded(t *testing.T) {
 	if got := r.counts(t); len(got) != len(want) || got["leasehold.outcome=acquired"] != 1 || got["leasehold.outcome=released"] != 1 {
 		t.Errorf("events %v, want %v", got, want)
 	}
-	wait := r.histogram(t, leaseotel.WaitHistogram)["leasehold.outcome=acquired"]
-	held := r.histogram(t, leaseotel.HeldHistogram)["leasehold.outcome=released"]
+	wait := r.histogram(t, leaseotel.WaitDuration)["leasehold.outcome=acquired"]
+	held := r.histogram(t, leaseotel.HoldDuration)["leasehold.outcome=released"]
 	if wait.Count != 1 || held.Count != 1 {
 		t.Fatalf("wait count %d, held count %d; want one each", wait.Count, held.Count)
 	}
@@ -107,7 +107,7 @@ func TestRefusalIsRecorded(t *testing.T) {
 	if got := r.counts(t); got["leasehold.outcome=refused"] != 1 || got["leasehold.outcome=acquired"] != 1 {
 		t.Errorf("events %v, want one acquired and one refused", got)
 	}
-	wait := r.histogram(t, leaseotel.WaitHistogram)
+	wait := r.histogram(t, leaseotel.WaitDuration)
 	if wait["leasehold.outcome=refused"].Count != 1 || wait["leasehold.outcome=acquired"].Count != 1 {
 		t.Errorf("wait histogram %v, want one acquired and one refused", wait)
 	}
@@ -177,7 +177,7 @@ func TestLostLeaseIsRecorded(t *testing.T) {
 			if got := r.counts(t); len(got) != 2 || got["leasehold.outcome=acquired"] != 1 || got["leasehold.outcome=lost"] != 1 {
 				t.Errorf("events %v, want one acquired and one lost", got)
 			}
-			held := r.histogram(t, leaseotel.HeldHistogram)
+			held := r.histogram(t, leaseotel.HoldDuration)
 			if len(held) != 1 || held["leasehold.outcome=lost"].Count != 1 {
 				t.Fatalf("held histogram %v, want one lost", held)
 			}
@@ -219,7 +219,7 @@ func TestKeyAttribute(t *testing.T) {
 			if got := r.counts(t); len(got) != 1 || got[tc.metricEncoded] != 1 {
 				t.Errorf("events %v, want 1 at %s", got, tc.metricEncoded)
 			}
-			if h := r.histogram(t, leaseotel.WaitHistogram); h[tc.metricEncoded].Count != 1 {
+			if h := r.histogram(t, leaseotel.WaitDuration); h[tc.metricEncoded].Count != 1 {
 				t.Errorf("wait histogram %v, want 1 at %s", h, tc.metricEncoded)
 			}
 			got, ok := spanAttrs(r.span(t, leaseotel.AcquireSpan))[leaseotel.KeyAttribute]
@@ -300,10 +300,10 @@ func TestWaitAndHoldTimesAreTheEvents(t *testing.T) {
 		if counts["leasehold.outcome=acquired"] != 2 || counts["leasehold.outcome=released"] != 2 || counts["leasehold.outcome=refreshed"] != 2 {
 			t.Errorf("events %v, want 2 acquired, 2 refreshed, 2 released", counts)
 		}
-		if wait := r.histogram(t, leaseotel.WaitHistogram)["leasehold.outcome=acquired"]; wait.Count != 2 || wait.Sum != 0.5 {
+		if wait := r.histogram(t, leaseotel.WaitDuration)["leasehold.outcome=acquired"]; wait.Count != 2 || wait.Sum != 0.5 {
 			t.Errorf("wait histogram %+v, want 0s and 0.5s", wait)
 		}
-		if held := r.histogram(t, leaseotel.HeldHistogram)["leasehold.outcome=released"]; held.Count != 2 || held.Sum != 3 {
+		if held := r.histogram(t, leaseotel.HoldDuration)["leasehold.outcome=released"]; held.Count != 2 || held.Sum != 3 {
 			t.Errorf("held histogram %+v, want 0.5s and 2.5s", held)
 		}
 		var extents []string

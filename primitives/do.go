@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
@@ -35,8 +34,9 @@ func LeaseContext(parent context.Context, l core.Lease) (context.Context, contex
 // held, so it can hand lease.Fence() to the resource it writes, which then rejects a stale
 // holder; it may also Extend it or ask Held, and should leave Release to Do (a Release by fn
 // makes Do's a no-op). If the acquire fails, Do returns its error and fn does not run.
-// Otherwise it returns fn's error as it is if the release succeeds, or joined with the
-// release's (which wraps core.ErrLost when fn ran partly unprotected). The lease is Do's: once
+// Otherwise it returns fn's error as it is if the release succeeds, or else an error of one line,
+// fn's text then the release's after "; ", that both match with errors.Is (the release's wraps
+// core.ErrLost when fn ran partly unprotected). The lease is Do's: once
 // Do returns it has ended (or, if its release failed, it is no longer refreshed and expires by
 // its TTL), so fn must not keep it for later use; its Fence is stale from then on. The release
 // is sent even when ctx has ended, bounded by the TTL and 10s.
@@ -65,8 +65,19 @@ func do(ctx context.Context, ttl time.Duration, acquire func() (core.Lease, erro
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 10*time.Second))
 		defer rcancel()
 		if rerr := l.Release(rctx); rerr != nil {
-			err = errors.Join(err, rerr)
+			if err == nil {
+				err = rerr
+			} else {
+				err = &doError{fn: err, release: rerr}
+			}
 		}
 	}()
 	return fn(lctx, l)
 }
+
+// doError is Do's error when both fn and the release failed: one line, and errors.Is and
+// errors.As see both.
+type doError struct{ fn, release error }
+
+func (e *doError) Error() string   { return e.fn.Error() + "; " + e.release.Error() }
+func (e *doError) Unwrap() []error { return []error{e.fn, e.release} }

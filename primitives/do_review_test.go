@@ -26,8 +26,8 @@ func TestDoReturnsFnsErrorItself(t *testing.T) {
 	}
 }
 
-// TestDoJoinsFnAndReleaseErrors: a failed release is reported beside fn's error, both visible to
-// errors.Is, and the lease is left unrefreshed, to end as lost at its deadline.
+// TestDoJoinsFnAndReleaseErrors: a failed release is reported beside fn's error, in one line,
+// both visible to errors.Is, and the lease is left unrefreshed, to end as lost at its deadline.
 func TestDoJoinsFnAndReleaseErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newRecorder()
@@ -39,6 +39,9 @@ func TestDoJoinsFnAndReleaseErrors(t *testing.T) {
 		err := m.Do(t.Context(), func(_ context.Context, l core.Lease) error { got = l; return errWork })
 		if !errors.Is(err, errWork) || !errors.Is(err, errStore) {
 			t.Errorf("Do = %v, want both fn's and the release's errors", err)
+		}
+		if want := `work failed; leasehold: release "job": store down`; err == nil || err.Error() != want {
+			t.Errorf("Do = %q, want %q", err, want)
 		}
 		extends := store.extends.Load()
 		<-got.Done() // at its deadline

@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -160,6 +161,9 @@ func TestDoCancelsOnLoss(t *testing.T) {
 		})
 		if !errors.Is(err, core.ErrLost) || !errors.Is(err, context.Canceled) {
 			t.Errorf("Do = %v, want fn's cancellation joined with the release's ErrLost", err)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("Do = %q, want one line", err)
 		}
 	})
 }

@@ -12,6 +12,27 @@
 // deadline; a refresh runs on the timer's goroutine, so a lease costs no goroutine between
 // refreshes and none once it has ended.
 //
+// # When a lease is lost
+//
+// A lease is lost when a refresh, Extend, Held or Release finds the store no longer holds it
+// (Err says so: "the store no longer held it", or the store's own words), or when its deadline
+// passes without a successful refresh. In the second case Err names how many refreshes failed
+// in a row and the last one's error, which it wraps beside core.ErrLost:
+//
+//	leasehold: hold "job": lease lost: 3 refreshes failed, last: goredis: dial tcp 127.0.0.1:6379: connect: connection refused
+//
+// and a refresh cut off by the deadline names the failure before it; "deadline passed without a
+// successful refresh" means none was tried in time (the process was paused, or WithoutRefresh).
+// A failed refresh may still have reached the store, which would then keep the lease for up to
+// a TTL, so a lease lost at its deadline after failed refreshes sends a release (holder and
+// fence: it cannot end a newer lease) in the background, bounded by min(TTL, 2s); Release waits
+// for it. After StopRefresh it does not: the lease is another's to keep.
+//
+// Events tell the same story as it happens: EventRefreshFailed once per run of failed refreshes
+// (WithLogger logs it at Warn), EventRefreshRecovered when one succeeds again (Info), and
+// EventLost (Error). See docs/losing-a-lease.md for how long a lease takes to be lost when its
+// Redis server dies.
+//
 // # Closing the store
 //
 // Closing a Store does not release the leases it granted, and gives them no signal. A refreshed

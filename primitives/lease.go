@@ -11,6 +11,7 @@ import (
 )
 
 type leaseParams struct {
+	ctx     context.Context // the acquire's, without its cancellation, for events; nil without event handlers
 	store   core.Store
 	key     string
 	holder  string
@@ -29,7 +30,8 @@ type lease struct {
 	p   leaseParams
 	req core.ExtendRequest
 
-	// running counts refreshes in flight; Add happens under mu only while !stopped.
+	// running counts refreshes in flight and the release after a loss at the deadline; Add
+	// happens under mu only while !released, so never during Release's Wait.
 	running sync.WaitGroup
 	// extending, a semaphore of one, serialises the lease's Extend calls to the store
 	// (background refresh and Lease.Extend). A call holds it until it has applied its reply, so
@@ -57,6 +59,10 @@ type lease struct {
 	// loss and the key.
 	lost error
 	err  error
+	// failures counts the background refreshes failed since the last one that succeeded;
+	// lastFailure is the error of the latest.
+	failures    int
+	lastFailure error
 }
 
 var _ core.Lease = (*lease)(nil)
@@ -68,30 +74,56 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 
 var errDeadline = errors.New("deadline passed without a successful refresh")
 
-// event reports what happened to the lease to the configured event handlers.
-func (l *lease) event(kind EventKind, err error) {
+// refreshError is why a lease was lost at its deadline after failed refreshes: how many failed
+// in a row, and the last one's error, which it wraps (the one before, if the last was only cut
+// off by the deadline).
+type refreshError struct {
+	n    int
+	last error
+}
+
+func (e *refreshError) Error() string {
+	if e.n == 1 {
+		return "1 refresh failed: " + e.last.Error()
+	}
+	return fmt.Sprintf("%d refreshes failed, last: %v", e.n, e.last)
+}
+
+func (e *refreshError) Unwrap() error { return e.last }
+
+// event reports what happened to the lease to the configured event handlers, in the context of
+// the lease's acquire.
+func (l *lease) event(kind EventKind, err error) { l.eventCtx(l.p.ctx, kind, err) }
+
+// eventCtx reports what happened to the lease in the context ctx of a call.
+func (l *lease) eventCtx(ctx context.Context, kind EventKind, err error) {
 	if len(l.p.cfg.events) == 0 {
 		return
 	}
-	e := Event{Kind: kind, Key: l.p.key, Holder: l.p.holder, Permits: l.p.permits, Fence: l.p.fence, Err: err}
+	e := Event{Kind: kind, Key: l.p.key, Holder: l.p.holder, Permits: l.p.permits, Fence: l.p.fence, Err: err, Lease: l, Context: ctx}
 	if kind == EventReleased || kind == EventLost {
 		e.Held = time.Since(l.p.start)
 	}
 	l.p.cfg.emit(e)
 }
 
-func startLease(p leaseParams) *lease {
-	l := &lease{
-		p:        p,
-		req:      core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
-		deadline: p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
-		stopped:  p.cfg.noRefresh,
+// newLease returns the lease p describes; its timer starts with arm, which must be called
+// before the lease is returned to anyone.
+func newLease(p leaseParams) *lease {
+	return &lease{
+		p:           p,
+		req:         core.ExtendRequest{Key: p.key, Holder: p.holder, TTL: p.cfg.ttl},
+		deadline:    p.start.Add(p.cfg.ttl - drift(p.cfg.ttl)),
+		nextRefresh: p.start.Add(p.cfg.refreshInterval),
+		stopped:     p.cfg.noRefresh,
 	}
+}
+
+// arm starts the lease's timer: its refreshes and its deadline.
+func (l *lease) arm() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.nextRefresh = p.start.Add(p.cfg.refreshInterval)
 	l.timer = time.AfterFunc(l.nextWakeLocked(time.Now()), l.tick)
-	return l
 }
 
 // nextWakeLocked returns how long until the timer should next fire. l.mu must be held.
@@ -197,7 +229,9 @@ func (l *lease) Release(ctx context.Context) error {
 		l.released, l.unsure = false, l.unsure || inTime
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
 		l.mu.Unlock()
-		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
+		err = fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
+		l.eventCtx(ctx, EventReleaseFailed, err)
+		return err
 	}
 	l.endLocked()
 	wasLost := l.lost
@@ -222,13 +256,13 @@ func (l *lease) Release(ctx context.Context) error {
 		// The store may still hold the lease; it expires by its TTL.
 		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
 	case lostNow != nil:
-		l.event(EventLost, lostNow)
+		l.eventCtx(ctx, EventLost, lostNow)
 		if f := l.p.cfg.onLost; f != nil {
 			go f(l, lostNow)
 		}
 		return lostNow
 	}
-	l.event(EventReleased, nil)
+	l.eventCtx(ctx, EventReleased, nil)
 	return nil
 }
 
@@ -269,10 +303,27 @@ func (l *lease) tick() {
 		return
 	}
 	if !now.Before(l.deadline) {
-		notify := l.loseLocked("hold", errDeadline)
+		var cause error = errDeadline
+		if l.failures > 0 {
+			cause = &refreshError{n: l.failures, last: l.lastFailure}
+		}
+		// A refresh that failed here may have reached the store, which then holds the lease
+		// for up to a TTL more. Not after StopRefresh: the lease is another's to keep (Adopt).
+		release := l.failures > 0 && !l.stopped
+		notify := l.loseLocked("hold", cause)
+		if notify == nil {
+			release = false
+		}
+		if release {
+			l.running.Add(1) // Release waits for the release below
+		}
 		l.mu.Unlock()
 		if notify != nil {
 			notify()
+		}
+		if release {
+			l.releaseLost()
+			l.running.Done()
 		}
 		return
 	}
@@ -308,21 +359,38 @@ func (l *lease) tick() {
 	case <-ctx.Done(): // Release, or the deadline, came while a Lease.Extend was in flight
 		err = ctx.Err()
 	}
+	// Cut off by the deadline: what failed before says more (a dead server's connection
+	// refused, say, rather than the deadline of the retry in flight).
+	cut := err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded)
 	cancel()
 
 	l.mu.Lock()
 	l.cancel = nil
 	l.refreshing = false
 	var notify func()
+	var failed, recovered error
 	switch {
 	case err == nil && res.Fence != l.p.fence:
 		notify = l.loseLocked("refresh", fmt.Errorf("the holder now holds a newer grant (fence %d)", res.Fence))
 	case err == nil:
 		l.deadline = now.Add(l.p.cfg.ttl - drift(l.p.cfg.ttl))
 		l.nextRefresh = now.Add(l.p.cfg.refreshInterval)
+		if l.failures > 0 {
+			recovered = &refreshError{n: l.failures, last: l.lastFailure}
+			l.failures, l.lastFailure = 0, nil
+		}
 	case errors.Is(err, core.ErrLost), errors.Is(err, core.ErrClosed):
 		notify = l.loseLocked("refresh", err)
 	default:
+		if !l.stopped { // not aborted by Release or StopRefresh
+			l.failures++
+			if !cut || l.lastFailure == nil {
+				l.lastFailure = err
+			}
+			if l.failures == 1 {
+				failed = fmt.Errorf("leasehold: refresh %q: %w", l.p.key, err)
+			}
+		}
 		after := time.Now()
 		l.nextRefresh = after.Add(max(min(l.p.cfg.refreshInterval, l.deadline.Sub(after)/2), time.Millisecond))
 	}
@@ -334,6 +402,12 @@ func (l *lease) tick() {
 		<-extending // only now: the deadline set above is the latest call's
 	}
 	l.running.Done()
+	switch {
+	case failed != nil:
+		l.event(EventRefreshFailed, failed)
+	case recovered != nil && notify == nil:
+		l.event(EventRefreshRecovered, fmt.Errorf("leasehold: refresh %q: recovered after %w", l.p.key, recovered))
+	}
 	if err == nil && notify == nil {
 		l.event(EventRefreshed, nil)
 	}
@@ -425,6 +499,20 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 	// (which lose checks), it is lost now rather than at the next refresh or the deadline.
 	l.lose("held", errors.New("the store no longer holds it (expired or taken)"))
 	return false, nil
+}
+
+// releaseLost releases the lease, lost at its deadline after failed refreshes, best-effort and
+// bounded in time: one of them may have reached the store (its reply lost, or late), which then
+// keeps the lease for up to a TTL from it, and a holder whose Release never runs would leave the
+// key held by nobody until then. The request names holder and fence, so it cannot end a newer
+// lease.
+func (l *lease) releaseLost() {
+	if l.p.fence == 0 { // zero matches any fence of the holder: never sent for a known lease
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(l.p.cfg.ttl, 2*time.Second))
+	defer cancel()
+	l.p.store.Release(ctx, core.ReleaseRequest{Key: l.p.key, Holder: l.p.holder, Fence: l.p.fence})
 }
 
 // lose ends the lease as lost, found so by the operation op, unless it has ended or is being

@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -147,5 +148,119 @@ func TestStopRefresh(t *testing.T) {
 		if !errors.Is(l.Err(), core.ErrLost) {
 			t.Errorf("Err = %v, want ErrLost", l.Err())
 		}
+	})
+}
+
+// TestLossAfterFailedRefreshesNamesTheLastError: a lease lost at its deadline because its
+// refreshes failed says so in one line, with how many failed and the last one's error, which
+// errors.Is finds beside ErrLost.
+func TestLossAfterFailedRefreshesNamesTheLastError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		rec.failExtends(errNetwork)
+		<-l.Done()
+		err := l.Err()
+		if !errors.Is(err, core.ErrLost) || !errors.Is(err, errNetwork) {
+			t.Errorf("Err = %v, want ErrLost and the refresh's error", err)
+		}
+		want := fmt.Sprintf(`leasehold: hold "job": lease lost: %d refreshes failed, last: network unreachable`, rec.extends.Load())
+		if err == nil || err.Error() != want {
+			t.Errorf("Err = %q, want %q", err, want)
+		}
+		l.Release(context.Background())
+	})
+}
+
+// lateExtends is a store whose refreshes reach it only as the caller stops waiting (a reply
+// lost on a slow network): each Extend waits for ctx to end, then extends the lease for a full
+// TTL and returns ctx's error.
+type lateExtends struct{ *recorder }
+
+func (s lateExtends) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	s.extends.Add(1)
+	<-ctx.Done()
+	s.inner.Extend(context.Background(), req)
+	return core.ExtendResult{}, ctx.Err()
+}
+
+// TestLeaseLostAtItsDeadlineIsReleasedInTheStore: a refresh that reached the store after the
+// lease's deadline keeps the key held for a TTL by a holder that has given it up; the lease,
+// lost, releases it in the background, so the key is free at once, and Release then finds the
+// loss without waiting for anything more.
+func TestLeaseLostAtItsDeadlineIsReleasedInTheStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := lateExtends{newRecorder()}
+		m := mustMutex(t, store, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		<-l.Done()
+		if err := l.Err(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Err = %v, want the refresh's deadline", err)
+		}
+		synctest.Wait() // the release in the background
+		if snap, _ := store.inner.Inspect(context.Background(), "job"); len(snap.Leases) != 0 {
+			t.Errorf("the store holds %+v after the loss, want nothing", snap.Leases)
+		}
+		other := mustMutex(t, store.inner)
+		if l2, err := other.TryAcquire(context.Background()); err != nil {
+			t.Errorf("TryAcquire after the loss: %v", err)
+		} else {
+			mustRelease(t, l2)
+		}
+		if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) {
+			t.Errorf("Release = %v, want ErrLost", err)
+		}
+	})
+}
+
+// TestStoppedLeaseLostAtItsDeadlineIsLeftInTheStore: after StopRefresh the lease is another's
+// to keep (Adopt), so its loss at the deadline sends no release, even after failed refreshes.
+func TestStoppedLeaseLostAtItsDeadlineIsLeftInTheStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		rec.failExtends(errNetwork)
+		time.Sleep(1500 * time.Millisecond) // a refresh failed
+		rec.failExtends(nil)
+		l.StopRefresh()
+		<-l.Done()
+		synctest.Wait()
+		if n := rec.releases.Load(); n != 0 {
+			t.Errorf("%d releases after StopRefresh, want none", n)
+		}
+		l.Release(context.Background())
+	})
+}
+
+// failThenHang is a store whose Extends fail with errNetwork once, then get no reply until
+// their ctx ends.
+type failThenHang struct {
+	*recorder
+	failed atomic.Bool
+}
+
+func (s *failThenHang) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	s.extends.Add(1)
+	if s.failed.CompareAndSwap(false, true) {
+		return core.ExtendResult{}, errNetwork
+	}
+	<-ctx.Done()
+	return core.ExtendResult{}, ctx.Err()
+}
+
+// TestLossNamesTheFailureBeforeTheRefreshCutOffByTheDeadline: the refresh in flight at the
+// deadline fails by the deadline alone; the loss names the error that came before it.
+func TestLossNamesTheFailureBeforeTheRefreshCutOffByTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mustMutex(t, &failThenHang{recorder: newRecorder()}, primitives.WithTTL(3*time.Second))
+		l := mustAcquire(t, m)
+		<-l.Done()
+		want := `leasehold: hold "job": lease lost: 2 refreshes failed, last: network unreachable`
+		if err := l.Err(); err == nil || err.Error() != want || !errors.Is(err, errNetwork) {
+			t.Errorf("Err = %v, want %q", err, want)
+		}
+		l.Release(context.Background())
 	})
 }

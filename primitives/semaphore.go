@@ -111,7 +111,9 @@ func (s *Semaphore) Adopt(ctx context.Context, holder string) (core.Lease, error
 		}
 		return nil, fmt.Errorf("leasehold: adopt %q: %w", s.key, err)
 	}
-	return s.newLease(grant{holder: holder, permits: res.Permits, fence: res.Fence, value: res.Value}, start), nil
+	l := s.newLease(ctx, grant{holder: holder, permits: res.Permits, fence: res.Fence, value: res.Value}, start)
+	l.arm()
+	return l, nil
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, error) {
@@ -126,11 +128,17 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 		Unshared: s.cfg.holder == ""}
 	a := acquisition{s: s, req: req, attempts: attempts, begin: time.Now()}
 	defer a.close()
+	waited := false
 	fail := func(err error) (core.Lease, error) {
-		if len(s.cfg.events) > 0 && errors.Is(err, core.ErrNotAcquired) {
-			s.cfg.emit(Event{Kind: EventRefused, Key: s.key, Holder: holder, Permits: n, Wait: time.Since(a.begin), Err: err})
+		err = fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
+		if len(s.cfg.events) > 0 {
+			kind := EventAcquireFailed
+			if errors.Is(err, core.ErrNotAcquired) {
+				kind = EventRefused
+			}
+			s.cfg.emit(Event{Kind: kind, Key: s.key, Holder: holder, Permits: n, Wait: time.Since(a.begin), Err: err, Waited: waited, Context: ctx})
 		}
-		return nil, fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
+		return nil, err
 	}
 	for {
 		start := time.Now()
@@ -158,12 +166,18 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 				}
 				continue
 			}
-			l := s.newLease(grant{holder: holder, permits: n, fence: res.Fence, value: req.Value}, start)
+			l := s.newLease(ctx, grant{holder: holder, permits: n, fence: res.Fence, value: req.Value}, start)
 			if len(s.cfg.events) > 0 {
-				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(a.begin)})
+				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(a.begin),
+					Waited: waited, Lease: l, Context: ctx})
 			}
+			l.arm() // after the event: the lease's own events follow it
 			return l, nil
 		}
+		if !waited && len(s.cfg.events) > 0 {
+			s.cfg.emit(Event{Kind: EventWaiting, Key: s.key, Holder: holder, Permits: n, Context: ctx})
+		}
+		waited = true
 		if err := a.wait(ctx, res.RetryAfter); err != nil {
 			return fail(err)
 		}
@@ -178,8 +192,14 @@ type grant struct {
 	value   string
 }
 
-func (s *Semaphore) newLease(g grant, start time.Time) *lease {
-	return startLease(leaseParams{
+// newLease returns the lease g, granted by a call with ctx that was sent at start, unarmed.
+func (s *Semaphore) newLease(ctx context.Context, g grant, start time.Time) *lease {
+	var ectx context.Context // for events only: nothing else keeps the caller's ctx
+	if len(s.cfg.events) > 0 {
+		ectx = context.WithoutCancel(ctx)
+	}
+	return newLease(leaseParams{
+		ctx:     ectx,
 		store:   s.store,
 		key:     s.key,
 		holder:  g.holder,
