@@ -1,4 +1,4 @@
-package primitives_test
+package goredis_test
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func (b *syncBuffer) String() string {
 // reported lost, and checks that the loss and the log name the connection's failure. It runs a
 // real redis-server for some ten seconds, so only with LEASEHOLD_MEASURE=1:
 //
-//	LEASEHOLD_MEASURE=1 go test -run TestLossOfAKilledRedisNamesIt -v ./primitives
+//	LEASEHOLD_MEASURE=1 go test -run TestLossOfAKilledRedisNamesIt -v ./backend/goredis
 func TestLossOfAKilledRedisNamesIt(t *testing.T) {
 	if os.Getenv("LEASEHOLD_MEASURE") == "" || testing.Short() {
 		t.Skip("a measurement of about 10s: set LEASEHOLD_MEASURE=1")
@@ -55,7 +55,7 @@ func TestLossOfAKilledRedisNamesIt(t *testing.T) {
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	warned := make(chan time.Time, 1)
-	m := mustMutex(t, store, primitives.WithLogger(logger), primitives.WithEvents(func(e primitives.Event) {
+	m, err := primitives.NewMutex(store, "job", primitives.WithLogger(logger), primitives.WithEvents(func(e primitives.Event) {
 		if e.Kind == primitives.EventRefreshFailed {
 			select {
 			case warned <- time.Now():
@@ -63,7 +63,13 @@ func TestLossOfAKilledRedisNamesIt(t *testing.T) {
 			}
 		}
 	}))
-	l := mustAcquire(t, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv.Close()
 	killed := time.Now()
 	<-l.Done()
