@@ -56,3 +56,16 @@ func TestErrorsQuoteTheStartOfALongKey(t *testing.T) {
 		t.Errorf("error:\n %s\nwant\n %s", err, want)
 	}
 }
+
+func TestOperationErrorsQuoteAtMostTheStartOfTheKey(t *testing.T) {
+	key := strings.Repeat("k", core.MaxKeyLen)
+	sem, err := primitives.NewSemaphore(memory.New(), key, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sem.TryAcquire(t.Context(), 3)
+	want := `leasehold: acquire "` + strings.Repeat("k", 100) + `"… (1024 bytes): invalid argument: permits 3: must be in [1, 2]`
+	if err == nil || err.Error() != want {
+		t.Errorf("TryAcquire(3) on a key of 1024 bytes: %v, want %s", err, want)
+	}
+}
