@@ -61,7 +61,7 @@ func (el *Election) Key() string { return el.mutex.sem.key }
 // Errors and costs are those of Mutex.Acquire.
 func (el *Election) Campaign(ctx context.Context, value string) (core.Lease, error) {
 	if err := checkValue(value); err != nil {
-		return nil, fmt.Errorf("leasehold: campaign %q: %w", el.Key(), err)
+		return nil, fmt.Errorf("leasehold: campaign %s: %w", quoteKey(el.Key()), err)
 	}
 	sem := *el.mutex.sem
 	sem.cfg.value = value
@@ -78,7 +78,7 @@ func (el *Election) Leader(ctx context.Context) (ld Leader, ok bool, err error) 
 func (el *Election) leader(ctx context.Context) (Leader, time.Duration, bool, error) {
 	snap, err := el.mutex.sem.store.Inspect(ctx, el.Key())
 	if err != nil {
-		return Leader{}, 0, false, fmt.Errorf("leasehold: leader %q: %w", el.Key(), err)
+		return Leader{}, 0, false, fmt.Errorf("leasehold: leader %s: %w", quoteKey(el.Key()), err)
 	}
 	if len(snap.Leases) == 0 {
 		return Leader{}, 0, false, nil

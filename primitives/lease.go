@@ -197,7 +197,7 @@ func (l *lease) Release(ctx context.Context) error {
 		l.released, l.unsure = false, l.unsure || inTime
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
 		l.mu.Unlock()
-		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
+		return fmt.Errorf("leasehold: release %s: %w", quoteKey(l.p.key), err)
 	}
 	l.endLocked()
 	wasLost := l.lost
@@ -217,10 +217,10 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	switch {
 	case wasLost != nil:
-		return fmt.Errorf("leasehold: release %q: %w", l.p.key, wasLost)
+		return fmt.Errorf("leasehold: release %s: %w", quoteKey(l.p.key), wasLost)
 	case err != nil && !closed:
 		// The store may still hold the lease; it expires by its TTL.
-		return fmt.Errorf("leasehold: release %q: %w", l.p.key, err)
+		return fmt.Errorf("leasehold: release %s: %w", quoteKey(l.p.key), err)
 	case lostNow != nil:
 		l.event(EventLost, lostNow)
 		if f := l.p.cfg.onLost; f != nil {
@@ -239,7 +239,7 @@ func (l *lease) setLostLocked(op string, cause error) {
 	if !errors.Is(cause, core.ErrLost) {
 		l.lost = fmt.Errorf("%w: %w", core.ErrLost, cause)
 	}
-	l.err = fmt.Errorf("leasehold: %s %q: %w", op, l.p.key, l.lost)
+	l.err = fmt.Errorf("leasehold: %s %s: %w", op, quoteKey(l.p.key), l.lost)
 }
 
 // loseLocked ends the lease as lost, found so by the operation op, and returns the OnLost call
@@ -344,7 +344,7 @@ func (l *lease) tick() {
 
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	fail := func(err error) (time.Time, error) {
-		return time.Time{}, fmt.Errorf("leasehold: extend %q: %w", l.p.key, err)
+		return time.Time{}, fmt.Errorf("leasehold: extend %s: %w", quoteKey(l.p.key), err)
 	}
 	if err := checkTTL(ttl); err != nil {
 		return fail(err)
@@ -414,7 +414,7 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 		if errors.Is(err, core.ErrClosed) {
 			l.lose("held", err)
 		}
-		return false, fmt.Errorf("leasehold: held %q: %w", l.p.key, err)
+		return false, fmt.Errorf("leasehold: held %s: %w", quoteKey(l.p.key), err)
 	}
 	for _, info := range snap.Leases {
 		if info.Holder == l.p.holder && info.Fence == l.p.fence {

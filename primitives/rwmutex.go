@@ -85,7 +85,7 @@ func (rw *RWMutex) Acquire(ctx context.Context) (core.Lease, error) {
 		if inner := errors.Unwrap(err); inner != nil {
 			err = inner
 		}
-		return nil, fmt.Errorf("leasehold: acquire %q: %w", rw.sem.key, err)
+		return nil, fmt.Errorf("leasehold: acquire %s: %w", quoteKey(rw.sem.key), err)
 	}
 	defer releaseQuietly(ctx, intent, rw.sem.cfg.ttl)
 	inner := ctx
@@ -97,7 +97,7 @@ func (rw *RWMutex) Acquire(ctx context.Context) (core.Lease, error) {
 	}
 	l, err := rw.sem.Acquire(inner, MaxReaders)
 	if err != nil && ctx.Err() == nil && inner.Err() != nil {
-		return nil, fmt.Errorf("leasehold: acquire %q: %w: acquire timeout %v exceeded", rw.sem.key, core.ErrNotAcquired, timeout)
+		return nil, fmt.Errorf("leasehold: acquire %s: %w: acquire timeout %v exceeded", quoteKey(rw.sem.key), core.ErrNotAcquired, timeout)
 	}
 	return l, err
 }
@@ -156,7 +156,7 @@ type RWWaiter struct {
 func (rw *RWMutex) Inspect(ctx context.Context) (RWStatus, error) {
 	snap, err := rw.sem.store.Inspect(ctx, rw.sem.key)
 	if err != nil {
-		return RWStatus{}, fmt.Errorf("leasehold: inspect %q: %w", rw.sem.key, err)
+		return RWStatus{}, fmt.Errorf("leasehold: inspect %s: %w", quoteKey(rw.sem.key), err)
 	}
 	var st RWStatus
 	for _, l := range snap.Leases {

@@ -101,22 +101,22 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (core.Lease, error) {
 // error wrapping core.ErrNotHeld.
 func (s *Semaphore) Adopt(ctx context.Context, holder string) (core.Lease, error) {
 	if holder == "" {
-		return nil, fmt.Errorf("leasehold: adopt %q: %w: holder: must not be empty", s.key, core.ErrInvalid)
+		return nil, fmt.Errorf("leasehold: adopt %s: %w: holder: must not be empty", quoteKey(s.key), core.ErrInvalid)
 	}
 	start := time.Now()
 	res, err := s.store.Extend(ctx, core.ExtendRequest{Key: s.key, Holder: holder, TTL: s.cfg.ttl})
 	if err != nil {
 		if errors.Is(err, core.ErrLost) {
-			return nil, fmt.Errorf("leasehold: adopt %q: %w", s.key, core.ErrNotHeld)
+			return nil, fmt.Errorf("leasehold: adopt %s: %w", quoteKey(s.key), core.ErrNotHeld)
 		}
-		return nil, fmt.Errorf("leasehold: adopt %q: %w", s.key, err)
+		return nil, fmt.Errorf("leasehold: adopt %s: %w", quoteKey(s.key), err)
 	}
 	return s.newLease(grant{holder: holder, permits: res.Permits, fence: res.Fence, value: res.Value}, start), nil
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, error) {
 	if n < 1 || n > s.limit {
-		return nil, fmt.Errorf("leasehold: acquire %q: %w: permits %d: must be in [1, %d]", s.key, core.ErrInvalid, n, s.limit)
+		return nil, fmt.Errorf("leasehold: acquire %s: %w: permits %d: must be in [1, %d]", quoteKey(s.key), core.ErrInvalid, n, s.limit)
 	}
 	holder := s.cfg.holder
 	if holder == "" {
@@ -130,7 +130,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 		if len(s.cfg.events) > 0 && errors.Is(err, core.ErrNotAcquired) {
 			s.cfg.emit(Event{Kind: EventRefused, Key: s.key, Holder: holder, Permits: n, Wait: time.Since(a.begin), Err: err})
 		}
-		return nil, fmt.Errorf("leasehold: acquire %q: %w", s.key, err)
+		return nil, fmt.Errorf("leasehold: acquire %s: %w", quoteKey(s.key), err)
 	}
 	for {
 		start := time.Now()
