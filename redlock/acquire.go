@@ -37,8 +37,9 @@ import (
 // granted unseen). Each such call ends within the node timeout, and its release within one more.
 //
 // A node that holds the key under another limit than req.Limit ends the acquire with its
-// error wrapping core.ErrLimitMismatch; the other nodes' grants are given back, and a lease the
-// holder already had is left as it was.
+// error wrapping core.ErrLimitMismatch. The nodes that refused it so keep what they had; the
+// others' grants are given back, each at its fence, so a lease the holder already had survives
+// on the nodes that refused and ends on those that granted (renewed it), as below.
 //
 // A failed acquire releases req.Holder on the nodes that granted or failed: a caller-chosen
 // holder id that already held the lease loses it. A late release of a failed try can race a
@@ -89,10 +90,10 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 	}
 	if mismatch != nil {
-		// A node holds the key under another limit, and changed nothing. Nodes that granted
-		// had no lease on the key, so what they granted is this call's alone; one that failed
-		// may have granted unseen, but only an id drawn for this call can be released at any
-		// fence without ending a lease its holder has under the key's own limit elsewhere.
+		// A node holds the key under another limit, and changed nothing. What the others
+		// granted is given back at its fence: the caller is told it failed, so nobody would
+		// hold it. One that failed may have granted unseen, but only an id drawn for this call
+		// can be released at any fence without ending a lease its holder has on that node.
 		st.decide(0, false)
 		rel := map[int]uint64{}
 		for _, i := range granted {

@@ -64,3 +64,105 @@ func TestHolderAskingWithAnotherLimitKeepsItsLease(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeOfAnotherLimitLeavesNoQuorumToACallerChosenHolder: under a holder id the caller chose
+// (which Redlock may not release at any fence), the grants a quorum made before one node's
+// mismatch are still given back: the caller was told it failed, so nobody would hold them.
+func TestNodeOfAnotherLimitLeavesNoQuorumToACallerChosenHolder(t *testing.T) {
+	ctx := context.Background()
+	nodes := []*memory.Store{memory.New(), memory.New(), memory.New()}
+	s := mustNew(t, []core.Store{nodes[0], nodes[1], nodes[2]})
+	if r, err := nodes[2].Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "stray", Permits: 1, Limit: 3, TTL: time.Minute}); err != nil || !r.Granted {
+		t.Fatalf("stray on node 2: %+v, %v", r, err)
+	}
+	req := core.AcquireRequest{Key: "k", Holder: "worker-1", Permits: 1, Limit: 2, TTL: time.Minute}
+	if _, err := s.Acquire(ctx, req); !errors.Is(err, core.ErrLimitMismatch) {
+		t.Fatalf("acquire of limit 2, node 2 held under limit 3: %v, want ErrLimitMismatch", err)
+	}
+	for i, n := range nodes[:2] {
+		if snap, err := n.Inspect(ctx, "k"); err != nil || len(snap.Leases) != 0 {
+			t.Errorf("node %d after the refusal: %+v, %v; want no lease", i, snap, err)
+		}
+	}
+}
+
+// holds reports whether holder has a lease on key in store.
+func holds(t *testing.T, store core.Store, key, holder string) bool {
+	t.Helper()
+	snap, err := store.Inspect(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range snap.Leases {
+		if l.Holder == holder {
+			return true
+		}
+	}
+	return false
+}
+
+// lateAnswer is a memory store whose acquires take effect at once and answer after delay,
+// whatever the caller's context: a grant the caller hears of too late.
+type lateAnswer struct {
+	*memory.Store
+	delay time.Duration
+}
+
+func (n lateAnswer) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	res, err := n.Store.Acquire(context.WithoutCancel(ctx), req)
+	time.Sleep(n.delay)
+	return res, err
+}
+
+func (n lateAnswer) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	res, err := n.Store.AcquireAbove(context.WithoutCancel(ctx), req, floor)
+	time.Sleep(n.delay)
+	return res, err
+}
+
+// TestGrantAfterAMismatchIsGivenBack: a slow node that grants, but answers after another
+// node's mismatch decided the acquire, gives its grant back: nothing of the refused call stays.
+func TestGrantAfterAMismatchIsGivenBack(t *testing.T) {
+	ctx := context.Background()
+	nodes := []*memory.Store{memory.New(), memory.New(), memory.New()}
+	s := mustNew(t, []core.Store{nodes[0], lateAnswer{nodes[1], 100 * time.Millisecond}, lateAnswer{nodes[2], 100 * time.Millisecond}})
+	if r, err := nodes[0].Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "stray", Permits: 1, Limit: 3, TTL: time.Minute}); err != nil || !r.Granted {
+		t.Fatalf("stray on node 0: %+v, %v", r, err)
+	}
+	if _, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute, Unshared: true}); !errors.Is(err, core.ErrLimitMismatch) {
+		t.Fatalf("acquire of limit 1, node 0 held under limit 3: %v, want ErrLimitMismatch", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for holds(t, nodes[1], "k", "a") || holds(t, nodes[2], "k", "a") {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused acquire's late grants stayed on nodes 1 and 2")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMismatchAfterAQuorumGrantedLeavesTheLease: a slow node that answers with a mismatch
+// after a quorum granted changes nothing: the lease holds the quorum, whose nodes refuse a
+// request of another limit, and that node, which granted nothing, has nothing to give back.
+func TestMismatchAfterAQuorumGrantedLeavesTheLease(t *testing.T) {
+	ctx := context.Background()
+	nodes := []*memory.Store{memory.New(), memory.New(), memory.New()}
+	s := mustNew(t, []core.Store{nodes[0], nodes[1], lateAnswer{nodes[2], 100 * time.Millisecond}})
+	if r, err := nodes[2].Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "stray", Permits: 1, Limit: 3, TTL: time.Minute}); err != nil || !r.Granted {
+		t.Fatalf("stray on node 2: %+v, %v", r, err)
+	}
+	res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute, Unshared: true})
+	if err != nil || !res.Granted {
+		t.Fatalf("acquire with a quorum free and node 2 slow: %+v, %v; want granted", res, err)
+	}
+	other := core.AcquireRequest{Key: "k", Holder: "b", Permits: 1, Limit: 3, TTL: time.Minute, Unshared: true}
+	if _, err := s.Acquire(ctx, other); !errors.Is(err, core.ErrLimitMismatch) {
+		t.Errorf("acquire of limit 3 beside the quorum's lease of limit 1: %v, want ErrLimitMismatch", err)
+	}
+	if !holds(t, nodes[0], "k", "a") || !holds(t, nodes[1], "k", "a") || !holds(t, nodes[2], "k", "stray") {
+		t.Error("the quorum's lease (or node 2's stray) did not stay as it was")
+	}
+	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a", Fence: res.Fence}); !ok || err != nil {
+		t.Errorf("release of the quorum's lease: %v, %v", ok, err)
+	}
+}
