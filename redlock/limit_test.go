@@ -166,3 +166,27 @@ func TestMismatchAfterAQuorumGrantedLeavesTheLease(t *testing.T) {
 		t.Errorf("release of the quorum's lease: %v, %v", ok, err)
 	}
 }
+
+// TestInspectShowsTheQuorumsLeaseBesideANodeOfAnotherLimit: a quorum holds a mutex's lease
+// and one node a stray lease of a semaphore of 3 (left by a failed acquire, say): Inspect
+// reports the quorum's limit and its lease, not the stray node's limit, under which the
+// quorum's lease would need every node and be hidden.
+func TestInspectShowsTheQuorumsLeaseBesideANodeOfAnotherLimit(t *testing.T) {
+	ctx := context.Background()
+	nodes := []*memory.Store{memory.New(), memory.New(), memory.New()}
+	s := mustNew(t, []core.Store{nodes[0], nodes[1], lateAnswer{nodes[2], 100 * time.Millisecond}})
+	if r, err := nodes[2].Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "stray", Permits: 1, Limit: 3, TTL: time.Minute}); err != nil || !r.Granted {
+		t.Fatalf("stray on node 2: %+v, %v", r, err)
+	}
+	res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute, Unshared: true})
+	if err != nil || !res.Granted {
+		t.Fatalf("acquire with a quorum free and node 2 slow: %+v, %v; want granted", res, err)
+	}
+	snap, err := s.Inspect(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Limit != 1 || len(snap.Leases) != 1 || snap.Leases[0].Holder != "a" || snap.Leases[0].Fence != res.Fence {
+		t.Errorf("Inspect: %+v, want limit 1 and a's lease at fence %d", snap, res.Fence)
+	}
+}
