@@ -24,10 +24,27 @@ type broken struct {
 	mu        sync.Mutex
 	lastFence uint64
 	grants    int
+	limits    map[string]int // "keepsLimitPastExpiry": each key's limit, until a release frees it
 }
 
 func (b *broken) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	switch b.fault {
+	case "keepsLimitPastExpiry":
+		// A store that records the key's limit with its grants and forgets it only when a
+		// release leaves the key free: leases that expire unreleased hold it for ever.
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if held, ok := b.limits[req.Key]; ok && held != req.Limit {
+			return core.AcquireResult{}, &core.LimitMismatchError{Held: held, Requested: req.Limit}
+		}
+		res, err := b.Store.Acquire(ctx, req)
+		if err == nil && res.Granted {
+			if b.limits == nil {
+				b.limits = map[string]int{}
+			}
+			b.limits[req.Key] = req.Limit
+		}
+		return res, err
 	case "ignoresLimit":
 		req.Limit = 1 << 30
 	case "admitsAgainstOwnLimit":
@@ -87,6 +104,15 @@ func (b *broken) Release(ctx context.Context, req core.ReleaseRequest) (bool, er
 	}
 	if b.fault == "releasesByHolder" {
 		req.Fence = 0
+	}
+	if b.fault == "keepsLimitPastExpiry" {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		ok, err := b.Store.Release(ctx, req)
+		if snap, _ := b.Store.Inspect(ctx, req.Key); ok && len(snap.Leases) == 0 && len(snap.Waiters) == 0 {
+			delete(b.limits, req.Key)
+		}
+		return ok, err
 	}
 	return b.Store.Release(ctx, req)
 }
@@ -188,6 +214,7 @@ var faults = map[string][]string{
 	"reversesLine":          {"InspectListsTheLine"},
 	"watchesNothing":        {"WatchSeesGrantsAndReleases"},
 	"admitsAgainstOwnLimit": {"KeyHasOneLimit"},
+	"keepsLimitPastExpiry":  {"ExpiryFreesTheKeysLimit"},
 	// Not a broken store but a wrong hookup: Run told WithoutNotifier about a store that has
 	// notifications, which would skip their tests.
 	"claimsNoNotifier": {"StoreIsNotifier"},

@@ -35,6 +35,7 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 		{"RefusalReportsRetryAfter", s.testRefusalReportsRetryAfter},
 		{"AcquireIsIdempotentPerHolder", s.testAcquireIsIdempotentPerHolder},
 		{"KeyHasOneLimit", s.testKeyHasOneLimit},
+		{"ExpiryFreesTheKeysLimit", s.testExpiryFreesTheKeysLimit},
 		{"ExtendOnlyByHolder", s.testExtendOnlyByHolder},
 		{"ExtendSetsExpiryFromNow", s.testExtendSetsExpiryFromNow},
 		{"ReleaseOnlyByHolder", s.testReleaseOnlyByHolder},

@@ -71,3 +71,19 @@ func withWait(req core.AcquireRequest, wait time.Duration) core.AcquireRequest {
 	req.Wait = wait
 	return req
 }
+
+// testExpiryFreesTheKeysLimit: leases that expired unreleased hold the key's limit no longer;
+// the next request's limit becomes the key's.
+func (s *suite) testExpiryFreesTheKeysLimit(t *testing.T) {
+	st, key := s.h.NewStore(t), newKey(t)
+	k := at(t, st, key)
+	const ttl = 100 * time.Millisecond
+	k.grant("a", 1, 2, ttl)
+	k.grant("b", 1, 2, ttl)
+	s.elapse(2 * ttl)
+	k.grant("c", 1, 5, time.Minute)
+	if snap := inspect(t, st, key); snap.Limit != 5 || len(snap.Leases) != 1 {
+		t.Errorf("Inspect after the leases of limit 2 expired and c took one of limit 5: %+v, want c's lease alone, limit 5", snap)
+	}
+	k.mismatch(k.request("a", 1, 2, time.Minute), 5)
+}

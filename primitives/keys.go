@@ -12,13 +12,14 @@ import (
 const quotedKeyLen = 100
 
 // quoteKey returns key quoted for an error message, as %q would: a key longer than
-// quotedKeyLen bytes is cut at a rune boundary within them and marked with its length.
+// quotedKeyLen bytes is cut at a rune boundary within them (or, in invalid UTF-8, within the
+// last utf8.UTFMax bytes of them) and marked with its length.
 func quoteKey(key string) string {
 	if len(key) <= quotedKeyLen {
 		return strconv.Quote(key)
 	}
 	cut := quotedKeyLen
-	for cut > 0 && !utf8.RuneStart(key[cut]) {
+	for cut > quotedKeyLen-utf8.UTFMax+1 && !utf8.RuneStart(key[cut]) {
 		cut--
 	}
 	return fmt.Sprintf("%q… (%d bytes)", key[:cut], len(key))

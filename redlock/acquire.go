@@ -36,9 +36,13 @@ import (
 // fence it was granted; a node that failed after a refusal is released at any fence (it may have
 // granted unseen). Each such call ends within the node timeout, and its release within one more.
 //
-// A node that holds the key under another limit than req.Limit ends the acquire with its
-// error wrapping core.ErrLimitMismatch; the other nodes' grants are given back, and a lease the
-// holder already had is left as it was.
+// Limits: a node that holds the key under another limit than req.Limit refuses it with an
+// error wrapping core.ErrLimitMismatch, and counts as a refusal. When so many nodes refuse so
+// that no quorum can grant under req.Limit while their leases last, the acquire fails with
+// that error; the other nodes' grants are given back, each at its fence, so a lease the holder
+// already had survives on the nodes that refused and ends on those that granted (renewed it),
+// as below. Fewer such nodes hold stray leases (left by a failed acquire), which no quorum
+// holds: the other nodes decide, as they would if those nodes answered late.
 //
 // A failed acquire releases req.Holder on the nodes that granted or failed: a caller-chosen
 // holder id that already held the lease loses it. A late release of a failed try can race a
@@ -69,7 +73,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	st.expect(c.then(st.late))
 	var granted, failed []int
 	var mismatch error
-	answered, refused := 0, 0
+	answered, refused, mismatched := 0, 0, 0
 	for i, r := range res {
 		switch {
 		case errors.Is(r.err, core.ErrInvalid):
@@ -77,6 +81,9 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 			return core.AcquireResult{}, r.err
 		case errors.Is(r.err, core.ErrLimitMismatch):
 			mismatch = cmp.Or(mismatch, r.err)
+			mismatched++
+			answered++
+			refused++
 		case r.err == errNoAnswer:
 		case r.err != nil:
 			failed = append(failed, i)
@@ -88,11 +95,12 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 			refused++
 		}
 	}
-	if mismatch != nil {
-		// A node holds the key under another limit, and changed nothing. Nodes that granted
-		// had no lease on the key, so what they granted is this call's alone; one that failed
-		// may have granted unseen, but only an id drawn for this call can be released at any
-		// fence without ending a lease its holder has under the key's own limit elsewhere.
+	if mismatched > len(s.nodes)-quorum {
+		// So many nodes hold the key under another limit, and changed nothing, that no quorum
+		// can grant under this one. What the others
+		// granted is given back at its fence: the caller is told it failed, so nobody would
+		// hold it. One that failed may have granted unseen, but only an id drawn for this call
+		// can be released at any fence without ending a lease its holder has on that node.
 		st.decide(0, false)
 		rel := map[int]uint64{}
 		for _, i := range granted {
@@ -137,14 +145,14 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 }
 
 // acquireDecided reports whether the answers so far settle an acquire: a quorum granted, so
-// many refused or failed that a quorum cannot grant, or a node found the request invalid or of
-// another limit than the key's.
+// many refused (under another limit or not) or failed that a quorum cannot grant, or a node
+// found the request invalid.
 func acquireDecided(rs []result[core.AcquireResult], quorum int) bool {
 	granted, not := 0, 0
 	for _, r := range rs {
 		switch {
 		case r.err == errNoAnswer:
-		case errors.Is(r.err, core.ErrInvalid), errors.Is(r.err, core.ErrLimitMismatch):
+		case errors.Is(r.err, core.ErrInvalid):
 			return true
 		case r.err == nil && r.v.Granted:
 			granted++

@@ -176,14 +176,27 @@ type leaseID struct {
 	fence  uint64
 }
 
+// tallyInspect gathers the nodes' snapshots: each lease with the TTLs of the nodes holding it,
+// the key's limit — the one most nodes holding leases or waiters report (the higher on a tie),
+// so that a minority node's stray lease of another limit does not hide the quorum's leases;
+// without any, the highest reported — and how many nodes answered.
 func tallyInspect(res []result[core.Snapshot]) (by map[leaseID]*seen, limit, answered int) {
 	by = map[leaseID]*seen{}
+	busy := map[int]int{} // limit → nodes holding leases or waiters under it
+	most := 0
 	for _, r := range res {
 		if r.err != nil {
 			continue
 		}
 		answered++
-		limit = max(limit, r.v.Limit)
+		if len(r.v.Leases) > 0 || len(r.v.Waiters) > 0 {
+			busy[r.v.Limit]++
+			if n := busy[r.v.Limit]; n > most || (n == most && r.v.Limit > limit) {
+				most, limit = n, r.v.Limit
+			}
+		} else if most == 0 {
+			limit = max(limit, r.v.Limit)
+		}
 		for _, l := range r.v.Leases {
 			id := leaseID{l.Holder, l.Fence}
 			e := by[id]

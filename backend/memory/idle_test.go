@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -76,5 +77,106 @@ func TestFencesKeepIncreasingAcrossAKeysLives(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock.Advance(-time.Hour) // a clock that steps back must not bring old fences back
+	}
+}
+
+func TestWatchHearsAKeyMadeAgainAfterItWasDropped(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	w, err := store.Watch(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	req := core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
+	if _, err := store.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.Keys(); n != 0 {
+		t.Fatalf("after the release the store keeps %d keys, want 0", n)
+	}
+	select {
+	case <-w.C(): // the grant and the release
+	default:
+		t.Fatal("the watch did not hear the grant and release")
+	}
+	req.Holder, req.Limit = "b", 3
+	if res, err := store.Acquire(ctx, req); err != nil || !res.Granted {
+		t.Fatalf("b on the dropped key: %+v, %v", res, err)
+	}
+	select {
+	case <-w.C():
+	default:
+		t.Fatal("a watch opened before the key was dropped did not hear its next grant")
+	}
+}
+
+func TestWaiterEnrolledAcrossADropIsGrantedInTheKeysNextLife(t *testing.T) {
+	ctx := context.Background()
+	clock := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := memory.New(memory.WithClock(clock))
+	hold := core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
+	if _, err := store.Acquire(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	wait := core.AcquireRequest{Key: "k", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Second}
+	if res, err := store.Acquire(ctx, wait); err != nil || res.Granted {
+		t.Fatalf("b: %+v, %v; want a refusal", res, err)
+	}
+	w, err := store.Register(ctx, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// b's place and a's lease run out; the next use drops the key, and makes it again under
+	// another limit.
+	clock.Advance(2 * time.Minute)
+	hold.Holder, hold.Limit = "c", 2
+	if res, err := store.Acquire(ctx, hold); err != nil || !res.Granted {
+		t.Fatalf("c of limit 2 once a and b's place are gone: %+v, %v", res, err)
+	}
+	// b's next try meets the key's new limit; under it, b waits again and is served.
+	if _, err := store.Acquire(ctx, wait); !errors.Is(err, core.ErrLimitMismatch) {
+		t.Fatalf("b of limit 1 on the key of limit 2: %v, want ErrLimitMismatch", err)
+	}
+	wait.Limit, wait.Permits = 2, 2
+	if res, err := store.Acquire(ctx, wait); err != nil || res.Granted {
+		t.Fatalf("b of 2 permits: %+v, %v; want a refusal", res, err)
+	}
+	if _, err := store.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.C():
+	default:
+		t.Fatal("b's waiter, enrolled before the key was dropped, was not woken by its grant")
+	}
+	if res, err := store.Acquire(ctx, wait); err != nil || !res.Granted {
+		t.Fatalf("b takes its grant: %+v, %v", res, err)
+	}
+}
+
+func TestRaisedFenceOutlivesTheKey(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	req := core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
+	if _, err := store.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	const raised = 1 << 62 // a Redlock quorum's fence, far above this store's clock
+	if res, err := store.RaiseFence(ctx, req, raised); err != nil || res.Fence != raised {
+		t.Fatalf("RaiseFence: %+v, %v", res, err)
+	}
+	if _, err := store.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.Keys(); n != 0 {
+		t.Fatalf("after the release the store keeps %d keys, want 0", n)
+	}
+	if res, err := store.Acquire(ctx, req); err != nil || res.Fence <= raised {
+		t.Fatalf("the key's next grant: %+v, %v; want a fence above %d", res, err, uint64(raised))
 	}
 }
