@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -38,6 +39,17 @@ func (p *pgFlags) options() []postgres.Option {
 		opts = append(opts, postgres.WithListenDSN(p.listen))
 	}
 	return opts
+}
+
+// checkNames returns an error if -pg-schema or -pg-prefix is empty, which -redis refuses too.
+func (p *pgFlags) checkNames() error {
+	switch {
+	case p.schema == "":
+		return errors.New(`-pg-schema "": must not be empty`)
+	case p.prefix == "":
+		return errors.New(`-pg-prefix "": must not be empty`)
+	}
+	return nil
 }
 
 // check returns an error naming the first bad flag. It connects to nothing.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,22 +63,28 @@ func (r *storeFlags) register(fs *flag.FlagSet) {
 	r.pg.register(fs)
 }
 
-// check returns an error naming the first bad flag: neither or both of -redis and -postgres, a
-// bad PostgreSQL flag, a -redis that is neither a URL
-// nor host:port, the same server twice (which would count twice in a Redlock quorum), an
-// unknown -driver, a -prefix with a brace.
+// check returns an error naming the first bad flag: neither or both of -redis and -postgres, an
+// unknown -driver, an empty -prefix or one with a brace, a bad PostgreSQL flag, a -redis that
+// is neither a URL nor host:port, the same server twice (which would count twice in a Redlock
+// quorum). Every flag given is checked, whichever store it is for.
 func (r *storeFlags) check() error {
 	switch {
 	case r.pg.url != "" && len(r.urls) > 0:
 		return fmt.Errorf("-redis and -postgres: give one store, not both")
-	case r.pg.url != "":
-		return r.pg.check()
-	case len(r.urls) == 0:
+	case r.pg.url == "" && len(r.urls) == 0:
 		return fmt.Errorf("-redis or -postgres is required")
 	case r.driver != driverGoredis && r.driver != driverValkey:
 		return fmt.Errorf("-driver %q: must be %s or %s", r.driver, driverGoredis, driverValkey)
+	case r.prefix == "":
+		return errors.New(`-prefix "": must not be empty (the keys would lie at the database's root)`)
 	case strings.ContainsAny(r.prefix, "{}"):
 		return fmt.Errorf("-prefix %q: must not contain '{' or '}'", r.prefix)
+	}
+	if err := r.pg.checkNames(); err != nil {
+		return err
+	}
+	if r.pg.url != "" {
+		return r.pg.check()
 	}
 	seen := make(map[string]string, len(r.urls))
 	for _, u := range r.urls {
@@ -94,9 +101,24 @@ func (r *storeFlags) check() error {
 }
 
 // normalURL returns s as a URL: s itself when it has a scheme, redis://s when it is host:port
-// or a host name alone.
+// or a host name alone. A redis:// or rediss:// URL whose host is not a host[:port] (an IPv6
+// address outside brackets, as in redis://:::, or a ':' with no port) is an error: the client
+// libraries would read a host into it.
 func normalURL(s string) (string, error) {
-	if strings.Contains(s, "://") {
+	if scheme, rest, ok := strings.Cut(s, "://"); ok {
+		if scheme != "redis" && scheme != "rediss" {
+			return s, nil // the client library says what it takes
+		}
+		host, _, _ := strings.Cut(rest, "/")
+		if i := strings.LastIndex(host, "@"); i >= 0 {
+			host = host[i+1:]
+		}
+		switch {
+		case strings.Count(host, ":") > 1 && !strings.HasPrefix(host, "["):
+			return "", fmt.Errorf("-redis %q: not a host:port (an IPv6 address goes in brackets, as in %s://[::1]:6379)", s, scheme)
+		case strings.HasSuffix(host, ":"):
+			return "", fmt.Errorf("-redis %q: no port after ':'", s)
+		}
 		return s, nil
 	}
 	host := s

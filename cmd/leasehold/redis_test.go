@@ -37,8 +37,37 @@ func TestBadRedisFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"inspect", "k", "-redis", "127.0.0.1:6379", "j"}, `leasehold inspect: unexpected argument "j": one KEY only`},
 		{[]string{"inspect", "-redis", "redis://:x", "k"}, `leasehold inspect: -redis "redis://:x": `},
 		{[]string{"inspect", "-limit", "-1", "-redis", "127.0.0.1:6379", "k"}, "leasehold inspect: -limit -1: must not be negative"},
+		{[]string{"run", "-redis", "redis://:::", "-key", "k", "--", "true"}, `leasehold run: -redis "redis://:::": not a host:port (an IPv6 address goes in brackets, as in redis://[::1]:6379)`},
+		{[]string{"inspect", "-redis", "rediss://u:p@::1/0", "k"}, `leasehold inspect: -redis "rediss://u:p@::1/0": not a host:port`},
+		{[]string{"run", "-redis", "redis://127.0.0.1:", "-key", "k", "--", "true"}, `leasehold run: -redis "redis://127.0.0.1:": no port after ':'`},
 	}
 	checkUsageErrors(t, tests)
+}
+
+// TestEmptyPrefixesAreUsageErrors: an empty -prefix would put the keys at the database's root,
+// and an empty -pg-schema or -pg-prefix names nothing; each is refused as bad usage, whichever
+// store is given and whichever command.
+func TestEmptyPrefixesAreUsageErrors(t *testing.T) {
+	const (
+		prefix   = `-prefix "": must not be empty`
+		pgSchema = `-pg-schema "": must not be empty`
+		pgPrefix = `-pg-prefix "": must not be empty`
+	)
+	checkUsageErrors(t, []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-redis", "127.0.0.1:6379", "-prefix", "", "-key", "k", "--", "true"}, "leasehold run: " + prefix},
+		{[]string{"run", "-redis", "127.0.0.1:6379", "-prefix=", "-driver", "valkey", "-key", "k", "--", "true"}, "leasehold run: " + prefix},
+		{[]string{"inspect", "-redis", "127.0.0.1:6379", "-prefix", "", "k"}, "leasehold inspect: " + prefix},
+		{[]string{"elect", "-redis", "127.0.0.1:6379", "-prefix", "", "k", "v", "--", "true"}, "leasehold elect: " + prefix},
+		{[]string{"elect", "-redis", "127.0.0.1:6379", "-prefix", "", "-observe", "k"}, "leasehold elect: " + prefix},
+		{[]string{"run", "-postgres", "postgres://h/db", "-prefix", "", "-key", "k", "--", "true"}, "leasehold run: " + prefix},
+		{[]string{"run", "-postgres", "postgres://h/db", "-pg-schema", "", "-key", "k", "--", "true"}, "leasehold run: " + pgSchema},
+		{[]string{"inspect", "-postgres", "postgres://h/db", "-pg-prefix", "", "k"}, "leasehold inspect: " + pgPrefix},
+		{[]string{"elect", "-postgres", "postgres://h/db", "-pg-prefix", "", "-observe", "k"}, "leasehold elect: " + pgPrefix},
+		{[]string{"run", "-redis", "127.0.0.1:6379", "-pg-prefix", "", "-key", "k", "--", "true"}, "leasehold run: " + pgPrefix},
+	})
 }
 
 func TestRedisTakesHostPort(t *testing.T) {
