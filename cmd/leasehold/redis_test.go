@@ -78,13 +78,13 @@ func TestRedisTakesHostPort(t *testing.T) {
 			t.Errorf("run -redis %s -driver %s: exit %d, stdout %q, stderr %q; want %d and nothing printed", srv.Addr, driver, code, out, errOut, exitOK)
 		}
 		code, out, errOut = runArgs(t, t.Context(), "inspect", "-redis", srv.Addr, "-driver", driver, "hostport")
-		if code != exitOK || !strings.HasPrefix(out, "hostport: 0 holder(s), 0 permit(s) in use, 1 free of 1\n") || errOut != "" {
+		if code != exitOK || !strings.HasPrefix(out, "hostport: 0 holder(s), 0 permit(s) in use; nobody holds or waits for it: the next request's limit becomes the key's\n") || errOut != "" {
 			t.Errorf("inspect -redis %s -driver %s: exit %d, stdout %q, stderr %q", srv.Addr, driver, code, out, errOut)
 		}
 	}
 }
 
-func TestInspectUsesTheLimitTheStoreRecords(t *testing.T) {
+func TestInspectCountsAgainstTheKeysLimit(t *testing.T) {
 	srv := redistest.StartServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { client.Close() })
@@ -116,12 +116,16 @@ func TestInspectUsesTheLimitTheStoreRecords(t *testing.T) {
 		}
 	}
 	code, out, _ := runArgs(t, t.Context(), "inspect", "-limit", "2", "-redis", url, "gpu")
-	if code != exitOK || !strings.HasPrefix(out, "gpu: 1 holder(s), 1 permit(s) in use, 1 free of 2 (-limit; the store records limit 4)\n") {
+	if code != exitOK || !strings.HasPrefix(out, "gpu: 1 holder(s), 1 permit(s) in use, 3 free of 4; -limit 2 differs from the key's limit, 4: a request with it is refused\n") {
 		t.Errorf("-limit 2: exit %d, stdout:\n%s", code, out)
 	}
 	code, out, _ = runArgs(t, t.Context(), "inspect", "-redis", url, "never-used")
-	if code != exitOK || !strings.HasPrefix(out, "never-used: 0 holder(s), 0 permit(s) in use; no limit recorded") {
+	if code != exitOK || !strings.HasPrefix(out, "never-used: 0 holder(s), 0 permit(s) in use; nobody holds or waits for it") {
 		t.Errorf("a key never used: exit %d, stdout:\n%s", code, out)
+	}
+	code, out, _ = runArgs(t, t.Context(), "inspect", "-redis", url, "-limit", "2", "never-used")
+	if code != exitOK || !strings.HasPrefix(out, "never-used: 0 holder(s), 0 permit(s) in use, 2 free of 2\n") {
+		t.Errorf("-limit 2 on a key never used: exit %d, stdout:\n%s", code, out)
 	}
 }
 
@@ -157,8 +161,8 @@ func TestPrefixAndDriverReachTheSameLease(t *testing.T) {
 	want := []string{
 		"job: 1 holder(s), 1 permit(s) in use, 0 free of 1", // the same driver and prefix
 		"job: 1 holder(s), 1 permit(s) in use, 0 free of 1", // the other driver, the same prefix
-		"job: 0 holder(s), 0 permit(s) in use; no limit recorded",
-		"job: 0 holder(s), 0 permit(s) in use; no limit recorded",
+		"job: 0 holder(s), 0 permit(s) in use; nobody holds or waits for it",
+		"job: 0 holder(s), 0 permit(s) in use; nobody holds or waits for it",
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("inspect lines %q, want %d:\n%s", lines, len(want), out)
