@@ -70,6 +70,7 @@ func (p *pgFlags) check() error {
 
 // connect opens a pool to -postgres, checks within pingTimeout that the database answers, and
 // returns a Store over it (which creates its tables if need be) and a func that closes both.
+// When the database does not answer, the error says what failed (postgresFailure).
 func (p *pgFlags) connect(ctx context.Context) (core.Store, func(), error) {
 	cfg, err := pgxpool.ParseConfig(p.url)
 	if err != nil {
@@ -88,7 +89,11 @@ func (p *pgFlags) connect(ctx context.Context) (core.Store, func(), error) {
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		return nil, nil, fmt.Errorf("postgres %s unreachable: %s", where, oneLine(err))
+		ep := endpoint{network: "tcp", addr: where}
+		if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
+			ep = endpoint{network: "unix", addr: fmt.Sprintf("%s/.s.PGSQL.%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port)}
+		}
+		return nil, nil, postgresFailure(ctx, where, ep, err)
 	}
 	s, err := postgres.New(pool, p.options()...)
 	if err != nil {

@@ -138,14 +138,30 @@ func normalURL(s string) (string, error) {
 // server is one -redis server, its client made but not yet connected.
 type server struct {
 	addr  string // for messages: host:port, or a socket's path
+	ep    endpoint
+	db    int
 	store core.Store
 	ping  func(context.Context) error
 	close func()
 }
 
+// check PINGs the server within pingTimeout and returns nil, or an error saying what failed
+// (redisFailure).
+func (s *server) check(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	err := s.ping(pctx)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	return redisFailure(ctx, s.ep, s.db, err)
+}
+
 // nodeConfig is a -redis server's client configuration for the chosen driver.
 type nodeConfig struct {
 	addr    string
+	ep      endpoint
+	db      int
 	goredis *redis.Options
 	valkey  vk.ClientOption
 }
@@ -168,13 +184,22 @@ func (r *storeFlags) node(u string) (nodeConfig, error) {
 		// the node and the client dials it again on each call.
 		opt.ForceSingleClient = true
 		opt.DisableCache = true
-		return nodeConfig{addr: opt.InitAddress[0], valkey: opt}, nil
+		addr := opt.InitAddress[0]
+		return nodeConfig{addr: addr, ep: endpoint{network(full), addr, opt.TLSConfig}, db: opt.SelectDB, valkey: opt}, nil
 	}
 	opt, err := redis.ParseURL(full)
 	if err != nil {
 		return nodeConfig{}, fmt.Errorf("-redis %q: %v", u, err)
 	}
-	return nodeConfig{addr: opt.Addr, goredis: opt}, nil
+	return nodeConfig{addr: opt.Addr, ep: endpoint{network(full), opt.Addr, opt.TLSConfig}, db: opt.DB, goredis: opt}, nil
+}
+
+// network is the network a -redis URL is dialled on: unix for unix://, else tcp.
+func network(url string) string {
+	if strings.HasPrefix(url, "unix://") {
+		return "unix"
+	}
+	return "tcp"
 }
 
 // open makes the client and the store of a checked -redis server. It sends nothing, except
@@ -191,7 +216,7 @@ func (r *storeFlags) open(u string) (*server, error) {
 			client.Close()
 			return nil, err
 		}
-		return &server{addr: nc.addr, store: s,
+		return &server{addr: nc.addr, ep: nc.ep, db: nc.db, store: s,
 			ping:  func(ctx context.Context) error { return client.Ping(ctx).Err() },
 			close: func() { s.Close(); client.Close() }}, nil
 	}
@@ -204,7 +229,7 @@ func (r *storeFlags) open(u string) (*server, error) {
 		client.Close()
 		return nil, err
 	}
-	return &server{addr: nc.addr, store: s,
+	return &server{addr: nc.addr, ep: nc.ep, db: nc.db, store: s,
 		ping:  func(ctx context.Context) error { return client.Do(ctx, client.B().Ping().Build()).Error() },
 		close: func() { s.Close(); client.Close() }}, nil
 }
@@ -214,9 +239,11 @@ func (r *storeFlags) open(u string) (*server, error) {
 // values and line the commands then show), before they run a command in this process.
 var inProcessStore core.Store
 
-// connect returns the -postgres Store (see pgFlags.connect), or a Store over the -redis servers, Redlock over them when there are several,
-// and a func that closes everything. It first PINGs every server in parallel (up to 3s). One
-// server must answer. Of several, those that do not are reported on warn, one line each
+// connect returns the -postgres Store (see pgFlags.connect), or a Store over the -redis
+// servers, Redlock over them when there are several, and a func that closes everything. It
+// first checks every server in parallel (server.check: a PING within 3s, and when it fails, up
+// to 1s more to find out why). One server must answer. Of several, those that do not are
+// reported on warn, one line each saying what failed,
 // starting with "leasehold cmd: ", and kept in the Redlock, which uses them again if they come
 // back; it goes on when enough answer to grant a key of limit permits (Quorum(limit): a
 // majority for a mutex, more for a semaphore), and is an error otherwise. On error nothing is
@@ -245,11 +272,7 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
 	for i, s := range servers {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-			defer cancel()
-			errs[i] = s.ping(pctx)
-		})
+		wg.Go(func() { errs[i] = s.check(ctx) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -259,7 +282,7 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	if len(servers) == 1 {
 		if errs[0] != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("redis %s unreachable: %v", servers[0].addr, errs[0])
+			return nil, nil, errs[0]
 		}
 		return servers[0].store, closeAll, nil
 	}
@@ -283,9 +306,9 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	if up < need {
 		then = "too few answer"
 	}
-	for i, err := range errs {
+	for _, err := range errs {
 		if err != nil {
-			fmt.Fprintf(warn, "leasehold %s: redis %s unreachable: %v; %s\n", cmd, servers[i].addr, err, then)
+			fmt.Fprintf(warn, "leasehold %s: %v; %s\n", cmd, err, then)
 		}
 	}
 	if up < need {
