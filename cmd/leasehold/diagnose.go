@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// probeTimeout bounds each probe that diagnose sends after a failed PING.
+// probeTimeout bounds each probe that redisFailure and postgresFailure send after a failed ping.
 const probeTimeout = time.Second
 
 // endpoint is a server as dialled: network ("tcp" or "unix"), address, and its TLS
@@ -116,7 +116,7 @@ func unreachable(err error) bool {
 		(errors.As(err, &op) && op.Op == "dial")
 }
 
-// What a server answers to a probe's inline PING.
+// What a server answers to a probe's pingRequest.
 const (
 	speaksNothing = iota // it closed the connection without a byte
 	speaksSilence        // it sent nothing within probeTimeout
@@ -129,13 +129,13 @@ const (
 type probed struct {
 	dialErr  error  // the address could not be dialled
 	tlsErr   error  // the TLS handshake failed (only when the endpoint asks for TLS)
-	speaks   int    // what a plain connection answers to PING
+	speaks   int    // what a plain connection answers to pingRequest
 	reply    []byte // its first bytes
 	postgres bool   // a plain connection answers PostgreSQL's SSLRequest
 }
 
 // probe dials ep up to three times in parallel, each within probeTimeout: a plain connection
-// that sends an inline PING, one that sends PostgreSQL's SSLRequest, and, when ep asks for TLS,
+// that sends pingRequest, one that sends PostgreSQL's SSLRequest, and, when ep asks for TLS,
 // one that makes the TLS handshake.
 func probe(ctx context.Context, ep endpoint) probed {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -164,14 +164,18 @@ func dial(ctx context.Context, ep endpoint) (net.Conn, error) {
 	return c, nil
 }
 
-// ping sends an inline PING on a plain connection and reads what comes back.
+// pingRequest is both an inline Redis command (PING with two arguments: a Redis server answers
+// an error) and an HTTP/1.0 request (an HTTP server answers with its status line).
+const pingRequest = "PING / HTTP/1.0\r\n\r\n"
+
+// ping sends pingRequest on a plain connection and reads what comes back.
 func ping(ctx context.Context, ep endpoint) (speaks int, reply []byte, err error) {
 	c, err := dial(ctx, ep)
 	if err != nil {
 		return 0, nil, err
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	if _, err := c.Write([]byte(pingRequest)); err != nil {
 		return speaksNothing, nil, nil
 	}
 	buf := make([]byte, 64)
@@ -183,7 +187,7 @@ func ping(ctx context.Context, ep endpoint) (speaks int, reply []byte, err error
 		return speaksSilence, nil, nil
 	case n == 0:
 		return speaksNothing, nil, nil
-	case bytes.HasPrefix(reply, []byte("HTTP/")):
+	case bytes.HasPrefix(reply, []byte("HTTP/")), bytes.HasPrefix(bytes.ToLower(reply), []byte("<!doctype html")), bytes.HasPrefix(bytes.ToLower(reply), []byte("<html")):
 		return speaksHTTP, reply, nil
 	case strings.IndexByte("+-:$*%_,#(!=|~>", reply[0]) >= 0:
 		return speaksRedis, reply, nil
@@ -240,14 +244,16 @@ func (p probed) tlsFailure() string {
 	return p.tlsErr.Error()
 }
 
-// describe says what answered a plain PING, for a server that is not what was expected.
+// describe says what answered pingRequest, for a server that is not what was expected.
 func (p probed) describe() string {
 	switch {
 	case p.postgres:
 		return "it is a PostgreSQL server (use -postgres)"
-	case p.speaks == speaksHTTP:
+	case p.speaks == speaksHTTP && bytes.HasPrefix(p.reply, []byte("HTTP/")):
 		status, _, _ := bytes.Cut(p.reply, []byte("\r\n"))
 		return fmt.Sprintf("it answers HTTP (%q)", status)
+	case p.speaks == speaksHTTP:
+		return "it answers HTTP (an HTML page)"
 	case p.speaks == speaksRedis:
 		return "it answers as a Redis server does"
 	case p.speaks == speaksOther:

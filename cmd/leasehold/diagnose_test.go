@@ -122,7 +122,7 @@ func TestRedisFailuresSayWhatFailed(t *testing.T) {
 		{"no password", "redis://" + locked.Addr, "redis " + locked.Addr + ": authentication failed: the server wants a password and none was given (redis://[user]:password@host:port): NOAUTH"},
 		{"no such database", "redis://" + plain.Addr + "/99", "redis " + plain.Addr + ": no such database /99: "},
 		{"TLS with a plain server", "rediss://" + plain.Addr, "redis " + plain.Addr + ": TLS handshake failed: the server speaks plain Redis, not TLS (use redis://, not rediss://)"},
-		{"HTTP", "redis://" + web, "redis " + web + `: not a Redis server: it answers HTTP ("HTTP/1.1 400 Bad Request")`},
+		{"HTTP", "redis://" + web, "redis " + web + `: not a Redis server: it answers HTTP ("HTTP/1.0 404 Not Found")`},
 		{"PostgreSQL", "redis://" + pg, "redis " + pg + ": not a Redis server: it is a PostgreSQL server (use -postgres)"},
 		{"silent", "redis://" + quiet, "redis " + quiet + ": not a Redis server, or a stalled one: it accepts connections but does not answer PING within 1s"},
 		{"hanging up", "redis://" + rude, "redis " + rude + ": not a Redis server, or one that wants TLS (rediss://): it closes the connection without a reply"},
@@ -146,7 +146,7 @@ func TestRedlockNamesWhatFailedOnEachServer(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
 	if code != exitFail || len(lines) != 3 ||
 		!strings.HasPrefix(lines[0], "leasehold run: redis "+b.Addr+": no such database /99: ") || !strings.HasSuffix(lines[0], "; too few answer") ||
-		lines[1] != "leasehold run: redis "+web+`: not a Redis server: it answers HTTP ("HTTP/1.1 400 Bad Request"); too few answer` ||
+		lines[1] != "leasehold run: redis "+web+`: not a Redis server: it answers HTTP ("HTTP/1.0 404 Not Found"); too few answer` ||
 		lines[2] != "leasehold run: only 1 of 3 Redis servers answer; Redlock needs 2 (a majority)" {
 		t.Errorf("exit %d, stderr:\n%s\nwant %d, a line for each failed server saying what failed, and the verdict", code, errOut, exitFail)
 	}
@@ -167,7 +167,7 @@ func TestPostgresFailuresSayWhatFailed(t *testing.T) {
 		{"postgres://nosuch@" + pg + "/postgres", "postgres " + pg + `: authentication failed: role "nosuch" does not exist (SQLSTATE 28000)`},
 		{"postgres://postgres@" + pg + "/nosuch", "postgres " + pg + `: no such database: database "nosuch" does not exist (SQLSTATE 3D000)`},
 		{"postgres://postgres@" + redisAddr + "/postgres", "postgres " + redisAddr + ": not a PostgreSQL server: it answers as a Redis server does (use -redis)"},
-		{"postgres://postgres@" + web + "/postgres", "postgres " + web + `: not a PostgreSQL server: it answers HTTP ("HTTP/1.1 400 Bad Request")`},
+		{"postgres://postgres@" + web + "/postgres", "postgres " + web + `: not a PostgreSQL server: it answers HTTP ("HTTP/1.0 404 Not Found")`},
 		{"postgres://postgres@127.0.0.1:1/postgres", "postgres 127.0.0.1:1 unreachable: "},
 	}
 	if requirePassword(t, srv.URL, "pwuser", "secret") {

@@ -25,9 +25,9 @@ type pgFlags struct {
 func (p *pgFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.url, "postgres", "", "PostgreSQL database instead of Redis: a `URL` (postgres://user:password@host:port/db)\n"+
 		"or a key=value DSN. The Store creates its tables on first use (see -pg-schema)")
-	fs.StringVar(&p.schema, "pg-schema", "public", "PostgreSQL schema of Leasehold's tables and functions")
+	fs.StringVar(&p.schema, "pg-schema", "public", "PostgreSQL schema of Leasehold's tables and functions (not empty)")
 	fs.StringVar(&p.prefix, "pg-prefix", "leasehold_", "prefix of Leasehold's table, function and channel names in PostgreSQL;\n"+
-		"clients sharing a key must use the same schema and prefix")
+		"clients sharing a key must use the same schema and prefix. Not empty")
 	fs.StringVar(&p.listen, "pg-listen", "", "`DSN` of the connection that LISTENs for wakes, when -postgres goes through\n"+
 		"a transaction pooler (PgBouncer in transaction mode): one that reaches the database directly")
 }

@@ -25,6 +25,7 @@ func init() {
 	redis.SetLogger(quiet{})
 }
 
+// quiet is a go-redis logger that drops every line.
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
@@ -59,7 +60,7 @@ func (r *storeFlags) register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&r.driver, "driver", driverGoredis, "Redis client library: goredis (go-redis) or valkey (valkey-go)")
 	fs.StringVar(&r.prefix, "prefix", "leasehold:", "prefix of every Redis key and channel Leasehold uses (the drivers' WithPrefix);\n"+
-		"clients sharing a key must use the same prefix")
+		"clients sharing a key must use the same prefix. Not empty, no '{' or '}'")
 	r.pg.register(fs)
 }
 
@@ -243,11 +244,10 @@ var inProcessStore core.Store
 // servers, Redlock over them when there are several, and a func that closes everything. It
 // first checks every server in parallel (server.check: a PING within 3s, and when it fails, up
 // to 1s more to find out why). One server must answer. Of several, those that do not are
-// reported on warn, one line each saying what failed,
-// starting with "leasehold cmd: ", and kept in the Redlock, which uses them again if they come
-// back; it goes on when enough answer to grant a key of limit permits (Quorum(limit): a
-// majority for a mutex, more for a semaphore), and is an error otherwise. On error nothing is
-// left open.
+// reported on warn, one line each starting with "leasehold cmd: " and saying what failed, and
+// kept in the Redlock, which uses them again if they come back; it goes on when enough answer
+// to grant a key of limit permits (Quorum(limit): a majority for a mutex, more for a
+// semaphore), and is an error otherwise. On error nothing is left open.
 func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, limit int) (core.Store, func(), error) {
 	if inProcessStore != nil {
 		return inProcessStore, func() {}, nil
