@@ -101,8 +101,7 @@ func printHeader(w io.Writer, key string, snap core.Snapshot, limit int) {
 	fmt.Fprintf(w, "%s: %d holder(s), %d permit(s) in use", plainOrQuoted(key), len(snap.Leases), inUse)
 	switch {
 	case held && snap.Limit > 0 && limit > 0 && limit != snap.Limit:
-		fmt.Fprintf(w, ", %d free of %d; -limit %d differs from the key's limit, %d: a request with it is refused\n",
-			max(snap.Limit-inUse, 0), snap.Limit, limit, snap.Limit)
+		fmt.Fprintf(w, ", %d free of %d (limit %d; -limit %d is refused)\n", max(snap.Limit-inUse, 0), snap.Limit, snap.Limit, limit)
 	case held && snap.Limit > 0:
 		fmt.Fprintf(w, ", %d free of %d\n", max(snap.Limit-inUse, 0), snap.Limit)
 	case limit > 0:
@@ -110,7 +109,7 @@ func printHeader(w io.Writer, key string, snap core.Snapshot, limit int) {
 	case held:
 		fmt.Fprintf(w, "; the store reports no limit: -limit N counts the free permits\n")
 	default:
-		fmt.Fprintf(w, "; nobody holds or waits for it: the next request's limit becomes the key's\n")
+		fmt.Fprintf(w, "; no limit: nobody holds or waits for it\n")
 	}
 }
 

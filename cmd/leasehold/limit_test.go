@@ -36,7 +36,7 @@ func TestRunUnderAnotherLimitIsRefused(t *testing.T) {
 		t.Errorf("after the refused runs, inspect shows:\n%s\nwant the one holder, 0 free of 1 and no one waiting", out)
 	}
 	code, out, _ := runArgs(t, t.Context(), "inspect", "-redis", memoryRedis, "-limit", "3", "deploy")
-	if want := "deploy: 1 holder(s), 1 permit(s) in use, 0 free of 1; -limit 3 differs from the key's limit, 1: a request with it is refused\n"; code != exitOK || !strings.HasPrefix(out, want) {
+	if want := "deploy: 1 holder(s), 1 permit(s) in use, 0 free of 1 (limit 1; -limit 3 is refused)\n"; code != exitOK || !strings.HasPrefix(out, want) {
 		t.Errorf("inspect -limit 3: exit %d, stdout:\n%s\nwant it to start %q", code, out, want)
 	}
 
@@ -44,7 +44,7 @@ func TestRunUnderAnotherLimitIsRefused(t *testing.T) {
 	if code := holder.exit(t); code != exitOK {
 		t.Fatalf("holder: exit %d, stderr %q", code, holder.err.String())
 	}
-	inspectUntil(t, "deploy", "0 holder(s), 0 permit(s) in use; nobody holds or waits for it: the next request's limit becomes the key's")
+	inspectUntil(t, "deploy", "0 holder(s), 0 permit(s) in use; no limit: nobody holds or waits for it")
 
 	// A semaphore of 3 is now the key's; an election (limit 1) is refused while it holds.
 	command, open = gate(t)
