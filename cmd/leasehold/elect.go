@@ -41,10 +41,12 @@ Exit status:
   the command's     128+N if signal N ended it
   %-3[3]d               KEY had a leader: -n, or -wait ran out
   %-3[2]d               the leadership was lost; the command was stopped
+  %-3[6]d               KEY is held under a limit other than 1 (by leasehold run -limit N):
+                    campaign on a key only elect uses; nothing acquired, the command not started
   %-3[4]d               interrupted (INT, TERM, HUP, ...) before the command started; -observe: always
   %-3[5]d               the command could not be started
   2                 bad usage
-  1                 Redis could not be reached (over Redlock: fewer than a quorum answered), or another error
+  1                 %[7]s
 
 Flags:
 `
@@ -58,7 +60,7 @@ func electCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.BoolVar(&observe, "observe", false, "print the leader of KEY and each change, one line each, until interrupted")
 	cfg.registerTiming(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), electHelp, processGroupNote, exitLost, exitBusy, exitInterrupted, exitCannotStart)
+		fmt.Fprintf(fs.Output(), electHelp, processGroupNote, exitLost, exitBusy, exitInterrupted, exitCannotStart, exitConfig, storeFailure)
 		fs.PrintDefaults()
 	}
 	before, command, dashes := args, []string(nil), false

@@ -17,8 +17,10 @@ const inspectHelp = `Usage: leasehold inspect -redis URL|-postgres URL [flags] K
 
 Shows who holds KEY: each holder's id, permits, fence, time left by the server's clock and
 value (what the holder said of itself: leasehold run's -value, by default its host, pid and
-command; elect's VALUE), and the permits in use and free of the key's limit, the one its
-latest grant was made with as the store records it (-limit to count against another). Then
+command; elect's VALUE), and the permits in use and free of the key's limit: that of its
+leases and waiters, which every request must use while anyone holds or waits for the key
+(leasehold run with another -limit exits 78). When nobody holds or waits for it, the next
+request's limit becomes the key's; -limit N then counts the free permits of N. Then
 the line of waiters, first served first: position, holder, permits and value, or "no one
 waiting". Values are quoted as Go strings (a newline shows as \n) and, in the tables, cut
 with "…" to keep each line within 100 columns. It changes nothing. KEY may come before or
@@ -28,7 +30,9 @@ With several -redis servers it reads them as Redlock does: a lease shows when a 
 them holds it; Redlock keeps no line of waiters. Servers that do not answer are named on
 stderr, one line each; a majority must answer.
 
-Exit status: 0 if the key was read, 1 if Redis could not be read, 2 for bad usage.
+Exit status: 0 if the key was read; 1 if the store could not be read (the line on stderr
+says why: unreachable, authentication failed, TLS failed, not a Redis or PostgreSQL server,
+no such database); 2 for bad usage.
 
 Flags:
 `
@@ -39,7 +43,8 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	var limit int
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	r.register(fs)
-	fs.IntVar(&limit, "limit", 0, "count free permits against this limit (0: the limit the store records for KEY)")
+	fs.IntVar(&limit, "limit", 0, "count free permits against this limit when nobody holds KEY; while someone does,\n"+
+		"they count against the key's limit, and a -limit that differs is reported")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), inspectHelp)
 		fs.PrintDefaults()
@@ -77,18 +82,7 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "leasehold inspect: %q: %v\n", key, err)
 		return exitFail
 	}
-	inUse := snap.InUse()
-	fmt.Fprintf(stdout, "%s: %d holder(s), %d permit(s) in use", plainOrQuoted(key), len(snap.Leases), inUse)
-	switch {
-	case limit > 0 && snap.Limit > 0 && snap.Limit != limit:
-		fmt.Fprintf(stdout, ", %d free of %d (-limit; the store records limit %d)\n", max(limit-inUse, 0), limit, snap.Limit)
-	case limit > 0:
-		fmt.Fprintf(stdout, ", %d free of %d\n", max(limit-inUse, 0), limit)
-	case snap.Limit > 0:
-		fmt.Fprintf(stdout, ", %d free of %d\n", max(snap.Limit-inUse, 0), snap.Limit)
-	default:
-		fmt.Fprintf(stdout, "; no limit recorded (no grant on it for a week, or ever): -limit N counts the free permits\n")
-	}
+	printHeader(stdout, key, snap, limit)
 	printLeases(stdout, snap.Leases)
 	if len(r.urls) > 1 {
 		fmt.Fprintln(stdout, "no line of waiters over Redlock (several -redis servers)")
@@ -96,6 +90,27 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	printWaiters(stdout, snap.Waiters)
 	return exitOK
+}
+
+// printHeader prints inspect's first line: key's holders and permits in use, then its free
+// permits of the key's limit while someone holds or waits for it (noting a -limit that differs,
+// which a request would be refused for), else of -limit, else that nobody holds it.
+func printHeader(w io.Writer, key string, snap core.Snapshot, limit int) {
+	inUse := snap.InUse()
+	held := len(snap.Leases) > 0 || len(snap.Waiters) > 0
+	fmt.Fprintf(w, "%s: %d holder(s), %d permit(s) in use", plainOrQuoted(key), len(snap.Leases), inUse)
+	switch {
+	case held && snap.Limit > 0 && limit > 0 && limit != snap.Limit:
+		fmt.Fprintf(w, ", %d free of %d (limit %d; -limit %d is refused)\n", max(snap.Limit-inUse, 0), snap.Limit, snap.Limit, limit)
+	case held && snap.Limit > 0:
+		fmt.Fprintf(w, ", %d free of %d\n", max(snap.Limit-inUse, 0), snap.Limit)
+	case limit > 0:
+		fmt.Fprintf(w, ", %d free of %d\n", max(limit-inUse, 0), limit)
+	case held:
+		fmt.Fprintf(w, "; the store reports no limit: -limit N counts the free permits\n")
+	default:
+		fmt.Fprintf(w, "; no limit: nobody holds or waits for it\n")
+	}
 }
 
 // tableWidth is the most runes a line of inspect's tables has: they fit a 100-column terminal.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -24,9 +25,9 @@ type pgFlags struct {
 func (p *pgFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.url, "postgres", "", "PostgreSQL database instead of Redis: a `URL` (postgres://user:password@host:port/db)\n"+
 		"or a key=value DSN. The Store creates its tables on first use (see -pg-schema)")
-	fs.StringVar(&p.schema, "pg-schema", "public", "PostgreSQL schema of Leasehold's tables and functions")
+	fs.StringVar(&p.schema, "pg-schema", "public", "PostgreSQL schema of Leasehold's tables and functions (not empty)")
 	fs.StringVar(&p.prefix, "pg-prefix", "leasehold_", "prefix of Leasehold's table, function and channel names in PostgreSQL;\n"+
-		"clients sharing a key must use the same schema and prefix")
+		"clients sharing a key must use the same schema and prefix. Not empty")
 	fs.StringVar(&p.listen, "pg-listen", "", "`DSN` of the connection that LISTENs for wakes, when -postgres goes through\n"+
 		"a transaction pooler (PgBouncer in transaction mode): one that reaches the database directly")
 }
@@ -38,6 +39,17 @@ func (p *pgFlags) options() []postgres.Option {
 		opts = append(opts, postgres.WithListenDSN(p.listen))
 	}
 	return opts
+}
+
+// checkNames returns an error if -pg-schema or -pg-prefix is empty, which -redis refuses too.
+func (p *pgFlags) checkNames() error {
+	switch {
+	case p.schema == "":
+		return errors.New(`-pg-schema "": must not be empty`)
+	case p.prefix == "":
+		return errors.New(`-pg-prefix "": must not be empty`)
+	}
+	return nil
 }
 
 // check returns an error naming the first bad flag. It connects to nothing.
@@ -58,6 +70,7 @@ func (p *pgFlags) check() error {
 
 // connect opens a pool to -postgres, checks within pingTimeout that the database answers, and
 // returns a Store over it (which creates its tables if need be) and a func that closes both.
+// When the database does not answer, the error says what failed (postgresFailure).
 func (p *pgFlags) connect(ctx context.Context) (core.Store, func(), error) {
 	cfg, err := pgxpool.ParseConfig(p.url)
 	if err != nil {
@@ -76,7 +89,11 @@ func (p *pgFlags) connect(ctx context.Context) (core.Store, func(), error) {
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		return nil, nil, fmt.Errorf("postgres %s unreachable: %s", where, oneLine(err))
+		ep := endpoint{network: "tcp", addr: where}
+		if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
+			ep = endpoint{network: "unix", addr: fmt.Sprintf("%s/.s.PGSQL.%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port)}
+		}
+		return nil, nil, postgresFailure(ctx, where, ep, err)
 	}
 	s, err := postgres.New(pool, p.options()...)
 	if err != nil {

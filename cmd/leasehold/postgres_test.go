@@ -18,7 +18,7 @@ func TestBadPostgresFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"run", "-postgres", "postgres://h/db", "-redis", "127.0.0.1:6379", "-key", "k", "--", "true"}, "leasehold run: -redis and -postgres: give one store, not both"},
 		{[]string{"run", "-postgres", "postgres://h/db", "-pg-prefix", "Bad-Prefix", "-key", "k", "--", "true"}, `leasehold run: -pg-schema "public", -pg-prefix "Bad-Prefix": `},
 		{[]string{"run", "-postgres", "postgres://h/db", "-pg-listen", "postgres://%zz", "-key", "k", "--", "true"}, "leasehold run: -pg-listen: cannot parse"},
-		{[]string{"inspect", "-postgres", "postgres://h/db", "-pg-schema", "", "k"}, `leasehold inspect: -pg-schema "", -pg-prefix "leasehold_": `},
+		{[]string{"inspect", "-postgres", "postgres://h/db", "-pg-schema", "a$b", "k"}, `leasehold inspect: -pg-schema "a$b", -pg-prefix "leasehold_": `},
 		{[]string{"elect", "-postgres", "postgres://%zz", "-observe", "k"}, "leasehold elect: -postgres: cannot parse"},
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ func init() {
 	redis.SetLogger(quiet{})
 }
 
+// quiet is a go-redis logger that drops every line.
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
@@ -58,26 +60,32 @@ func (r *storeFlags) register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&r.driver, "driver", driverGoredis, "Redis client library: goredis (go-redis) or valkey (valkey-go)")
 	fs.StringVar(&r.prefix, "prefix", "leasehold:", "prefix of every Redis key and channel Leasehold uses (the drivers' WithPrefix);\n"+
-		"clients sharing a key must use the same prefix")
+		"clients sharing a key must use the same prefix. Not empty, no '{' or '}'")
 	r.pg.register(fs)
 }
 
-// check returns an error naming the first bad flag: neither or both of -redis and -postgres, a
-// bad PostgreSQL flag, a -redis that is neither a URL
-// nor host:port, the same server twice (which would count twice in a Redlock quorum), an
-// unknown -driver, a -prefix with a brace.
+// check returns an error naming the first bad flag: neither or both of -redis and -postgres, an
+// unknown -driver, an empty -prefix or one with a brace, a bad PostgreSQL flag, a -redis that
+// is neither a URL nor host:port, the same server twice (which would count twice in a Redlock
+// quorum). Every flag given is checked, whichever store it is for.
 func (r *storeFlags) check() error {
 	switch {
 	case r.pg.url != "" && len(r.urls) > 0:
 		return fmt.Errorf("-redis and -postgres: give one store, not both")
-	case r.pg.url != "":
-		return r.pg.check()
-	case len(r.urls) == 0:
+	case r.pg.url == "" && len(r.urls) == 0:
 		return fmt.Errorf("-redis or -postgres is required")
 	case r.driver != driverGoredis && r.driver != driverValkey:
 		return fmt.Errorf("-driver %q: must be %s or %s", r.driver, driverGoredis, driverValkey)
+	case r.prefix == "":
+		return errors.New(`-prefix "": must not be empty (the keys would lie at the database's root)`)
 	case strings.ContainsAny(r.prefix, "{}"):
 		return fmt.Errorf("-prefix %q: must not contain '{' or '}'", r.prefix)
+	}
+	if err := r.pg.checkNames(); err != nil {
+		return err
+	}
+	if r.pg.url != "" {
+		return r.pg.check()
 	}
 	seen := make(map[string]string, len(r.urls))
 	for _, u := range r.urls {
@@ -94,9 +102,24 @@ func (r *storeFlags) check() error {
 }
 
 // normalURL returns s as a URL: s itself when it has a scheme, redis://s when it is host:port
-// or a host name alone.
+// or a host name alone. A redis:// or rediss:// URL whose host is not a host[:port] (an IPv6
+// address outside brackets, as in redis://:::, or a ':' with no port) is an error: the client
+// libraries would read a host into it.
 func normalURL(s string) (string, error) {
-	if strings.Contains(s, "://") {
+	if scheme, rest, ok := strings.Cut(s, "://"); ok {
+		if scheme != "redis" && scheme != "rediss" {
+			return s, nil // the client library says what it takes
+		}
+		host, _, _ := strings.Cut(rest, "/")
+		if i := strings.LastIndex(host, "@"); i >= 0 {
+			host = host[i+1:]
+		}
+		switch {
+		case strings.Count(host, ":") > 1 && !strings.HasPrefix(host, "["):
+			return "", fmt.Errorf("-redis %q: not a host:port (an IPv6 address goes in brackets, as in %s://[::1]:6379)", s, scheme)
+		case strings.HasSuffix(host, ":"):
+			return "", fmt.Errorf("-redis %q: no port after ':'", s)
+		}
 		return s, nil
 	}
 	host := s
@@ -116,14 +139,30 @@ func normalURL(s string) (string, error) {
 // server is one -redis server, its client made but not yet connected.
 type server struct {
 	addr  string // for messages: host:port, or a socket's path
+	ep    endpoint
+	db    int
 	store core.Store
 	ping  func(context.Context) error
 	close func()
 }
 
+// check PINGs the server within pingTimeout and returns nil, or an error saying what failed
+// (redisFailure).
+func (s *server) check(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	err := s.ping(pctx)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	return redisFailure(ctx, s.ep, s.db, err)
+}
+
 // nodeConfig is a -redis server's client configuration for the chosen driver.
 type nodeConfig struct {
 	addr    string
+	ep      endpoint
+	db      int
 	goredis *redis.Options
 	valkey  vk.ClientOption
 }
@@ -146,13 +185,22 @@ func (r *storeFlags) node(u string) (nodeConfig, error) {
 		// the node and the client dials it again on each call.
 		opt.ForceSingleClient = true
 		opt.DisableCache = true
-		return nodeConfig{addr: opt.InitAddress[0], valkey: opt}, nil
+		addr := opt.InitAddress[0]
+		return nodeConfig{addr: addr, ep: endpoint{network(full), addr, opt.TLSConfig}, db: opt.SelectDB, valkey: opt}, nil
 	}
 	opt, err := redis.ParseURL(full)
 	if err != nil {
 		return nodeConfig{}, fmt.Errorf("-redis %q: %v", u, err)
 	}
-	return nodeConfig{addr: opt.Addr, goredis: opt}, nil
+	return nodeConfig{addr: opt.Addr, ep: endpoint{network(full), opt.Addr, opt.TLSConfig}, db: opt.DB, goredis: opt}, nil
+}
+
+// network is the network a -redis URL is dialled on: unix for unix://, else tcp.
+func network(url string) string {
+	if strings.HasPrefix(url, "unix://") {
+		return "unix"
+	}
+	return "tcp"
 }
 
 // open makes the client and the store of a checked -redis server. It sends nothing, except
@@ -169,7 +217,7 @@ func (r *storeFlags) open(u string) (*server, error) {
 			client.Close()
 			return nil, err
 		}
-		return &server{addr: nc.addr, store: s,
+		return &server{addr: nc.addr, ep: nc.ep, db: nc.db, store: s,
 			ping:  func(ctx context.Context) error { return client.Ping(ctx).Err() },
 			close: func() { s.Close(); client.Close() }}, nil
 	}
@@ -182,7 +230,7 @@ func (r *storeFlags) open(u string) (*server, error) {
 		client.Close()
 		return nil, err
 	}
-	return &server{addr: nc.addr, store: s,
+	return &server{addr: nc.addr, ep: nc.ep, db: nc.db, store: s,
 		ping:  func(ctx context.Context) error { return client.Do(ctx, client.B().Ping().Build()).Error() },
 		close: func() { s.Close(); client.Close() }}, nil
 }
@@ -192,13 +240,14 @@ func (r *storeFlags) open(u string) (*server, error) {
 // values and line the commands then show), before they run a command in this process.
 var inProcessStore core.Store
 
-// connect returns the -postgres Store (see pgFlags.connect), or a Store over the -redis servers, Redlock over them when there are several,
-// and a func that closes everything. It first PINGs every server in parallel (up to 3s). One
-// server must answer. Of several, those that do not are reported on warn, one line each
-// starting with "leasehold cmd: ", and kept in the Redlock, which uses them again if they come
-// back; it goes on when enough answer to grant a key of limit permits (Quorum(limit): a
-// majority for a mutex, more for a semaphore), and is an error otherwise. On error nothing is
-// left open.
+// connect returns the -postgres Store (see pgFlags.connect), or a Store over the -redis
+// servers, Redlock over them when there are several, and a func that closes everything. It
+// first checks every server in parallel (server.check: a PING within 3s, and when it fails, up
+// to 1s more to find out why). One server must answer. Of several, those that do not are
+// reported on warn, one line each starting with "leasehold cmd: " and saying what failed, and
+// kept in the Redlock, which uses them again if they come back; it goes on when enough answer
+// to grant a key of limit permits (Quorum(limit): a majority for a mutex, more for a
+// semaphore), and is an error otherwise. On error nothing is left open.
 func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, limit int) (core.Store, func(), error) {
 	if inProcessStore != nil {
 		return inProcessStore, func() {}, nil
@@ -223,11 +272,7 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
 	for i, s := range servers {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-			defer cancel()
-			errs[i] = s.ping(pctx)
-		})
+		wg.Go(func() { errs[i] = s.check(ctx) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -237,7 +282,7 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	if len(servers) == 1 {
 		if errs[0] != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("redis %s unreachable: %v", servers[0].addr, errs[0])
+			return nil, nil, errs[0]
 		}
 		return servers[0].store, closeAll, nil
 	}
@@ -261,9 +306,9 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	if up < need {
 		then = "too few answer"
 	}
-	for i, err := range errs {
+	for _, err := range errs {
 		if err != nil {
-			fmt.Fprintf(warn, "leasehold %s: redis %s unreachable: %v; %s\n", cmd, servers[i].addr, err, then)
+			fmt.Fprintf(warn, "leasehold %s: %v; %s\n", cmd, err, then)
 		}
 	}
 	if up < need {

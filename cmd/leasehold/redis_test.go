@@ -37,8 +37,37 @@ func TestBadRedisFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"inspect", "k", "-redis", "127.0.0.1:6379", "j"}, `leasehold inspect: unexpected argument "j": one KEY only`},
 		{[]string{"inspect", "-redis", "redis://:x", "k"}, `leasehold inspect: -redis "redis://:x": `},
 		{[]string{"inspect", "-limit", "-1", "-redis", "127.0.0.1:6379", "k"}, "leasehold inspect: -limit -1: must not be negative"},
+		{[]string{"run", "-redis", "redis://:::", "-key", "k", "--", "true"}, `leasehold run: -redis "redis://:::": not a host:port (an IPv6 address goes in brackets, as in redis://[::1]:6379)`},
+		{[]string{"inspect", "-redis", "rediss://u:p@::1/0", "k"}, `leasehold inspect: -redis "rediss://u:p@::1/0": not a host:port`},
+		{[]string{"run", "-redis", "redis://127.0.0.1:", "-key", "k", "--", "true"}, `leasehold run: -redis "redis://127.0.0.1:": no port after ':'`},
 	}
 	checkUsageErrors(t, tests)
+}
+
+// TestEmptyPrefixesAreUsageErrors: an empty -prefix would put the keys at the database's root,
+// and an empty -pg-schema or -pg-prefix names nothing; each is refused as bad usage, whichever
+// store is given and whichever command.
+func TestEmptyPrefixesAreUsageErrors(t *testing.T) {
+	const (
+		prefix   = `-prefix "": must not be empty`
+		pgSchema = `-pg-schema "": must not be empty`
+		pgPrefix = `-pg-prefix "": must not be empty`
+	)
+	checkUsageErrors(t, []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-redis", "127.0.0.1:6379", "-prefix", "", "-key", "k", "--", "true"}, "leasehold run: " + prefix},
+		{[]string{"run", "-redis", "127.0.0.1:6379", "-prefix=", "-driver", "valkey", "-key", "k", "--", "true"}, "leasehold run: " + prefix},
+		{[]string{"inspect", "-redis", "127.0.0.1:6379", "-prefix", "", "k"}, "leasehold inspect: " + prefix},
+		{[]string{"elect", "-redis", "127.0.0.1:6379", "-prefix", "", "k", "v", "--", "true"}, "leasehold elect: " + prefix},
+		{[]string{"elect", "-redis", "127.0.0.1:6379", "-prefix", "", "-observe", "k"}, "leasehold elect: " + prefix},
+		{[]string{"run", "-postgres", "postgres://h/db", "-prefix", "", "-key", "k", "--", "true"}, "leasehold run: " + prefix},
+		{[]string{"run", "-postgres", "postgres://h/db", "-pg-schema", "", "-key", "k", "--", "true"}, "leasehold run: " + pgSchema},
+		{[]string{"inspect", "-postgres", "postgres://h/db", "-pg-prefix", "", "k"}, "leasehold inspect: " + pgPrefix},
+		{[]string{"elect", "-postgres", "postgres://h/db", "-pg-prefix", "", "-observe", "k"}, "leasehold elect: " + pgPrefix},
+		{[]string{"run", "-redis", "127.0.0.1:6379", "-pg-prefix", "", "-key", "k", "--", "true"}, "leasehold run: " + pgPrefix},
+	})
 }
 
 func TestRedisTakesHostPort(t *testing.T) {
@@ -49,13 +78,13 @@ func TestRedisTakesHostPort(t *testing.T) {
 			t.Errorf("run -redis %s -driver %s: exit %d, stdout %q, stderr %q; want %d and nothing printed", srv.Addr, driver, code, out, errOut, exitOK)
 		}
 		code, out, errOut = runArgs(t, t.Context(), "inspect", "-redis", srv.Addr, "-driver", driver, "hostport")
-		if code != exitOK || !strings.HasPrefix(out, "hostport: 0 holder(s), 0 permit(s) in use, 1 free of 1\n") || errOut != "" {
+		if code != exitOK || !strings.HasPrefix(out, "hostport: 0 holder(s), 0 permit(s) in use; no limit: nobody holds or waits for it\n") || errOut != "" {
 			t.Errorf("inspect -redis %s -driver %s: exit %d, stdout %q, stderr %q", srv.Addr, driver, code, out, errOut)
 		}
 	}
 }
 
-func TestInspectUsesTheLimitTheStoreRecords(t *testing.T) {
+func TestInspectCountsAgainstTheKeysLimit(t *testing.T) {
 	srv := redistest.StartServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { client.Close() })
@@ -87,12 +116,16 @@ func TestInspectUsesTheLimitTheStoreRecords(t *testing.T) {
 		}
 	}
 	code, out, _ := runArgs(t, t.Context(), "inspect", "-limit", "2", "-redis", url, "gpu")
-	if code != exitOK || !strings.HasPrefix(out, "gpu: 1 holder(s), 1 permit(s) in use, 1 free of 2 (-limit; the store records limit 4)\n") {
+	if code != exitOK || !strings.HasPrefix(out, "gpu: 1 holder(s), 1 permit(s) in use, 3 free of 4 (limit 4; -limit 2 is refused)\n") {
 		t.Errorf("-limit 2: exit %d, stdout:\n%s", code, out)
 	}
 	code, out, _ = runArgs(t, t.Context(), "inspect", "-redis", url, "never-used")
-	if code != exitOK || !strings.HasPrefix(out, "never-used: 0 holder(s), 0 permit(s) in use; no limit recorded") {
+	if code != exitOK || !strings.HasPrefix(out, "never-used: 0 holder(s), 0 permit(s) in use; no limit: nobody holds or waits for it") {
 		t.Errorf("a key never used: exit %d, stdout:\n%s", code, out)
+	}
+	code, out, _ = runArgs(t, t.Context(), "inspect", "-redis", url, "-limit", "2", "never-used")
+	if code != exitOK || !strings.HasPrefix(out, "never-used: 0 holder(s), 0 permit(s) in use, 2 free of 2\n") {
+		t.Errorf("-limit 2 on a key never used: exit %d, stdout:\n%s", code, out)
 	}
 }
 
@@ -128,8 +161,8 @@ func TestPrefixAndDriverReachTheSameLease(t *testing.T) {
 	want := []string{
 		"job: 1 holder(s), 1 permit(s) in use, 0 free of 1", // the same driver and prefix
 		"job: 1 holder(s), 1 permit(s) in use, 0 free of 1", // the other driver, the same prefix
-		"job: 0 holder(s), 0 permit(s) in use; no limit recorded",
-		"job: 0 holder(s), 0 permit(s) in use; no limit recorded",
+		"job: 0 holder(s), 0 permit(s) in use; no limit: nobody holds or waits for it",
+		"job: 0 holder(s), 0 permit(s) in use; no limit: nobody holds or waits for it",
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("inspect lines %q, want %d:\n%s", lines, len(want), out)

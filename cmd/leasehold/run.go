@@ -21,8 +21,14 @@ import (
 const (
 	exitBusy        = 3   // the key was busy: -n, or -wait ran out; nothing acquired
 	exitLost        = 75  // the lease was lost and the command stopped (EX_TEMPFAIL: try again later)
+	exitConfig      = 78  // the key is held under another limit; nothing acquired (EX_CONFIG)
 	exitCannotStart = 127 // the command could not be started, as a shell reports it
 )
+
+// storeFailure is what exit status 1 means in run's and elect's help, as its lines are indented.
+const storeFailure = `the store could not be used, and the line on stderr says why: unreachable,
+                    authentication failed, TLS failed, not a Redis (or PostgreSQL) server, no
+                    such database; over Redlock, fewer than a quorum answered; or another error`
 
 // waitFlag is the -wait flag: unset, Acquire waits until the lease is free.
 type waitFlag struct {
@@ -125,6 +131,21 @@ func (c *runConfig) busy() string {
 	return fmt.Sprintf("%q is busy", c.key)
 }
 
+// mismatch says why err, a refusal wrapping core.ErrLimitMismatch, refused the lease, and how
+// to get it: with the key's limit, or once nobody holds the key.
+func (c *runConfig) mismatch(err error) string {
+	var lm *core.LimitMismatchError
+	if !errors.As(err, &lm) {
+		return fmt.Sprintf("%v: use the key's -limit, or wait until nobody holds %q", err, c.key)
+	}
+	if c.elect {
+		return fmt.Sprintf("%q is held under limit %d, and an election has limit 1: campaign on a key that only elect uses, or wait until nobody holds it",
+			c.key, lm.Held)
+	}
+	return fmt.Sprintf("%q is held under limit %d, this run has -limit %d: use the key's limit (-limit %d), or wait until nobody holds it",
+		c.key, lm.Held, lm.Requested, lm.Held)
+}
+
 // runCommand runs `leasehold run args` and returns the exit status.
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := runConfig{name: "run"}
@@ -153,13 +174,15 @@ Exit status:
   the command's     128+N if signal N ended it
   %-3d               the key was busy: -n, or -wait ran out
   %-3d               the lease was lost; the command was stopped
+  %-3d               the key is held under another -limit: use the key's, or wait until
+                    nobody holds it; nothing acquired, the command not started
   %-3d               interrupted (INT, TERM, HUP, ...) before the command started
   %-3d               the command could not be started
   2                 bad usage
-  1                 Redis could not be reached (over Redlock: fewer than a quorum answered), or another error
+  1                 %s
 
 Flags:
-`, processGroupNote, exitBusy, exitLost, exitInterrupted, exitCannotStart)
+`, processGroupNote, exitBusy, exitLost, exitConfig, exitInterrupted, exitCannotStart, storeFailure)
 		fs.PrintDefaults()
 	}
 	command, ok, code := parseRunFlags(fs, args, stdout, stderr)
@@ -229,6 +252,9 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 	case errors.Is(err, core.ErrInvalid):
 		say("%v", err)
 		return exitUsage
+	case errors.Is(err, core.ErrLimitMismatch):
+		say("%s; nothing acquired, the command not started", cfg.mismatch(err))
+		return exitConfig
 	case errors.Is(err, core.ErrNotAcquired) && cfg.oneTry():
 		say("%s", cfg.busy())
 		return exitBusy
