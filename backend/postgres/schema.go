@@ -26,7 +26,7 @@ type names struct {
 	version        string // sha256 of ddl: the functions' version
 	changed        string // the channel of change announcements (core.Watcher)
 
-	acquire, extend, release, leave, watch, inspect, acceptFence, readVersion string
+	acquire, extend, release, leave, watch, inspect, acceptFence, readVersion, sweep string
 }
 
 // validPrefix is what WithTablePrefix takes: a lower-case SQL identifier short enough that the
@@ -52,6 +52,7 @@ func newNames(schema, prefix string) names {
 	n.inspect = "SELECT kind, lim, holder, permits, fence, ttl, value FROM " + q("inspect") + "($1::bytea)"
 	n.acceptFence = "SELECT accepted, highest FROM " + q("accept_fence") + "($1::bytea, $2::bigint)"
 	n.readVersion = "SELECT version FROM " + q("schema")
+	n.sweep = "SELECT ran, keys, places, tries FROM " + q("sweep") + "($1::bigint, $2::integer)"
 	return n
 }
 
