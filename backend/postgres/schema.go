@@ -34,10 +34,13 @@ type names struct {
 // PostgreSQL's 63 bytes.
 var validPrefix = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,31}$`)
 
-func newNames(schema, prefix string) names {
+func newNames(schema, prefix string) names { return namesFrom(schemaSQL, schema, prefix) }
+
+// namesFrom is newNames for the schema file src.
+func namesFrom(src, schema, prefix string) names {
 	q := func(name string) string { return pgx.Identifier{schema, prefix + name}.Sanitize() }
 	n := names{schema: schema, prefix: prefix, changed: prefix + "changed"}
-	ddl := strings.ReplaceAll(schemaSQL, "@@changed", quoteLiteral(n.changed))
+	ddl := strings.ReplaceAll(src, "@@changed", quoteLiteral(n.changed))
 	ddl = regexp.MustCompile(`@([a-z_]+)`).ReplaceAllStringFunc(ddl, func(m string) string { return q(m[1:]) })
 	n.ddl = ddl
 	sum := sha256.Sum256([]byte(ddl))

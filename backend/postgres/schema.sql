@@ -68,8 +68,11 @@ CREATE TABLE IF NOT EXISTS @waiters (
     PRIMARY KEY (kh, seq),
     UNIQUE (kh, hh)
 );
--- When the place's holder last asked (a waiter without pid polls: see live).
-ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS tried bigint NOT NULL DEFAULT 0;
+-- When the place's holder last asked (a waiter without pid polls: see live); for a place taken
+-- before the column was made, when it was made.
+ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS tried bigint NOT NULL
+    DEFAULT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+ALTER TABLE @waiters ALTER COLUMN tried DROP DEFAULT;
 
 -- Tries given up in flight, so that one arriving late takes no place in the line.
 CREATE TABLE IF NOT EXISTS @left (
