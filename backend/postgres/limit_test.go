@@ -81,7 +81,8 @@ func TestLimitOfALineWithoutLeases(t *testing.T) {
 }
 
 // TestRefusedLimitMismatchWritesNothing: a request with another limit than the key's — from a
-// newcomer that would wait, from a waiter in line, from the holder itself — is refused without
+// newcomer that would wait, from a waiter in line, from the holder itself, with a fence floor or
+// raising the holder's fence — is refused without
 // writing a row (none is written again, even with the same values) and without a notification
 // to the key's watchers.
 func TestRefusedLimitMismatchWritesNothing(t *testing.T) {
@@ -113,6 +114,19 @@ func TestRefusedLimitMismatchWritesNothing(t *testing.T) {
 		{Key: key, Holder: "h", Permits: 1, Limit: 3, TTL: time.Minute},
 	} {
 		mismatch(t, other, req, 1)
+	}
+	// A Redlock node's calls: with a floor, and raising the holder's fence.
+	raise := []func(core.AcquireRequest) (core.AcquireResult, error){
+		func(r core.AcquireRequest) (core.AcquireResult, error) { return other.AcquireAbove(ctx, r, 1<<60) },
+		func(r core.AcquireRequest) (core.AcquireResult, error) { return other.RaiseFence(ctx, r, 1<<60) },
+	}
+	for _, call := range raise {
+		for _, holder := range []string{"x", "h"} {
+			_, err := call(core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 2, TTL: time.Minute})
+			if !isMismatch(err, 1, 2) {
+				t.Errorf("a fence-raising request of holder %q with limit 2: %v; want a limit mismatch", holder, err)
+			}
+		}
 	}
 	if after := keyRows(t, pool, key); after != before {
 		t.Errorf("refused requests changed the key's rows:\nbefore\n%s\nafter\n%s", before, after)

@@ -97,9 +97,10 @@ DECLARE
     k @keys;
 BEGIN
     LOOP
+        INSERT INTO @keys (kh, key) VALUES (p_kh, p_key) ON CONFLICT (kh) DO NOTHING RETURNING * INTO k;
+        EXIT WHEN FOUND; -- made, so locked, by this transaction
         SELECT * INTO k FROM @keys WHERE kh = p_kh FOR UPDATE;
         EXIT WHEN FOUND;
-        INSERT INTO @keys (kh, key) VALUES (p_kh, p_key) ON CONFLICT (kh) DO NOTHING;
     END LOOP;
     RETURN k;
 END
