@@ -55,7 +55,7 @@ func namesFrom(src, schema, prefix string) names {
 	n.inspect = "SELECT kind, lim, holder, permits, fence, ttl, value FROM " + q("inspect") + "($1::bytea)"
 	n.acceptFence = "SELECT accepted, highest FROM " + q("accept_fence") + "($1::bytea, $2::bigint)"
 	n.readVersion = "SELECT version FROM " + q("schema")
-	n.sweep = "SELECT ran, keys, places, tries FROM " + q("sweep") + "($1::bigint, $2::integer)"
+	n.sweep = "SELECT ran, keys, places, tries FROM " + q("sweep") + "(" + quoteLiteral(n.version) + ", $1::bigint, $2::integer)"
 	return n
 }
 

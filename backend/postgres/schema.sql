@@ -69,10 +69,10 @@ CREATE TABLE IF NOT EXISTS @waiters (
     UNIQUE (kh, hh)
 );
 -- When the place's holder last asked (a waiter without pid polls: see live); for a place taken
--- before the column was made, when it was made.
+-- before the column was made, when it was made, and by an earlier version's functions, when
+-- it was taken.
 ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS tried bigint NOT NULL
     DEFAULT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-ALTER TABLE @waiters ALTER COLUMN tried DROP DEFAULT;
 
 -- Tries given up in flight, so that one arriving late takes no place in the line.
 CREATE TABLE IF NOT EXISTS @left (
@@ -461,8 +461,10 @@ $$;
 -- nothing left in them (forget): those whose leases expired unreleased, whose watch lapsed,
 -- whose raised fence the clock has passed, or whose places were dead. Each kind is bounded by
 -- p_batch rows. It reports whether it ran and how many rows of each kind it removed. A key
--- locked by an operation is skipped, for the next sweep.
-CREATE OR REPLACE FUNCTION @sweep(p_every bigint, p_batch integer,
+-- locked by an operation is skipped, for the next sweep. It runs only when the functions in
+-- place are of p_version: a Store of an earlier version may have put back functions that make
+-- a key's row only once, and must not see it deleted under them.
+CREATE OR REPLACE FUNCTION @sweep(p_version text, p_every bigint, p_batch integer,
     OUT ran boolean, OUT keys integer, OUT places integer, OUT tries integer)
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
@@ -473,7 +475,7 @@ DECLARE
     n integer;
 BEGIN
     ran := false; keys := 0; places := 0; tries := 0;
-    PERFORM 1 FROM @schema s WHERE s.swept <= now_ - p_every FOR UPDATE SKIP LOCKED;
+    PERFORM 1 FROM @schema s WHERE s.version = p_version AND s.swept <= now_ - p_every FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;
     END IF;
