@@ -162,8 +162,12 @@ func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
 	enroll(t, s, core.AcquireRequest{Key: waiting, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute})
 
 	waitFor(t, "the short leases to expire", func() bool {
-		snap, err := s.Inspect(ctx, expired)
-		return err == nil && len(snap.Leases) == 0
+		for _, key := range []string{expired, dead, silent, waiting} {
+			if snap, err := s.Inspect(ctx, key); err != nil || len(snap.Leases) != 0 {
+				return false
+			}
+		}
+		return true
 	})
 	for _, key := range []string{expired, dead, silent, watched} {
 		if keyRows(t, pool, key) == noRows {
