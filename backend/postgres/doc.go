@@ -86,12 +86,13 @@
 //
 // The sweep: every Store tries one every 15 to 45 s, and the one that finds no sweep in the
 // last minute runs it, so the database sees about one a minute however many Stores there are,
-// and a row that ended is gone within two minutes while any Store runs. A sweep is statements
-// of at most 1000 rows of each kind (repeated while full, up to 100); each reads the waiters
-// table (with pg_stat_get_activity for each place's listening session) and the keys table with
-// two index probes per key — the keys in use, not those ever used — and locks only the keys whose
-// rows it removes, skipping those an operation holds. A Store whose role may not write the tables
-// (a reader) never sweeps usefully; its errors are ignored.
+// and a row that ended is gone within two minutes while any Store runs (a key an operation has
+// locked at that moment, or rows past 100 000 of a kind, wait for the next sweep). A sweep is
+// statements of at most 1000 rows of each kind (repeated while full, up to 100); each reads the
+// waiters table (with pg_stat_get_activity for each place's listening session) and the keys
+// table with two index probes per key — the keys in use, not those ever used — and locks only
+// the keys whose rows it removes, skipping those an operation holds. A sweep that fails is
+// tried again at the Store's next try.
 //
 // # Tables, functions and privileges
 //
