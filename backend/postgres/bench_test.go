@@ -3,11 +3,13 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -120,4 +122,62 @@ func BenchmarkNotifyDelivery(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPairBeforeAndAfterForgetting: the uncontended pair's two statements (Acquire's and
+// Release's, as a Store sends them) on one key, on the schema of the release that kept every
+// key's row (before) and on this one, whose release deletes the row and whose next acquire
+// makes it again (after), in two schemas of one server. Each iteration runs one pair on each,
+// so both see the same load; it reports each one's time and after/before:
+// `go test -run '^$' -bench PairBeforeAndAfterForgetting -count 5 ./backend/postgres/`.
+func BenchmarkPairBeforeAndAfterForgetting(b *testing.B) {
+	ctx := context.Background()
+	pool := newPool(b, serverURL(b))
+	base := strings.ToLower(strings.ReplaceAll(uniqueKey(b), "-", "_"))
+	ddl, err := postgres.SchemaSQL(postgres.WithSchema(base + "_after"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	type schema struct {
+		acquire, release string
+		took             time.Duration
+	}
+	var schemas [2]*schema
+	for i, name := range []string{"before", "after"} {
+		sql := ddl
+		if i == 0 {
+			sql = postgres.SchemaSQLFrom(schemaBeforeForgetting, base+"_before")
+		}
+		q := pgx.Identifier{base + "_" + name}.Sanitize()
+		if _, err := pool.Exec(ctx, "CREATE SCHEMA "+q+"; "+sql); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA "+q+" CASCADE") })
+		schemas[i] = &schema{
+			acquire: "SELECT granted, fence, retry, err FROM " + q + ".leasehold_acquire($1::bytea, $2::bytea, 1, 1, 60000000, 0, ''::bytea, 0, 0, NULL, NULL, NULL, NULL)",
+			release: "SELECT " + q + ".leasehold_release($1::bytea, $2::bytea, $3::bigint)",
+		}
+	}
+	key, holder := []byte("k"), []byte("h")
+	for b.Loop() {
+		for _, s := range schemas {
+			start := time.Now()
+			var (
+				granted, ok  bool
+				fence, retry int64
+				msg          *string
+			)
+			if err := pool.QueryRow(ctx, s.acquire, key, holder).Scan(&granted, &fence, &retry, &msg); err != nil || !granted {
+				b.Fatal(granted, err)
+			}
+			if err := pool.QueryRow(ctx, s.release, key, holder, fence).Scan(&ok); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			s.took += time.Since(start)
+		}
+	}
+	before, after := schemas[0].took, schemas[1].took
+	b.ReportMetric(float64(before.Nanoseconds())/float64(b.N), "before-ns/pair")
+	b.ReportMetric(float64(after.Nanoseconds())/float64(b.N), "after-ns/pair")
+	b.ReportMetric(float64(after)/float64(before), "after/before")
 }

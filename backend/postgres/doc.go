@@ -11,9 +11,9 @@
 //
 // Each operation is one statement, a call of a PL/pgSQL function (one round trip, once pgx has
 // prepared it): SELECT … FROM leasehold_acquire($1, …). The function first locks the key's row in
-// leasehold_keys (SELECT … FOR UPDATE; the row is made on the key's first use), so the
-// operations on one key are serial and atomic, and those on different keys never wait for each
-// other. There are no advisory locks and no session state: every operation is a transaction of
+// leasehold_keys (SELECT … FOR UPDATE; the row is made when the key is taken into use, and
+// deleted once nothing is left in it: see below), so the operations on one key are serial and
+// atomic, and those on different keys never wait for each other. There are no advisory locks and no session state: every operation is a transaction of
 // its own, and works through PgBouncer in transaction mode.
 //
 // Time is the database's: clock_timestamp(), read once per operation after the key's lock is
@@ -21,7 +21,14 @@
 // frees its permits with no action of its holder. Fences are a bigint per key, each new grant's
 // max(last + 1, now in microseconds): they strictly increase and never wrap, and keep increasing
 // even if the table were restored from an older backup, as long as the database's clock does not
-// move back.
+// move back. A key's row, which holds its last fence, is deleted only once that fence is below
+// the clock, so the next grant's fence, at least the clock, is still above it; a fence raised
+// above the clock (core.FenceRaiser, by Redlock) keeps the row until the clock passes it.
+//
+// A key has one limit at a time, that of its unexpired leases or, with none, of the live places
+// in its line: a request with another limit is refused at once with a *core.LimitMismatchError
+// by a statement that writes nothing (no place, no row, no NOTIFY). Once nothing holds the key,
+// any limit is taken.
 //
 // A waiter's place in the line is a row of leasehold_waiters. A release (or an expiry found, or a
 // waiter leaving) grants free permits to the head of the line in the same transaction, and
@@ -47,7 +54,8 @@
 // grant it, so dead waiters do not hold up the line for their wait. A waiter that gives up leaves
 // the line (one more statement, sent in the background; Close waits for those its waiters owe)
 // and gives back a grant it has not taken; so does a try that failed or was canceled in flight,
-// and such a try is kept out of the line for a minute should it still arrive.
+// and such a try is kept out of the line for a minute should it still arrive. The sweep (below)
+// removes the places of dead waiters on keys nobody uses any more, which the line never reaches.
 //
 // # Watching a key
 //
@@ -57,13 +65,44 @@
 // it has watches on it. A key nobody watches costs its operations no NOTIFY (PostgreSQL serializes
 // the commits of transactions that notify).
 //
+// # What is left in the database
+//
+// A key nobody holds, waits for or watches leaves no row once released, unless its last fence is
+// above the database's clock. Each table's rows, and how long each may outlive its use:
+//   - keys: one row per key in use (its last fence, its limit, its line's counter). The release
+//     or leave that leaves nothing in the key deletes it; else the sweep does, once the key's
+//     leases expired, its places ended and its watch lapsed (30 s after the last renewal), and
+//     once the clock passed its last fence.
+//   - leases: one row per lease, deleted by its release; one that expired, by the key's next
+//     operation or the sweep.
+//   - waiters: one row per place in a line, deleted when granted, left, or passed over by the
+//     line; one whose wait ended, whose Store's listening session ended, or, taken while its
+//     Store could not listen, whose holder has not asked for ten minutes, by the sweep.
+//   - left: one row per try given up in flight, for a minute; then by the sweep.
+//   - fences: one row per resource ever given to AcceptFence, kept: it is what refuses a stale
+//     write. Delete a resource's row (DELETE FROM leasehold_fences WHERE resource = $1) only
+//     when no lease's holder will write to it again — with the resource itself, say.
+//   - schema: one row.
+//
+// The sweep: every Store tries one every 15 to 45 s, and the one that finds no sweep in the
+// last minute runs it, so the database sees about one a minute however many Stores there are,
+// and a row that ended is gone within two minutes while any Store runs (a key an operation has
+// locked at that moment, or rows past 100 000 of a kind, wait for the next sweep). A sweep is
+// statements of at most 1000 rows of each kind (repeated while full, up to 100); each reads the
+// waiters table (with pg_stat_get_activity for each place's listening session) and the keys
+// table with two index probes per key — the keys in use, not those ever used — and locks only
+// the keys whose rows it removes, skipping those an operation holds. A sweep that fails is
+// tried again at the Store's next try.
+//
 // # Tables, functions and privileges
 //
-// New creates, idempotently, six tables and ten functions named with the prefix (default
+// New creates, idempotently, six tables and fourteen functions named with the prefix (default
 // "leasehold_", WithTablePrefix) in the schema (default "public", WithSchema). The tables are
-// keys (one row per key ever used: its last fence, its limit, its line's counter; kept, like the
-// Redis store's meta, so fences never go back), leases, waiters, left (tries given up in flight,
-// a minute each), fences (AcceptFence's record) and schema (one row: the functions' version). SchemaSQL returns the SQL. Creating them needs CREATE on the schema; afterwards the
+// keys, leases, waiters, left, fences and schema (the functions' version and the last sweep's
+// time); SchemaSQL returns the SQL. New upgrades the tables and functions of an earlier version
+// in place (adding columns, replacing functions) in one transaction. In a rolling deploy the
+// functions in place are those of the Store that started last, and every Store calls them; a
+// Store sweeps only while they are its own. Creating them needs CREATE on the schema; afterwards the
 // Store needs SELECT, INSERT, UPDATE and DELETE on the tables, EXECUTE on the functions
 // (PostgreSQL grants it to PUBLIC by default) and the right to connect for LISTEN. A role that
 // may not create runs with WithoutSetup, after an administrator ran SchemaSQL's output. Keys,

@@ -1,5 +1,7 @@
 package postgres
 
+import "context"
+
 // SetTries makes the Store name its tries that wait with next (tests: a try given up in flight).
 func (s *Store) SetTries(next func() int64) { s.newTry = next }
 
@@ -7,4 +9,18 @@ func (s *Store) SetTries(next func() int64) { s.newTry = next }
 func (s *Store) LeaveTry(key, holder string, try int64) {
 	s.leave(key, holder, &try)
 	s.leaves.Wait()
+}
+
+// Sweep runs the sweep now, whenever the last one ran, and reports the keys' rows, places and
+// left rows it removed.
+func (s *Store) Sweep(ctx context.Context) (keys, places, tries int, err error) {
+	w, err := s.sweep(ctx, 0)
+	return w.Keys, w.Places, w.Tries, err
+}
+
+// SchemaSQLFrom is SchemaSQL for the schema file src (an earlier version's), in schema with the
+// default prefix.
+func SchemaSQLFrom(src, schema string) string {
+	n := namesFrom(src, schema, "leasehold_")
+	return n.ddl + "\n" + n.recordVersion() + ";\n"
 }

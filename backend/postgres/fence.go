@@ -27,7 +27,9 @@ var ErrStaleFence = errors.New("stale fence")
 //
 // resource is any string (a table row's name, say) and need not be the lease's key: several
 // leases' holders may guard one resource, and one lease several resources. A fence of zero, or
-// above 2^63 − 1, is core.ErrInvalid.
+// above 2^63 − 1, is core.ErrInvalid. The record of a resource is a row of the fences table,
+// kept until the caller deletes it (see the package doc), since without it a stale fence would
+// pass.
 func (s *Store) AcceptFence(ctx context.Context, tx pgx.Tx, resource string, fence uint64) error {
 	switch {
 	case tx == nil:

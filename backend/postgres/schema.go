@@ -26,7 +26,7 @@ type names struct {
 	version        string // sha256 of ddl: the functions' version
 	changed        string // the channel of change announcements (core.Watcher)
 
-	acquire, extend, release, leave, watch, inspect, acceptFence, readVersion string
+	acquire, extend, release, leave, watch, inspect, acceptFence, readVersion, sweep string
 }
 
 // validPrefix is what WithTablePrefix takes: a lower-case SQL identifier short enough that the
@@ -34,10 +34,13 @@ type names struct {
 // PostgreSQL's 63 bytes.
 var validPrefix = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,31}$`)
 
-func newNames(schema, prefix string) names {
+func newNames(schema, prefix string) names { return namesFrom(schemaSQL, schema, prefix) }
+
+// namesFrom is newNames for the schema file src.
+func namesFrom(src, schema, prefix string) names {
 	q := func(name string) string { return pgx.Identifier{schema, prefix + name}.Sanitize() }
 	n := names{schema: schema, prefix: prefix, changed: prefix + "changed"}
-	ddl := strings.ReplaceAll(schemaSQL, "@@changed", quoteLiteral(n.changed))
+	ddl := strings.ReplaceAll(src, "@@changed", quoteLiteral(n.changed))
 	ddl = regexp.MustCompile(`@([a-z_]+)`).ReplaceAllStringFunc(ddl, func(m string) string { return q(m[1:]) })
 	n.ddl = ddl
 	sum := sha256.Sum256([]byte(ddl))
@@ -52,6 +55,7 @@ func newNames(schema, prefix string) names {
 	n.inspect = "SELECT kind, lim, holder, permits, fence, ttl, value FROM " + q("inspect") + "($1::bytea)"
 	n.acceptFence = "SELECT accepted, highest FROM " + q("accept_fence") + "($1::bytea, $2::bigint)"
 	n.readVersion = "SELECT version FROM " + q("schema")
+	n.sweep = "SELECT ran, keys, places, tries FROM " + q("sweep") + "(" + quoteLiteral(n.version) + ", $1::bigint, $2::integer)"
 	return n
 }
 

@@ -9,22 +9,31 @@
 -- keys table (FOR UPDATE), so the operations on one key are serial; it reads the clock only
 -- after that, so the store's time never runs backwards along that order.
 --
+-- A key's row exists only while the key is in use: it is made by the first operation that needs
+-- it and deleted (forget) by the release, leave or sweep that finds nothing left in it. Deleting
+-- it ends the serial order of the key's operations only for those that find no row: an
+-- operation waiting for the lock of a row that is deleted finds no row, and makes it again
+-- (lockkey), which the primary key lets only one transaction do. A row is deleted only when the
+-- key's last fence is below the clock, so a grant on the row made again, whose fence is at least
+-- the clock, still gets a higher fence.
+--
 -- The functions a Store calls run with sequential and bitmap scans off. PL/pgSQL caches its
 -- plans per session, and a plan made while a table was small (new, or just vacuumed) scans the
 -- whole table: every later call would read every lease of every key, and the dead rows that
 -- the churn of leases leaves until autovacuum comes. Index scans read one key's rows, and skip
 -- the dead ones once seen.
 
--- The version of this file the functions were made from.
+-- The version of this file the functions were made from, and when a Store last swept.
 CREATE TABLE IF NOT EXISTS @schema (
     version text NOT NULL
 );
+ALTER TABLE @schema ADD COLUMN IF NOT EXISTS swept bigint NOT NULL DEFAULT 0;
 
 CREATE TABLE IF NOT EXISTS @keys (
     kh            bytea PRIMARY KEY,          -- sha256(key)
     key           bytea NOT NULL,
     fence         bigint NOT NULL DEFAULT 0,  -- the last fence granted on the key
-    lim           integer NOT NULL DEFAULT 0, -- the limit of the latest grant
+    lim           integer NOT NULL DEFAULT 0, -- the key's limit: that of its latest grant
     seq           bigint NOT NULL DEFAULT 0,  -- the line's counter
     watched_until bigint NOT NULL DEFAULT 0   -- while now < this, changes are announced
 );
@@ -59,6 +68,11 @@ CREATE TABLE IF NOT EXISTS @waiters (
     PRIMARY KEY (kh, seq),
     UNIQUE (kh, hh)
 );
+-- When the place's holder last asked (a waiter without pid polls: see live); for a place taken
+-- before the column was made, when it was made, and by an earlier version's functions, when
+-- it was taken.
+ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS tried bigint NOT NULL
+    DEFAULT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 
 -- Tries given up in flight, so that one arriving late takes no place in the line.
 CREATE TABLE IF NOT EXISTS @left (
@@ -76,16 +90,18 @@ CREATE TABLE IF NOT EXISTS @fences (
     fence    bigint NOT NULL
 );
 
--- lockkey locks key's row, creating it if need be, and returns it.
+-- lockkey locks key's row, creating it if need be, and returns it. A row another transaction
+-- deletes while this one waits for its lock is made again.
 CREATE OR REPLACE FUNCTION @lockkey(p_kh bytea, p_key bytea) RETURNS @keys LANGUAGE plpgsql AS $$
 DECLARE
     k @keys;
 BEGIN
-    SELECT * INTO k FROM @keys WHERE kh = p_kh FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO @keys (kh, key) VALUES (p_kh, p_key) ON CONFLICT (kh) DO NOTHING;
+    LOOP
+        INSERT INTO @keys (kh, key) VALUES (p_kh, p_key) ON CONFLICT (kh) DO NOTHING RETURNING * INTO k;
+        EXIT WHEN FOUND; -- made, so locked, by this transaction
         SELECT * INTO k FROM @keys WHERE kh = p_kh FOR UPDATE;
-    END IF;
+        EXIT WHEN FOUND;
+    END LOOP;
     RETURN k;
 END
 $$;
@@ -96,6 +112,42 @@ CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz) RETURNS 
 LANGUAGE sql VOLATILE AS $$
     SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
                    WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started))
+$$;
+
+-- live reports whether place w may still take a grant at p_now: its wait has not ended, and its
+-- Store's listening backend still runs or, for a place taken while that Store could not listen
+-- (its waiter polls), its holder asked within the last ten minutes.
+CREATE OR REPLACE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE sql VOLATILE AS $$
+    SELECT w.deadline > p_now AND CASE WHEN w.pid IS NULL THEN w.tried > p_now - 600000000
+                                       ELSE @alive(w.pid, w.started) END
+$$;
+
+-- held returns the key's limit: its row's while it has an unexpired lease, else that of the
+-- first live place in its line, else NULL (nothing holds the key: any limit may have it).
+CREATE OR REPLACE FUNCTION @held(k @keys, p_now bigint) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v integer;
+BEGIN
+    IF EXISTS (SELECT 1 FROM @leases WHERE kh = k.kh AND expires > p_now) THEN
+        RETURN k.lim;
+    END IF;
+    SELECT w.lim INTO v FROM @waiters w WHERE w.kh = k.kh AND @live(w, p_now) ORDER BY w.seq LIMIT 1;
+    RETURN v;
+END
+$$;
+
+-- forget deletes the key's row when nothing is left in it — no lease (the caller purged the
+-- expired ones), no place in its line, no watch — and its last fence is below p_now, and
+-- reports whether it did. The caller holds the row's lock.
+CREATE OR REPLACE FUNCTION @forget(k @keys, p_now bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF k.fence >= p_now OR k.watched_until > p_now OR EXISTS (SELECT 1 FROM @leases WHERE kh = k.kh)
+       OR EXISTS (SELECT 1 FROM @waiters WHERE kh = k.kh) THEN
+        RETURN false;
+    END IF;
+    DELETE FROM @keys WHERE kh = k.kh;
+    RETURN true;
+END
 $$;
 
 -- serve grants free permits to the key's line, strictly in order: it stops at the first waiter
@@ -145,8 +197,9 @@ END
 $$;
 
 -- acquire is core.Store.Acquire, and core.FenceRaiser's methods: a new grant's fence is at least
--- p_floor, and a lease the holder holds is raised to p_raise. When the holder holds another
--- number of permits it sets err and changes nothing but what serving the line would have.
+-- p_floor, and a lease the holder holds is raised to p_raise. When p_lim is not the key's limit
+-- (held) it sets err to 'limit ' and the key's limit, and changes nothing. When the holder holds
+-- another number of permits it sets err and changes nothing but what serving the line would have.
 -- A refusal reports in fence the key's last fence (later grants are above it). p_try names a
 -- try that will wait: one its caller gave up on (see leave) is refused and takes no place.
 CREATE OR REPLACE FUNCTION @acquire(
@@ -167,6 +220,7 @@ DECLARE
     waiting boolean;
     holds boolean;
     expired bigint;
+    held integer;
 BEGIN
     granted := false; fence := 0; retry := 0;
     SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
@@ -174,9 +228,19 @@ BEGIN
         k := @lockkey(v_kh, p_key);
     END IF;
     now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    -- Every unexpired lease and live place has the row's limit, and a row of fence 0 (new, or
+    -- only watched) has none: only another limit on a used row needs a look.
+    IF p_lim <> k.lim AND k.fence <> 0 THEN
+        held := @held(k, now_);
+        IF held IS NOT NULL THEN
+            err := 'limit ' || held;
+            RETURN;
+        END IF;
+    END IF;
     IF p_try IS NOT NULL THEN
         DELETE FROM @left WHERE kh = v_kh AND hh = v_hh AND try = p_try;
         IF FOUND THEN
+            PERFORM @forget(k, now_);
             RETURN; -- its caller gave up on it: refused, and no place taken
         END IF;
     END IF;
@@ -196,7 +260,7 @@ BEGIN
         IF p_wait > 0 THEN
             UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
                 deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
-                pid = p_pid, started = p_started
+                pid = p_pid, started = p_started, tried = now_
             WHERE kh = v_kh AND hh = v_hh;
         END IF;
         k := @serve(k, now_);
@@ -212,8 +276,8 @@ BEGIN
         l.fence := greatest(l.fence, p_raise);
         UPDATE @leases SET expires = now_ + p_ttl, untaken = false, value = p_value, fence = l.fence
         WHERE kh = v_kh AND hh = v_hh;
-        IF k.lim <> p_lim OR l.fence > k.fence THEN
-            UPDATE @keys SET fence = greatest(k.fence, l.fence), lim = p_lim WHERE kh = v_kh;
+        IF l.fence > k.fence THEN
+            UPDATE @keys SET fence = l.fence WHERE kh = v_kh;
         END IF;
         granted := true; fence := l.fence;
         RETURN;
@@ -223,9 +287,9 @@ BEGIN
         IF p_wait > 0 AND NOT EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh AND hh = v_hh) THEN
             UPDATE @keys SET seq = seq + 1 WHERE kh = v_kh RETURNING seq INTO k.seq;
             INSERT INTO @waiters (kh, seq, hh, holder, permits, lim, ttl, floor, deadline, value,
-                                  try, channel, pid, started)
+                                  try, channel, pid, started, tried)
             VALUES (v_kh, k.seq, v_hh, p_holder, p_permits, p_lim, p_ttl, p_floor,
-                    now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started);
+                    now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started, now_);
         END IF;
         -- With room but others ahead, the first expiry is the next change expiry alone brings.
         need := greatest(used + p_permits - p_lim, 1);
@@ -272,7 +336,8 @@ END
 $$;
 
 -- release is core.Store.Release: it ends the holder's unexpired lease with fence p_fence (any
--- fence when 0), serves the line, and reports whether it ended one.
+-- fence when 0), serves the line, forgets the key when nothing is left in it, and reports
+-- whether it ended one.
 CREATE OR REPLACE FUNCTION @release(p_key bytea, p_holder bytea, p_fence bigint) RETURNS boolean
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
@@ -301,8 +366,9 @@ BEGIN
         PERFORM pg_notify(@@changed, md5(k.key));
     END IF;
     IF EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) THEN
-        PERFORM @serve(k, now_);
+        k := @serve(k, now_);
     END IF;
+    PERFORM @forget(k, now_);
     RETURN true;
 END
 $$;
@@ -310,6 +376,7 @@ $$;
 -- leave takes the holder out of the key's line and gives back a lease the line granted it that
 -- it has not taken, serving the next waiters. With p_try, it leaves only the place that try took,
 -- and when there is none (the try has not arrived) it keeps the try out of the line for a minute.
+-- It forgets the key when nothing is left in it.
 CREATE OR REPLACE FUNCTION @leave(p_key bytea, p_holder bytea, p_try bigint) RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
@@ -321,7 +388,10 @@ DECLARE
 BEGIN
     SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN;
+        IF p_try IS NULL THEN
+            RETURN;
+        END IF;
+        k := @lockkey(v_kh, p_key); -- to keep out a try that has not arrived
     END IF;
     now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
     IF p_try IS NULL THEN
@@ -341,7 +411,8 @@ BEGIN
     END IF;
     END IF;
     DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
-    PERFORM @serve(k, now_);
+    k := @serve(k, now_);
+    PERFORM @forget(k, now_);
 END
 $$;
 
@@ -357,8 +428,9 @@ BEGIN
 END
 $$;
 
--- inspect is core.Store.Inspect: the key's limit, then its unexpired leases by fence (kind 0),
--- then the places in its line whose wait has not ended, head first (kind 1). It changes nothing.
+-- inspect is core.Store.Inspect: its unexpired leases by fence (kind 0) with the key's row's
+-- limit, then the places in its line whose wait has not ended, head first (kind 1), each with
+-- its limit, then the row's limit (kind 2). It changes nothing.
 CREATE OR REPLACE FUNCTION @inspect(p_key bytea)
 RETURNS TABLE (kind integer, lim integer, holder bytea, permits integer, fence bigint,
                ttl bigint, value bytea)
@@ -373,13 +445,66 @@ BEGIN
         FROM @keys k JOIN @leases l ON l.kh = k.kh
         WHERE k.kh = v_kh AND l.expires > now_
         UNION ALL
-        SELECT 1, k.lim, w.holder, w.permits, w.seq, 0::bigint, w.value
+        SELECT 1, w.lim, w.holder, w.permits, w.seq, 0::bigint, w.value
         FROM @keys k JOIN @waiters w ON w.kh = k.kh
         WHERE k.kh = v_kh AND w.deadline > now_
         UNION ALL
         SELECT 2, k.lim, NULL::bytea, 0, 0::bigint, 0::bigint, NULL::bytea
         FROM @keys k WHERE k.kh = v_kh
         ORDER BY 1, 5;
+END
+$$;
+
+-- sweep removes what its operations left behind on keys nobody uses any more, when no Store
+-- swept in the last p_every microseconds: left rows past their minute, places in a line that
+-- can take no grant (see live; the line is served after them), and then the rows of keys with
+-- nothing left in them (forget): those whose leases expired unreleased, whose watch lapsed,
+-- whose raised fence the clock has passed, or whose places were dead. Each kind is bounded by
+-- p_batch rows. It reports whether it ran and how many rows of each kind it removed. A key
+-- locked by an operation is skipped, for the next sweep. It runs only when the functions in
+-- place are of p_version: a Store of an earlier version may have put back functions that make
+-- a key's row only once, and must not see it deleted under them.
+CREATE OR REPLACE FUNCTION @sweep(p_version text, p_every bigint, p_batch integer,
+    OUT ran boolean, OUT keys integer, OUT places integer, OUT tries integer)
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    now_ bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    c bytea;
+    k @keys;
+    n integer;
+BEGIN
+    ran := false; keys := 0; places := 0; tries := 0;
+    PERFORM 1 FROM @schema s WHERE s.version = p_version AND s.swept <= now_ - p_every FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE @schema SET swept = now_;
+    ran := true;
+    DELETE FROM @left WHERE ctid = ANY (ARRAY(SELECT x.ctid FROM @left x WHERE x.expires <= now_ LIMIT p_batch));
+    GET DIAGNOSTICS tries = ROW_COUNT;
+    FOR c IN
+        (SELECT DISTINCT w.kh FROM @waiters w WHERE NOT @live(w, now_) LIMIT p_batch)
+        UNION
+        (SELECT x.kh FROM @keys x WHERE x.fence < now_ AND x.watched_until <= now_
+            AND NOT EXISTS (SELECT 1 FROM @leases l WHERE l.kh = x.kh AND l.expires > now_)
+            AND NOT EXISTS (SELECT 1 FROM @waiters w WHERE w.kh = x.kh AND @live(w, now_))
+         LIMIT p_batch)
+    LOOP
+        SELECT * INTO k FROM @keys x WHERE x.kh = c FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+        DELETE FROM @leases WHERE kh = c AND expires <= now_;
+        DELETE FROM @waiters w WHERE w.kh = c AND NOT @live(w, now_);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        places := places + n;
+        IF n > 0 AND EXISTS (SELECT 1 FROM @waiters WHERE kh = c) THEN
+            k := @serve(k, now_);
+        END IF;
+        IF @forget(k, now_) THEN
+            keys := keys + 1;
+        END IF;
+    END LOOP;
 END
 $$;
 

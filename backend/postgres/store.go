@@ -158,7 +158,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	s.l = newListener(s, lc, o.prefix+"w"+hex.EncodeToString(id[:]))
 	bg, stop := context.WithCancel(context.Background())
 	s.cancel = stop
-	s.loops.Add(2)
+	s.loops.Add(3)
 	go func() {
 		defer s.loops.Done()
 		s.l.run(bg)
@@ -166,6 +166,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	go func() {
 		defer s.loops.Done()
 		s.l.renew(bg)
+	}()
+	go func() {
+		defer s.loops.Done()
+		s.sweepEvery(bg)
 	}()
 	s.l.awaitUp(ctx)
 	return s, nil
@@ -244,7 +248,8 @@ const maxFloor = math.MaxInt64 - 1<<32
 
 // Acquire implements core.Store.Acquire in one round trip: the key's row is locked, expired
 // leases purged, the line served, and the request granted or, refused, given its place in the
-// line when it will wait.
+// line when it will wait. A request whose limit is not the key's is refused first with a
+// *core.LimitMismatchError, and the statement writes nothing.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, 0, 0)
 }
@@ -294,6 +299,10 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 		return core.AcquireResult{}, s.fail(ctx, err)
 	}
 	if msg != nil {
+		var held int
+		if _, err := fmt.Sscanf(*msg, "limit %d", &held); err == nil {
+			return core.AcquireResult{}, &core.LimitMismatchError{Held: held, Requested: req.Limit}
+		}
 		return core.AcquireResult{}, fmt.Errorf("%w: %s", core.ErrInvalid, *msg)
 	}
 	if req.Wait > 0 && s.l.afterTry(t, granted) {
@@ -347,8 +356,9 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 	return ok, nil
 }
 
-// Inspect implements core.Store.Inspect in one round trip, reading one snapshot of the key. It
-// first waits for the leaves of the key's line this Store's waiters have sent, so that a waiter
+// Inspect implements core.Store.Inspect in one round trip, reading one snapshot of the key; its
+// Limit is the key's (that of its leases, else of its line), or, for a key nobody holds or waits
+// for, that of its last grant while the key's row is kept, else 0. It first waits for the leaves of the key's line this Store's waiters have sent, so that a waiter
 // closed before Inspect is not listed.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	if err := s.check(ctx); err != nil {
@@ -368,13 +378,20 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		fence, ttl           int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&kind, &limit, &holder, &permits, &fence, &ttl, &value}, func() error {
-		snap.Limit = int(limit)
 		switch kind {
 		case 0:
+			snap.Limit = int(limit)
 			snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: string(holder), Permits: int(permits),
 				Fence: uint64(fence), TTL: time.Duration(ttl) * time.Microsecond, Value: string(value)})
 		case 1:
+			if len(snap.Leases) == 0 && len(snap.Waiters) == 0 {
+				snap.Limit = int(limit) // no lease: the line's limit is the key's
+			}
 			snap.Waiters = append(snap.Waiters, core.WaiterInfo{Holder: string(holder), Permits: int(permits), Value: string(value)})
+		case 2:
+			if len(snap.Leases) == 0 && len(snap.Waiters) == 0 {
+				snap.Limit = int(limit)
+			}
 		}
 		return nil
 	})

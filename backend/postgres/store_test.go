@@ -17,11 +17,14 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// counter is a pgx.QueryTracer that counts the statements a pool sends.
+// counter is a pgx.QueryTracer that counts the statements a pool sends, but for the Store's
+// sweeps (its housekeeping, about one a minute among all Stores, not an operation's).
 type counter struct{ n atomic.Int64 }
 
-func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if !strings.Contains(d.SQL, "sweep\"(") {
+		c.n.Add(1)
+	}
 	return ctx
 }
 

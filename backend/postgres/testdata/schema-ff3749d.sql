@@ -1,0 +1,408 @@
+-- Leasehold's PostgreSQL schema. @ stands for the schema-qualified table prefix (by default
+-- "public"."leasehold_"); comments never use it, since a schema's name may hold a line break,
+-- which would end the comment and run the rest of the name. Every statement is idempotent: the
+-- Store runs this file when the schema's version row is missing or of another version.
+--
+-- Times are microseconds since the Unix epoch by the database's clock_timestamp(); durations are
+-- microseconds. Keys and holders are any bytes (bytea), looked up by their SHA-256 so that a key
+-- of any length fits a btree index. Every mutating operation first locks the key's row in the
+-- keys table (FOR UPDATE), so the operations on one key are serial; it reads the clock only
+-- after that, so the store's time never runs backwards along that order.
+--
+-- The functions a Store calls run with sequential and bitmap scans off. PL/pgSQL caches its
+-- plans per session, and a plan made while a table was small (new, or just vacuumed) scans the
+-- whole table: every later call would read every lease of every key, and the dead rows that
+-- the churn of leases leaves until autovacuum comes. Index scans read one key's rows, and skip
+-- the dead ones once seen.
+
+-- The version of this file the functions were made from.
+CREATE TABLE IF NOT EXISTS @schema (
+    version text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS @keys (
+    kh            bytea PRIMARY KEY,          -- sha256(key)
+    key           bytea NOT NULL,
+    fence         bigint NOT NULL DEFAULT 0,  -- the last fence granted on the key
+    lim           integer NOT NULL DEFAULT 0, -- the limit of the latest grant
+    seq           bigint NOT NULL DEFAULT 0,  -- the line's counter
+    watched_until bigint NOT NULL DEFAULT 0   -- while now < this, changes are announced
+);
+
+CREATE TABLE IF NOT EXISTS @leases (
+    kh      bytea NOT NULL,
+    hh      bytea NOT NULL,                   -- sha256(holder)
+    holder  bytea NOT NULL,
+    permits integer NOT NULL,
+    fence   bigint NOT NULL,
+    expires bigint NOT NULL,
+    untaken boolean NOT NULL,                 -- granted by the line, not yet taken by its holder
+    value   bytea NOT NULL,
+    PRIMARY KEY (kh, hh)
+);
+
+CREATE TABLE IF NOT EXISTS @waiters (
+    kh       bytea NOT NULL,
+    seq      bigint NOT NULL,                 -- place in the line
+    hh       bytea NOT NULL,
+    holder   bytea NOT NULL,
+    permits  integer NOT NULL,
+    lim      integer NOT NULL,
+    ttl      bigint NOT NULL,
+    floor    bigint NOT NULL,                 -- least fence of its grant (core.FenceRaiser)
+    deadline bigint NOT NULL,                 -- the end of its wait
+    value    bytea NOT NULL,
+    try      bigint,                          -- the try that took or last kept the place
+    channel  text,                            -- where its Store hears of its grant
+    pid      integer,                         -- that Store's listening backend, to tell it died
+    started  timestamptz,
+    PRIMARY KEY (kh, seq),
+    UNIQUE (kh, hh)
+);
+
+-- Tries given up in flight, so that one arriving late takes no place in the line.
+CREATE TABLE IF NOT EXISTS @left (
+    kh      bytea NOT NULL,
+    hh      bytea NOT NULL,
+    try     bigint NOT NULL,
+    expires bigint NOT NULL,
+    PRIMARY KEY (kh, hh, try)
+);
+
+-- The highest fence accepted per resource by Store.AcceptFence.
+CREATE TABLE IF NOT EXISTS @fences (
+    rh       bytea PRIMARY KEY,               -- sha256(resource)
+    resource bytea NOT NULL,
+    fence    bigint NOT NULL
+);
+
+-- lockkey locks key's row, creating it if need be, and returns it.
+CREATE OR REPLACE FUNCTION @lockkey(p_kh bytea, p_key bytea) RETURNS @keys LANGUAGE plpgsql AS $$
+DECLARE
+    k @keys;
+BEGIN
+    SELECT * INTO k FROM @keys WHERE kh = p_kh FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO @keys (kh, key) VALUES (p_kh, p_key) ON CONFLICT (kh) DO NOTHING;
+        SELECT * INTO k FROM @keys WHERE kh = p_kh FOR UPDATE;
+    END IF;
+    RETURN k;
+END
+$$;
+
+-- alive reports whether the backend pid that started at started still runs. A backend whose
+-- start the caller may not see (another role's) counts as alive.
+CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz) RETURNS boolean
+LANGUAGE sql VOLATILE AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
+                   WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started))
+$$;
+
+-- serve grants free permits to the key's line, strictly in order: it stops at the first waiter
+-- whose permits are not free. Places whose wait ended, whose holder holds a lease already, or
+-- whose Store's listener is gone are dropped on the way. Each grant is announced on its waiter's
+-- channel, and to watchers. It returns k as it left it, written back when it granted anything.
+-- The caller purged the key's expired leases.
+CREATE OR REPLACE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE plpgsql AS $$
+DECLARE
+    p @waiters;
+    used bigint;
+    granted boolean := false;
+BEGIN
+    LOOP
+        SELECT * INTO p FROM @waiters WHERE kh = k.kh ORDER BY seq LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        IF p.deadline <= p_now OR EXISTS (SELECT 1 FROM @leases WHERE kh = k.kh AND hh = p.hh) THEN
+            DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
+            CONTINUE;
+        END IF;
+        IF used IS NULL THEN
+            SELECT coalesce(sum(permits), 0) INTO used FROM @leases WHERE kh = k.kh;
+        END IF;
+        EXIT WHEN used + p.permits > p.lim;
+        DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
+        IF p.pid IS NOT NULL AND NOT @alive(p.pid, p.started) THEN
+            CONTINUE; -- its Store is gone: nobody would take the grant
+        END IF;
+        k.fence := greatest(k.fence + 1, p_now, p.floor);
+        k.lim := p.lim;
+        INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value)
+        VALUES (k.kh, p.hh, p.holder, p.permits, k.fence, p_now + p.ttl, true, p.value);
+        used := used + p.permits;
+        granted := true;
+        IF p.channel IS NOT NULL THEN
+            PERFORM pg_notify(p.channel, md5(int4send(length(k.key)) || k.key || p.holder));
+        END IF;
+    END LOOP;
+    IF granted THEN
+        UPDATE @keys SET fence = k.fence, lim = k.lim WHERE kh = k.kh;
+        IF k.watched_until > p_now THEN
+            PERFORM pg_notify(@@changed, md5(k.key));
+        END IF;
+    END IF;
+    RETURN k;
+END
+$$;
+
+-- acquire is core.Store.Acquire, and core.FenceRaiser's methods: a new grant's fence is at least
+-- p_floor, and a lease the holder holds is raised to p_raise. When the holder holds another
+-- number of permits it sets err and changes nothing but what serving the line would have.
+-- A refusal reports in fence the key's last fence (later grants are above it). p_try names a
+-- try that will wait: one its caller gave up on (see leave) is refused and takes no place.
+CREATE OR REPLACE FUNCTION @acquire(
+    p_key bytea, p_holder bytea, p_permits integer, p_lim integer, p_ttl bigint, p_wait bigint,
+    p_value bytea, p_floor bigint, p_raise bigint, p_try bigint, p_channel text, p_pid integer,
+    p_started timestamptz,
+    OUT granted boolean, OUT fence bigint, OUT retry bigint, OUT err text)
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_kh bytea := sha256(p_key);
+    v_hh bytea := sha256(p_holder);
+    k @keys;
+    l @leases;
+    now_ bigint;
+    used bigint;
+    need bigint;
+    waiting boolean;
+    holds boolean;
+    expired bigint;
+BEGIN
+    granted := false; fence := 0; retry := 0;
+    SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
+    IF NOT FOUND THEN
+        k := @lockkey(v_kh, p_key);
+    END IF;
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    IF p_try IS NOT NULL THEN
+        DELETE FROM @left WHERE kh = v_kh AND hh = v_hh AND try = p_try;
+        IF FOUND THEN
+            RETURN; -- its caller gave up on it: refused, and no place taken
+        END IF;
+    END IF;
+    -- One read of the key's leases: the permits the unexpired ones hold, whether the holder holds
+    -- one, and whether any expired (to be purged, which is rare).
+    SELECT coalesce(sum(x.permits) FILTER (WHERE x.expires > now_), 0), count(*) FILTER (WHERE x.expires <= now_),
+           bool_or(x.hh = v_hh AND x.expires > now_)
+    INTO used, expired, holds FROM @leases x WHERE x.kh = v_kh;
+    IF expired > 0 THEN
+        DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
+    END IF;
+    waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+    IF waiting THEN
+        -- A holder with a place that asks again keeps its place with what it asks now, before
+        -- the line is served: a head that now fits is granted at once, not refused on its old
+        -- request. (Without a line there is no place to keep: the uncontended path skips this.)
+        IF p_wait > 0 THEN
+            UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
+                deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
+                pid = p_pid, started = p_started
+            WHERE kh = v_kh AND hh = v_hh;
+        END IF;
+        k := @serve(k, now_);
+        waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+        SELECT coalesce(sum(x.permits), 0), bool_or(x.hh = v_hh) INTO used, holds FROM @leases x WHERE x.kh = v_kh;
+    END IF;
+    IF holds THEN
+        SELECT * INTO l FROM @leases WHERE kh = v_kh AND hh = v_hh;
+        IF l.permits <> p_permits THEN
+            err := format('holder already holds %s permits, asked for %s', l.permits, p_permits);
+            RETURN;
+        END IF;
+        l.fence := greatest(l.fence, p_raise);
+        UPDATE @leases SET expires = now_ + p_ttl, untaken = false, value = p_value, fence = l.fence
+        WHERE kh = v_kh AND hh = v_hh;
+        IF k.lim <> p_lim OR l.fence > k.fence THEN
+            UPDATE @keys SET fence = greatest(k.fence, l.fence), lim = p_lim WHERE kh = v_kh;
+        END IF;
+        granted := true; fence := l.fence;
+        RETURN;
+    END IF;
+    IF used + p_permits > p_lim OR waiting THEN
+        -- Its place, kept above, unless it had none or serving passed it over.
+        IF p_wait > 0 AND NOT EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh AND hh = v_hh) THEN
+            UPDATE @keys SET seq = seq + 1 WHERE kh = v_kh RETURNING seq INTO k.seq;
+            INSERT INTO @waiters (kh, seq, hh, holder, permits, lim, ttl, floor, deadline, value,
+                                  try, channel, pid, started)
+            VALUES (v_kh, k.seq, v_hh, p_holder, p_permits, p_lim, p_ttl, p_floor,
+                    now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started);
+        END IF;
+        -- With room but others ahead, the first expiry is the next change expiry alone brings.
+        need := greatest(used + p_permits - p_lim, 1);
+        SELECT coalesce(min(e.expires) - now_, 0) INTO retry FROM (
+            SELECT expires, sum(permits) OVER (ORDER BY expires, hh) AS freed
+            FROM @leases WHERE kh = v_kh) e
+        WHERE e.freed >= need;
+        fence := k.fence;
+        RETURN;
+    END IF;
+    k.fence := greatest(k.fence + 1, now_, p_floor);
+    INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value)
+    VALUES (v_kh, v_hh, p_holder, p_permits, k.fence, now_ + p_ttl, false, p_value);
+    UPDATE @keys SET fence = k.fence, lim = p_lim WHERE kh = v_kh;
+    IF k.watched_until > now_ THEN
+        PERFORM pg_notify(@@changed, md5(k.key));
+    END IF;
+    granted := true; fence := k.fence;
+END
+$$;
+
+-- extend is core.Store.Extend: ok is false when the holder holds no unexpired lease.
+CREATE OR REPLACE FUNCTION @extend(p_key bytea, p_holder bytea, p_ttl bigint,
+    OUT ok boolean, OUT permits integer, OUT fence bigint, OUT lim integer, OUT value bytea)
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_kh bytea := sha256(p_key);
+    k @keys;
+    now_ bigint;
+BEGIN
+    SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
+    ok := false;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    UPDATE @leases l SET expires = now_ + p_ttl, untaken = false
+    WHERE l.kh = v_kh AND l.hh = sha256(p_holder) AND l.expires > now_
+    RETURNING l.permits, l.fence, l.value INTO permits, fence, value;
+    ok := permits IS NOT NULL;
+    lim := k.lim;
+END
+$$;
+
+-- release is core.Store.Release: it ends the holder's unexpired lease with fence p_fence (any
+-- fence when 0), serves the line, and reports whether it ended one.
+CREATE OR REPLACE FUNCTION @release(p_key bytea, p_holder bytea, p_fence bigint) RETURNS boolean
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_kh bytea := sha256(p_key);
+    v_hh bytea := sha256(p_holder);
+    k @keys;
+    now_ bigint;
+    ended boolean;
+BEGIN
+    SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    -- One statement ends the lease and purges the key's expired ones.
+    WITH gone AS (
+        DELETE FROM @leases x WHERE x.kh = v_kh
+            AND (x.expires <= now_ OR (x.hh = v_hh AND (p_fence = 0 OR x.fence = p_fence)))
+        RETURNING x.hh = v_hh AND x.expires > now_ AS mine)
+    SELECT coalesce(bool_or(mine), false) INTO ended FROM gone;
+    IF NOT ended THEN
+        RETURN false;
+    END IF;
+    IF k.watched_until > now_ THEN
+        PERFORM pg_notify(@@changed, md5(k.key));
+    END IF;
+    IF EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) THEN
+        PERFORM @serve(k, now_);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- leave takes the holder out of the key's line and gives back a lease the line granted it that
+-- it has not taken, serving the next waiters. With p_try, it leaves only the place that try took,
+-- and when there is none (the try has not arrived) it keeps the try out of the line for a minute.
+CREATE OR REPLACE FUNCTION @leave(p_key bytea, p_holder bytea, p_try bigint) RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_kh bytea := sha256(p_key);
+    v_hh bytea := sha256(p_holder);
+    k @keys;
+    now_ bigint;
+BEGIN
+    SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    IF p_try IS NULL THEN
+        DELETE FROM @waiters WHERE kh = v_kh AND hh = v_hh;
+    ELSE
+        DELETE FROM @waiters WHERE kh = v_kh AND hh = v_hh AND try = p_try;
+        IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM @leases WHERE kh = v_kh AND hh = v_hh) THEN
+            DELETE FROM @left WHERE kh = v_kh AND expires <= now_;
+            INSERT INTO @left (kh, hh, try, expires) VALUES (v_kh, v_hh, p_try, now_ + 60000000)
+            ON CONFLICT DO NOTHING;
+        END IF;
+    END IF;
+    DELETE FROM @leases WHERE kh = v_kh AND hh = v_hh AND untaken;
+    IF FOUND THEN
+        IF k.watched_until > now_ THEN
+        PERFORM pg_notify(@@changed, md5(k.key));
+    END IF;
+    END IF;
+    DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
+    PERFORM @serve(k, now_);
+END
+$$;
+
+-- watch has the key's changes announced for p_for microseconds from now (at least).
+CREATE OR REPLACE FUNCTION @watch(p_key bytea, p_for bigint) RETURNS void LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_kh bytea := sha256(p_key);
+    k @keys;
+BEGIN
+    k := @lockkey(v_kh, p_key);
+    UPDATE @keys SET watched_until = greatest(watched_until, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + p_for) WHERE kh = v_kh;
+END
+$$;
+
+-- inspect is core.Store.Inspect: the key's limit, then its unexpired leases by fence (kind 0),
+-- then the places in its line whose wait has not ended, head first (kind 1). It changes nothing.
+CREATE OR REPLACE FUNCTION @inspect(p_key bytea)
+RETURNS TABLE (kind integer, lim integer, holder bytea, permits integer, fence bigint,
+               ttl bigint, value bytea)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_kh bytea := sha256(p_key);
+    now_ bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+BEGIN
+    RETURN QUERY
+        SELECT 0, k.lim, l.holder, l.permits, l.fence, l.expires - now_, l.value
+        FROM @keys k JOIN @leases l ON l.kh = k.kh
+        WHERE k.kh = v_kh AND l.expires > now_
+        UNION ALL
+        SELECT 1, k.lim, w.holder, w.permits, w.seq, 0::bigint, w.value
+        FROM @keys k JOIN @waiters w ON w.kh = k.kh
+        WHERE k.kh = v_kh AND w.deadline > now_
+        UNION ALL
+        SELECT 2, k.lim, NULL::bytea, 0, 0::bigint, 0::bigint, NULL::bytea
+        FROM @keys k WHERE k.kh = v_kh
+        ORDER BY 1, 5;
+END
+$$;
+
+-- accept_fence records p_fence for the resource unless a higher one was accepted; it returns
+-- the highest fence accepted before (0 for none). The row stays locked until the caller's
+-- transaction ends.
+CREATE OR REPLACE FUNCTION @accept_fence(p_resource bytea, p_fence bigint, OUT accepted boolean,
+    OUT highest bigint)
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_rh bytea := sha256(p_resource);
+BEGIN
+    INSERT INTO @fences (rh, resource, fence) VALUES (v_rh, p_resource, p_fence)
+    ON CONFLICT (rh) DO NOTHING;
+    IF FOUND THEN
+        accepted := true; highest := 0;
+        RETURN;
+    END IF;
+    SELECT f.fence INTO highest FROM @fences f WHERE f.rh = v_rh FOR UPDATE;
+    accepted := p_fence >= highest;
+    IF accepted AND p_fence > highest THEN
+        UPDATE @fences SET fence = p_fence WHERE rh = v_rh;
+    END IF;
+END
+$$;
