@@ -92,11 +92,16 @@ func (s *subscriptions) granted(name string, grants []grant, from grantSource) {
 }
 
 // released records that holder released its lease on key through this Store: no grant from the
-// line heard of before the holder's next refusal is its to take.
+// line heard of before the holder's next refusal is its to take, and no lease of it is left
+// marked untaken on the server.
 func (s *subscriptions) released(key, holder string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.channels[s.channel(key)]
+	name := s.channel(key)
+	if len(s.taken) > 0 {
+		delete(s.taken, name+"\x00"+holder)
+	}
+	c := s.channels[name]
 	if ws := c.waitersOf(holder); len(ws) > 0 {
 		for _, w := range ws {
 			w.floor, w.grant = math.MaxUint64, 0
@@ -154,12 +159,13 @@ func (s *subscriptions) staleLocked(c *channel, holder string, fence uint64) boo
 }
 
 // tookLocked records that the waiter of holder on the channel name took the grant of fence
-// without a round trip, for ttl, the lease's TTL: the server's lease, granted before, expires
-// sooner (within the clocks' drift, for which a keepGrants more is kept). Unlike floors, the
-// record outlives the channel and is not swept before it lapses: the line's message about the
-// grant may come late (a busy subscription connection, a paused process), and must not have
-// the Store give back a lease its holder holds. Once the records have doubled since they were
-// last swept (64 at least), the lapsed ones are dropped: O(1) amortized a take. s.mu must be held.
+// without a round trip, until the lease's Release through this Store or for ttl, the lease's
+// TTL (the server's lease, granted before, expires sooner, within the clocks' drift, for which a
+// keepGrants more is kept). Unlike a floor, the record outlives the channel and is not swept
+// before it lapses: the line's message about the grant may come late (a busy subscription
+// connection, a paused process), and must not have the Store give back a lease its holder
+// holds. Once the records have doubled since they were last swept (64 at least), the lapsed
+// ones are dropped: O(1) amortized a take. s.mu must be held.
 func (s *subscriptions) tookLocked(name, holder string, fence uint64, ttl time.Duration) {
 	now := time.Now()
 	if len(s.taken) >= max(s.takenSweepAt, 64) {

@@ -285,3 +285,19 @@ func TestWaiterLeavesBeforeItIsGone(t *testing.T) {
 		t.Fatalf("leaves %+v, started under the lock %v; want one, started before the waiter let go of the lock", leaves.leaves, leaves.locked)
 	}
 }
+
+// TestTakenGrantRecordGoesWithItsRelease: the record of a grant taken without a round trip,
+// which keeps a late message about it from giving it back, goes when the holder releases the
+// lease through the Store (nothing of it is left on the server to give back), so that the
+// records are no more than the leases held.
+func TestTakenGrantRecordGoesWithItsRelease(t *testing.T) {
+	subs, _, _ := newTestSubs(t, timings{linger: time.Hour, reclaim: time.Hour, keep: time.Hour})
+	takeWithoutRoundTrip(t, subs, "k", "b", 100)
+	takeWithoutRoundTrip(t, subs, "k", "c", 200)
+	subs.released("k", "b")
+	subs.mu.Lock()
+	defer subs.mu.Unlock()
+	if _, ok := subs.taken[subs.channel("k")+"\x00"+"c"]; len(subs.taken) != 1 || !ok {
+		t.Fatalf("records of taken grants %v; want c's alone", subs.taken)
+	}
+}
