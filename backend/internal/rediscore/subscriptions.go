@@ -55,7 +55,9 @@ type subscriptions struct {
 	layout layout
 	id     string // the Store's id, which names its channels
 	ps     PubSub
-	// leave, when set, takes a holder that gave up out of the key's line; it must not block.
+	// leave, when set, takes a holder that gave up out of the key's line. It is called with mu
+	// held (so that a close that follows owes or waits for every leave decided before it), and
+	// must not block or take mu.
 	leave func(key, holder string, floor uint64)
 	// mark, when set, runs the watch script on a key (see watch.go).
 	mark func(key string) error

@@ -65,8 +65,8 @@ func (w *lineWaiter) Close() {
 	// decided in the same critical section that removes it, leaves it.
 	last := s.removeLocked(w)
 	if last && (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed {
-		// Started before s.mu is let go, so that a Close of the Store, which owes only the
-		// waiters still enrolled, sends it too.
+		// Started before s.mu is let go: a Close of the Store that follows owes only the
+		// waiters still enrolled, and waits for the leaves started before it.
 		s.leave(w.key, w.holder, w.floor)
 	}
 	if last {
