@@ -32,6 +32,8 @@ type channel struct {
 	scans    int
 	inflight map[string]int // holder → tries in flight
 	linger   *time.Timer    // set while the channel has no waiters
+	lingers  uint64         // lingers started or stopped: an expire of an earlier one does nothing
+	keep     time.Duration  // keepGrants
 }
 
 // waitersOf returns holder's waiters on c (nil for a nil c).
@@ -57,11 +59,36 @@ func (s *subscriptions) channelLocked(name, key string) *channel {
 	c := s.channels[name]
 	if c == nil {
 		c = &channel{name: name, key: key, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{}, inflight: map[string]int{},
-			keptBy: map[string]int{}}
+			keptBy: map[string]int{}, keep: s.timings.keep}
 		s.channels[name] = c
-		c.linger = time.AfterFunc(linger, func() { s.expire(c) })
+		s.lingerLocked(c, s.timings.linger)
 	}
 	return c
+}
+
+// lingerLocked (re)starts c's linger: c's subscription ends after d unless a waiter enrolls
+// first. s.mu must be held.
+func (s *subscriptions) lingerLocked(c *channel, d time.Duration) {
+	if c.linger != nil {
+		c.linger.Stop()
+	}
+	c.lingers++
+	n := c.lingers
+	c.linger = time.AfterFunc(d, func() { s.expire(c, n) })
+}
+
+// stopLinger stops c's linger: a waiter enrolled.
+func (c *channel) stopLinger() {
+	if c.linger != nil {
+		c.linger.Stop()
+		c.linger = nil
+	}
+	c.lingers++
+}
+
+// reclaiming reports whether a grant heard of on c waits for its reclaim.
+func (c *channel) reclaiming() bool {
+	return slices.ContainsFunc(c.recent, func(r recentGrant) bool { return r.reclaim != nil })
 }
 
 // subscribed makes sure the channel name (of key) is wanted, and reports whether it already was.
@@ -89,27 +116,31 @@ func (s *subscriptions) removeLocked(w *lineWaiter) (last bool) {
 		c.waiters[w.holder] = ws
 	}
 	if len(c.waiters) == 0 && c.linger == nil && !s.closed && s.channels[c.name] == c {
-		c.linger = time.AfterFunc(linger, func() { s.expire(c) })
+		s.lingerLocked(c, s.timings.linger)
 	}
 	return last
 }
 
-// expire unsubscribes from c's channel, which has had no waiter for linger.
-func (s *subscriptions) expire(c *channel) {
+// expire unsubscribes from c's channel, which has had no waiter for linger (n is the linger's
+// number). It waits while a try of the key is in flight (its caller may be about to enroll) or
+// a grant heard of on the channel waits for its reclaim: unsubscribed, the Store would forget
+// that grant, and its holder, who gave up, would keep the key taken until its TTL.
+func (s *subscriptions) expire(c *channel, n uint64) {
 	// sendMu first, so that a channel made again meanwhile subscribes after this unsubscribes.
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
-	if len(c.waiters) > 0 || len(c.inflight) > 0 || s.channels[c.name] != c || s.closed {
+	if n != c.lingers || len(c.waiters) > 0 || s.channels[c.name] != c || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if len(c.inflight) > 0 || c.reclaiming() {
+		s.lingerLocked(c, s.timings.reclaim)
 		s.mu.Unlock()
 		return
 	}
 	delete(s.channels, c.name)
-	for _, r := range c.recent {
-		if r.reclaim != nil {
-			r.reclaim.Stop()
-		}
-	}
+	c.linger = nil
 	s.mu.Unlock()
 	// Best effort: a failed UNSUBSCRIBE leaves a subscription whose messages are ignored.
 	if s.sent[c.name] && s.ps.Unsubscribe(context.Background(), c.name) == nil {

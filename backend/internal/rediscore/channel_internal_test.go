@@ -10,7 +10,7 @@ import (
 )
 
 func newTestChannel() *channel {
-	return &channel{name: "c", key: "k", waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{},
+	return &channel{name: "c", key: "k", keep: keepGrants, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{},
 		inflight: map[string]int{}, keptBy: map[string]int{}}
 }
 

@@ -72,14 +72,16 @@
 // least the TTL from then: AcquireResult.TTL says what is left of that); otherwise with one call
 // that renews it for its full TTL. A grant taken without the call stays marked untaken on the
 // server until the lease's first Extend or Release, which nothing but its own Store's leave
-// reads, and that Store sends no leave for it. A grant published to nobody (the waiter's process died and its
-// connection closed) is undone, and that Store's places dropped, in the same script, once the
-// place was checked (its Store's subscription confirmed before the try; never on a Cluster,
+// reads, and that Store sends no leave for it, however late the line's message about it comes
+// (it records the take until the lease's Release or TTL). A grant published to nobody (the
+// waiter's process died and its connection closed) is undone, and that Store's places dropped,
+// in the same script, once the place was checked (its Store's subscription confirmed before the try; never on a Cluster,
 // where PUBLISH counts one node's subscribers). A waiter that gives up leaves the line (one more
 // script call, in the background; a closing Store sends those its waiters owe before Close
 // returns), passing a grant it has not taken to the next in line; so does a try that failed or
 // was canceled in flight, which the leave also keeps out of the line should it arrive later. A
-// Store gives back a grant for a caller that gave up before enrolling, a second after it.
+// Store gives back a grant for a caller that gave up before enrolling, a second after it, and
+// stays subscribed to the key until it has.
 //
 // # Watching a key
 //

@@ -2,6 +2,7 @@ package rediscore
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,26 @@ const keepGrants = 2 * time.Second
 // to find it by a try) before the Store gives it back to the line: its caller gave up between
 // the refused try and enrolling, and would otherwise keep the lease taken until its TTL.
 const reclaimAfter = time.Second
+
+// timings are the durations of a Store's grant bookkeeping: linger, reclaimAfter and keepGrants.
+type timings struct {
+	linger, reclaim, keep time.Duration
+}
+
+// testTimings, when set (by the tests), replaces the timings of the Stores made after it.
+var testTimings atomic.Pointer[timings]
+
+// testReclaimed, when set (by the tests), is told of each reclaim timer's decision: whether it
+// gave the grant back.
+var testReclaimed atomic.Pointer[func(key, holder string, fence uint64, given bool)]
+
+// takenGrant is a grant to a holder that a waiter took from what its Store heard, without a
+// round trip: its entry stays marked untaken on the server until the lease's first Extend or
+// Release, or until it expires, no later than until.
+type takenGrant struct {
+	fence uint64
+	until time.Time
+}
 
 // recentGrant is a grant kept for a holder not enrolled when it was heard of.
 type recentGrant struct {
@@ -64,18 +85,23 @@ func (s *subscriptions) granted(name string, grants []grant, from grantSource) {
 		// Kept even when it looks stale: the holder's refusal may not be recorded yet.
 		r := recentGrant{grant: g, at: now}
 		if from == fromChannel && s.leave != nil {
-			r.reclaim = time.AfterFunc(reclaimAfter, func() { s.reclaim(c, g) })
+			r.reclaim = time.AfterFunc(s.timings.reclaim, func() { s.reclaim(c, g) })
 		}
 		c.remember(r)
 	}
 }
 
 // released records that holder released its lease on key through this Store: no grant from the
-// line heard of before the holder's next refusal is its to take.
+// line heard of before the holder's next refusal is its to take, and no lease of it is left
+// marked untaken on the server.
 func (s *subscriptions) released(key, holder string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.channels[s.channel(key)]
+	name := s.channel(key)
+	if len(s.taken) > 0 {
+		delete(s.taken, name+"\x00"+holder)
+	}
+	c := s.channels[name]
 	if ws := c.waitersOf(holder); len(ws) > 0 {
 		for _, w := range ws {
 			w.floor, w.grant = math.MaxUint64, 0
@@ -85,38 +111,72 @@ func (s *subscriptions) released(key, holder string) {
 	}
 }
 
-// reclaim gives g back to the line if it is still unclaimed.
+// reclaim gives g back to the line if it is still unclaimed and not stale. The leave is
+// started before s.mu is let go: a Close that follows waits for it, and so does the holder's next
+// try (leaves.await), which, the refusal it enrolls on forgotten here, takes no grant without a
+// round trip. A Store closed first owes the grant instead (see close).
 func (s *subscriptions) reclaim(c *channel, g grant) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
 		return
 	}
 	if c.inflight[g.holder] > 0 {
 		// A try may be finding the grant right now: look again later.
 		for i := range c.recent {
 			if c.recent[i].grant == g && c.recent[i].reclaim != nil {
-				c.recent[i].reclaim.Reset(reclaimAfter)
+				c.recent[i].reclaim.Reset(s.timings.reclaim)
 			}
 		}
-		s.mu.Unlock()
 		return
 	}
 	found := false
 	c.forget(g.holder, g.fence, func(fence uint64) { found = found || fence == g.fence })
-	if f, ok := c.floors[g.holder]; ok && g.fence <= f.fence {
-		found = false // stale: taken, found by a try, or released
-	}
-	if found {
+	given := found && !s.staleLocked(c, g.holder, g.fence)
+	if given {
 		// The leave takes the holder's place too: a caller that enrolls after all (it was only
 		// slow) must start woken and try again, not wait, Reliable, for a grant to a place it
 		// no longer has.
-		delete(s.tries, s.channel(c.key)+"\x00"+g.holder)
-	}
-	s.mu.Unlock()
-	if found {
+		delete(s.tries, c.name+"\x00"+g.holder)
 		s.leave(c.key, g.holder, g.fence-1)
 	}
+	if f := testReclaimed.Load(); f != nil {
+		(*f)(c.key, g.holder, g.fence, given)
+	}
+}
+
+// staleLocked reports whether a grant of fence to holder, heard of on c, is not the line's to
+// get back: the holder's floor is at or above it (taken, found by a try, released, or made
+// before its latest refusal), or a waiter took it, or a later grant, without a round trip (the
+// holder's entry is then marked untaken on the server, and a leave would drop the lease from
+// under it). s.mu must be held.
+func (s *subscriptions) staleLocked(c *channel, holder string, fence uint64) bool {
+	if f, ok := c.floors[holder]; ok && fence <= f.fence {
+		return true
+	}
+	t, ok := s.taken[c.name+"\x00"+holder]
+	return ok && fence <= t.fence
+}
+
+// tookLocked records that the waiter of holder on the channel name took the grant of fence
+// without a round trip, until the lease's Release through this Store or for ttl, the lease's
+// TTL (the server's lease, granted before, expires sooner, within the clocks' drift, for which a
+// keepGrants more is kept). Unlike a floor, the record outlives the channel and is not swept
+// before it lapses: the line's message about the grant may come late (a busy subscription
+// connection, a paused process), and must not have the Store give back a lease its holder
+// holds. Once the records have doubled since they were last swept (64 at least), the lapsed
+// ones are dropped: O(1) amortized a take. s.mu must be held.
+func (s *subscriptions) tookLocked(name, holder string, fence uint64, ttl time.Duration) {
+	now := time.Now()
+	if len(s.taken) >= max(s.takenSweepAt, 64) {
+		for k, t := range s.taken {
+			if !now.Before(t.until) {
+				delete(s.taken, k)
+			}
+		}
+		s.takenSweepAt = 2 * len(s.taken)
+	}
+	s.taken[name+"\x00"+holder] = takenGrant{fence: fence, until: now.Add(ttl + s.timings.keep)}
 }
 
 // setFloor records holder's floor, dropping its kept grants at or below it and, once the
@@ -131,7 +191,7 @@ func (c *channel) setFloor(holder string, fence uint64) {
 	now := time.Now()
 	if len(c.floors) >= max(c.sweepAt, 64) {
 		for h, f := range c.floors {
-			if now.Sub(f.at) > keepGrants {
+			if now.Sub(f.at) > c.keep {
 				delete(c.floors, h)
 			}
 		}
@@ -171,7 +231,7 @@ func (c *channel) forget(holder string, atMost uint64, took func(fence uint64)) 
 // remember keeps g, dropping grants older than keepGrants (whose reclaim has run).
 func (c *channel) remember(g recentGrant) {
 	i := 0
-	for i < len(c.recent) && g.at.Sub(c.recent[i].at) > keepGrants {
+	for i < len(c.recent) && g.at.Sub(c.recent[i].at) > c.keep {
 		c.unkeep(c.recent[i].holder)
 		i++
 	}

@@ -1,9 +1,11 @@
 package rediscore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,7 +55,9 @@ type subscriptions struct {
 	layout layout
 	id     string // the Store's id, which names its channels
 	ps     PubSub
-	// leave, when set, takes a holder that gave up out of the key's line; it must not block.
+	// leave, when set, takes a holder that gave up out of the key's line. It is called with mu
+	// held (so that a close that follows owes or waits for every leave decided before it), and
+	// must not block or take mu.
 	leave func(key, holder string, floor uint64)
 	// mark, when set, runs the watch script on a key (see watch.go).
 	mark func(key string) error
@@ -71,14 +75,23 @@ type subscriptions struct {
 	watches  map[string]*watched // changed channel → the key's watches
 	downs    uint64              // Down calls so far: a watch script sent before one marks nothing
 	closed   bool
+	// taken are the grants this Store's waiters took without a round trip whose leases may still
+	// be marked untaken on the server, by channel+"\x00"+holder (see tookLocked).
+	taken        map[string]takenGrant
+	takenSweepAt int
+	timings      timings
 }
 
 var _ Listener = (*subscriptions)(nil)
 
 // newSubscriptions returns the subscriptions of the Store with layout l and id, sending over ps.
 func newSubscriptions(l layout, id string, ps PubSub) *subscriptions {
+	t := timings{linger: linger, reclaim: reclaimAfter, keep: keepGrants}
+	if p := testTimings.Load(); p != nil {
+		t = *p
+	}
 	return &subscriptions{layout: l, id: id, ps: ps, sent: map[string]bool{}, channels: map[string]*channel{}, tries: map[string]refusal{},
-		watches: map[string]*watched{}}
+		watches: map[string]*watched{}, taken: map[string]takenGrant{}, timings: t}
 }
 
 // channel returns the channel on which this Store hears of grants on key to its waiters.
@@ -99,10 +112,7 @@ func (s *subscriptions) register(ctx context.Context, req core.AcquireRequest) (
 		return nil, core.ErrClosed
 	}
 	c := s.channelLocked(name, req.Key)
-	if c.linger != nil {
-		c.linger.Stop()
-		c.linger = nil
-	}
+	c.stopLinger()
 	w.ch = c
 	c.waiters[req.Holder] = append(c.waiters[req.Holder], w)
 	tk := name + "\x00" + req.Holder
@@ -214,6 +224,11 @@ type owedLeave struct {
 func (s *subscriptions) close() []owedLeave {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.closeLocked()
+}
+
+// closeLocked is close with s.mu held.
+func (s *subscriptions) closeLocked() []owedLeave {
 	if s.closed {
 		return nil
 	}
@@ -232,8 +247,11 @@ func (s *subscriptions) close() []owedLeave {
 			}
 		}
 		for _, r := range c.recent {
-			if r.reclaim != nil && r.reclaim.Stop() {
-				if f, ok := c.floors[r.holder]; !ok || r.fence > f.fence {
+			// Kept, its reclaim has not decided yet: one whose timer has fired finds the Store
+			// closed, and leaves it to this.
+			if r.reclaim != nil {
+				r.reclaim.Stop()
+				if !s.staleLocked(c, r.holder, r.fence) {
 					owed = append(owed, owedLeave{c.key, r.holder, r.fence - 1})
 				}
 			}
@@ -256,5 +274,15 @@ func (s *subscriptions) close() []owedLeave {
 		}
 		k.wakeAll()
 	}
-	return owed
+	return mergeOwed(owed)
+}
+
+// mergeOwed returns owed with one leave a key and holder, of the lowest floor: a leave takes the
+// holder's place, so that no grant comes to it after, and passes on its untaken grant above the
+// floor, as the leaves merged would.
+func mergeOwed(owed []owedLeave) []owedLeave {
+	slices.SortFunc(owed, func(a, b owedLeave) int {
+		return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.holder, b.holder), cmp.Compare(a.floor, b.floor))
+	})
+	return slices.CompactFunc(owed, func(a, b owedLeave) bool { return a.key == b.key && a.holder == b.holder })
 }

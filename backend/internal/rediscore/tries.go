@@ -57,7 +57,9 @@ const maxTakeAge = 2 // the wait must be under TTL/maxTakeAge
 // a try of the holder is in flight, or the wait took TTL/maxTakeAge or more. The grant is then taken:
 // closing the waiter does not give it back. The holder's entry stays marked untaken on the
 // server until its next Extend or Release, which nothing reads as a give-back but this Store's
-// leave, which it no longer sends for it.
+// leave, which it no longer sends for it: not when its waiter closes, and not when the line's
+// message about it comes late, after the holder's floor is gone (the take is recorded, see
+// tookLocked).
 func (s *subscriptions) takeGrant(req core.AcquireRequest) (fence uint64, left time.Duration, ok bool) {
 	if !req.Unshared {
 		return 0, 0, false
@@ -84,6 +86,7 @@ func (s *subscriptions) takeGrant(req core.AcquireRequest) (fence uint64, left t
 	}
 	fence = w.grant
 	w.queued, w.floor, w.grant = false, fence, 0
+	s.tookLocked(c.name, req.Holder, fence, req.TTL)
 	return fence, req.TTL - waited, true
 }
 
@@ -147,6 +150,11 @@ func (s *subscriptions) afterTry(ctx context.Context, t try, out tryOutcome) {
 			c.setFloor(out.holder, max(c.floors[out.holder].fence, out.fence)) // found by the try: not to be reclaimed
 		} else {
 			c.setFloor(out.holder, out.fence) // grants made before this refusal are stale
+			if c.linger != nil {
+				// Its caller is about to enroll: a grant to it must be heard of here (to wake it,
+				// or to give it back should it not enroll), so the subscription lingers on.
+				s.lingerLocked(c, s.timings.linger)
+			}
 		}
 	}
 	if out.granted {

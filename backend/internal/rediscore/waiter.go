@@ -64,14 +64,14 @@ func (w *lineWaiter) Close() {
 	// The holder's place is shared by its waiters (one WithHolder id): the last one to go, as
 	// decided in the same critical section that removes it, leaves it.
 	last := s.removeLocked(w)
-	leave := last && (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed
-	floor := w.floor
+	if last && (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed {
+		// Started before s.mu is let go: a Close of the Store that follows owes only the
+		// waiters still enrolled, and waits for the leaves started before it.
+		s.leave(w.key, w.holder, w.floor)
+	}
 	if last {
 		// The line's message about a grant the waiter took may still come: it is stale.
 		w.ch.setFloor(w.holder, max(w.floor, w.grant))
 	}
 	s.mu.Unlock()
-	if leave {
-		s.leave(w.key, w.holder, floor)
-	}
 }

@@ -1,0 +1,260 @@
+package rediscore_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+)
+
+// A grant heard of late, or as a Store stops listening to its key: what the Store gives back to
+// the line, on both drivers (each Store's peer is of the other driver).
+
+// heldProxy is a TCP proxy to a Redis server that, once armed, holds back what the server sends
+// on the first connection that carries a grant message (a Store's subscription connection): the
+// message and everything after it on that connection, until letGo; as a busy subscription
+// connection, a slow consumer or a paused process delays it. Everything else passes.
+type heldProxy struct {
+	addr    string
+	armed   atomic.Bool
+	holding chan struct{} // closed when a message is held back
+	release chan struct{} // closed by letGo
+	once    sync.Once
+	done    chan struct{}
+	ln      net.Listener
+	mu      sync.Mutex
+	conns   []net.Conn
+	wg      sync.WaitGroup
+}
+
+// startHeldProxy starts a heldProxy to target; it ends with t.
+func startHeldProxy(t *testing.T, target string) *heldProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &heldProxy{addr: ln.Addr().String(), holding: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{}), ln: ln}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			p.wg.Go(func() { p.pump(s, c, false) })
+			p.wg.Go(func() { p.pump(c, s, true) })
+		}
+	})
+	t.Cleanup(func() {
+		close(p.done)
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// arm holds back the next grant message.
+func (p *heldProxy) arm() { p.armed.Store(true) }
+
+// letGo lets what was held back through.
+func (p *heldProxy) letGo() { p.once.Do(func() { close(p.release) }) }
+
+// pump copies src to dst; fromServer says src is the server.
+func (p *heldProxy) pump(dst, src net.Conn, fromServer bool) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			b := buf[:n]
+			if fromServer && bytes.Contains(b, []byte("message")) && bytes.Contains(b, []byte(":granted:")) && p.armed.CompareAndSwap(true, false) {
+				close(p.holding)
+				select {
+				case <-p.release:
+				case <-p.done:
+					return
+				}
+			}
+			if _, err := dst.Write(b); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestLateGrantMessageLeavesTheTakenLeaseHeld: a Store's release grants the lease to its own
+// waiter, which, woken by the reply, takes it without a round trip (the lease stays marked
+// untaken on the server until its first refresh); the line's message about the same grant is
+// held back on the Store's subscription connection. Meanwhile the key is busy: the Store's
+// callers record floors enough to sweep those older than keepGrants, the holder's among them,
+// and the next waiter, on another Store, waits for the key. When the message finally comes, the
+// Store must not take it for a grant to a caller that never enrolled and give it back: that
+// would drop the lease from under its holder and grant it to the next waiter, two holders.
+func TestLateGrantMessageLeavesTheTakenLeaseHeld(t *testing.T) {
+	const keep = 50 * time.Millisecond
+	rediscore.SetTimings(t, rediscore.Timings{Linger: time.Minute, ReclaimAfter: 20 * time.Millisecond, KeepGrants: keep})
+	for _, name := range []string{"goredis", "valkey"} {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			var decided []string
+			rediscore.OnReclaim(t, func(key, holder string, fence uint64, given bool) {
+				mu.Lock()
+				decided = append(decided, fmt.Sprintf("%s %s given=%v", key, holder, given))
+				mu.Unlock()
+			})
+			srv := redistest.StartServer(t)
+			p := startHeldProxy(t, srv.Addr)
+			defer p.letGo()
+			s, o := redisharness.Drivers[name](t, p.addr), otherDriver(name)(t, srv.Addr)
+			ctx := context.Background()
+			const key = "late"
+			req := func(holder string, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 2, TTL: time.Minute, Wait: wait, Unshared: true}
+			}
+			release := func(st core.Store, holder string, fence uint64) {
+				t.Helper()
+				if ok, err := st.Release(ctx, core.ReleaseRequest{Key: key, Holder: holder, Fence: fence}); !ok || err != nil {
+					t.Fatalf("Release(%s) = %v, %v", holder, ok, err)
+				}
+			}
+			first := mustAcquire(t, s, req("first", 0), true)
+			mustAcquire(t, o, req("other", 0), true)
+			mustAcquire(t, s, req("b", time.Minute), false)
+			w, err := s.Register(ctx, req("b", time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			pollUntil(t, w.Reliable)
+			drain(w)
+			p.arm()
+			release(s, "first", first.Fence) // grants b: the reply wakes b, the message is held back
+			select {
+			case <-w.C():
+			case <-time.After(10 * time.Second):
+				t.Fatal("b not woken by its Store's release")
+			}
+			select {
+			case <-p.holding:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the grant message never came to be held back")
+			}
+			b := mustAcquire(t, s, req("b", time.Minute), true)
+			w.Close()
+			took := time.Now()
+			if v, err := redistest.Do(srv.Addr, "HGET", rediscore.Keys(key)[0], ":b"); err != nil || !strings.Contains(v, " q") {
+				t.Fatalf("b's entry %q (%v); want it marked untaken: b took its grant without a round trip", v, err)
+			}
+			pollUntil(t, func() bool { return time.Since(took) > keep+10*time.Millisecond })
+			// The key gets busy: the Store's callers come and go, each recording a floor.
+			if ok, err := o.Release(ctx, core.ReleaseRequest{Key: key, Holder: "other"}); !ok || err != nil {
+				t.Fatalf("Release(other) = %v, %v", ok, err)
+			}
+			for i := range 70 {
+				h := fmt.Sprint("busy-", i)
+				release(s, h, mustAcquire(t, s, req(h, 0), true).Fence)
+			}
+			mustAcquire(t, o, req("other", 0), true)
+			mustAcquire(t, o, req("next", time.Minute), false)
+			nw, err := o.Register(ctx, req("next", time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nw.Close()
+			p.letGo()
+			pollUntil(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Contains(decided, key+" b given=false") || slices.Contains(decided, key+" b given=true")
+			})
+			snap, err := s.Inspect(ctx, key) // after the leaves s is sending
+			if err != nil {
+				t.Fatal(err)
+			}
+			var holders []string
+			for _, l := range snap.Leases {
+				holders = append(holders, l.Holder)
+			}
+			if !slices.Contains(holders, "b") || slices.Contains(holders, "next") {
+				t.Fatalf("b holds its lease (fence %d) and the key is held by %v: two holders, the grant b took was given back to the line", b.Fence, holders)
+			}
+			if _, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); err != nil {
+				t.Fatalf("b's first refresh: %v", err)
+			}
+		})
+	}
+}
+
+// TestGrantHeardAsTheChannelExpiresIsGivenBack: a Store listens to a key (an earlier waiter
+// enrolled there, and left: the subscription lingers); a caller refused there with a place in the
+// line gives up before enrolling, and a release on another Store grants it the key at once. The
+// Store hears of the grant and would give it back after ReclaimAfter, but its subscription's
+// linger ends first. The grant must still be given back, so that the next waiter gets the key,
+// not wait for the grant's one-minute TTL.
+func TestGrantHeardAsTheChannelExpiresIsGivenBack(t *testing.T) {
+	rediscore.SetTimings(t, rediscore.Timings{Linger: 300 * time.Millisecond, ReclaimAfter: time.Second, KeepGrants: 2 * time.Second})
+	for _, name := range []string{"goredis", "valkey"} {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, o := redisharness.Drivers[name](t, srv.Addr), otherDriver(name)(t, srv.Addr)
+			ctx := context.Background()
+			const key = "expiring"
+			req := func(holder string, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait, Unshared: true}
+			}
+			first := mustAcquire(t, o, req("first", 0), true)
+			mustAcquire(t, s, req("earlier", time.Minute), false)
+			w, err := s.Register(ctx, req("earlier", time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pollUntil(t, w.Reliable)
+			w.Close() // s's subscription lingers from now
+			pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 0 })
+			mustAcquire(t, s, req("gone", time.Minute), false) // and never enrolls
+			mustAcquire(t, o, req("next", time.Minute), false)
+			nw, err := o.Register(ctx, req("next", time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nw.Close()
+			if ok, err := o.Release(ctx, core.ReleaseRequest{Key: key, Holder: "first", Fence: first.Fence}); !ok || err != nil {
+				t.Fatalf("Release = %v, %v", ok, err)
+			}
+			pollUntil(t, func() bool {
+				snap, err := o.Inspect(ctx, key)
+				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "next"
+			})
+			// And the subscription ends once the grant is given back.
+			pollUntil(t, func() bool { return subscribers(t, srv.Addr, key) == 1 })
+		})
+	}
+}
