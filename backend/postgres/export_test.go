@@ -24,3 +24,6 @@ func SchemaSQLFrom(src, schema string) string {
 	n := namesFrom(src, schema, "leasehold_")
 	return n.ddl + "\n" + n.recordVersion() + ";\n"
 }
+
+// Retryable reports whether setup tries again after err.
+func Retryable(err error) bool { return retryable(err) }

@@ -144,7 +144,7 @@ func retryable(err error) bool {
 		return false
 	}
 	switch pe.Code {
-	case "40001", "40P01", "23505", "XX000":
+	case "40001", "40P01", "23505", "42P07", "42710", "XX000":
 		return true
 	}
 	return false

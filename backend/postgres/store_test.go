@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/jackc/pgx/v5/pgconn"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -371,5 +373,44 @@ func TestListenerOnAnotherDatabaseIsNotTrusted(t *testing.T) {
 	defer w.Close()
 	if w.Reliable() {
 		t.Error("a waiter whose Store listens on another server says its wakes are reliable")
+	}
+}
+
+// TestSetupRetriesWhenConcurrentDDLCollides: the errors two CREATE TABLE IF NOT EXISTS of one
+// table, racing in two transactions, end with are retried: the other Store made the table.
+func TestSetupRetriesWhenConcurrentDDLCollides(t *testing.T) {
+	for _, code := range []string{"23505", "42P07", "42710"} {
+		if !postgres.Retryable(&pgconn.PgError{Code: code}) {
+			t.Errorf("setup gives up on SQLSTATE %s, which a Store starting beside another meets", code)
+		}
+	}
+}
+
+// TestStoresStartingTogetherOnFreshPrefixes: Stores that start at once on a prefix nobody has set
+// up all start, though their CREATE TABLE IF NOT EXISTS statements run into each other.
+func TestStoresStartingTogetherOnFreshPrefixes(t *testing.T) {
+	url := serverURL(t)
+	ctx := context.Background()
+	pool := newPool(t, url)
+	schema := "s" + strings.ToLower(t.Name())
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 6 {
+		errs := make(chan error, 6)
+		for range 6 {
+			go func() {
+				s, err := postgres.New(pool, postgres.WithSchema(schema), postgres.WithTablePrefix(fmt.Sprintf("fresh%d_", round)))
+				if err == nil {
+					s.Close()
+				}
+				errs <- err
+			}()
+		}
+		for range 6 {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: a Store starting beside others: %v", round, err)
+			}
+		}
 	}
 }
