@@ -87,7 +87,7 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	case snap.Limit > 0:
 		fmt.Fprintf(stdout, ", %d free of %d\n", max(snap.Limit-inUse, 0), snap.Limit)
 	default:
-		fmt.Fprintf(stdout, "; no limit recorded (no grant on it for a week, or ever): -limit N counts the free permits\n")
+		fmt.Fprintf(stdout, "; no limit recorded (nobody holds or waits for it): -limit N counts the free permits\n")
 	}
 	printLeases(stdout, snap.Leases)
 	if len(r.urls) > 1 {
