@@ -37,50 +37,60 @@ func keysMatching(t *testing.T, c *redis.Client, s string) []string {
 }
 
 // TestReleasedKeyLeavesNothingBehind: a Mutex held through one driver hands over to a waiter of
-// the other driver, which releases: no Redis key of the resource is left, neither at once nor
+// the other driver (one woken by the release alone, and one with the default options, which may
+// retry meanwhile), which releases: no Redis key of the resource is left, neither at once nor
 // once both Stores are closed (having sent every leave they owed).
 func TestReleasedKeyLeavesNothingBehind(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	for _, pair := range [][2]string{{"goredis", "valkey"}, {"valkey", "goredis"}} {
-		t.Run(pair[0]+"/"+pair[1], func(t *testing.T) {
-			holder, waiter := redisharness.Drivers[pair[0]](t, srv.Addr), redisharness.Drivers[pair[1]](t, srv.Addr)
-			key := "invoice:" + pair[0]
-			w := watch(waiter)
-			mh, _ := primitives.NewMutex(holder, key)
-			mw, _ := primitives.NewMutex(w, key, primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(time.Minute))
-			l, err := mh.Acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan core.Lease, 1)
-			go func() {
-				l2, err := mw.Acquire(context.Background())
-				if err != nil {
-					t.Error(err)
+		for _, woken := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/%s/woken=%v", pair[0], pair[1], woken), func(t *testing.T) {
+				holder, waiter := redisharness.Drivers[pair[0]](t, srv.Addr), redisharness.Drivers[pair[1]](t, srv.Addr)
+				key := fmt.Sprintf("invoice:%s:%v", pair[0], woken)
+				w := watch(waiter)
+				mh, _ := primitives.NewMutex(holder, key)
+				mw, _ := primitives.NewMutex(w, key)
+				if woken {
+					mw, _ = primitives.NewMutex(w, key, primitives.WithRetryInterval(time.Hour), primitives.WithAcquireTimeout(time.Minute))
 				}
-				got <- l2
-			}()
-			pollUntil(t, w.settled) // in line, and its subscription confirmed
-			if err := l.Release(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			l2 := <-got
-			if l2 == nil {
-				t.FailNow()
-			}
-			if err := l2.Release(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if keys := keysMatching(t, c, key); len(keys) != 0 {
-				t.Errorf("after the last release: keys %q left", keys)
-			}
-			holder.Close()
-			waiter.Close()
-			if keys := keysMatching(t, c, key); len(keys) != 0 {
-				t.Errorf("after both Stores closed: keys %q left", keys)
-			}
-		})
+				l, err := mh.Acquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan core.Lease, 1)
+				go func() {
+					l2, err := mw.Acquire(context.Background())
+					if err != nil {
+						t.Error(err)
+					}
+					got <- l2
+				}()
+				if woken {
+					pollUntil(t, w.settled) // in line, and its subscription confirmed
+				} else {
+					pollUntil(t, func() bool { return w.registered() > 0 })
+				}
+				if err := l.Release(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				l2 := <-got
+				if l2 == nil {
+					t.FailNow()
+				}
+				if err := l2.Release(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if keys := keysMatching(t, c, key); len(keys) != 0 {
+					t.Errorf("after the last release: keys %q left", keys)
+				}
+				holder.Close()
+				waiter.Close()
+				if keys := keysMatching(t, c, key); len(keys) != 0 {
+					t.Errorf("after both Stores closed: keys %q left", keys)
+				}
+			})
+		}
 	}
 }
 
