@@ -6,10 +6,10 @@
 -- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits; {-2, the key's limit} when limit is
 -- not the key's (that of its unexpired leases, or of its waiters when it has none), and then it
--- writes nothing. The line is strictly FIFO: free
--- permits go to the waiters in line first, and a caller not served from it is granted only when
--- nobody waits. A refusal with wait_ms > 0 keeps the holder's place in the line (or gives it the
--- last one), where a release may grant it the lease.
+-- writes nothing. The line is strictly FIFO: free permits go to the waiters in line first, and a
+-- caller not served from it is granted only when nobody waits. A refusal with wait_ms > 0 keeps
+-- the holder's place in the line (or gives it the last one), where a release may grant it the
+-- lease.
 local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local min_fence, wait_ms, value = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[11]
 -- The uncontended path: a hash of counters alone, or none (no lease, expired or not), none of

@@ -52,8 +52,9 @@
 -- it read, and writes what it changed back in one HDEL and one HSET (flush), before any grant is
 -- published and at its end; the line's keys it reads and writes as it goes. So a call when
 -- nobody waits is TIME, HGETALL and one write (and the hash's expiry, on a new key, and, about
--- once per TTL, on a key whose lease outlives its keep). In the common case acquire, extend and release write straight from the reply
--- (their fast paths), and decode the state with load only when it rules that out.
+-- once per TTL, on a key whose lease outlives its keep). In the common case acquire, extend and
+-- release write straight from the reply (their fast paths), and decode the state with load only
+-- when it rules that out.
 --
 -- The same source serves as a script (EVALSHA: this prelude, then the body as main, run by
 -- guarded) and as a Redis Functions library (loaded once per server: this prelude once, every
@@ -304,14 +305,14 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   if new then setm('seq', seq) end
   redis.call('HSET', waiting, holder, int(n) .. ' ' .. int(now_ms + wait_ms) .. ' ' .. int(limit) .. ' ' .. int(ttl) .. ' ' ..
     int(min_fence) .. ' ' .. rest)
-  -- The line's keys must outlive this place until its waiter's next try, and no longer than the
-  -- wait: at least span ms from now, where span is a minute past the last lease's expiry (a
-  -- waiter tries again when the leases in its way expire, or at its retry interval), so that
-  -- the places of waiters who died go with the keys when nobody uses the key again, whatever
-  -- their wait. When the keys would not last that long, they get twice that, so that the
-  -- tries after this one, which mostly need as long, need not set their expiry again.
-  -- The margin, a minute, is far above a waiter's retry interval (10 ms unless set) and its
-  -- usual stalls; a waiter late by more loses its place, and takes the last one when it tries.
+  -- The line's keys must outlive this place until its waiter's next try, and not its wait: span
+  -- ms from now, a minute past the last lease's expiry (a waiter tries again when the leases in
+  -- its way expire, or at its retry interval), at most the wait; so the places of waiters who
+  -- died go with the keys when nobody uses the key again, whatever their wait. When the keys
+  -- would not last that long, they get twice that, so that the tries after this one, which
+  -- mostly need as long, need not set their expiry again. The minute is far above a waiter's
+  -- retry interval (10 ms unless set) and its usual stalls; a waiter late by more loses its
+  -- place, and takes the last one when it tries again.
   local span = 0
   for _, l in pairs(leases) do span = math.max(span, l.exp - now_ms) end
   span = math.min(wait_ms, span + 60000)
