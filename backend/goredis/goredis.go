@@ -7,8 +7,15 @@
 //
 // Errors of the server or the network start with "goredis: ", then go-redis's; a sentinel of
 // package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or the caller's ctx error is
-// returned as it is, or with a detail after it. The portable layer (package primitives) names
-// the operation and the key.
+// returned as it is, or with a detail after it; so is the *core.LimitMismatchError of a request
+// whose limit is not the key's (that of its leases, or of its waiters when it has none), which
+// was refused at once and wrote nothing. The portable layer (package primitives) names the
+// operation and the key.
+//
+// A key nobody holds, waits for or watches leaves no Redis key after its last release, unless
+// a Redlock node raised its fence above the server's clock, and then only until the clock
+// passes it; one whose holders and waiters died goes after a bound set by their TTLs, not by
+// their waits. docs/redis-keys.md gives the bounds and the figures.
 //
 // A Store is safe for concurrent use.
 package goredis

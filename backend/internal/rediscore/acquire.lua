@@ -4,16 +4,19 @@
 -- listens), try id (names this try to a leave that may overtake it; '' for none), value (kept
 -- with the lease, and with the place in the line), changed channel
 -- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
--- the holder already holds a different number of permits. The line is strictly FIFO: free
--- permits go to the waiters in line first, and a caller not served from it is granted only when
--- nobody waits. A refusal with wait_ms > 0 keeps the holder's place in the line (or gives it the
--- last one), where a release may grant it the lease.
+-- the holder already holds a different number of permits; {-2, the key's limit} when limit is
+-- not the key's (that of its unexpired leases, or of its waiters when it has none), and then it
+-- writes nothing. The line is strictly FIFO: free permits go to the waiters in line first, and a
+-- caller not served from it is granted only when nobody waits. A refusal with wait_ms > 0 keeps
+-- the holder's place in the line (or gives it the last one), where a release may grant it the
+-- lease.
 local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local min_fence, wait_ms, value = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[11]
 -- The uncontended path: a hash of counters alone, or none (no lease, expired or not), none of
 -- them saying that the line, a watch or a left try lives: the grant the general path below would
 -- make, written with one HSET, without decoding the state; a hash whose expiry is not far enough
--- (a new key, or one idle for half a week) gets its keep in the HSET and a PEXPIRE, as keep does.
+-- (a new key, one whose last lease was released, or one whose keep this lease outlives) gets its
+-- keep in the HSET and a PEXPIRE, as keep does. No lease holds the key, so any limit is its own.
 if n <= limit then
   local last, until_ms, fast = 0, 0, true
   for i = 1, #all, 2 do
@@ -36,10 +39,11 @@ if n <= limit then
     local ft, entry = int(fence), ''
     if value ~= '' then entry = '\n' .. value end
     entry = ARGV[2] .. ' ' .. ft .. ' ' .. int(now_ms + ttl) .. entry
-    if lasts(until_ms, ttl) then
+    local life = fenced(ttl, fence)
+    if lasts(until_ms, life) then
       redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', ARGV[3])
     else
-      local life = ttl + 604800000
+      life = kept(life)
       redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', ARGV[3], 'keep', int(now_ms + life))
       redis.call('PEXPIRE', state, life)
     end
@@ -50,6 +54,12 @@ load(all)
 if ARGV[10] ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, ARGV[10]) then
   -- Its caller gave up on this try before it arrived, and left: nothing to grant, no place.
   return {0, 0, 0}
+end
+local held = held_limit()
+if held and held ~= limit then
+  -- Clients disagree on the key's limit: refused at once, with no place and nothing written.
+  writes = nil
+  return {-2, held}
 end
 local _, line_empty = serve(1) -- a refused try reads only the head
 local me = ':' .. holder
@@ -63,7 +73,7 @@ if cur then
   end
   cur.exp, cur.q, cur.value = now_ms + ttl, false, value
   setm('limit', limit, ARGV[3])
-  keep(ttl)
+  keep(fenced(ttl, cur.fence))
   put(me, cur)
   return {1, cur.fence}
 end

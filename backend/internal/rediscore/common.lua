@@ -12,10 +12,25 @@
 --                    (until when queue and waiting may hold places: they expire then, and a call
 --                    reads the line only before), left (until when left may hold try ids: read
 --                    only before) and keep (when the hash itself expires). The hash outlives
---                    every lease, place and watch it records by half a week to a week: its fence
---                    and place counters must not start again while they are in use, and after
---                    that the server clock carries the order of fences.
---   KEYS[2] queue:   sorted set, the line of waiters: holder -> place
+--                    every lease, place, left try and watch it records, and a fence it granted
+--                    above the clock, by as long again as the longest of them needed when it
+--                    last set keep (a second at least): its counters must not start again while
+--                    they are in use. A key left idle (no lease, and no live line, watch or left
+--                    try) leaves nothing: the call that makes it so deletes the hash (settle;
+--                    release's fast path likewise). That is safe for fences only because a new
+--                    grant's fence is max(last + 1, now_us, floors): with the hash gone, last is
+--                    0, and the clock, in µs, is above every fence granted before as long as the
+--                    last fence was below now_us when the hash went. So a hash whose fence is at
+--                    or above now_us (raised by a floor: a Redlock node's) is not deleted but
+--                    expires just after the clock passes the fence. (This leans on the server
+--                    clock not going back past the last fence; a week's margin, as before, only
+--                    made a step back less likely to matter, at a week of memory per key.)
+--   KEYS[2] queue:   sorted set, the line of waiters: holder -> place. It and waiting expire
+--                    together (the counter line) a minute past the last lease's expiry at the
+--                    latest try, or twice that, never past twice the longest wait: every live
+--                    waiter tries again when the leases in its way expire (or at its retry
+--                    interval), which renews them, so the places of waiters that died go with
+--                    the keys when nobody uses the key again, whatever their wait.
 --   KEYS[3] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>
 --                    <listens> <channel>", the request of each waiter in the line, its Store's
 --                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
@@ -36,9 +51,10 @@
 -- A call reads the lease hash once (one HGETALL, which guard hands to the body), works on what
 -- it read, and writes what it changed back in one HDEL and one HSET (flush), before any grant is
 -- published and at its end; the line's keys it reads and writes as it goes. So a call when
--- nobody waits is TIME, HGETALL and one write (and the hash's expiry, on a key new or idle for
--- half a week). In the common case acquire, extend and release write straight from the reply
--- (their fast paths), and decode the state with load only when it rules that out.
+-- nobody waits is TIME, HGETALL and one write (and the hash's expiry, on a new key, and, about
+-- once per TTL, on a key whose lease outlives its keep). In the common case acquire, extend and
+-- release write straight from the reply (their fast paths), and decode the state with load only
+-- when it rules that out.
 --
 -- The same source serves as a script (EVALSHA: this prelude, then the body as main, run by
 -- guarded) and as a Redis Functions library (loaded once per server: this prelude once, every
@@ -50,6 +66,9 @@
 local KEYS, ARGV
 local state, queue, waiting, left
 local now_ms, now_us
+
+-- read is the lease hash as load read it (HGETALL's reply).
+local read
 
 -- leases are the unexpired leases as load found them and the call changed them, by entry (':'
 -- .. holder): {n = permits, fence, exp = expiry ms, q = untaken grant from the line, value}, and
@@ -73,7 +92,7 @@ local function begin(keys, args)
   local clock = redis.call('TIME')
   local s, us = tonumber(clock[1]), tonumber(clock[2])
   now_ms, now_us = s * 1000 + math.floor(us / 1000), s * 1000000 + us
-  leases, used, meta = nil, 0, nil
+  leases, used, meta, read = nil, 0, nil, nil
   writes, expire, tell = nil, false, false
 end
 
@@ -95,7 +114,7 @@ end
 -- load decodes the lease hash, all (as HGETALL returns it): leases, used and meta; an expired
 -- lease is marked for deletion.
 local function load(all)
-  leases, used = {}, 0
+  leases, used, read = {}, 0, all
   meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0, keep = 0}
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
@@ -130,9 +149,10 @@ end
 -- other lease well formed and unexpired, since the general path deletes an expired one and
 -- reports one not ours; every other entry a counter of ours; and, when quiet, no live line or
 -- watch), stopping at the first entry that rules it out; and, when it allows it, the counters
--- limit and keep (0 when absent).
+-- limit and keep (0 when absent), whether me's is the only lease, whether a left try lives, and
+-- whether the fence is at or above the clock (see settle).
 local function scan(all, me, quiet)
-  local entry, limit, until_ms = nil, 0, 0
+  local entry, limit, until_ms, alone, tries, raised = nil, 0, 0, true, false, false
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
     if f == me then
@@ -140,6 +160,7 @@ local function scan(all, me, quiet)
     elseif string.byte(f) == 58 then -- another holder's lease
       local exp = string.match(v, '^%d+ %d+ (%d+)')
       if not exp or tonumber(exp) <= now_ms then return entry, false end
+      alone = false
     else
       local x = counter(v)
       if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == 'keep' or f == 'left' or
@@ -150,21 +171,37 @@ local function scan(all, me, quiet)
         limit = x
       elseif f == 'keep' then
         until_ms = x
+      elseif f == 'left' then
+        tries = x > now_ms
+      elseif f == 'fence' then
+        raised = x >= now_us
       end
     end
   end
-  return entry, true, limit, until_ms
+  return entry, true, limit, until_ms, alone, tries, raised
 end
 
 -- lasts says a lease hash that expires at until_ms (its keep) needs no new expiry to live life
--- ms more: it outlives them by half a week (302400000 ms) at least.
-local function lasts(until_ms, life) return until_ms >= now_ms + life + 302400000 end
+-- ms more.
+local function lasts(until_ms, life) return until_ms >= now_ms + life end
+
+-- fenced returns life, or, when fence is above the clock, the ms until the clock passes it, if
+-- longer: the lease hash must outlive a fence above the clock (see the header).
+local function fenced(life, fence)
+  if fence < now_us then return life end
+  return math.max(life, math.floor(fence / 1000) - now_ms + 1)
+end
+
+-- kept is how long a hash that must live life ms more is kept: as long again (a second at
+-- least), so that a hash kept alive by one lease's extends gets a new expiry at most once per
+-- life ms, yet goes at most that long after what it records.
+local function kept(life) return life + math.max(life, 1000) end
 
 -- keep makes the lease hash live at least life ms more: when it would not last (see lasts), it
--- is set to expire a week after them.
+-- is kept (see kept).
 local function keep(life)
   if not lasts(meta.keep, life) then
-    setm('keep', now_ms + life + 604800000)
+    setm('keep', now_ms + kept(life))
     expire = true
   end
 end
@@ -268,14 +305,23 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   if new then setm('seq', seq) end
   redis.call('HSET', waiting, holder, int(n) .. ' ' .. int(now_ms + wait_ms) .. ' ' .. int(limit) .. ' ' .. int(ttl) .. ' ' ..
     int(min_fence) .. ' ' .. rest)
-  -- The line's keys must outlive this wait. When they would not, they get twice the wait, so
-  -- that the waiters after this one, who mostly wait as long, need not set their expiry again.
-  if meta.line < now_ms + wait_ms then
-    redis.call('PEXPIRE', queue, 2 * wait_ms)
-    redis.call('PEXPIRE', waiting, 2 * wait_ms)
-    setm('line', now_ms + 2 * wait_ms)
+  -- The line's keys must outlive this place until its waiter's next try, and not its wait: span
+  -- ms from now, a minute past the last lease's expiry (a waiter tries again when the leases in
+  -- its way expire, or at its retry interval), at most the wait; so the places of waiters who
+  -- died go with the keys when nobody uses the key again, whatever their wait. When the keys
+  -- would not last that long, they get twice that, so that the tries after this one, which
+  -- mostly need as long, need not set their expiry again. The minute is far above a waiter's
+  -- retry interval (10 ms unless set) and its usual stalls; a waiter late by more loses its
+  -- place, and takes the last one when it tries again.
+  local span = 0
+  for _, l in pairs(leases) do span = math.max(span, l.exp - now_ms) end
+  span = math.min(wait_ms, span + 60000)
+  if meta.line < now_ms + span then
+    redis.call('PEXPIRE', queue, 2 * span)
+    redis.call('PEXPIRE', waiting, 2 * span)
+    setm('line', now_ms + 2 * span)
   end
-  -- The place counter and the line's hint outlive the places: a kept place's wait too.
+  -- The place counter and the line's hint outlive the places.
   keep(meta.line - now_ms)
 end
 
@@ -289,7 +335,7 @@ local function grant(holder, n, limit, ttl, min_fence, q, value, queued, nt, lt)
   local ft = int(fence)
   setm('fence', fence, ft)
   setm('limit', limit, lt)
-  keep(ttl)
+  keep(fenced(ttl, fence))
   put(':' .. holder, {n = n, fence = fence, exp = now_ms + ttl, q = q, value = value, nt = nt, ft = ft})
   return fence, ft
 end
@@ -306,6 +352,69 @@ local function request(v)
     f, value, channel = tostring(tonumber(f) - 2), string.sub(after, 1, tonumber(vlen)), string.sub(after, tonumber(vlen) + 1)
   end
   return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e), f, value, channel
+end
+
+-- held_limit returns the key's limit: that of its unexpired leases (the latest grant's, which
+-- they share), or, when it has none, that of the first waiter in its line whose wait has not
+-- ended; nil when no lease and no waiter holds the key (or the leases' limit was never written).
+-- It reads the line only when no lease is held, and writes nothing.
+local function held_limit()
+  if next(leases) then
+    if meta.limit > 0 then return meta.limit end
+    return nil
+  end
+  if not line_live() then return nil end
+  local from = 0
+  while true do
+    local head = redis.call('ZRANGE', queue, from, from + 15)
+    if #head == 0 then return nil end
+    local reqs = redis.call('HMGET', waiting, unpack(head))
+    for i = 1, #head do
+      if reqs[i] then
+        local _, deadline, limit = request(reqs[i])
+        if deadline > now_ms then return limit end
+      end
+    end
+    from = from + 16
+  end
+end
+
+-- idle says the lease hash records nothing in use: no lease, no live line, watch or left try.
+-- It needs the state load decoded.
+local function idle()
+  return next(leases) == nil and not line_live() and meta.watch <= now_ms and meta.left <= now_ms
+end
+
+-- settle ends a call that writes. A key that is idle leaves nothing behind: its lease hash is
+-- deleted, unless its fence is at or above the clock (raised there by a floor), and then it
+-- expires once the clock passes the fence. Otherwise it writes what the call changed (flush).
+local function settle()
+  if leases and idle() then
+    if meta.fence < now_us then
+      if #read > 0 then
+        -- Every entry it may hold: the counters, the leases read, and those the call wrote
+        -- (a grant undone); HDEL, not DEL, so that it deletes only entries of ours.
+        local gone = {'fence', 'limit', 'seq', 'watch', 'line', 'left', 'keep'}
+        for i = 1, #read, 2 do
+          if string.byte(read[i]) == 58 then gone[#gone + 1] = read[i] end
+        end
+        for f, w in pairs(writes or {}) do
+          if w == false then gone[#gone + 1] = f end
+        end
+        for i = 1, #gone, 1000 do
+          redis.call('HDEL', state, unpack(gone, i, math.min(i + 999, #gone)))
+        end
+      end
+      writes, expire = nil, false
+      return
+    end
+    local until_ms = math.floor(meta.fence / 1000) + 1
+    if meta.keep ~= until_ms then
+      setm('keep', until_ms)
+      expire = true
+    end
+  end
+  flush()
 end
 
 -- serve grants free permits to the line, strictly in order: it stops at the first waiter whose

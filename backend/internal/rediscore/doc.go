@@ -18,16 +18,40 @@
 // of waiter → its request: the numbers, and the channel of its Store, after the value's length
 // and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
 // their reply came, for a minute) are read only while the lease hash says they live, so an
-// uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a key new or
-// idle for half a week), a release TIME, HGETALL and HDEL, and an extend TIME, HGETALL and HSET;
+// uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
+// as every key is again after its last release), a release TIME, HGETALL and HDEL, and an extend
+// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE);
 // in the common case each writes straight from the HGETALL's reply, without decoding the rest of
 // the state (the fast paths: acquire.lua, release.lua and extend.lua say when they apply). K' is K
 // with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
 // the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed, which all share)
 // land in one Redis Cluster slot and one script can touch them all; the encoding keeps any user
-// key in one slot and distinct from every other. The lease hash outlives every lease, place and
-// watch it records by half a week to a week, so that its counters never start again while they
-// are in use; after that the server clock, which fences follow, keeps their order.
+// key in one slot and distinct from every other.
+//
+// # Nothing left behind
+//
+// A key nobody holds, waits for or watches leaves no Redis key: the call that leaves it so
+// (the last release, a leave, an expired lease's deletion) deletes its lease hash, with the HDEL
+// of every entry (so that the documented ACL needs no DEL, and only our entries go). The one
+// exception is a lease hash whose fence is at or above the server clock in µs (a Redlock node
+// raises fences to the quorum's): it expires just after the clock passes that fence. Deleting
+// the counters is safe for fences because a new grant's fence is max(last + 1, server µs,
+// floors): with the hash gone last is 0, and the clock is above every fence granted before as
+// long as the last one was below the clock when the hash went (and the server's clock does not
+// step back past it). So 10 000 per-entity keys each used once leave no Redis key, where each
+// left its lease hash for a week before (see TestPerEntityKeysFootprint).
+//
+// Keys still in use are bounded too. The lease hash outlives every lease, place, left try and
+// watch it records by as long again as the longest of them needed when it last set its keep (a
+// second at least): a holder that died leaves its hash for at most its TTL (or a second) past
+// the lease's expiry, and a lease kept alive by refreshes sets a new keep (one more HSET field
+// and a PEXPIRE) about once per TTL, one refresh in four at the default interval (TTL/3). The
+// line's keys live a minute past the expiry of the last lease in the way of the latest try (or
+// twice that), never past twice the longest wait: a live waiter tries again when those leases
+// expire, or at its retry interval, and each try renews them; so the places of waiters that
+// died, behind a holder that died, go a few minutes on, not at the end of their Wait (which may
+// be a century). A waiter that stalls for more than that minute loses its place, and takes the
+// last one when it tries again. A left try id lives tryHold (a minute).
 //
 // This layout replaced one of six keys (leases, holders, meta, queue, waiting, left) before any
 // release. The lease hash has a name of its own (lease, not leases), so neither layout reads
@@ -39,6 +63,17 @@
 // command for it. A waiter's value is kept with its request in the waiting hash, length-prefixed
 // because the channel after it holds the user key (a place without a value is stored as before
 // values were), and goes with the grant the line makes it.
+//
+// # One limit per key
+//
+// A key's limit is that of its unexpired leases (the counter limit, the latest grant's, which
+// they all share), or, with none, that of the first waiter in its line whose wait has not ended
+// (the waiting hash keeps each waiter's). An acquire of another limit (AcquireAbove and
+// RaiseFence too; the holder itself asking again, too) is refused at once with a
+// *core.LimitMismatchError naming both: it takes no place, writes nothing, publishes nothing,
+// and is followed by no leave. A key held by nobody and waited for by nobody takes any limit:
+// the uncontended path, which only runs on a hash with no lease, needs no check and no command
+// for it. Inspect reports the key's limit so defined.
 //
 // # Scripts
 //

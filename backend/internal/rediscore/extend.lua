@@ -20,7 +20,7 @@ if entry and fast then
     if lasts(until_ms, ttl) then
       redis.call('HSET', state, me, e)
     else
-      local life = ttl + 604800000
+      local life = kept(ttl)
       redis.call('HSET', state, me, e, 'keep', int(now_ms + life))
       redis.call('PEXPIRE', state, life)
     end

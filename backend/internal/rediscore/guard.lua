@@ -1,10 +1,11 @@
 -- call reads the lease hash, runs main with it (main decodes it with load, unless it takes a
 -- fast path that needs none of the state load builds), and, when writes_back (every call but a
--- read-only one), writes what main changed and tells the key's watchers.
+-- read-only one), writes what main changed (or deletes the hash of a key left idle: settle) and
+-- tells the key's watchers.
 local function call(main, writes_back)
   local r = main(redis.call('HGETALL', state))
   if writes_back then
-    flush()
+    settle()
     if tell then redis.call('PUBLISH', ARGV[#ARGV], '') end
   end
   return r

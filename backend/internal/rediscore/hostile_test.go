@@ -104,8 +104,8 @@ func TestForeignHolderChangesNothing(t *testing.T) {
 	}
 }
 
-// TestLimitsDisagree: clients that use different limits on one key are each admitted against
-// their own limit, counting every permit held: the documented rule.
+// TestLimitsDisagree: clients that use different limits on one key are refused while the key is
+// held under another (whichever they ask), and the key's limit is the next one's once it is free.
 func TestLimitsDisagree(t *testing.T) {
 	for name, mk := range everyStore(t) {
 		t.Run(name, func(t *testing.T) {
@@ -114,21 +114,25 @@ func TestLimitsDisagree(t *testing.T) {
 			two, _ := primitives.NewSemaphore(s, "limits", 2)
 			three, _ := primitives.NewSemaphore(s, "limits", 3)
 			one, _ := primitives.NewSemaphore(s, "limits", 1)
-			a, err := two.TryAcquire(ctx, 2)
+			a, err := two.TryAcquire(ctx, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer a.Release(ctx)
-			if _, err := two.TryAcquire(ctx, 1); !errors.Is(err, core.ErrNotAcquired) {
-				t.Errorf("limit 2 with 2 held: %v, want ErrNotAcquired", err)
+			for _, sem := range []*primitives.Semaphore{three, one} {
+				if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, core.ErrLimitMismatch) {
+					t.Errorf("another limit with 1 of 2 held: %v, want ErrLimitMismatch", err)
+				}
 			}
-			b, err := three.TryAcquire(ctx, 1)
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b, err := three.TryAcquire(ctx, 3)
 			if err != nil {
-				t.Fatalf("limit 3 with 2 held: %v, want a grant", err)
+				t.Fatalf("limit 3 on the free key: %v, want a grant", err)
 			}
 			defer b.Release(ctx)
-			if _, err := one.TryAcquire(ctx, 1); !errors.Is(err, core.ErrNotAcquired) {
-				t.Errorf("limit 1 with 3 held: %v, want ErrNotAcquired", err)
+			if _, err := two.TryAcquire(ctx, 1); !errors.Is(err, core.ErrLimitMismatch) {
+				t.Errorf("limit 2 with 3 of 3 held: %v, want ErrLimitMismatch", err)
 			}
 		})
 	}

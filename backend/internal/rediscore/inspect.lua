@@ -1,8 +1,8 @@
--- No ARGV. Returns {limit, number of leases, holder, permits, fence, ttl_ms, value, ...,
--- holder, permits, value, ...}: the unexpired leases, then the line's places whose wait has not
--- ended, head first. It writes nothing.
+-- No ARGV. Returns {the key's limit (see held_limit), number of leases, holder, permits, fence,
+-- ttl_ms, value, ..., holder, permits, value, ...}: the unexpired leases, then the line's places
+-- whose wait has not ended, head first. It writes nothing.
 load(all)
-local out = {meta.limit, 0}
+local out = {held_limit() or meta.limit, 0}
 for f, l in pairs(leases) do
   out[#out + 1] = string.sub(f, 2)
   out[#out + 1] = l.n

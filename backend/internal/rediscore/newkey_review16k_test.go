@@ -11,15 +11,15 @@ import (
 )
 
 // Adversarial review of cd9c1f8 (review16k): an acquire on a new key, or on one whose lease hash
-// would not outlive the lease by half a week, takes the uncontended path and sets the hash's keep
-// and expiry there.
+// would not outlive the lease, takes the uncontended path and sets the hash's keep and expiry
+// there.
 
 // TestNewKeyFastPathKeepsTheHashReview16k: through each driver on a real server, a new key's
-// first grant leaves a lease hash whose keep and PTTL are a week past the lease; a key near the
-// end of its keep (as after half a week idle) gets both renewed by its next grant, keeping its
-// fence counter (the next fence above the last); once the hash is gone, fences still rise (the
-// server clock carries them); a semaphore's grant on a new key records its limit, which the
-// next grant counts.
+// first grant leaves a lease hash whose keep and PTTL are twice the lease's TTL; its release
+// deletes the hash; a hash of counters alone near the end of its keep (as one kept for a fence
+// above the clock) gets both renewed by the next grant, keeping its fence counter (the next
+// fence above the last); once the hash is gone, fences still rise (the server clock carries
+// them); a semaphore's grant on a new key records its limit, which the next grant counts.
 func TestNewKeyFastPathKeepsTheHashReview16k(t *testing.T) {
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		ctx := context.Background()
@@ -31,12 +31,12 @@ func TestNewKeyFastPathKeepsTheHashReview16k(t *testing.T) {
 			t.Helper()
 			now := serverMs()
 			cs := countersOf(t, c, key)
-			want := now + uint64((ttl + week).Milliseconds())
+			want := now + uint64((2 * ttl).Milliseconds())
 			if cs.keep+1000 < want || cs.keep > want+1000 {
-				t.Errorf("%s: keep %d, want about %d (now %d + ttl + a week)", when, cs.keep, want, now)
+				t.Errorf("%s: keep %d, want about %d (now %d + twice the ttl)", when, cs.keep, want, now)
 			}
-			if p := pttl(t, c, key, 0); p < ttl+week-2*time.Second || p > ttl+week {
-				t.Errorf("%s: PTTL of the lease hash %v, want about %v", when, p, ttl+week)
+			if p := pttl(t, c, key, 0); p < 2*ttl-time.Second || p > 2*ttl {
+				t.Errorf("%s: PTTL of the lease hash %v, want about %v", when, p, 2*ttl)
 			}
 		}
 		req := core.AcquireRequest{Key: "newkey", Holder: "h", Permits: 1, Limit: 1, TTL: ttl}
@@ -49,10 +49,14 @@ func TestNewKeyFastPathKeepsTheHashReview16k(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		// Idle for half a week, less a second: keep and expiry are about to run out.
+		if n := c.Exists(ctx, rediscore.Keys(req.Key)...).Val(); n != 0 {
+			t.Errorf("the release of the key's only lease left %d keys", n)
+		}
+
+		// Counters alone, whose keep and expiry run out before the next lease would.
 		k := rediscore.Keys(req.Key)[0]
-		short := int64(ttl.Milliseconds()) + 302400000 - 1000
-		if err := c.HSet(ctx, k, "keep", int64(serverMs())+short).Err(); err != nil {
+		short := int64(ttl.Milliseconds()) - 1000
+		if err := c.HSet(ctx, k, "keep", int64(serverMs())+short, "fence", r1.Fence, "limit", 1).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.PExpire(ctx, k, time.Duration(short)*time.Millisecond).Err(); err != nil {

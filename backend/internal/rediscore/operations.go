@@ -2,6 +2,7 @@ package rediscore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -85,17 +86,18 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	var res core.AcquireResult
 	var last uint64
 	if err == nil {
-		res, last, err = parseAcquire(r, req.Permits)
+		res, last, err = parseAcquire(r, req.Permits, req.Limit)
 		err = s.replyError(err)
 	}
 	if err != nil {
 		if subs != nil {
 			subs.endTry(t)
 		}
-		if call.try != nil {
+		if call.try != nil && !errors.Is(err, core.ErrLimitMismatch) {
 			// The try may have reached the server and taken a place that nobody would own (its
 			// caller takes an error as final), or may still reach it, after the leave, on its
-			// own connection: leave, and keep that try out of the line. A grant made meanwhile
+			// own connection: leave, and keep that try out of the line (a limit mismatch was
+			// answered, and changed nothing: nothing to leave). A grant made meanwhile
 			// goes on down the line; a lease granted to the try itself is not the line's, and is
 			// the caller's to release: its Release waits for this leave, so that the try cannot
 			// arrive between the two and take a lease nobody gives back.

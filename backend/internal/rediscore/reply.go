@@ -39,11 +39,11 @@ func ints(r any, least int) (v [maxInts]int64, n int, err error) {
 	return v, n, nil
 }
 
-// parseAcquire decodes the acquire script's reply to a request for asked permits. On a refusal,
-// last is the key's last fence at the time: a lease the line of waiters grants the holder
-// afterwards has a higher one. A holder that holds another number of permits is an error
-// wrapping core.ErrInvalid.
-func parseAcquire(r any, asked int) (res core.AcquireResult, last uint64, err error) {
+// parseAcquire decodes the acquire script's reply to a request for asked permits of limit. On a
+// refusal, last is the key's last fence at the time: a lease the line of waiters grants the
+// holder afterwards has a higher one. A holder that holds another number of permits is an error
+// wrapping core.ErrInvalid; a limit that is not the key's, a *core.LimitMismatchError.
+func parseAcquire(r any, asked, limit int) (res core.AcquireResult, last uint64, err error) {
 	v, n, err := ints(r, 2)
 	if err != nil {
 		return core.AcquireResult{}, 0, err
@@ -56,6 +56,8 @@ func parseAcquire(r any, asked int) (res core.AcquireResult, last uint64, err er
 			last = uint64(v[2])
 		}
 		return core.AcquireResult{RetryAfter: time.Duration(v[1]) * time.Millisecond}, last, nil
+	case -2:
+		return core.AcquireResult{}, 0, &core.LimitMismatchError{Held: int(v[1]), Requested: limit}
 	default:
 		return core.AcquireResult{}, 0, fmt.Errorf("%w: holder already holds %d permits, asked for %d", core.ErrInvalid, v[1], asked)
 	}

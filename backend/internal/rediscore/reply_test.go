@@ -23,7 +23,7 @@ func TestParseAcquire(t *testing.T) {
 		{[]any{int64(1)}, "unexpected script reply: [1]"},
 		{"OK", "unexpected script reply: OK"},
 	} {
-		res, last, err := parseAcquire(tc.reply, 1)
+		res, last, err := parseAcquire(tc.reply, 1, 1)
 		got := fmt.Sprintf("%+v %d", res, last)
 		if err != nil {
 			got = err.Error() // a sentinel's text comes first
@@ -32,7 +32,7 @@ func TestParseAcquire(t *testing.T) {
 			t.Errorf("parseAcquire(%v) = %s, want %s", tc.reply, got, tc.want)
 		}
 	}
-	if _, _, err := parseAcquire([]any{int64(-1), int64(2)}, 1); !errors.Is(err, core.ErrInvalid) {
+	if _, _, err := parseAcquire([]any{int64(-1), int64(2)}, 1, 1); !errors.Is(err, core.ErrInvalid) {
 		t.Errorf("a holder holding other permits: %v, want ErrInvalid", err)
 	}
 }
