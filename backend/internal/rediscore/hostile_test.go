@@ -34,11 +34,13 @@ type memStore struct{ *memory.Store }
 
 func (memStore) Close() error { return nil }
 
-// TestHostileKeys: keys that are huge, not UTF-8, or full of the layout's own characters each
-// lock on their own, distinct from every other, on every driver; an empty one is refused.
+// TestHostileKeys: keys of the longest length, not UTF-8, or full of the layout's own characters
+// each lock on their own, distinct from every other, on every driver; an empty one, and one past
+// core.MaxKeyLen, are refused.
 func TestHostileKeys(t *testing.T) {
 	keys := []string{
-		strings.Repeat("k", 1<<20), // 1 MiB
+		strings.Repeat("k", core.MaxKeyLen),
+		strings.Repeat("k", core.MaxKeyLen-1),
 		"\xff\xfe\x00not utf-8",
 		"{a}", "a}", "{", "}", "{}", "a:b", ":", "%7B", "%",
 		"leasehold:a", "leasehold:{a}:leases", // the prefix and a Redis key of ours, as user keys
@@ -50,6 +52,9 @@ func TestHostileKeys(t *testing.T) {
 			ctx := context.Background()
 			if _, err := primitives.NewMutex(s, ""); !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), "key") {
 				t.Errorf("empty key: %v, want ErrInvalid naming the key", err)
+			}
+			if _, err := primitives.NewMutex(s, strings.Repeat("k", 1<<20)); !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), "core.MaxKeyLen") {
+				t.Errorf("key of 1 MiB: %v, want ErrInvalid naming core.MaxKeyLen", err)
 			}
 			var held []core.Lease
 			for _, k := range keys {
