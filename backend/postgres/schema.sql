@@ -106,12 +106,19 @@ BEGIN
 END
 $$;
 
--- alive reports whether the backend pid that started at started still runs. A backend whose
--- start the caller may not see (another role's) counts as alive.
-CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz) RETURNS boolean
-LANGUAGE sql VOLATILE AS $$
+-- alive reports whether the listening backend pid that started at started, of the Store that
+-- LISTENs on channel, still serves that Store: it runs, and its application_name is the Store's
+-- listener's ("leasehold listener " and the channel's last 16 characters, the Store's id; an
+-- earlier version's listeners named no id). A pooler in session mode keeps a server session
+-- after its client's connection closed, and gives it to its next client: the session reset
+-- (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
+-- (another role's backend) counts as alive.
+CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz, p_channel text)
+RETURNS boolean LANGUAGE sql VOLATILE AS $$
     SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
-                   WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started))
+                   WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started)
+                     AND coalesce(a.application_name IN ('leasehold listener',
+                                                         'leasehold listener ' || right(p_channel, 16)), true))
 $$;
 
 -- live reports whether place w may still take a grant at p_now: its wait has not ended, and its
@@ -119,7 +126,7 @@ $$;
 -- (its waiter polls), its holder asked within the last ten minutes.
 CREATE OR REPLACE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE sql VOLATILE AS $$
     SELECT w.deadline > p_now AND CASE WHEN w.pid IS NULL THEN w.tried > p_now - 600000000
-                                       ELSE @alive(w.pid, w.started) END
+                                       ELSE @alive(w.pid, w.started, w.channel) END
 $$;
 
 -- held returns the key's limit: its row's while it has an unexpired lease, else that of the
@@ -173,7 +180,7 @@ BEGIN
         END IF;
         EXIT WHEN used + p.permits > p.lim;
         DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
-        IF p.pid IS NOT NULL AND NOT @alive(p.pid, p.started) THEN
+        IF p.pid IS NOT NULL AND NOT @alive(p.pid, p.started, p.channel) THEN
             CONTINUE; -- its Store is gone: nobody would take the grant
         END IF;
         k.fence := greatest(k.fence + 1, p_now, p.floor);
