@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // PgBouncer in session mode dies; PgBouncer keeps its server session (same backend, same start)
 // for its next client. The place its waiter left in the line must still count as dead: the
 // release passes it over, so the key is not held for a TTL by a grant nobody will take, and the
-// sweep removes it.
+// sweep removes it — even once the session serves the next Store's listener.
 func TestDeadWaiterBehindSessionPoolIsPassedOver(t *testing.T) {
 	srv := server(t)
 	bouncer, err := url.Parse(pgtest.StartPgBouncerMode(t, srv, "session"))
@@ -48,6 +49,13 @@ func TestDeadWaiterBehindSessionPoolIsPassedOver(t *testing.T) {
 		var q string
 		return pool.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", placePid).Scan(&q) == nil && q == "DISCARD ALL"
 	})
+	// The next Store to listen through PgBouncer (a rolling deploy's new process) is given the
+	// session the dead one left.
+	newStore(t, srv.URL, postgres.WithListenDSN(bouncer.String()))
+	var app string
+	if err := pool.QueryRow(ctx, "SELECT application_name FROM pg_stat_activity WHERE pid = $1", placePid).Scan(&app); err != nil || !strings.HasPrefix(app, "leasehold listener ") {
+		t.Logf("the dead Store's session went to no new listener (application_name %q, %v)", app, err)
+	}
 	sweep(t, live)
 	var places int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM leasehold_waiters WHERE kh = sha256($1)", []byte(key)).Scan(&places); err != nil || places != 0 {
