@@ -53,8 +53,9 @@
 // A waiter's place records its Store's listening backend (pid and start time). The line passes
 // over a place whose backend is gone — its process died, or its Store closed — or no longer
 // carries its Store's application_name (a session-mode pooler kept it after the Store's
-// connection closed, or gave it to another client), when it would grant it, so dead waiters do
-// not hold up the line for their wait. A waiter that gives up leaves
+// connection closed, or gave it to another client), and a place taken while its Store could
+// not listen whose holder has not asked for ten minutes, when it would grant it, so dead
+// waiters do not hold up the line for their wait; the key's limit does not count them either. A waiter that gives up leaves
 // the line (one more statement, sent in the background; Close waits for those its waiters owe)
 // and gives back a grant it has not taken; so does a try that failed or was canceled in flight,
 // and such a try is kept out of the line for a minute should it still arrive. The sweep (below)

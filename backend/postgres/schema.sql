@@ -159,7 +159,7 @@ $$;
 
 -- serve grants free permits to the key's line, strictly in order: it stops at the first waiter
 -- whose permits are not free. Places whose wait ended, whose holder holds a lease already, or
--- whose Store's listener is gone are dropped on the way. Each grant is announced on its waiter's
+-- that can take no grant (see live) are dropped on the way. Each grant is announced on its waiter's
 -- channel, and to watchers. It returns k as it left it, written back when it granted anything.
 -- The caller purged the key's expired leases.
 CREATE OR REPLACE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE plpgsql AS $$
@@ -180,8 +180,8 @@ BEGIN
         END IF;
         EXIT WHEN used + p.permits > p.lim;
         DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
-        IF p.pid IS NOT NULL AND NOT @alive(p.pid, p.started, p.channel) THEN
-            CONTINUE; -- its Store is gone: nobody would take the grant
+        IF NOT @live(p, p_now) THEN
+            CONTINUE; -- its Store is gone, or its holder stopped asking: nobody would take the grant
         END IF;
         k.fence := greatest(k.fence + 1, p_now, p.floor);
         k.lim := p.lim;
