@@ -109,16 +109,18 @@ $$;
 -- alive reports whether the listening backend pid that started at started, of the Store that
 -- LISTENs on channel, still serves that Store: it runs, and its application_name is the Store's
 -- listener's ("leasehold listener " and the channel's last 16 characters, the Store's id; an
--- earlier version's listeners named no id). A pooler in session mode keeps a server session
--- after its client's connection closed, and gives it to its next client: the session reset
--- (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
+-- earlier version's listeners named no id), maybe with more after it (PgBouncer's
+-- application_name_add_host appends " - host:port"). A pooler in session mode keeps a server
+-- session after its client's connection closed, and gives it to its next client: the session
+-- reset (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
 -- (another role's backend) counts as alive.
 CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz, p_channel text)
 RETURNS boolean LANGUAGE sql VOLATILE AS $$
     SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
                    WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started)
-                     AND coalesce(a.application_name IN ('leasehold listener',
-                                                         'leasehold listener ' || right(p_channel, 16)), true))
+                     AND coalesce(left(a.application_name, 35) = 'leasehold listener ' || right(p_channel, 16)
+                                  OR a.application_name = 'leasehold listener'
+                                  OR left(a.application_name, 21) = 'leasehold listener - ', true))
 $$;
 
 -- live reports whether place w may still take a grant at p_now: its wait has not ended, and its
