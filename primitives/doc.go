@@ -25,8 +25,10 @@
 // successful refresh" means none was tried in time (the process was paused, or WithoutRefresh).
 // A failed refresh may still have reached the store, which would then keep the lease for up to
 // a TTL, so a lease lost at its deadline after failed refreshes sends a release (holder and
-// fence: it cannot end a newer lease) in the background, bounded by min(TTL, 2s); Release waits
-// for it. After StopRefresh it does not: the lease is another's to keep.
+// fence) in the background, bounded by min(TTL, 2s); Release waits for it. It does not after
+// StopRefresh (the lease is another's to keep), nor under WithHolder or Adopt: an acquire by
+// that id while the store still holds the lease gets it again, same fence, and the release
+// would end it; such a lease is left to expire.
 //
 // Events tell the same story as it happens: EventRefreshFailed once per run of failed refreshes
 // (WithLogger logs it at Warn), EventRefreshRecovered when one succeeds again (Info), and

@@ -11,10 +11,12 @@ import (
 )
 
 type leaseParams struct {
-	ctx     context.Context // the acquire's, without its cancellation, for events; nil without event handlers
-	store   core.Store
-	key     string
-	holder  string
+	ctx    context.Context // the acquire's, without its cancellation, for events; nil without event handlers
+	store  core.Store
+	key    string
+	holder string
+	// own says holder was drawn for this lease alone: no other lease, now or later, has it.
+	own     bool
 	permits int
 	fence   uint64
 	value   string
@@ -309,7 +311,9 @@ func (l *lease) tick() {
 		}
 		// A refresh that failed here may have reached the store, which then holds the lease
 		// for up to a TTL more. Not after StopRefresh: the lease is another's to keep (Adopt).
-		release := l.failures > 0 && !l.stopped
+		// Not under a holder id shared with other leases (WithHolder, Adopt): an acquire by
+		// that id now gets this lease again, fence and all, which the release would end.
+		release := l.failures > 0 && !l.stopped && l.p.own
 		notify := l.loseLocked("hold", cause)
 		if notify == nil {
 			release = false
@@ -504,8 +508,8 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 // releaseLost releases the lease, lost at its deadline after failed refreshes, best-effort and
 // bounded in time: one of them may have reached the store (its reply lost, or late), which then
 // keeps the lease for up to a TTL from it, and a holder whose Release never runs would leave the
-// key held by nobody until then. The request names holder and fence, so it cannot end a newer
-// lease.
+// key held by nobody until then. The request names holder and fence, and only a lease whose
+// holder id is its own sends it (see tick), so it cannot end a newer lease.
 func (l *lease) releaseLost() {
 	if l.p.fence == 0 { // zero matches any fence of the holder: never sent for a known lease
 		return

@@ -166,7 +166,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 				}
 				continue
 			}
-			l := s.newLease(ctx, grant{holder: holder, permits: n, fence: res.Fence, value: req.Value}, start)
+			l := s.newLease(ctx, grant{holder: holder, own: req.Unshared, permits: n, fence: res.Fence, value: req.Value}, start)
 			if len(s.cfg.events) > 0 {
 				s.cfg.emit(Event{Kind: EventAcquired, Key: s.key, Holder: holder, Permits: n, Fence: res.Fence, Wait: time.Since(a.begin),
 					Waited: waited, Lease: l, Context: ctx})
@@ -187,6 +187,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 // grant is a lease as the store granted it.
 type grant struct {
 	holder  string
+	own     bool // holder was drawn for this grant
 	permits int
 	fence   uint64
 	value   string
@@ -203,6 +204,7 @@ func (s *Semaphore) newLease(ctx context.Context, g grant, start time.Time) *lea
 		store:   s.store,
 		key:     s.key,
 		holder:  g.holder,
+		own:     g.own,
 		permits: g.permits,
 		fence:   g.fence,
 		value:   g.value,

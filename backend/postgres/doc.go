@@ -40,18 +40,22 @@
 //
 // Each Store keeps one connection of its own, outside the pool, on which it LISTENs: for its
 // waiters' grants and, while it has watches, for changes of the keys it watches. It is made from
-// the pool's configuration, or WithListenDSN's; its application_name is "leasehold listener". On each
-// connection it checks that it hears a notification sent through the pool before it trusts
-// itself, so a listening connection that cannot hear the pool's grants (another server, or a
-// transaction pooler in between) leaves waiters polling rather than waiting for nothing.
+// the pool's configuration, or WithListenDSN's; its application_name is "leasehold listener" and
+// the Store's id (16 hex digits). On each connection it checks that it hears a notification sent
+// through the pool before it trusts itself, so a listening connection that cannot hear the
+// pool's grants (another server, or a transaction pooler in between) leaves waiters polling
+// rather than waiting for nothing.
 // LISTEN needs a session: behind a transaction pooler, give WithListenDSN a DSN that reaches the
 // database directly or through a session-mode pool. While the connection is down, waiters and
 // watches are not Reliable, and the portable layer polls at its retry interval; the Store
 // reconnects (50ms doubling to 2s), and every waiter and watch is woken at each change.
 //
 // A waiter's place records its Store's listening backend (pid and start time). The line passes
-// over a place whose backend is gone — its process died, or its Store closed — when it would
-// grant it, so dead waiters do not hold up the line for their wait. A waiter that gives up leaves
+// over a place whose backend is gone — its process died, or its Store closed — or no longer
+// carries its Store's application_name (a session-mode pooler kept it after the Store's
+// connection closed, or gave it to another client), and a place taken while its Store could
+// not listen whose holder has not asked for ten minutes, when it would grant it, so dead
+// waiters do not hold up the line for their wait; the key's limit does not count them either. A waiter that gives up leaves
 // the line (one more statement, sent in the background; Close waits for those its waiters owe)
 // and gives back a grant it has not taken; so does a try that failed or was canceled in flight,
 // and such a try is kept out of the line for a minute should it still arrive. The sweep (below)

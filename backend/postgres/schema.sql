@@ -106,12 +106,21 @@ BEGIN
 END
 $$;
 
--- alive reports whether the backend pid that started at started still runs. A backend whose
--- start the caller may not see (another role's) counts as alive.
-CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz) RETURNS boolean
-LANGUAGE sql VOLATILE AS $$
+-- alive reports whether the listening backend pid that started at started, of the Store that
+-- LISTENs on channel, still serves that Store: it runs, and its application_name is the Store's
+-- listener's ("leasehold listener " and the channel's last 16 characters, the Store's id; an
+-- earlier version's listeners named no id), maybe with more after it (PgBouncer's
+-- application_name_add_host appends " - host:port"). A pooler in session mode keeps a server
+-- session after its client's connection closed, and gives it to its next client: the session
+-- reset (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
+-- (another role's backend) counts as alive.
+CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz, p_channel text)
+RETURNS boolean LANGUAGE sql VOLATILE AS $$
     SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
-                   WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started))
+                   WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started)
+                     AND coalesce(left(a.application_name, 35) = 'leasehold listener ' || right(p_channel, 16)
+                                  OR a.application_name = 'leasehold listener'
+                                  OR left(a.application_name, 21) = 'leasehold listener - ', true))
 $$;
 
 -- live reports whether place w may still take a grant at p_now: its wait has not ended, and its
@@ -119,7 +128,7 @@ $$;
 -- (its waiter polls), its holder asked within the last ten minutes.
 CREATE OR REPLACE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE sql VOLATILE AS $$
     SELECT w.deadline > p_now AND CASE WHEN w.pid IS NULL THEN w.tried > p_now - 600000000
-                                       ELSE @alive(w.pid, w.started) END
+                                       ELSE @alive(w.pid, w.started, w.channel) END
 $$;
 
 -- held returns the key's limit: its row's while it has an unexpired lease, else that of the
@@ -152,7 +161,7 @@ $$;
 
 -- serve grants free permits to the key's line, strictly in order: it stops at the first waiter
 -- whose permits are not free. Places whose wait ended, whose holder holds a lease already, or
--- whose Store's listener is gone are dropped on the way. Each grant is announced on its waiter's
+-- that can take no grant (see live) are dropped on the way. Each grant is announced on its waiter's
 -- channel, and to watchers. It returns k as it left it, written back when it granted anything.
 -- The caller purged the key's expired leases.
 CREATE OR REPLACE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE plpgsql AS $$
@@ -173,8 +182,8 @@ BEGIN
         END IF;
         EXIT WHEN used + p.permits > p.lim;
         DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
-        IF p.pid IS NOT NULL AND NOT @alive(p.pid, p.started) THEN
-            CONTINUE; -- its Store is gone: nobody would take the grant
+        IF NOT @live(p, p_now) THEN
+            CONTINUE; -- its Store is gone, or its holder stopped asking: nobody would take the grant
         END IF;
         k.fence := greatest(k.fence + 1, p_now, p.floor);
         k.lim := p.lim;

@@ -150,10 +150,12 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if lc.RuntimeParams == nil {
 		lc.RuntimeParams = make(map[string]string)
 	}
-	// Operators see the listening session for what it is (pg_stat_activity.application_name).
-	lc.RuntimeParams["application_name"] = listenerName
 	var id [8]byte
 	crand.Read(id[:])
+	// Operators see the listening session for what it is (pg_stat_activity.application_name),
+	// and the line tells it from a session a pooler kept or gave to another client (see alive
+	// in schema.sql).
+	lc.RuntimeParams["application_name"] = listenerName + " " + hex.EncodeToString(id[:])
 	s := &Store{pool: pool, n: n, opts: o, leaving: make(map[string]*leaving), newTry: rand.Int64}
 	s.l = newListener(s, lc, o.prefix+"w"+hex.EncodeToString(id[:]))
 	bg, stop := context.WithCancel(context.Background())
@@ -239,7 +241,8 @@ func us(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-// listenerName is the application_name of every Store's listening connection.
+// listenerName and, after a space, the Store's id (the last 16 characters of its channel) are
+// the application_name of the Store's listening connection.
 const listenerName = "leasehold listener"
 
 // maxFloor is the highest fence floor the Store takes: PostgreSQL's bigint counter must have

@@ -149,7 +149,7 @@ func TestListenerReconnects(t *testing.T) {
 		t.Fatal("a waiter of a Store that listens is not reliable")
 	}
 	var terminated int
-	if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'leasehold listener'").Scan(&terminated); err != nil || terminated == 0 {
+	if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'leasehold listener %'").Scan(&terminated); err != nil || terminated == 0 {
 		t.Fatalf("terminate the listeners: %d, %v", terminated, err)
 	}
 	waitFor(t, "the waiter to be told its wakes are unreliable", func() bool { return !w.Reliable() })

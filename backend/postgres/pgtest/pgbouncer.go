@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,15 @@ import (
 // 1.21. It is stopped when t ends. Without pgbouncer (on PATH or in /usr/sbin) the test is
 // skipped, or fails under CI=true.
 func StartPgBouncer(t testing.TB, s *Server) string {
+	t.Helper()
+	return StartPgBouncerMode(t, s, "transaction")
+}
+
+// StartPgBouncerMode is StartPgBouncer with PgBouncer's pool_mode set to mode ("session",
+// "transaction" or "statement"), and each of settings ("name = value") added to its
+// configuration. In session mode a client's server connection is its own until it disconnects;
+// PgBouncer then resets it (DISCARD ALL) and keeps it for the next client.
+func StartPgBouncerMode(t testing.TB, s *Server, mode string, settings ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -52,11 +62,12 @@ listen_addr = 127.0.0.1
 listen_port = %d
 unix_socket_dir =
 auth_type = any
-pool_mode = transaction
+pool_mode = %s
 max_client_conn = 1000
 default_pool_size = 10
 logfile = %s
-`, s.Port, port, filepath.Join(dir, "pgbouncer.log"))
+%s
+`, s.Port, port, mode, filepath.Join(dir, "pgbouncer.log"), strings.Join(settings, "\n"))
 	path := filepath.Join(dir, "pgbouncer.ini")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

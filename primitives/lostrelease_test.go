@@ -1,0 +1,76 @@
+package primitives_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
+)
+
+// slowReleases is lateExtends whose Releases reach the store only once arrive is closed (a
+// release delayed on the network).
+type slowReleases struct {
+	lateExtends
+	arrive chan struct{}
+}
+
+func (s slowReleases) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	s.releases.Add(1)
+	select {
+	case <-s.arrive:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return s.inner.Release(ctx, req)
+}
+
+// TestLossReleaseLeavesTheHoldersNextGrantHeld: a lease under a holder id of the caller's
+// choosing, lost at its deadline while the store still holds it, is granted again to the same
+// id (the same lease, the same fence) when the caller acquires once more. A release in the
+// background for the lost one, arriving after that grant, would end the new lease in the store
+// while its holder goes on; none is sent under a chosen id, and the new lease stays held.
+func TestLossReleaseLeavesTheHoldersNextGrantHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := slowReleases{lateExtends{newRecorder()}, make(chan struct{})}
+		m := mustMutex(t, store, primitives.WithTTL(3*time.Second), primitives.WithHolder("worker-7"))
+		l := mustAcquire(t, m)
+		<-l.Done()
+		l2, err := m.TryAcquire(context.Background())
+		if err != nil {
+			t.Fatalf("TryAcquire after the loss: %v", err)
+		}
+		l2.StopRefresh() // only the grant itself is looked at
+		close(store.arrive)
+		synctest.Wait()
+		snap, _ := store.inner.Inspect(context.Background(), "job")
+		if len(snap.Leases) != 1 || snap.Leases[0].Holder != "worker-7" || snap.Leases[0].Fence != l2.Fence() {
+			t.Errorf("the store holds %+v after the holder acquired again, want its lease of fence %d", snap.Leases, l2.Fence())
+		}
+		l.Release(context.Background())
+		l2.Release(context.Background())
+	})
+}
+
+// TestLossOfAnAdoptedLeaseSendsNoRelease: an adopted lease's holder id is not its own (Adopt
+// again by that id gets the same lease), so its loss after failed refreshes leaves it to expire.
+func TestLossOfAnAdoptedLeaseSendsNoRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		first := mustAcquire(t, mustMutex(t, rec, primitives.WithTTL(3*time.Second)))
+		first.StopRefresh()
+		l, err := mustMutex(t, rec, primitives.WithTTL(3*time.Second)).Adopt(context.Background(), first.Holder())
+		if err != nil {
+			t.Fatalf("Adopt: %v", err)
+		}
+		rec.failExtends(errNetwork)
+		<-l.Done()
+		synctest.Wait()
+		if n := rec.releases.Load(); n != 0 {
+			t.Errorf("%d releases after the adopted lease's loss, want none", n)
+		}
+		first.Release(context.Background())
+	})
+}
