@@ -266,3 +266,33 @@ func TestLeftTryOutlivesItsKeyGoingIdle(t *testing.T) {
 		t.Errorf("a try of that id once the hold has passed = %v; want granted", r)
 	}
 }
+
+// TestLeftTryKeepsAReleasedKeyOnlyAsLongAsItNeeds: a waiter behind an hour's lease gives up with
+// a try of it on its way (its leave names the try, for a hold of 400 ms); then the holder
+// releases. The key is held and waited for by nobody, so its lease hash lives on for the left
+// try's record alone: as long again as that needs (a second at least), not as long as the
+// hour's lease and the line had it kept.
+func TestLeftTryKeepsAReleasedKeyOnlyAsLongAsItNeeds(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
+			ctx := context.Background()
+			const key = "left-released"
+			const hold = 400 * time.Millisecond
+			req := func(holder string, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Hour, Wait: wait}
+			}
+			a := mustAcquire(t, s, req("a", 0), true)
+			mustAcquire(t, s, req("w", time.Hour), false)
+			script(t, c, srcLeave, key, "w", a.Fence, "t1", hold.Milliseconds())
+			if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a", Fence: a.Fence}); !ok || err != nil {
+				t.Fatalf("Release = %v, %v", ok, err)
+			}
+			if p, most := pttl(t, c, key, 0), hold+time.Second; p <= 0 || p > most {
+				t.Errorf("after the last release, with a left try: lease hash PTTL %v, want at most %v", p, most)
+			}
+			pollUntil(t, func() bool { return len(keysMatching(t, c, key)) == 0 })
+		})
+	}
+}
