@@ -387,8 +387,22 @@ end
 
 -- settle ends a call that writes. A key that is idle leaves nothing behind: its lease hash is
 -- deleted, unless its fence is at or above the clock (raised there by a floor), and then it
--- expires once the clock passes the fence. Otherwise it writes what the call changed (flush).
+-- expires once the clock passes the fence. A key with no lease and no live line, kept only for a
+-- left try or a watch, is kept as long again as they need (see kept), and no longer than the
+-- leases and places it recorded before had it kept. Otherwise it writes what the call changed
+-- (flush).
 local function settle()
+  if leases and next(leases) == nil and not line_live() and meta.keep > now_ms then
+    local live = math.max(meta.left, meta.watch) - now_ms
+    if live > 0 then
+      local until_ms = now_ms + kept(live)
+      if meta.fence >= now_us then until_ms = math.max(until_ms, math.floor(meta.fence / 1000) + 1) end
+      if meta.keep > until_ms then
+        setm('keep', until_ms)
+        expire = true
+      end
+    end
+  end
   if leases and idle() then
     if meta.fence < now_us then
       if #read > 0 then

@@ -51,7 +51,9 @@
 // expire, or at its retry interval, and each try renews them; so the places of waiters that
 // died, behind a holder that died, go a few minutes on, not at the end of their Wait (which may
 // be a century). A waiter that stalls for more than that minute loses its place, and takes the
-// last one when it tries again. A left try id lives tryHold (a minute).
+// last one when it tries again. A left try id lives tryHold (a minute). A hash left with no
+// lease and no place, kept for a watch or a left try alone, is kept as long again as they need,
+// not as long as its leases and places had it kept.
 //
 // This layout replaced one of six keys (leases, holders, meta, queue, waiting, left) before any
 // release. The lease hash has a name of its own (lease, not leases), so neither layout reads

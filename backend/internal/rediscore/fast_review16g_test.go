@@ -29,7 +29,7 @@ import (
 func generalSource(t *testing.T, i int) string {
 	t.Helper()
 	cut := map[int]string{srcAcquire: "if n <= limit then\n", srcExtend: "if entry and fast then\n",
-		srcRelease: "if entry and fast and not (alone and not tries and raised) then\n"}[i]
+		srcRelease: "if entry and fast and not (alone and (tries or raised)) then\n"}[i]
 	src := rediscore.Sources[i]
 	if strings.Count(src, cut) != 1 {
 		t.Fatalf("script %d: the fast path's test %q is not there once", i, cut)

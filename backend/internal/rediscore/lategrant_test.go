@@ -258,3 +258,103 @@ func TestGrantHeardAsTheChannelExpiresIsGivenBack(t *testing.T) {
 		})
 	}
 }
+
+// TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld: as above, but the message
+// comes later still: after the lease's TTL and keepGrants, by when the take's record has lapsed
+// (the Store may still find it, until a sweep) and the holder's floor was swept. The holder
+// refreshed its lease meanwhile, which took the grant on the server (its entry no longer marked
+// untaken): whether or not the Store gives the grant back, b keeps the lease, and the next
+// waiter is not granted the key.
+func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testing.T) {
+	const keep = 50 * time.Millisecond
+	const ttl = 400 * time.Millisecond
+	rediscore.SetTimings(t, rediscore.Timings{Linger: time.Minute, ReclaimAfter: 20 * time.Millisecond, KeepGrants: keep})
+	for _, name := range []string{"goredis", "valkey"} {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			var decided []string
+			rediscore.OnReclaim(t, func(key, holder string, fence uint64, given bool) {
+				mu.Lock()
+				decided = append(decided, fmt.Sprintf("%s %s given=%v", key, holder, given))
+				mu.Unlock()
+			})
+			srv := redistest.StartServer(t)
+			p := startHeldProxy(t, srv.Addr)
+			defer p.letGo()
+			s, o := redisharness.Drivers[name](t, p.addr), otherDriver(name)(t, srv.Addr)
+			ctx := context.Background()
+			const key = "later"
+			req := func(holder string, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: ttl, Wait: wait, Unshared: true}
+			}
+			first := mustAcquire(t, s, req("first", 0), true)
+			mustAcquire(t, s, req("b", time.Minute), false)
+			w, err := s.Register(ctx, req("b", time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			pollUntil(t, w.Reliable)
+			drain(w)
+			p.arm()
+			if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "first", Fence: first.Fence}); !ok || err != nil {
+				t.Fatalf("Release(first) = %v, %v", ok, err)
+			}
+			select {
+			case <-w.C():
+			case <-time.After(10 * time.Second):
+				t.Fatal("b not woken by its Store's release")
+			}
+			select {
+			case <-p.holding:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the grant message never came to be held back")
+			}
+			b := mustAcquire(t, s, req("b", time.Minute), true)
+			took := time.Now()
+			w.Close()
+			if v, err := redistest.Do(srv.Addr, "HGET", rediscore.Keys(key)[0], ":b"); err != nil || !strings.Contains(v, " q") {
+				t.Fatalf("b's entry %q (%v); want it marked untaken: b took its grant without a round trip", v, err)
+			}
+			// b's first refresh, then the take's record lapses (and, the key busy, b's floor is swept).
+			if _, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); err != nil {
+				t.Fatalf("b's first refresh: %v", err)
+			}
+			pollUntil(t, func() bool { return time.Since(took) > ttl+keep+50*time.Millisecond })
+			for i := range 70 {
+				h := fmt.Sprint("busy-", i)
+				mustAcquire(t, s, core.AcquireRequest{Key: key + "-busy", Holder: h, Permits: 1, Limit: 1, TTL: time.Minute, Unshared: true}, true)
+				if _, err := s.Release(ctx, core.ReleaseRequest{Key: key + "-busy", Holder: h}); err != nil {
+					t.Fatal(err)
+				}
+				mustAcquire(t, s, req(h, time.Minute), false) // a floor on the key's channel
+			}
+			mustAcquire(t, o, req("next", time.Minute), false)
+			nw, err := o.Register(ctx, req("next", time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nw.Close()
+			p.letGo()
+			pollUntil(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Contains(decided, key+" b given=false") || slices.Contains(decided, key+" b given=true")
+			})
+			snap, err := s.Inspect(ctx, key) // after the leaves s is sending
+			if err != nil {
+				t.Fatal(err)
+			}
+			var holders []string
+			for _, l := range snap.Leases {
+				holders = append(holders, l.Holder)
+			}
+			if !slices.Equal(holders, []string{"b"}) {
+				t.Fatalf("b holds its refreshed lease (fence %d) and the key is held by %v", b.Fence, holders)
+			}
+			if _, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); err != nil {
+				t.Fatalf("b's second refresh: %v", err)
+			}
+		})
+	}
+}

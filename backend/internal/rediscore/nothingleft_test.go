@@ -220,3 +220,79 @@ func TestLiveWaiterKeepsItsPlaceBehindALongLease(t *testing.T) {
 		t.Errorf("after a's release an hour and a half on: %+v, %v; want w's grant from the line", snap, err)
 	}
 }
+
+// TestLeftTryOutlivesItsKeyGoingIdle: a waiter's leave names a try of it still on its way; then
+// the key's last lease is released, which leaves nobody holding or waiting for it. The lease hash
+// must stay while the left try's record lives (deleting it would delete the record): the late
+// try then arrives and takes neither the free key nor a place. No call deletes the hash after
+// that: it expires by its keep, as long again as what it recorded needed (here 2 s at most: the
+// line's second, for a wait of half a second).
+func TestLeftTryOutlivesItsKeyGoingIdle(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	const key = "idle-left"
+	const hold, wait, ttl = 400 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second
+	acq := func(holder, try string, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, ttl, wait, "ch", false, try, "")...).([]any)
+	}
+	a := acq("a", "", 0)
+	if a[0].(int64) != 1 {
+		t.Fatalf("a: %v", a)
+	}
+	if r := acq("w", "t0", wait); r[0].(int64) != 0 {
+		t.Fatalf("w's first try = %v; want refused with a place", r)
+	}
+	script(t, c, srcLeave, key, "w", a[1], "t1", hold.Milliseconds())
+	if r := script(t, c, srcRelease, key, "a", a[1]).([]any); r[0].(int64) != 1 || len(r) != 1 {
+		t.Fatalf("release = %v; want 1 permit freed and nobody granted", r)
+	}
+	if keys := keysMatching(t, c, key); len(keys) == 0 {
+		t.Fatal("the idle key's hash went with the left try's record")
+	}
+	if r := acq("w", "t1", wait); r[0].(int64) != 0 {
+		t.Fatalf("the left try, arriving late on the free key = %v; want refused", r)
+	}
+	if n := lineLen(t, srv.Addr, key); n != 0 {
+		t.Fatalf("the left try took a place")
+	}
+	if h := holdersOf(t, c, key); len(h) != 0 {
+		t.Fatalf("holders %q after the left try; want none", h)
+	}
+	if p := pttl(t, c, key, 0); p > 2*ttl {
+		t.Errorf("lease hash PTTL %v, want at most %v", p, 2*ttl)
+	}
+	pollUntil(t, func() bool { return len(keysMatching(t, c, key)) == 0 })
+	if r := acq("w", "t1", 0); r[0].(int64) != 1 {
+		t.Errorf("a try of that id once the hold has passed = %v; want granted", r)
+	}
+}
+
+// TestLeftTryKeepsAReleasedKeyOnlyAsLongAsItNeeds: a waiter behind an hour's lease gives up with
+// a try of it on its way (its leave names the try, for a hold of 400 ms); then the holder
+// releases. The key is held and waited for by nobody, so its lease hash lives on for the left
+// try's record alone: as long again as that needs (a second at least), not as long as the
+// hour's lease and the line had it kept.
+func TestLeftTryKeepsAReleasedKeyOnlyAsLongAsItNeeds(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
+			ctx := context.Background()
+			const key = "left-released"
+			const hold = 400 * time.Millisecond
+			req := func(holder string, wait time.Duration) core.AcquireRequest {
+				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Hour, Wait: wait}
+			}
+			a := mustAcquire(t, s, req("a", 0), true)
+			mustAcquire(t, s, req("w", time.Hour), false)
+			script(t, c, srcLeave, key, "w", a.Fence, "t1", hold.Milliseconds())
+			if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a", Fence: a.Fence}); !ok || err != nil {
+				t.Fatalf("Release = %v, %v", ok, err)
+			}
+			if p, most := pttl(t, c, key, 0), hold+time.Second; p <= 0 || p > most {
+				t.Errorf("after the last release, with a left try: lease hash PTTL %v, want at most %v", p, most)
+			}
+			pollUntil(t, func() bool { return len(keysMatching(t, c, key)) == 0 })
+		})
+	}
+}

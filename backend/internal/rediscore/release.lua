@@ -6,14 +6,15 @@ local me, want = ':' .. ARGV[1], tonumber(ARGV[2])
 -- The uncontended path: the holder's lease is there, with the fence asked for, every other
 -- lease is one of ours and unexpired, and no counter says that the line or a watch lives: one
 -- HDEL, without decoding the rest of the state; of all its entries, which deletes the hash, when
--- it was the last lease and no left try lives, as settle would. (An expired lease the general
--- path deletes, and an entry not ours it reports, untouched; the last lease under a fence at or
--- above the clock, whose hash settle keeps until the clock passes it, goes the general path.)
+-- it was the last lease, as settle would. (An expired lease the general path deletes, and an
+-- entry not ours it reports, untouched; the last lease under a fence at or above the clock, or
+-- with a left try alive, whose hash settle keeps until the clock passes the fence, or as long
+-- again as the try needs, goes the general path.)
 local entry, fast, _, _, alone, tries, raised = scan(all, me, true)
-if entry and fast and not (alone and not tries and raised) then
+if entry and fast and not (alone and (tries or raised)) then
   local n, fence, exp = string.match(entry, '^(%d+) (%d+) (%d+)')
   if n and tonumber(exp) > now_ms and (want == 0 or tonumber(fence) == want) then
-    if alone and not tries then
+    if alone then
       redis.call('HDEL', state, me, 'fence', 'limit', 'seq', 'watch', 'line', 'left', 'keep')
     else
       redis.call('HDEL', state, me)
