@@ -110,6 +110,70 @@ func (p *heldProxy) pump(dst, src net.Conn, fromServer bool) {
 	}
 }
 
+// holdGrantMessage arms p, has release grant the key to w's holder, and waits until w is woken
+// by its Store's release and the line's message about the grant is held back.
+func (p *heldProxy) holdGrantMessage(t *testing.T, w core.Waiter, release func()) {
+	t.Helper()
+	p.arm()
+	release()
+	select {
+	case <-w.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter not woken by its Store's release")
+	}
+	select {
+	case <-p.holding:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the grant message never came to be held back")
+	}
+}
+
+// recordReclaims records the Store's decisions on grants it heard for callers that never
+// enrolled; the func it returns says whether one was made, either way, for holder at key.
+func recordReclaims(t *testing.T) (decided func(key, holder string) bool) {
+	var mu sync.Mutex
+	var seen []string
+	rediscore.OnReclaim(t, func(key, holder string, fence uint64, given bool) {
+		mu.Lock()
+		seen = append(seen, key+" "+holder)
+		mu.Unlock()
+	})
+	return func(key, holder string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(seen, key+" "+holder)
+	}
+}
+
+// enroll sends r to s, refused, then enrolls r's holder in the key's line; the caller closes the
+// waiter.
+func enroll(t *testing.T, s redisharness.Store, r core.AcquireRequest) core.Waiter {
+	t.Helper()
+	mustAcquire(t, s, r, false)
+	w, err := s.Register(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// mustRelease releases holder's lease at key on s and fails t unless it was held.
+func mustRelease(t *testing.T, s core.Store, key, holder string, fence uint64) {
+	t.Helper()
+	if ok, err := s.Release(context.Background(), core.ReleaseRequest{Key: key, Holder: holder, Fence: fence}); !ok || err != nil {
+		t.Fatalf("Release(%s) = %v, %v", holder, ok, err)
+	}
+}
+
+// mustBeUntaken fails t unless holder's entry at key is marked untaken on the server at addr:
+// holder took its grant without a round trip.
+func mustBeUntaken(t *testing.T, addr, key, holder string) {
+	t.Helper()
+	if v, err := redistest.Do(addr, "HGET", rediscore.Keys(key)[0], ":"+holder); err != nil || !strings.Contains(v, " q") {
+		t.Fatalf("%s's entry %q (%v); want it marked untaken: %s took its grant without a round trip", holder, v, err, holder)
+	}
+}
+
 // TestLateGrantMessageLeavesTheTakenLeaseHeld: a Store's release grants the lease to its own
 // waiter, which, woken by the reply, takes it without a round trip (the lease stays marked
 // untaken on the server until its first refresh); the line's message about the same grant is
@@ -123,13 +187,7 @@ func TestLateGrantMessageLeavesTheTakenLeaseHeld(t *testing.T) {
 	rediscore.SetTimings(t, rediscore.Timings{Linger: time.Minute, ReclaimAfter: 20 * time.Millisecond, KeepGrants: keep})
 	for _, name := range []string{"goredis", "valkey"} {
 		t.Run(name, func(t *testing.T) {
-			var mu sync.Mutex
-			var decided []string
-			rediscore.OnReclaim(t, func(key, holder string, fence uint64, given bool) {
-				mu.Lock()
-				decided = append(decided, fmt.Sprintf("%s %s given=%v", key, holder, given))
-				mu.Unlock()
-			})
+			decided := recordReclaims(t)
 			srv := redistest.StartServer(t)
 			p := startHeldProxy(t, srv.Addr)
 			defer p.letGo()
@@ -139,72 +197,33 @@ func TestLateGrantMessageLeavesTheTakenLeaseHeld(t *testing.T) {
 			req := func(holder string, wait time.Duration) core.AcquireRequest {
 				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 2, TTL: time.Minute, Wait: wait, Unshared: true}
 			}
-			release := func(st core.Store, holder string, fence uint64) {
-				t.Helper()
-				if ok, err := st.Release(ctx, core.ReleaseRequest{Key: key, Holder: holder, Fence: fence}); !ok || err != nil {
-					t.Fatalf("Release(%s) = %v, %v", holder, ok, err)
-				}
-			}
 			first := mustAcquire(t, s, req("first", 0), true)
 			mustAcquire(t, o, req("other", 0), true)
-			mustAcquire(t, s, req("b", time.Minute), false)
-			w, err := s.Register(ctx, req("b", time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
+			w := enroll(t, s, req("b", time.Minute))
 			defer w.Close()
 			pollUntil(t, w.Reliable)
 			drain(w)
-			p.arm()
-			release(s, "first", first.Fence) // grants b: the reply wakes b, the message is held back
-			select {
-			case <-w.C():
-			case <-time.After(10 * time.Second):
-				t.Fatal("b not woken by its Store's release")
-			}
-			select {
-			case <-p.holding:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the grant message never came to be held back")
-			}
+			// Grants b: the reply wakes b, the message is held back.
+			p.holdGrantMessage(t, w, func() { mustRelease(t, s, key, "first", first.Fence) })
 			b := mustAcquire(t, s, req("b", time.Minute), true)
 			w.Close()
 			took := time.Now()
-			if v, err := redistest.Do(srv.Addr, "HGET", rediscore.Keys(key)[0], ":b"); err != nil || !strings.Contains(v, " q") {
-				t.Fatalf("b's entry %q (%v); want it marked untaken: b took its grant without a round trip", v, err)
-			}
+			mustBeUntaken(t, srv.Addr, key, "b")
 			pollUntil(t, func() bool { return time.Since(took) > keep+10*time.Millisecond })
 			// The key gets busy: the Store's callers come and go, each recording a floor.
-			if ok, err := o.Release(ctx, core.ReleaseRequest{Key: key, Holder: "other"}); !ok || err != nil {
-				t.Fatalf("Release(other) = %v, %v", ok, err)
-			}
+			mustRelease(t, o, key, "other", 0)
 			for i := range 70 {
 				h := fmt.Sprint("busy-", i)
-				release(s, h, mustAcquire(t, s, req(h, 0), true).Fence)
+				mustRelease(t, s, key, h, mustAcquire(t, s, req(h, 0), true).Fence)
 			}
 			mustAcquire(t, o, req("other", 0), true)
-			mustAcquire(t, o, req("next", time.Minute), false)
-			nw, err := o.Register(ctx, req("next", time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
+			nw := enroll(t, o, req("next", time.Minute))
 			defer nw.Close()
 			p.letGo()
-			pollUntil(t, func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return slices.Contains(decided, key+" b given=false") || slices.Contains(decided, key+" b given=true")
-			})
-			snap, err := s.Inspect(ctx, key) // after the leaves s is sending
-			if err != nil {
-				t.Fatal(err)
-			}
-			var holders []string
-			for _, l := range snap.Leases {
-				holders = append(holders, l.Holder)
-			}
-			if !slices.Contains(holders, "b") || slices.Contains(holders, "next") {
-				t.Fatalf("b holds its lease (fence %d) and the key is held by %v: two holders, the grant b took was given back to the line", b.Fence, holders)
+			pollUntil(t, func() bool { return decided(key, "b") })
+			held := holders(t, s, key) // after the leaves s is sending
+			if !slices.Contains(held, "b") || slices.Contains(held, "next") {
+				t.Fatalf("b holds its lease (fence %d) and the key is held by %v: two holders, the grant b took was given back to the line", b.Fence, held)
 			}
 			if _, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); err != nil {
 				t.Fatalf("b's first refresh: %v", err)
@@ -231,24 +250,14 @@ func TestGrantHeardAsTheChannelExpiresIsGivenBack(t *testing.T) {
 				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait, Unshared: true}
 			}
 			first := mustAcquire(t, o, req("first", 0), true)
-			mustAcquire(t, s, req("earlier", time.Minute), false)
-			w, err := s.Register(ctx, req("earlier", time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
+			w := enroll(t, s, req("earlier", time.Minute))
 			pollUntil(t, w.Reliable)
 			w.Close() // s's subscription lingers from now
 			pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 0 })
 			mustAcquire(t, s, req("gone", time.Minute), false) // and never enrolls
-			mustAcquire(t, o, req("next", time.Minute), false)
-			nw, err := o.Register(ctx, req("next", time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
+			nw := enroll(t, o, req("next", time.Minute))
 			defer nw.Close()
-			if ok, err := o.Release(ctx, core.ReleaseRequest{Key: key, Holder: "first", Fence: first.Fence}); !ok || err != nil {
-				t.Fatalf("Release = %v, %v", ok, err)
-			}
+			mustRelease(t, o, key, "first", first.Fence)
 			pollUntil(t, func() bool {
 				snap, err := o.Inspect(ctx, key)
 				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "next"
@@ -271,13 +280,7 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 	rediscore.SetTimings(t, rediscore.Timings{Linger: time.Minute, ReclaimAfter: 20 * time.Millisecond, KeepGrants: keep})
 	for _, name := range []string{"goredis", "valkey"} {
 		t.Run(name, func(t *testing.T) {
-			var mu sync.Mutex
-			var decided []string
-			rediscore.OnReclaim(t, func(key, holder string, fence uint64, given bool) {
-				mu.Lock()
-				decided = append(decided, fmt.Sprintf("%s %s given=%v", key, holder, given))
-				mu.Unlock()
-			})
+			decided := recordReclaims(t)
 			srv := redistest.StartServer(t)
 			p := startHeldProxy(t, srv.Addr)
 			defer p.letGo()
@@ -288,34 +291,15 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: ttl, Wait: wait, Unshared: true}
 			}
 			first := mustAcquire(t, s, req("first", 0), true)
-			mustAcquire(t, s, req("b", time.Minute), false)
-			w, err := s.Register(ctx, req("b", time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
+			w := enroll(t, s, req("b", time.Minute))
 			defer w.Close()
 			pollUntil(t, w.Reliable)
 			drain(w)
-			p.arm()
-			if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "first", Fence: first.Fence}); !ok || err != nil {
-				t.Fatalf("Release(first) = %v, %v", ok, err)
-			}
-			select {
-			case <-w.C():
-			case <-time.After(10 * time.Second):
-				t.Fatal("b not woken by its Store's release")
-			}
-			select {
-			case <-p.holding:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the grant message never came to be held back")
-			}
+			p.holdGrantMessage(t, w, func() { mustRelease(t, s, key, "first", first.Fence) })
 			b := mustAcquire(t, s, req("b", time.Minute), true)
 			took := time.Now()
 			w.Close()
-			if v, err := redistest.Do(srv.Addr, "HGET", rediscore.Keys(key)[0], ":b"); err != nil || !strings.Contains(v, " q") {
-				t.Fatalf("b's entry %q (%v); want it marked untaken: b took its grant without a round trip", v, err)
-			}
+			mustBeUntaken(t, srv.Addr, key, "b")
 			// b's first refresh, then the take's record lapses (and, the key busy, b's floor is swept).
 			if _, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); err != nil {
 				t.Fatalf("b's first refresh: %v", err)
@@ -329,28 +313,13 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 				}
 				mustAcquire(t, s, req(h, time.Minute), false) // a floor on the key's channel
 			}
-			mustAcquire(t, o, req("next", time.Minute), false)
-			nw, err := o.Register(ctx, req("next", time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
+			nw := enroll(t, o, req("next", time.Minute))
 			defer nw.Close()
 			p.letGo()
-			pollUntil(t, func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return slices.Contains(decided, key+" b given=false") || slices.Contains(decided, key+" b given=true")
-			})
-			snap, err := s.Inspect(ctx, key) // after the leaves s is sending
-			if err != nil {
-				t.Fatal(err)
-			}
-			var holders []string
-			for _, l := range snap.Leases {
-				holders = append(holders, l.Holder)
-			}
-			if !slices.Equal(holders, []string{"b"}) {
-				t.Fatalf("b holds its refreshed lease (fence %d) and the key is held by %v", b.Fence, holders)
+			pollUntil(t, func() bool { return decided(key, "b") })
+			held := holders(t, s, key) // after the leaves s is sending
+			if !slices.Equal(held, []string{"b"}) {
+				t.Fatalf("b holds its refreshed lease (fence %d) and the key is held by %v", b.Fence, held)
 			}
 			if _, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); err != nil {
 				t.Fatalf("b's second refresh: %v", err)
