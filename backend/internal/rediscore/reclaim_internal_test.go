@@ -127,14 +127,7 @@ func TestLateGrantMessageAfterFloorsSweptGivesNothingBack(t *testing.T) {
 	if kept {
 		t.Fatal("b's floor was not swept: the test does not test what it says")
 	}
-	subs.granted(subs.channel("k"), []grant{{holder: "b", fence: 101}}, fromChannel) // the late message
-	waitUntil(t, "the late grant's reclaim decided", func() bool { return len(reclaims.all()) == 1 })
-	if d := reclaims.all()[0]; d != "k b 101 given=false" {
-		t.Fatalf("reclaim decided %q; want the grant b took not given back", d)
-	}
-	if l := leaves.all(); len(l) != 0 {
-		t.Fatalf("leaves sent %v; want none (b holds the lease)", l)
-	}
+	lateGrantMessageGivesNothingBack(t, subs, leaves, reclaims)
 }
 
 // TestLateGrantMessageAfterChannelExpiredGivesNothingBack: as above, the message about a grant
@@ -154,7 +147,15 @@ func TestLateGrantMessageAfterChannelExpiredGivesNothingBack(t *testing.T) {
 	subs.mu.Unlock()
 	// Another waiter's refused try subscribes again.
 	subs.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "c", waits: true, fence: 101})
-	subs.granted(name, []grant{{holder: "b", fence: 101}}, fromChannel) // the late message
+	lateGrantMessageGivesNothingBack(t, subs, leaves, reclaims)
+}
+
+// lateGrantMessageGivesNothingBack has the line's message about the grant of fence 101 to b at
+// key "k", which b took without a round trip, come late on the key's channel, and fails t unless
+// the Store decides not to give it back and sends no leave.
+func lateGrantMessageGivesNothingBack(t *testing.T, subs *subscriptions, leaves *leaveLog, reclaims *reclaimLog) {
+	t.Helper()
+	subs.granted(subs.channel("k"), []grant{{holder: "b", fence: 101}}, fromChannel)
 	waitUntil(t, "the late grant's reclaim decided", func() bool { return len(reclaims.all()) == 1 })
 	if d := reclaims.all()[0]; d != "k b 101 given=false" {
 		t.Fatalf("reclaim decided %q; want the grant b took not given back", d)
