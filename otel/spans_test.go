@@ -150,6 +150,22 @@ func (s *faultyStore) Release(ctx context.Context, req core.ReleaseRequest) (boo
 	return s.Store.Release(ctx, req)
 }
 
+// holdOnFaultyStore acquires "job", with a TTL of 3s, on a faultyStore recorded by r, and
+// returns the store, to make fail, and the lease.
+func holdOnFaultyStore(t *testing.T, r *recorder) (*faultyStore, core.Lease) {
+	t.Helper()
+	store := &faultyStore{Store: memory.New()}
+	m, err := primitives.NewMutex(store, "job", r.tel.Option(), primitives.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, l
+}
+
 // TestFailedAcquireIsRecorded: an acquire the store fails has an acquire span of status Error
 // with its error.type, under the caller's span, and is counted as an error of the acquire.
 func TestFailedAcquireIsRecorded(t *testing.T) {
@@ -182,15 +198,7 @@ func TestFailedAcquireIsRecorded(t *testing.T) {
 func TestRefreshAndReleaseFailuresAreHoldSpanEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder(t)
-		store := &faultyStore{Store: memory.New()}
-		m, err := primitives.NewMutex(store, "job", r.tel.Option(), primitives.WithTTL(3*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := m.Acquire(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		store, l := holdOnFaultyStore(t, r)
 		store.extend.Store(true)
 		time.Sleep(2 * time.Second) // refreshes at 1s and 1.5s fail
 		store.extend.Store(false)
@@ -239,15 +247,7 @@ func TestRefreshAndReleaseFailuresAreHoldSpanEvents(t *testing.T) {
 func TestLeaseLostAfterFailedRefreshesIsRecorded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder(t)
-		store := &faultyStore{Store: memory.New()}
-		m, err := primitives.NewMutex(store, "job", r.tel.Option(), primitives.WithTTL(3*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := m.Acquire(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		store, l := holdOnFaultyStore(t, r)
 		store.extend.Store(true)
 		<-l.Done()
 		synctest.Wait()
