@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
@@ -18,6 +19,28 @@ import (
 //go:embed testdata/schema-ff3749d.sql
 var schemaBeforeForgetting string
 
+// newSchema makes a schema of its own for t, dropped when t ends, and returns its name and the
+// name quoted for SQL.
+func newSchema(t *testing.T, pool *pgxpool.Pool) (schema, quoted string) {
+	t.Helper()
+	schema = strings.ToLower(strings.ReplaceAll(uniqueKey(t), "-", "_"))
+	quoted = pgx.Identifier{schema}.Sanitize()
+	if _, err := pool.Exec(context.Background(), "CREATE SCHEMA "+quoted); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA "+quoted+" CASCADE") })
+	return schema, quoted
+}
+
+// putEarlierSchema makes, or puts back, in schema the tables and functions of the release that
+// kept keys' rows forever.
+func putEarlierSchema(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), postgres.SchemaSQLFrom(schemaBeforeForgetting, schema)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSchemaOfAnEarlierVersionIsUpgraded: New over tables and functions made by the release that
 // kept keys' rows forever upgrades them in place: the rows that release left (a released key, a
 // place in a line) are kept and work with the new functions, the limit rule applies to the old
@@ -26,15 +49,8 @@ func TestSchemaOfAnEarlierVersionIsUpgraded(t *testing.T) {
 	url := serverURL(t)
 	ctx := context.Background()
 	pool := newPool(t, url)
-	schema := strings.ToLower(strings.ReplaceAll(uniqueKey(t), "-", "_"))
-	q := pgx.Identifier{schema}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA "+q+" CASCADE") })
-	if _, err := pool.Exec(ctx, postgres.SchemaSQLFrom(schemaBeforeForgetting, schema)); err != nil {
-		t.Fatal(err)
-	}
+	schema, q := newSchema(t, pool)
+	putEarlierSchema(t, pool, schema)
 	// The earlier release's functions leave a released key's row, and a place in a line.
 	old := func(sql string, args ...any) {
 		t.Helper()
@@ -91,16 +107,9 @@ func TestNoSweepUnderAnEarlierVersionsFunctions(t *testing.T) {
 	url := serverURL(t)
 	ctx := context.Background()
 	pool := newPool(t, url)
-	schema := strings.ToLower(strings.ReplaceAll(uniqueKey(t), "-", "_"))
-	q := pgx.Identifier{schema}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA "+q+" CASCADE") })
+	schema, q := newSchema(t, pool)
 	s := newStore(t, url, postgres.WithSchema(schema))
-	if _, err := pool.Exec(ctx, postgres.SchemaSQLFrom(schemaBeforeForgetting, schema)); err != nil {
-		t.Fatal(err)
-	}
+	putEarlierSchema(t, pool, schema)
 	if _, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
