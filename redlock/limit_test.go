@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/redlock"
 )
 
 // TestNodesOfAnotherLimitRefuseTheQuorum: a quorum of nodes holding the key under another
@@ -147,10 +148,11 @@ func TestGrantAfterAMismatchIsGivenBack(t *testing.T) {
 	}
 }
 
-// TestMismatchAfterAQuorumGrantedLeavesTheLease: a slow node that answers with a mismatch
-// after a quorum granted changes nothing: the lease holds the quorum, whose nodes refuse a
-// request of another limit, and that node, which granted nothing, has nothing to give back.
-func TestMismatchAfterAQuorumGrantedLeavesTheLease(t *testing.T) {
+// quorumBesideStray returns three nodes, a Redlock over them to which node 2 answers late, and
+// a's lease of "k" of limit 1 that nodes 0 and 1, a quorum, granted, node 2 holding a stray lease
+// of "k" of limit 3.
+func quorumBesideStray(t *testing.T) ([]*memory.Store, *redlock.Store, core.AcquireResult) {
+	t.Helper()
 	ctx := context.Background()
 	nodes := []*memory.Store{memory.New(), memory.New(), memory.New()}
 	s := mustNew(t, []core.Store{nodes[0], nodes[1], lateAnswer{nodes[2], 100 * time.Millisecond}})
@@ -161,6 +163,15 @@ func TestMismatchAfterAQuorumGrantedLeavesTheLease(t *testing.T) {
 	if err != nil || !res.Granted {
 		t.Fatalf("acquire with a quorum free and node 2 slow: %+v, %v; want granted", res, err)
 	}
+	return nodes, s, res
+}
+
+// TestMismatchAfterAQuorumGrantedLeavesTheLease: a slow node that answers with a mismatch
+// after a quorum granted changes nothing: the lease holds the quorum, whose nodes refuse a
+// request of another limit, and that node, which granted nothing, has nothing to give back.
+func TestMismatchAfterAQuorumGrantedLeavesTheLease(t *testing.T) {
+	ctx := context.Background()
+	nodes, s, res := quorumBesideStray(t)
 	other := core.AcquireRequest{Key: "k", Holder: "b", Permits: 1, Limit: 3, TTL: time.Minute, Unshared: true}
 	if _, err := s.Acquire(ctx, other); !errors.Is(err, core.ErrLimitMismatch) {
 		t.Errorf("acquire of limit 3 beside the quorum's lease of limit 1: %v, want ErrLimitMismatch", err)
@@ -179,15 +190,7 @@ func TestMismatchAfterAQuorumGrantedLeavesTheLease(t *testing.T) {
 // quorum's lease would need every node and be hidden.
 func TestInspectShowsTheQuorumsLeaseBesideANodeOfAnotherLimit(t *testing.T) {
 	ctx := context.Background()
-	nodes := []*memory.Store{memory.New(), memory.New(), memory.New()}
-	s := mustNew(t, []core.Store{nodes[0], nodes[1], lateAnswer{nodes[2], 100 * time.Millisecond}})
-	if r, err := nodes[2].Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "stray", Permits: 1, Limit: 3, TTL: time.Minute}); err != nil || !r.Granted {
-		t.Fatalf("stray on node 2: %+v, %v", r, err)
-	}
-	res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute, Unshared: true})
-	if err != nil || !res.Granted {
-		t.Fatalf("acquire with a quorum free and node 2 slow: %+v, %v; want granted", res, err)
-	}
+	_, s, res := quorumBesideStray(t)
 	snap, err := s.Inspect(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
