@@ -110,6 +110,18 @@ func (p *heldProxy) pump(dst, src net.Conn, fromServer bool) {
 	}
 }
 
+// overHeldProxy starts a Redis server, a heldProxy to it, a Store of the driver name through the
+// proxy and one of the other driver straight to the server; the proxy lets go of what it holds
+// back before the Stores close.
+func overHeldProxy(t *testing.T, name string) (srv *redistest.Server, p *heldProxy, s, o redisharness.Store) {
+	t.Helper()
+	srv = redistest.StartServer(t)
+	p = startHeldProxy(t, srv.Addr)
+	s, o = redisharness.Drivers[name](t, p.addr), otherDriver(name)(t, srv.Addr)
+	t.Cleanup(p.letGo)
+	return srv, p, s, o
+}
+
 // holdGrantMessage arms p, has release grant the key to w's holder, and waits until w is woken
 // by its Store's release and the line's message about the grant is held back.
 func (p *heldProxy) holdGrantMessage(t *testing.T, w core.Waiter, release func()) {
@@ -188,10 +200,7 @@ func TestLateGrantMessageLeavesTheTakenLeaseHeld(t *testing.T) {
 	for _, name := range []string{"goredis", "valkey"} {
 		t.Run(name, func(t *testing.T) {
 			decided := recordReclaims(t)
-			srv := redistest.StartServer(t)
-			p := startHeldProxy(t, srv.Addr)
-			defer p.letGo()
-			s, o := redisharness.Drivers[name](t, p.addr), otherDriver(name)(t, srv.Addr)
+			srv, p, s, o := overHeldProxy(t, name)
 			ctx := context.Background()
 			const key = "late"
 			req := func(holder string, wait time.Duration) core.AcquireRequest {
@@ -281,10 +290,7 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 	for _, name := range []string{"goredis", "valkey"} {
 		t.Run(name, func(t *testing.T) {
 			decided := recordReclaims(t)
-			srv := redistest.StartServer(t)
-			p := startHeldProxy(t, srv.Addr)
-			defer p.letGo()
-			s, o := redisharness.Drivers[name](t, p.addr), otherDriver(name)(t, srv.Addr)
+			srv, p, s, o := overHeldProxy(t, name)
 			ctx := context.Background()
 			const key = "later"
 			req := func(holder string, wait time.Duration) core.AcquireRequest {
