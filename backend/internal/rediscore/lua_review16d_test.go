@@ -70,9 +70,8 @@ func TestRequeueWithALongerWaitKeepsTheHash(t *testing.T) {
 			if n := lineLen(t, srv.Addr, "longer"); n != 1 {
 				t.Fatalf("%d places, want w's one", n)
 			}
-			line, hash := pttl(t, c, "longer", 1), pttl(t, c, "longer", 0)
-			if hash < line {
-				t.Errorf("the lease hash expires in %v, the line in %v: the place counter and the line's hint would go first", hash, line)
+			if hash, line := expiresAt(t, c, "longer", 0), expiresAt(t, c, "longer", 1); hash < line {
+				t.Errorf("the lease hash expires at %d ms, the line at %d: the place counter and the line's hint would go first", hash, line)
 			}
 			if cs := countersOf(t, c, "longer"); cs.keep < cs.line {
 				t.Errorf("counters keep %d, line %d: keep must be past the line", cs.keep, cs.line)

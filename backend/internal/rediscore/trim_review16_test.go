@@ -86,6 +86,18 @@ func pttl(t *testing.T, c *redis.Client, key string, i int) time.Duration {
 	return time.Duration(v) * time.Millisecond
 }
 
+// expiresAt returns when the i-th key of key expires, in the server's ms (PEXPIRETIME: -1 for no
+// expiry, -2 for no key). Two keys' expiries compare exactly by it, whatever time passes between
+// the reads, which their PTTLs do not.
+func expiresAt(t *testing.T, c *redis.Client, key string, i int) int64 {
+	t.Helper()
+	v, err := c.Do(context.Background(), "PEXPIRETIME", rediscore.Keys(key)[i]).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // expired waits until the server's clock is past the lease of holder on key (Inspect lists
 // unexpired leases only, and writes nothing).
 func expired(t *testing.T, s core.Store, key, holder string) {
@@ -316,8 +328,8 @@ func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 			if lineTTL <= 2*time.Minute-5*time.Second || lineTTL > 4*time.Minute {
 				t.Errorf("queue PTTL %v, want in (2m less a try's time, 4m]", lineTTL)
 			}
-			if p := pttl(t, c, "head", 0); p < lineTTL {
-				t.Errorf("lease hash PTTL %v, want past the line's %v", p, lineTTL)
+			if hash, line := expiresAt(t, c, "head", 0), expiresAt(t, c, "head", 1); hash < line {
+				t.Errorf("lease hash expires at %d ms, want at or past the line's %d", hash, line)
 			}
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "head", Holder: "b"}); err != nil {
 				t.Fatal(err)
@@ -330,8 +342,8 @@ func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 			}
 			// A grant from the line to the head, with places left behind it: the lease hash
 			// still outlives them.
-			if p, line := pttl(t, c, "head", 0), pttl(t, c, "head", 1); p < line {
-				t.Errorf("after the line's grant, lease hash PTTL %v, want past the line's %v", p, line)
+			if hash, line := expiresAt(t, c, "head", 0), expiresAt(t, c, "head", 1); hash < line {
+				t.Errorf("after the line's grant, the lease hash expires at %d ms, want at or past the line's %d", hash, line)
 			}
 		})
 	}
