@@ -21,13 +21,17 @@ func TestLineGrantsNoPlaceTheLimitRuleCountsDead(t *testing.T) {
 	req := func(holder string, limit int, ttl, wait time.Duration) core.AcquireRequest {
 		return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: limit, TTL: ttl, Wait: wait}
 	}
-	if res, err := s.Acquire(ctx, req("a", 1, 300*time.Millisecond, 0)); err != nil || !res.Granted {
+	if res, err := s.Acquire(ctx, req("a", 1, time.Minute, 0)); err != nil || !res.Granted {
 		t.Fatalf("Acquire(a): %+v, %v", res, err)
 	}
 	enroll(t, s, req("b", 1, time.Minute, time.Minute))
 	// b's Store could not listen when it took the place, and b has been silent since.
 	if _, err := pool.Exec(ctx, `UPDATE leasehold_waiters SET pid = NULL, started = NULL, channel = NULL,
 		tried = tried - 700000000 WHERE kh = sha256($1)`, []byte(key)); err != nil {
+		t.Fatal(err)
+	}
+	// a's lease expires (by hand: a short TTL could end before b takes its place).
+	if _, err := pool.Exec(ctx, `UPDATE leasehold_leases SET expires = 0 WHERE kh = sha256($1)`, []byte(key)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a's lease to expire", func() bool {
