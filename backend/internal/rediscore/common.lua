@@ -182,8 +182,10 @@ local function scan(all, me, quiet)
 end
 
 -- lasts says a lease hash that expires at until_ms (its keep) needs no new expiry to live life
--- ms more.
-local function lasts(until_ms, life) return until_ms >= now_ms + life end
+-- ms more. It asks for a millisecond more than life: an expiry set by PEXPIRE counts from the
+-- server's time at the call's start, up to a millisecond before the TIME that now_ms reads, so a
+-- key given the same expiry by two calls may expire a millisecond apart.
+local function lasts(until_ms, life) return until_ms > now_ms + life end
 
 -- fenced returns life, or, when fence is above the clock, the ms until the clock passes it, if
 -- longer: the lease hash must outlive a fence above the clock (see the header).

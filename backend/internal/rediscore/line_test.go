@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
@@ -281,5 +283,25 @@ func TestGrantFromLineIsTakenWithoutARoundTrip(t *testing.T) {
 				t.Fatalf("the taken lease's Extend: %v", err)
 			}
 		})
+	}
+}
+
+// TestLineJoinedInTheGrantsMillisecondIsOutlivedByTheHash: on miniredis, whose clock stands
+// still, a waiter joins the line in the same millisecond as the grant in its way, so the line's
+// expiry is the very one the grant gave the lease hash. The hash must still be kept past it: a
+// PEXPIRE counts from the server's time at its call's start, up to a millisecond before the TIME
+// the script read, so on a real server the two keys could expire a millisecond apart, the hash
+// (with the line's place counter) first.
+func TestLineJoinedInTheGrantsMillisecondIsOutlivedByTheHash(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.SetTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, c := redisharness.GoRedis(t, m.Addr()), raw(t, m.Addr())
+	req := func(holder string, wait time.Duration) core.AcquireRequest {
+		return core.AcquireRequest{Key: "same-ms", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait}
+	}
+	mustAcquire(t, s, req("a", 0), true)
+	mustAcquire(t, s, req("w", time.Minute), false)
+	if cs := countersOf(t, c, "same-ms"); cs.keep <= cs.line {
+		t.Errorf("counters keep %d, line %d: the hash must be kept past the line", cs.keep, cs.line)
 	}
 }
