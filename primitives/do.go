@@ -3,16 +3,14 @@ package primitives
 import (
 	"context"
 	"time"
-
-	"github.com/leasehold/leasehold/core"
 )
 
 // LeaseContext returns a context derived from parent that is canceled when the lease ends: with
-// a cause wrapping core.ErrLost (the lease's Err) if it is lost, with context.Canceled if it is
+// a cause wrapping ErrLost (the lease's Err) if it is lost, with context.Canceled if it is
 // released, or when cancel is called. context.Cause tells which. It runs one goroutine, which
 // ends with the lease, with parent, or with cancel; call cancel when done, as with
 // context.WithCancel.
-func LeaseContext(parent context.Context, l core.Lease) (context.Context, context.CancelFunc) {
+func LeaseContext(parent context.Context, l Lease) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	go func() {
 		select {
@@ -29,31 +27,31 @@ func LeaseContext(parent context.Context, l core.Lease) (context.Context, contex
 }
 
 // Do acquires the lock, runs fn with the lease and with a context derived from ctx that is
-// canceled if the lease ends first (cause wrapping core.ErrLost when it is lost), and releases
+// canceled if the lease ends first (cause wrapping ErrLost when it is lost), and releases
 // the lease when fn returns, or panics (the panic then goes on). fn gets the very lease that is
 // held, so it can hand lease.Fence() to the resource it writes, which then rejects a stale
 // holder; it may also Extend it or ask Held, and should leave Release to Do (a Release by fn
 // makes Do's a no-op). If the acquire fails, Do returns its error and fn does not run.
 // Otherwise it returns fn's error as it is if the release succeeds, or else an error of one line,
 // fn's text then the release's after "; ", that both match with errors.Is (the release's wraps
-// core.ErrLost when fn ran partly unprotected). The lease is Do's: once
+// ErrLost when fn ran partly unprotected). The lease is Do's: once
 // Do returns it has ended (or, if its release failed, it is no longer refreshed and expires by
 // its TTL), so fn must not keep it for later use; its Fence is stale from then on. The release
 // is sent even when ctx has ended, bounded by the TTL and 10s.
 // Costs: those of Acquire and Release, and one goroutine while fn runs (LeaseContext's).
-func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lease core.Lease) error) error {
+func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lease Lease) error) error {
 	return m.sem.Do(ctx, 1, fn)
 }
 
 // Do takes n permits as one lease, runs fn with it as Mutex.Do does, and releases them. It
-// returns an error wrapping core.ErrInvalid, without running fn, when n is out of range.
-func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context, lease core.Lease) error) error {
-	return do(ctx, s.cfg.ttl, func() (core.Lease, error) { return s.Acquire(ctx, n) }, fn)
+// returns an error wrapping ErrInvalid, without running fn, when n is out of range.
+func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context, lease Lease) error) error {
+	return do(ctx, s.cfg.ttl, func() (Lease, error) { return s.Acquire(ctx, n) }, fn)
 }
 
 // do is Do for any acquire: it runs fn with the lease acquire returns and releases it, bounded
 // by ttl and 10s even when ctx has ended.
-func do(ctx context.Context, ttl time.Duration, acquire func() (core.Lease, error), fn func(ctx context.Context, lease core.Lease) error) (err error) {
+func do(ctx context.Context, ttl time.Duration, acquire func() (Lease, error), fn func(ctx context.Context, lease Lease) error) (err error) {
 	l, err := acquire()
 	if err != nil {
 		return err

@@ -1,5 +1,5 @@
 // Package primitives is Leasehold's portable layer: a Mutex and a weighted Semaphore over any
-// core.Store. It checks every argument before the store sees it, owns waiting (by notification
+// Store. It checks every argument before the store sees it, owns waiting (by notification
 // where the store offers it), keeps leases alive with a background refresh, and reports loss.
 //
 // A Mutex is a Semaphore of limit 1 on the same key model; a Semaphore's single- and
@@ -17,7 +17,7 @@
 // A lease is lost when a refresh, Extend, Held or Release finds the store no longer holds it
 // (Err says so: "the store no longer held it", or the store's own words), or when its deadline
 // passes without a successful refresh. In the second case Err names how many refreshes failed
-// in a row and the last one's error, which it wraps beside core.ErrLost:
+// in a row and the last one's error, which it wraps beside ErrLost:
 //
 //	leasehold: hold "job": lease lost: 3 refreshes failed, last: goredis: dial tcp 127.0.0.1:6379: connect: connection refused
 //
@@ -39,8 +39,8 @@
 //
 // Closing a Store does not release the leases it granted, and gives them no signal. A refreshed
 // lease finds out at its next refresh (within TTL/3 by default), or at an Extend, Held or
-// Release before that, and is then lost at once: Done closes, Err wraps core.ErrLost and
-// core.ErrClosed, OnLost runs. Until then Err returns nil. Under WithoutRefresh it is lost at one
+// Release before that, and is then lost at once: Done closes, Err wraps ErrLost and
+// ErrClosed, OnLost runs. Until then Err returns nil. Under WithoutRefresh it is lost at one
 // of those calls or at its deadline. The backend keeps the lease until it expires, so release
 // leases before closing their Store.
 //
@@ -55,7 +55,7 @@
 //		m, _ := primitives.NewMutex(memory.New(), "job", primitives.WithTTL(10*time.Second), primitives.WithoutRefresh())
 //		lease, _ := m.Acquire(context.Background())
 //		time.Sleep(10 * time.Second) // instant: the bubble's clock moves when all is blocked
-//		<-lease.Done()               // lost at its deadline; errors.Is(lease.Err(), core.ErrLost)
+//		<-lease.Done()               // lost at its deadline; errors.Is(lease.Err(), ErrLost)
 //	})
 //
 // Expiry in the store, the lease's deadline, refreshes (a refreshed lease lives through hours of

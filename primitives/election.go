@@ -38,9 +38,9 @@ type Leader struct {
 // NewElection returns an election on key. The options of a Mutex apply (WithTTL,
 // WithRefreshInterval, WithOnLost …); WithValue does not, as each Campaign names its own value.
 // Unless WithAcquireTimeout is given, Campaign waits until it leads or its ctx ends. It checks
-// its arguments and returns an error wrapping core.ErrInvalid that names the bad one; it does
+// its arguments and returns an error wrapping ErrInvalid that names the bad one; it does
 // not touch the store.
-func NewElection(store core.Store, key string, opts ...Option) (*Election, error) {
+func NewElection(store Store, key string, opts ...Option) (*Election, error) {
 	opts = append([]Option{WithAcquireTimeout(math.MaxInt64)}, opts...)
 	sem, err := newSemaphore(store, resource{kind: "election", key: key, limit: 1}, opts)
 	if err != nil {
@@ -57,9 +57,9 @@ func (el *Election) Key() string { return el.mutex.sem.key }
 // Campaign waits until the caller leads, and returns the leader's lease: its Value is value, its
 // Fence the term. The lease is refreshed in the background; Release resigns, and the next
 // campaigner (the first in line, on a store that keeps one) leads at once. value is at most
-// core.MaxValueLen bytes (otherwise an error wrapping core.ErrInvalid, and nothing is sent).
+// MaxValueLen bytes (otherwise an error wrapping ErrInvalid, and nothing is sent).
 // Errors and costs are those of Mutex.Acquire.
-func (el *Election) Campaign(ctx context.Context, value string) (core.Lease, error) {
+func (el *Election) Campaign(ctx context.Context, value string) (Lease, error) {
 	if err := checkValue(value); err != nil {
 		return nil, fmt.Errorf("leasehold: campaign %s: %w", quoteKey(el.Key()), err)
 	}
@@ -113,9 +113,9 @@ func (el *Election) observe(ctx context.Context, out chan<- Leader) {
 	if w != nil {
 		defer w.Close()
 	}
-	// Ten retry intervals, kept within core.MaxDuration: ten of the longest would overflow into
+	// Ten retry intervals, kept within MaxDuration: ten of the longest would overflow into
 	// a negative wait, and a read loop.
-	poll := 10 * min(el.mutex.sem.cfg.retryInterval, core.MaxDuration/10)
+	poll := 10 * min(el.mutex.sem.cfg.retryInterval, MaxDuration/10)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
@@ -134,7 +134,7 @@ func (el *Election) observe(ctx context.Context, out chan<- Leader) {
 				first, last = false, ld
 			}
 			if w != nil && w.Reliable() {
-				next = core.MaxDuration
+				next = MaxDuration
 			}
 			if ld != (Leader{}) {
 				next = min(next, ttl+time.Millisecond)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
-	"github.com/leasehold/leasehold/core"
 )
 
 // EventKind says what happened to a lease.
@@ -17,7 +15,7 @@ type EventKind int
 // no EventAcquired.)
 const (
 	EventAcquired  EventKind = iota + 1 // Acquire or TryAcquire got the lease (Wait says how long it took)
-	EventRefused                        // Acquire or TryAcquire gave up with core.ErrNotAcquired
+	EventRefused                        // Acquire or TryAcquire gave up with ErrNotAcquired
 	EventRefreshed                      // a background refresh extended the lease
 	EventLost                           // the lease was lost (Err says why)
 	EventReleased                       // the holder released the lease (Held says how long it was held)
@@ -59,7 +57,7 @@ type Event struct {
 	// Lease is the lease the event is about, the one the acquire returned; nil for EventWaiting,
 	// EventRefused and EventAcquireFailed. It stays the same value for every event of one lease,
 	// so a handler may key per-lease state by it.
-	Lease core.Lease
+	Lease Lease
 	// Context is the context of the call the event belongs to, for the values it carries (a
 	// trace's span, say): the ctx passed to Acquire or TryAcquire for the events of the acquire;
 	// the ctx passed to Release for EventReleased, EventReleaseFailed, and EventLost when

@@ -12,7 +12,7 @@ type Status struct {
 	// Limit is the limit of the Mutex (1) or Semaphore asking.
 	Limit int
 	// KeyLimit is the key's limit, that of its leases and waiters, as the store reports it: when
-	// it is not Limit, this Semaphore's acquires are refused with core.ErrLimitMismatch. It is 0,
+	// it is not Limit, this Semaphore's acquires are refused with ErrLimitMismatch. It is 0,
 	// or the limit of the key's latest grant, when nobody holds or waits for the key.
 	KeyLimit int
 	// InUse is the number of permits held by unexpired leases; Free is Limit − InUse, or 0 when

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
-
-	"github.com/leasehold/leasehold/core"
 )
 
 // quotedKeyLen is how many bytes of a key an error message quotes; a longer key is cut there.
@@ -25,17 +23,17 @@ func quoteKey(key string) string {
 	return fmt.Sprintf("%q… (%d bytes)", key[:cut], len(key))
 }
 
-// checkKey returns an error wrapping core.ErrInvalid unless 1 <= len(key) <= most.
+// checkKey returns an error wrapping ErrInvalid unless 1 <= len(key) <= most.
 func checkKey(key string, most int) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: key: must not be empty", core.ErrInvalid)
+		return fmt.Errorf("%w: key: must not be empty", ErrInvalid)
 	case len(key) > most:
-		if most == core.MaxKeyLen {
-			return fmt.Errorf("%w: key of %d bytes: must be at most %d (core.MaxKeyLen)", core.ErrInvalid, len(key), most)
+		if most == MaxKeyLen {
+			return fmt.Errorf("%w: key of %d bytes: must be at most %d (core.MaxKeyLen)", ErrInvalid, len(key), most)
 		}
 		return fmt.Errorf("%w: key of %d bytes: must be at most %d (core.MaxKeyLen less the %d bytes of a suffix it needs)",
-			core.ErrInvalid, len(key), most, core.MaxKeyLen-most)
+			ErrInvalid, len(key), most, MaxKeyLen-most)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 type leaseParams struct {
 	ctx    context.Context // the acquire's, without its cancellation, for events; nil without event handlers
-	store  core.Store
+	store  Store
 	key    string
 	holder string
 	// own says holder was drawn for this lease alone: no other lease, now or later, has it.
@@ -24,7 +24,7 @@ type leaseParams struct {
 	cfg     *config
 }
 
-// lease is the core.Lease the primitives return. One timer drives it: it fires at the next
+// lease is the Lease the primitives return. One timer drives it: it fires at the next
 // refresh or at the deadline, whichever comes first. A refresh runs on the timer's goroutine, so
 // a lease costs no goroutine between refreshes, and none at all once it ends; Release waits for
 // a refresh in flight, so nothing of the lease outlives it.
@@ -56,7 +56,7 @@ type lease struct {
 	// ended on the way), called before the deadline: a later Release that finds nothing held
 	// may find that release's work, and the critical section ended while the lease held.
 	unsure bool
-	// lost says why the lease was lost, wrapping core.ErrLost, with no operation or key: each
+	// lost says why the lease was lost, wrapping ErrLost, with no operation or key: each
 	// later call adds its own. err, what Err reports, is lost with the operation that found the
 	// loss and the key.
 	lost error
@@ -67,7 +67,7 @@ type lease struct {
 	lastFailure error
 }
 
-var _ core.Lease = (*lease)(nil)
+var _ Lease = (*lease)(nil)
 
 // drift is the allowance for the difference between the local clock and the store's: 1% of
 // the TTL for their rates, and 2ms for the store's millisecond resolution (Redis keeps expiries
@@ -224,7 +224,7 @@ func (l *lease) Release(ctx context.Context) error {
 
 	held, err := l.p.store.Release(ctx, core.ReleaseRequest{Key: l.p.key, Holder: l.p.holder, Fence: l.p.fence})
 
-	closed := err != nil && errors.Is(err, core.ErrClosed)
+	closed := err != nil && errors.Is(err, ErrClosed)
 	l.mu.Lock()
 	if err != nil && !closed && l.err == nil && !l.ended {
 		// Not released: the lease stays, unrefreshed, until its deadline; Release may be retried.
@@ -269,11 +269,11 @@ func (l *lease) Release(ctx context.Context) error {
 }
 
 // setLostLocked records that the operation op found the lease lost, for cause (which may wrap
-// core.ErrLost already). l.mu must be held.
+// ErrLost already). l.mu must be held.
 func (l *lease) setLostLocked(op string, cause error) {
 	l.lost = cause
-	if !errors.Is(cause, core.ErrLost) {
-		l.lost = fmt.Errorf("%w: %w", core.ErrLost, cause)
+	if !errors.Is(cause, ErrLost) {
+		l.lost = fmt.Errorf("%w: %w", ErrLost, cause)
 	}
 	l.err = fmt.Errorf("leasehold: %s %s: %w", op, quoteKey(l.p.key), l.lost)
 }
@@ -383,7 +383,7 @@ func (l *lease) tick() {
 			recovered = &refreshError{n: l.failures, last: l.lastFailure}
 			l.failures, l.lastFailure = 0, nil
 		}
-	case errors.Is(err, core.ErrLost), errors.Is(err, core.ErrClosed):
+	case errors.Is(err, ErrLost), errors.Is(err, ErrClosed):
 		notify = l.loseLocked("refresh", err)
 	default:
 		if !l.stopped { // not aborted by Release or StopRefresh
@@ -435,7 +435,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	case lost != nil:
 		return fail(lost)
 	case released:
-		return fail(fmt.Errorf("%w: the lease was released", core.ErrNotHeld))
+		return fail(fmt.Errorf("%w: the lease was released", ErrNotHeld))
 	}
 	select {
 	case extending <- struct{}{}:
@@ -449,21 +449,21 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		h(req)
 	}
 	if err == nil && res.Fence != l.p.fence {
-		err = fmt.Errorf("%w: the holder now holds a newer grant (fence %d)", core.ErrLost, res.Fence)
+		err = fmt.Errorf("%w: the holder now holds a newer grant (fence %d)", ErrLost, res.Fence)
 	}
 	// The reply is applied before extending is let go, so that a refresh sent after this
 	// call cannot have its deadline overwritten by this one's.
 	l.mu.Lock()
 	var notify func()
 	switch {
-	case err != nil && (errors.Is(err, core.ErrLost) || errors.Is(err, core.ErrClosed)):
+	case err != nil && (errors.Is(err, ErrLost) || errors.Is(err, ErrClosed)):
 		notify = l.loseLocked("extend", err)
 		if l.lost != nil {
 			err = l.lost
 		}
 	case err != nil:
 	case l.ended || l.released:
-		err = fmt.Errorf("%w: the lease ended during the extend", core.ErrNotHeld)
+		err = fmt.Errorf("%w: the lease ended during the extend", ErrNotHeld)
 	default:
 		l.deadline = start.Add(ttl - drift(ttl))
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
@@ -489,7 +489,7 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 	}
 	snap, err := l.p.store.Inspect(ctx, l.p.key)
 	if err != nil {
-		if errors.Is(err, core.ErrClosed) {
+		if errors.Is(err, ErrClosed) {
 			l.lose("held", err)
 		}
 		return false, fmt.Errorf("leasehold: held %s: %w", quoteKey(l.p.key), err)

@@ -2,8 +2,6 @@ package primitives
 
 import (
 	"context"
-
-	"github.com/leasehold/leasehold/core"
 )
 
 // Mutex is a distributed mutual-exclusion lock: a Semaphore of limit 1. At most one lease on its
@@ -15,8 +13,8 @@ type Mutex struct {
 }
 
 // NewMutex returns a Mutex on key. It checks its arguments and options and returns an error
-// wrapping core.ErrInvalid that names the bad one; it does not touch the store.
-func NewMutex(store core.Store, key string, opts ...Option) (*Mutex, error) {
+// wrapping ErrInvalid that names the bad one; it does not touch the store.
+func NewMutex(store Store, key string, opts ...Option) (*Mutex, error) {
 	s, err := newSemaphore(store, resource{kind: "mutex", key: key, limit: 1}, opts)
 	if err != nil {
 		return nil, err
@@ -28,13 +26,13 @@ func NewMutex(store core.Store, key string, opts ...Option) (*Mutex, error) {
 func (m *Mutex) Key() string { return m.sem.key }
 
 // Acquire takes the lock, waiting as Semaphore.Acquire does, with the same errors and costs.
-func (m *Mutex) Acquire(ctx context.Context) (core.Lease, error) { return m.sem.Acquire(ctx, 1) }
+func (m *Mutex) Acquire(ctx context.Context) (Lease, error) { return m.sem.Acquire(ctx, 1) }
 
 // TryAcquire makes exactly one attempt to take the lock: one store round trip. When it is held
-// it returns an error wrapping core.ErrNotAcquired.
-func (m *Mutex) TryAcquire(ctx context.Context) (core.Lease, error) { return m.sem.TryAcquire(ctx, 1) }
+// it returns an error wrapping ErrNotAcquired.
+func (m *Mutex) TryAcquire(ctx context.Context) (Lease, error) { return m.sem.TryAcquire(ctx, 1) }
 
 // Adopt takes over the lease holder holds on the key, as Semaphore.Adopt does.
-func (m *Mutex) Adopt(ctx context.Context, holder string) (core.Lease, error) {
+func (m *Mutex) Adopt(ctx context.Context, holder string) (Lease, error) {
 	return m.sem.Adopt(ctx, holder)
 }

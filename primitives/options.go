@@ -25,7 +25,7 @@ type config struct {
 	retryInterval   time.Duration
 	refreshInterval time.Duration // 0: TTL/3
 	noRefresh       bool          // WithoutRefresh was given: it wins over WithRefreshInterval
-	onLost          func(core.Lease, error)
+	onLost          func(Lease, error)
 	holder          string // "": a fresh random id per lease (WithHolder refuses "")
 	value           string // kept with every lease granted (WithValue)
 	events          []func(Event)
@@ -35,7 +35,7 @@ type config struct {
 
 // invalid records the option described by format as invalid, unless one was already.
 func (c *config) invalid(format string, args ...any) {
-	c.check(fmt.Errorf("%w: %s", core.ErrInvalid, fmt.Sprintf(format, args...)))
+	c.check(fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...)))
 }
 
 // check records err, if not nil, as the first invalid option, unless one was already.
@@ -45,25 +45,25 @@ func (c *config) check(err error) {
 	}
 }
 
-// checkTTL returns an error wrapping core.ErrInvalid unless MinTTL <= ttl <= core.MaxDuration.
+// checkTTL returns an error wrapping ErrInvalid unless MinTTL <= ttl <= MaxDuration.
 func checkTTL(ttl time.Duration) error {
 	switch {
 	case ttl < MinTTL:
-		return fmt.Errorf("%w: ttl %v: must be at least %v", core.ErrInvalid, ttl, MinTTL)
-	case ttl > core.MaxDuration:
-		return fmt.Errorf("%w: ttl %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, ttl, core.MaxDuration)
+		return fmt.Errorf("%w: ttl %v: must be at least %v", ErrInvalid, ttl, MinTTL)
+	case ttl > MaxDuration:
+		return fmt.Errorf("%w: ttl %v: must be at most %v (core.MaxDuration)", ErrInvalid, ttl, MaxDuration)
 	}
 	return nil
 }
 
-// checkInterval returns an error wrapping core.ErrInvalid, naming the interval, unless
-// 0 < d <= core.MaxDuration.
+// checkInterval returns an error wrapping ErrInvalid, naming the interval, unless
+// 0 < d <= MaxDuration.
 func checkInterval(name string, d time.Duration) error {
 	switch {
 	case d <= 0:
-		return fmt.Errorf("%w: %s %v: must be > 0", core.ErrInvalid, name, d)
-	case d > core.MaxDuration:
-		return fmt.Errorf("%w: %s %v: must be at most %v (core.MaxDuration)", core.ErrInvalid, name, d, core.MaxDuration)
+		return fmt.Errorf("%w: %s %v: must be > 0", ErrInvalid, name, d)
+	case d > MaxDuration:
+		return fmt.Errorf("%w: %s %v: must be at most %v (core.MaxDuration)", ErrInvalid, name, d, MaxDuration)
 	}
 	return nil
 }
@@ -73,7 +73,7 @@ func checkInterval(name string, d time.Duration) error {
 const MinTTL = 10 * time.Millisecond
 
 // WithTTL sets how long a lease lives without a refresh (default 10s). It must be at least
-// MinTTL (10ms) and at most core.MaxDuration (about 100 years).
+// MinTTL (10ms) and at most MaxDuration (about 100 years).
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) {
 		c.check(checkTTL(ttl))
@@ -82,9 +82,9 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // WithAcquireTimeout sets how long Acquire waits before giving up with ErrNotAcquired (default
-// 10s). The deadline of the ctx passed to Acquire applies as well. A d above core.MaxDuration
+// 10s). The deadline of the ctx passed to Acquire applies as well. A d above MaxDuration
 // (math.MaxInt64, say) means no acquire timeout: Acquire waits until it gets the lease, its
-// attempts run out, or ctx ends; a store is then told the caller waits at most core.MaxDuration.
+// attempts run out, or ctx ends; a store is then told the caller waits at most MaxDuration.
 func WithAcquireTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -112,7 +112,7 @@ func WithAttempts(n int) Option {
 // store while its subscription is down. With reliable notifications and unlimited attempts a
 // waiter tries only when woken by a release or when the store said the leases in its way
 // expire; under WithAttempts it tries at least once per retry interval on every store. It must
-// be at most core.MaxDuration.
+// be at most MaxDuration.
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) {
 		c.check(checkInterval("retry interval", d))
@@ -122,7 +122,7 @@ func WithRetryInterval(d time.Duration) Option {
 
 // WithRefreshInterval sets how often a held lease is refreshed (default TTL/3). It must be at
 // most half of the TTL less the drift allowance (1% + 2ms), so that a failed refresh has time
-// to be retried before the deadline, and at most core.MaxDuration.
+// to be retried before the deadline, and at most MaxDuration.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(c *config) {
 		c.check(checkInterval("refresh interval", d))
@@ -138,8 +138,8 @@ func WithoutRefresh() Option {
 }
 
 // WithOnLost sets a callback run once, on its own goroutine, when a lease is lost; err wraps
-// core.ErrLost and says why.
-func WithOnLost(f func(core.Lease, error)) Option {
+// ErrLost and says why.
+func WithOnLost(f func(Lease, error)) Option {
 	return func(c *config) { c.onLost = f }
 }
 
@@ -157,7 +157,7 @@ func WithHolder(id string) Option {
 
 // WithValue sets the value kept with every lease granted (core.AcquireRequest.Value): a short
 // label of who holds it, such as "host-a pid 4242", that Inspect reports beside the lease and
-// Lease.Value returns. It is at most core.MaxValueLen (1024) bytes; the default is "".
+// Lease.Value returns. It is at most MaxValueLen (1024) bytes; the default is "".
 func WithValue(v string) Option {
 	return func(c *config) {
 		c.check(checkValue(v))
@@ -165,10 +165,10 @@ func WithValue(v string) Option {
 	}
 }
 
-// checkValue returns an error wrapping core.ErrInvalid if v is longer than core.MaxValueLen.
+// checkValue returns an error wrapping ErrInvalid if v is longer than MaxValueLen.
 func checkValue(v string) error {
-	if len(v) > core.MaxValueLen {
-		return fmt.Errorf("%w: value of %d bytes: must be at most %d (core.MaxValueLen)", core.ErrInvalid, len(v), core.MaxValueLen)
+	if len(v) > MaxValueLen {
+		return fmt.Errorf("%w: value of %d bytes: must be at most %d (core.MaxValueLen)", ErrInvalid, len(v), MaxValueLen)
 	}
 	return nil
 }
@@ -192,7 +192,7 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if valid := c.ttl - drift(c.ttl); !c.noRefresh && c.refreshInterval > valid/2 {
 		return c, fmt.Errorf("%w: refresh interval %v: must be at most half the lease's validity (%v of ttl %v), so a failed refresh can be retried in time",
-			core.ErrInvalid, c.refreshInterval, valid, c.ttl)
+			ErrInvalid, c.refreshInterval, valid, c.ttl)
 	}
 	return c, nil
 }

@@ -48,9 +48,9 @@ const writerIntent = "\x00writer"
 
 // NewRWMutex returns a read-write lock on key. The options of a Mutex apply (WithTTL,
 // WithValue, WithAcquireTimeout …) to both kinds of lease. It checks its arguments and returns
-// an error wrapping core.ErrInvalid that names the bad one; it does not touch the store.
-func NewRWMutex(store core.Store, key string, opts ...Option) (*RWMutex, error) {
-	sem, err := newSemaphore(store, resource{kind: "rwmutex", key: key, limit: MaxReaders, maxKeyLen: core.MaxKeyLen - len(writerIntent)}, opts)
+// an error wrapping ErrInvalid that names the bad one; it does not touch the store.
+func NewRWMutex(store Store, key string, opts ...Option) (*RWMutex, error) {
+	sem, err := newSemaphore(store, resource{kind: "rwmutex", key: key, limit: MaxReaders, maxKeyLen: MaxKeyLen - len(writerIntent)}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (rw *RWMutex) Key() string { return rw.sem.key }
 // Acquire takes the write lease, waiting until no reader and no other writer holds the key, as
 // Semaphore.Acquire does (same errors; the acquire timeout applies to the whole wait). The
 // lease's Permits is MaxReaders.
-func (rw *RWMutex) Acquire(ctx context.Context) (core.Lease, error) {
+func (rw *RWMutex) Acquire(ctx context.Context) (Lease, error) {
 	if rw.intent == nil {
 		return rw.sem.Acquire(ctx, MaxReaders)
 	}
@@ -90,47 +90,47 @@ func (rw *RWMutex) Acquire(ctx context.Context) (core.Lease, error) {
 	defer releaseQuietly(ctx, intent, rw.sem.cfg.ttl)
 	inner := ctx
 	timeout := rw.sem.cfg.acquireTimeout
-	if timeout <= core.MaxDuration {
+	if timeout <= MaxDuration {
 		var cancel context.CancelFunc
 		inner, cancel = context.WithDeadline(ctx, begin.Add(timeout))
 		defer cancel()
 	}
 	l, err := rw.sem.Acquire(inner, MaxReaders)
 	if err != nil && ctx.Err() == nil && inner.Err() != nil {
-		return nil, fmt.Errorf("leasehold: acquire %s: %w: acquire timeout %v exceeded", quoteKey(rw.sem.key), core.ErrNotAcquired, timeout)
+		return nil, fmt.Errorf("leasehold: acquire %s: %w: acquire timeout %v exceeded", quoteKey(rw.sem.key), ErrNotAcquired, timeout)
 	}
 	return l, err
 }
 
 // TryAcquire makes one attempt to take the write lease: one store round trip (two on a store
 // without a line). When a reader or writer holds the key, or anyone waits for it, it returns an
-// error wrapping core.ErrNotAcquired.
-func (rw *RWMutex) TryAcquire(ctx context.Context) (core.Lease, error) {
+// error wrapping ErrNotAcquired.
+func (rw *RWMutex) TryAcquire(ctx context.Context) (Lease, error) {
 	// Without a line, a waiting writer is known by its intent alone: the readers' gate checks it.
 	return rw.readers.TryAcquire(ctx, MaxReaders)
 }
 
 // AcquireRead takes a read lease, waiting while a writer holds the key or waits for it, as
 // Semaphore.Acquire does. The lease's Permits is 1.
-func (rw *RWMutex) AcquireRead(ctx context.Context) (core.Lease, error) {
+func (rw *RWMutex) AcquireRead(ctx context.Context) (Lease, error) {
 	return rw.readers.Acquire(ctx, 1)
 }
 
 // TryAcquireRead makes one attempt to take a read lease: one store round trip (two on a store
 // without a line). When a writer holds the key or waits for it, it returns an error wrapping
-// core.ErrNotAcquired.
-func (rw *RWMutex) TryAcquireRead(ctx context.Context) (core.Lease, error) {
+// ErrNotAcquired.
+func (rw *RWMutex) TryAcquireRead(ctx context.Context) (Lease, error) {
 	return rw.readers.TryAcquire(ctx, 1)
 }
 
 // DoRead takes a read lease, runs fn with it as Mutex.Do does, and releases it.
-func (rw *RWMutex) DoRead(ctx context.Context, fn func(ctx context.Context, lease core.Lease) error) error {
+func (rw *RWMutex) DoRead(ctx context.Context, fn func(ctx context.Context, lease Lease) error) error {
 	return rw.readers.Do(ctx, 1, fn)
 }
 
 // Do takes the write lease, runs fn with it as Mutex.Do does, and releases it.
-func (rw *RWMutex) Do(ctx context.Context, fn func(ctx context.Context, lease core.Lease) error) error {
-	return do(ctx, rw.sem.cfg.ttl, func() (core.Lease, error) { return rw.Acquire(ctx) }, fn)
+func (rw *RWMutex) Do(ctx context.Context, fn func(ctx context.Context, lease Lease) error) error {
+	return do(ctx, rw.sem.cfg.ttl, func() (Lease, error) { return rw.Acquire(ctx) }, fn)
 }
 
 // RWStatus is what RWMutex.Inspect reports.
@@ -185,7 +185,7 @@ func (rw *RWMutex) writerWaits(ctx context.Context) (bool, time.Duration, error)
 
 // releaseQuietly releases l, bounded by ttl and 10s even when ctx has ended; a failure leaves
 // it to expire.
-func releaseQuietly(ctx context.Context, l core.Lease, ttl time.Duration) {
+func releaseQuietly(ctx context.Context, l Lease, ttl time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 10*time.Second))
 	defer cancel()
 	l.Release(rctx)

@@ -15,7 +15,7 @@ import (
 // 1 <= n <= Limit, as one lease. A Semaphore is safe for concurrent use; it holds no state of its
 // own between calls, so any number of them may exist for one key.
 type Semaphore struct {
-	store    core.Store
+	store    Store
 	notifier core.Notifier // nil when the store has no notifications
 	watcher  core.Watcher  // nil when the store cannot announce changes; waiters use it without a notifier
 	key      string
@@ -28,35 +28,35 @@ type Semaphore struct {
 }
 
 // NewSemaphore returns a Semaphore of limit permits on key, 1 <= limit <= core.MaxLimit. It
-// checks its arguments and options and returns an error wrapping core.ErrInvalid that names the
+// checks its arguments and options and returns an error wrapping ErrInvalid that names the
 // bad one; it does not touch the store.
-func NewSemaphore(store core.Store, key string, limit int, opts ...Option) (*Semaphore, error) {
+func NewSemaphore(store Store, key string, limit int, opts ...Option) (*Semaphore, error) {
 	return newSemaphore(store, resource{kind: "semaphore", key: key, limit: limit}, opts)
 }
 
 // resource is what a constructor was asked for: its kind (for messages), key and limit, and
-// the longest key it takes (core.MaxKeyLen when zero).
+// the longest key it takes (MaxKeyLen when zero).
 type resource struct {
 	kind, key string
 	limit     int
 	maxKeyLen int
 }
 
-func newSemaphore(store core.Store, r resource, opts []Option) (*Semaphore, error) {
+func newSemaphore(store Store, r resource, opts []Option) (*Semaphore, error) {
 	kind, key, limit := r.kind, r.key, r.limit
 	fail := func(err error) (*Semaphore, error) {
 		return nil, fmt.Errorf("leasehold: new %s %s: %w", kind, quoteKey(key), err)
 	}
-	keyErr := checkKey(key, cmp.Or(r.maxKeyLen, core.MaxKeyLen))
+	keyErr := checkKey(key, cmp.Or(r.maxKeyLen, MaxKeyLen))
 	switch {
 	case store == nil:
-		return fail(fmt.Errorf("%w: store: must not be nil", core.ErrInvalid))
+		return fail(fmt.Errorf("%w: store: must not be nil", ErrInvalid))
 	case keyErr != nil:
 		return fail(keyErr)
 	case limit < 1:
-		return fail(fmt.Errorf("%w: limit %d: must be >= 1", core.ErrInvalid, limit))
+		return fail(fmt.Errorf("%w: limit %d: must be >= 1", ErrInvalid, limit))
 	case limit > core.MaxLimit:
-		return fail(fmt.Errorf("%w: limit %d: must be at most %d (core.MaxLimit)", core.ErrInvalid, limit, core.MaxLimit))
+		return fail(fmt.Errorf("%w: limit %d: must be at most %d (core.MaxLimit)", ErrInvalid, limit, core.MaxLimit))
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -75,7 +75,7 @@ func (s *Semaphore) Key() string { return s.key }
 func (s *Semaphore) Limit() int { return s.limit }
 
 // Acquire takes n permits, waiting until they are free, the acquire timeout passes (an error
-// wrapping core.ErrNotAcquired), the attempts run out (likewise), or ctx ends (an error for which
+// wrapping ErrNotAcquired), the attempts run out (likewise), or ctx ends (an error for which
 // errors.Is(err, ctx.Err()) holds). On failure the caller holds nothing: a grant that may have
 // raced the end of ctx is released in the background — except under WithHolder, whose id may
 // name a lease held elsewhere, where such a grant is left to expire.
@@ -85,29 +85,29 @@ func (s *Semaphore) Limit() int { return s.limit }
 // whichever comes first. On a store without notifications that announces changes
 // (core.Watcher: Redlock), a wait that outlasts one retry interval watches the key instead and
 // is woken by any change of it; it tries once more at once after starting the watch. Cost: one store round trip per try; an uncontended acquire is one.
-func (s *Semaphore) Acquire(ctx context.Context, n int) (core.Lease, error) {
+func (s *Semaphore) Acquire(ctx context.Context, n int) (Lease, error) {
 	return s.acquire(ctx, n, s.cfg.attempts)
 }
 
 // TryAcquire makes exactly one attempt to take n permits: one store round trip. When they are
-// not free it returns an error wrapping core.ErrNotAcquired.
-func (s *Semaphore) TryAcquire(ctx context.Context, n int) (core.Lease, error) {
+// not free it returns an error wrapping ErrNotAcquired.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int) (Lease, error) {
 	return s.acquire(ctx, n, 1)
 }
 
 // Adopt takes over the lease that holder holds on the key, acquired elsewhere (another process,
 // or a lease handed over by id), by extending it: one store round trip. The returned lease is
 // refreshed and released like any other. If holder holds no lease on the key, Adopt returns an
-// error wrapping core.ErrNotHeld.
-func (s *Semaphore) Adopt(ctx context.Context, holder string) (core.Lease, error) {
+// error wrapping ErrNotHeld.
+func (s *Semaphore) Adopt(ctx context.Context, holder string) (Lease, error) {
 	if holder == "" {
-		return nil, fmt.Errorf("leasehold: adopt %s: %w: holder: must not be empty", quoteKey(s.key), core.ErrInvalid)
+		return nil, fmt.Errorf("leasehold: adopt %s: %w: holder: must not be empty", quoteKey(s.key), ErrInvalid)
 	}
 	start := time.Now()
 	res, err := s.store.Extend(ctx, core.ExtendRequest{Key: s.key, Holder: holder, TTL: s.cfg.ttl})
 	if err != nil {
-		if errors.Is(err, core.ErrLost) {
-			return nil, fmt.Errorf("leasehold: adopt %s: %w", quoteKey(s.key), core.ErrNotHeld)
+		if errors.Is(err, ErrLost) {
+			return nil, fmt.Errorf("leasehold: adopt %s: %w", quoteKey(s.key), ErrNotHeld)
 		}
 		return nil, fmt.Errorf("leasehold: adopt %s: %w", quoteKey(s.key), err)
 	}
@@ -116,9 +116,9 @@ func (s *Semaphore) Adopt(ctx context.Context, holder string) (core.Lease, error
 	return l, nil
 }
 
-func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, error) {
+func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (Lease, error) {
 	if n < 1 || n > s.limit {
-		return nil, fmt.Errorf("leasehold: acquire %s: %w: permits %d: must be in [1, %d]", quoteKey(s.key), core.ErrInvalid, n, s.limit)
+		return nil, fmt.Errorf("leasehold: acquire %s: %w: permits %d: must be in [1, %d]", quoteKey(s.key), ErrInvalid, n, s.limit)
 	}
 	holder := s.cfg.holder
 	if holder == "" {
@@ -129,11 +129,11 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 	a := acquisition{s: s, req: req, attempts: attempts, begin: time.Now()}
 	defer a.close()
 	waited := false
-	fail := func(err error) (core.Lease, error) {
+	fail := func(err error) (Lease, error) {
 		err = fmt.Errorf("leasehold: acquire %s: %w", quoteKey(s.key), err)
 		if len(s.cfg.events) > 0 {
 			kind := EventAcquireFailed
-			if errors.Is(err, core.ErrNotAcquired) {
+			if errors.Is(err, ErrNotAcquired) {
 				kind = EventRefused
 			}
 			s.cfg.emit(Event{Kind: kind, Key: s.key, Holder: holder, Permits: n, Wait: time.Since(a.begin), Err: err, Waited: waited, Context: ctx})
@@ -162,7 +162,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (core.Lease, e
 					if s.cfg.holder == "" { // a chosen id may name a lease held elsewhere: leave it be
 						a.abandon()
 					}
-					return fail(fmt.Errorf("%w: acquire timeout %v exceeded", core.ErrNotAcquired, s.cfg.acquireTimeout))
+					return fail(fmt.Errorf("%w: acquire timeout %v exceeded", ErrNotAcquired, s.cfg.acquireTimeout))
 				}
 				continue
 			}

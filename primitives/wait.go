@@ -45,7 +45,7 @@ func (a *acquisition) try(ctx context.Context) (core.AcquireResult, error) {
 	a.req.Wait = a.willWait(ctx)
 	res, err := a.s.store.Acquire(ctx, a.req)
 	if err != nil {
-		if a.s.cfg.holder == "" && !errors.Is(err, core.ErrLimitMismatch) {
+		if a.s.cfg.holder == "" && !errors.Is(err, ErrLimitMismatch) {
 			// The store may have granted the lease although the reply was lost (ctx ended, the
 			// connection broke): don't leave it to expire. A caller-chosen holder id may name a
 			// lease held elsewhere, so that one is left be. A limit mismatch changed nothing.
@@ -59,26 +59,26 @@ func (a *acquisition) try(ctx context.Context) (core.AcquireResult, error) {
 	return a.refused(res)
 }
 
-// refused returns the refusal res, or an error wrapping core.ErrNotAcquired when it was the
+// refused returns the refusal res, or an error wrapping ErrNotAcquired when it was the
 // last attempt.
 func (a *acquisition) refused(res core.AcquireResult) (core.AcquireResult, error) {
 	if a.attempts > 0 && a.tries >= a.attempts {
 		if a.attempts == 1 {
-			return res, fmt.Errorf("%w: busy", core.ErrNotAcquired)
+			return res, fmt.Errorf("%w: busy", ErrNotAcquired)
 		}
-		return res, fmt.Errorf("%w: %d attempts exhausted", core.ErrNotAcquired, a.attempts)
+		return res, fmt.Errorf("%w: %d attempts exhausted", ErrNotAcquired, a.attempts)
 	}
 	return res, nil
 }
 
 // willWait returns how long the caller would wait after the try about to be made, if refused:
 // zero for a last attempt, else what is left of the acquire timeout and of ctx, never more than
-// core.MaxDuration (the most a store is ever told).
+// MaxDuration (the most a store is ever told).
 func (a *acquisition) willWait(ctx context.Context) time.Duration {
 	if a.attempts > 0 && a.tries >= a.attempts {
 		return 0
 	}
-	d := core.MaxDuration
+	d := MaxDuration
 	if left, ok := a.timeoutLeft(); ok {
 		d = min(d, left)
 	}
@@ -89,10 +89,10 @@ func (a *acquisition) willWait(ctx context.Context) time.Duration {
 }
 
 // timeoutLeft returns what is left of the acquire timeout, or false when there is none
-// (WithAcquireTimeout above core.MaxDuration). It cannot overflow: the timeout is positive and
+// (WithAcquireTimeout above MaxDuration). It cannot overflow: the timeout is positive and
 // the time elapsed is not negative.
 func (a *acquisition) timeoutLeft() (time.Duration, bool) {
-	if a.s.cfg.acquireTimeout > core.MaxDuration {
+	if a.s.cfg.acquireTimeout > MaxDuration {
 		return 0, false
 	}
 	return a.s.cfg.acquireTimeout - time.Since(a.begin), true
@@ -145,7 +145,7 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 	switch {
 	case retryAfter <= 0:
 	case a.attempts == 0 && a.reliable(), retryAfter < d:
-		d = min(retryAfter, core.MaxDuration) // a store's RetryAfter is not ours to trust
+		d = min(retryAfter, MaxDuration) // a store's RetryAfter is not ours to trust
 	}
 	if a.retryTimer == nil {
 		a.retryTimer = time.NewTimer(d)
@@ -167,7 +167,7 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 	case <-a.retryTimer.C:
 		return nil
 	case <-timeout:
-		return fmt.Errorf("%w: acquire timeout %v exceeded", core.ErrNotAcquired, a.s.cfg.acquireTimeout)
+		return fmt.Errorf("%w: acquire timeout %v exceeded", ErrNotAcquired, a.s.cfg.acquireTimeout)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
