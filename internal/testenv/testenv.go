@@ -1,0 +1,33 @@
+// Package testenv holds the switches Leasehold's tests read from their environment.
+//
+// `go test ./...` runs every test at a length that keeps the whole suite within three minutes
+// on a 2-core machine; `go test -short ./...` skips the tests that start, stop, pause or
+// kill real servers, for the inner loop. LEASEHOLD_SOAK=1 runs the soak and differential
+// tests (load, long random histories) at their full length too; CI sets it.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// Soak reports whether LEASEHOLD_SOAK=1 asks for soak and differential tests at full length.
+func Soak() bool { return os.Getenv("LEASEHOLD_SOAK") == "1" }
+
+// Pick returns soak under LEASEHOLD_SOAK=1 and quick otherwise: the number of rounds,
+// histories or seconds a soak test runs.
+func Pick[T any](quick, soak T) T {
+	if Soak() {
+		return soak
+	}
+	return quick
+}
+
+// SkipShort skips t under -short, saying why: for tests that fault, pause or kill real
+// servers, or soak, which the inner loop leaves to `go test ./...`.
+func SkipShort(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: " + why)
+	}
+}
