@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/core"
 	leaseotel "github.com/leasehold/leasehold/otel"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -44,7 +43,7 @@ func ExampleNew() {
 
 	// The request's span, as an HTTP server's middleware would start it.
 	ctx, request := tp.Tracer("app").Start(context.Background(), "POST /invoices/1234/pay")
-	mu.Do(ctx, func(ctx context.Context, lease core.Lease) error {
+	mu.Do(ctx, func(ctx context.Context, lease primitives.Lease) error {
 		mu.TryAcquire(ctx) // refused: the mutex is held
 		return nil
 	})

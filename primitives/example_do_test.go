@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -49,8 +48,8 @@ func ExampleMutex_Do() {
 
 	var mondays uint64
 	for _, day := range []string{"monday", "tuesday"} {
-		err := mu.Do(ctx, func(ctx context.Context, lease core.Lease) error {
-			// ctx is canceled, with a cause wrapping core.ErrLost, if the lease is lost meanwhile;
+		err := mu.Do(ctx, func(ctx context.Context, lease primitives.Lease) error {
+			// ctx is canceled, with a cause wrapping primitives.ErrLost, if the lease is lost meanwhile;
 			// the fence protects the write that is already on its way when that happens.
 			if day == "monday" {
 				mondays = lease.Fence()

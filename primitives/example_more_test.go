@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -33,13 +32,13 @@ func ExampleNewRWMutex() {
 	r1, _ := rw.AcquireRead(ctx)
 	r2, _ := rw.AcquireRead(ctx) // readers share the key
 	_, err = rw.TryAcquire(ctx)
-	fmt.Println("writer while two read:", errors.Is(err, core.ErrNotAcquired))
+	fmt.Println("writer while two read:", errors.Is(err, primitives.ErrNotAcquired))
 
 	r1.Release(ctx)
 	r2.Release(ctx)
 	w, _ := rw.Acquire(ctx)
 	_, err = rw.TryAcquireRead(ctx)
-	fmt.Println("reader while one writes:", errors.Is(err, core.ErrNotAcquired))
+	fmt.Println("reader while one writes:", errors.Is(err, primitives.ErrNotAcquired))
 	w.Release(ctx)
 	// Output:
 	// writer while two read: true
@@ -83,13 +82,13 @@ func ExampleSemaphore_rollingLimitChange() {
 	old, _ := primitives.NewSemaphore(store, "gpu-pool", 2)
 	held, _ := old.Acquire(ctx, 1) // a process of the old release
 
-	acquire := func(limit int) (core.Lease, error) {
+	acquire := func(limit int) (primitives.Lease, error) {
 		sem, err := primitives.NewSemaphore(store, "gpu-pool", limit)
 		if err != nil {
 			return nil, err
 		}
 		lease, err := sem.Acquire(ctx, 1)
-		var lm *core.LimitMismatchError
+		var lm *primitives.LimitMismatchError
 		if errors.As(err, &lm) {
 			fmt.Printf("key held under limit %d; using it for now\n", lm.Held)
 			sem, _ = primitives.NewSemaphore(store, "gpu-pool", lm.Held)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -39,7 +38,7 @@ func ExampleMutex_TryAcquire() {
 	defer first.Release(ctx)
 
 	_, err := mu.TryAcquire(ctx)
-	fmt.Println(errors.Is(err, core.ErrNotAcquired))
+	fmt.Println(errors.Is(err, primitives.ErrNotAcquired))
 	// Output: true
 }
 
@@ -54,7 +53,7 @@ func ExampleNewSemaphore() {
 	defer training.Release(ctx)
 
 	_, err = gpus.TryAcquire(ctx, 2)
-	fmt.Println("two more:", errors.Is(err, core.ErrNotAcquired))
+	fmt.Println("two more:", errors.Is(err, primitives.ErrNotAcquired))
 	inference, _ := gpus.TryAcquire(ctx, 1)
 	defer inference.Release(ctx)
 	fmt.Println("one more:", inference.Permits())
@@ -86,10 +85,10 @@ func ExampleWithOnLost() {
 	lost := make(chan error, 1)
 	mu, _ := primitives.NewMutex(store, "leader",
 		primitives.WithTTL(50*time.Millisecond), primitives.WithoutRefresh(),
-		primitives.WithOnLost(func(l core.Lease, err error) { lost <- err }))
+		primitives.WithOnLost(func(l primitives.Lease, err error) { lost <- err }))
 	lease, _ := mu.Acquire(ctx)
 	<-lease.Done() // no refresh: the lease ends at its deadline
-	fmt.Println(errors.Is(<-lost, core.ErrLost), errors.Is(lease.Release(ctx), core.ErrLost))
+	fmt.Println(errors.Is(<-lost, primitives.ErrLost), errors.Is(lease.Release(ctx), primitives.ErrLost))
 	// Output: true true
 }
 
@@ -145,8 +144,8 @@ func Example_leaseHeld() {
 func ExampleSemaphore_Do() {
 	ctx := context.Background()
 	gpus, _ := primitives.NewSemaphore(memory.New(), "gpu-pool", 4)
-	err := gpus.Do(ctx, 3, func(ctx context.Context, lease core.Lease) error {
-		// ctx is canceled, with a cause wrapping core.ErrLost, if the lease is lost meanwhile.
+	err := gpus.Do(ctx, 3, func(ctx context.Context, lease primitives.Lease) error {
+		// ctx is canceled, with a cause wrapping primitives.ErrLost, if the lease is lost meanwhile.
 		fmt.Println("training on", lease.Permits(), "GPUs")
 		return nil
 	})

@@ -5,14 +5,13 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 	"github.com/leasehold/leasehold/redlock"
 )
 
 func ExampleNew() {
 	// Three independent stores; in production, three Redis servers through goredis or valkey.
-	store, err := redlock.New([]core.Store{memory.New(), memory.New(), memory.New()})
+	store, err := redlock.New([]primitives.Store{memory.New(), memory.New(), memory.New()})
 	if err != nil {
 		panic(err)
 	}
