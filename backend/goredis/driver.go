@@ -28,7 +28,7 @@ type driver struct {
 
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
 // refuses functions uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns by
-// ctx's deadline; see New for a ctx without one.
+// ctx's deadline; the package doc says how a call ends with a ctx without one.
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	if d.direct(ctx) {
 		// A reply that came after ctx ended is returned as it is: it says what the server did
@@ -53,7 +53,7 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) 
 }
 
 // direct says a call on ctx runs on the caller's goroutine: the client ends it by ctx's deadline
-// itself, or ctx has no deadline and the client's own timeouts end it (see New).
+// itself, or ctx has no deadline and the client's own timeouts end it (see the package doc).
 func (d *driver) direct(ctx context.Context) bool {
 	if d.honoursCtx || ctx.Done() == nil {
 		return true

@@ -31,7 +31,7 @@ type driver struct {
 // waiting for the same connection that dial's error: another caller's short deadline can fail a
 // call whose own ctx is fine, before anything was sent. Such a call is made again, up to
 // unsentRetries times in all. A call whose ctx can be canceled but has no deadline is sent with a
-// deadline that never comes, and ends defaultCancelGrace after ctx does (see New and graceCtx).
+// deadline that never comes, and ends defaultCancelGrace after ctx does (see graceCtx, and the package doc).
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	call := ctx
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
