@@ -15,10 +15,11 @@ import (
 // room for 2^32 grants after it.
 const maxFloor = math.MaxInt64 - 1<<32
 
-// Acquire implements core.Store.Acquire in one round trip: the key's row is locked, expired
-// leases purged, the line served, and the request granted or, refused, given its place in the
-// line when it will wait. A request whose limit is not the key's is refused first with a
-// *core.LimitMismatchError, and the statement writes nothing.
+// Acquire implements core.Store.Acquire in one statement (one round trip). A request refused with
+// req.Wait > 0 keeps a place in the key's FIFO line for req.Wait. A request whose limit is not the
+// key's is refused with a *core.LimitMismatchError and writes nothing. On error, a try that would
+// wait leaves its place (one statement, sent in the background) and is kept out of the line should
+// it arrive late.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, 0, 0)
 }
@@ -109,8 +110,8 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 	return core.ExtendResult{Permits: int(*permits), Fence: uint64(*fence), Limit: int(*limit), Value: string(value)}, nil
 }
 
-// Release implements core.Store.Release in one round trip; the permits it frees go to the head
-// of the line in the same transaction, and each grant is announced to its waiter's Store.
+// Release implements core.Store.Release in one statement (one round trip), which also grants the
+// freed permits to the head of the key's line and notifies each new holder's Store.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
@@ -125,10 +126,11 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 	return ok, nil
 }
 
-// Inspect implements core.Store.Inspect in one round trip, reading one snapshot of the key; its
+// Inspect implements core.Store.Inspect in one statement (one round trip) that changes nothing. Its
 // Limit is the key's (that of its leases, else of its line), or, for a key nobody holds or waits
-// for, that of its last grant while the key's row is kept, else 0. It first waits for the leaves of the key's line this Store's waiters have sent, so that a waiter
-// closed before Inspect is not listed.
+// for, that of its last grant while the key's row is kept, else 0. It first waits for the leaves of
+// the key's line this Store's waiters have sent, so that a waiter closed before Inspect is not
+// listed.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	if err := s.check(ctx); err != nil {
 		return core.Snapshot{}, err

@@ -69,11 +69,11 @@ func (l *listener) afterTry(t try, granted bool) (closed bool) {
 	return false
 }
 
-// Register implements core.Notifier. The waiter is woken when the line grants req.Holder a
-// lease on req.Key, announced on the Store's listening connection; it starts woken unless its
-// refused try named that connection, which has stayed up since and brought no grant for it
-// before Register. It does no I/O and ignores ctx: a caller whose ctx ended still gets the
-// Waiter whose Close takes its place out of the line.
+// Register implements core.Notifier. It does no I/O and ignores ctx: a caller whose ctx ended still
+// gets the Waiter whose Close takes its place out of the line. The Waiter is woken when the line
+// grants req.Holder a lease on req.Key, and is Reliable while the Store's listening connection is
+// up; it starts woken unless no grant can have gone unheard since the refused try. After Close of
+// the Store, Register fails with core.ErrClosed.
 func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	if s.closed.Load() {
 		return nil, core.ErrClosed

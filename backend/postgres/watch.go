@@ -36,11 +36,12 @@ func (w *watch) wake() {
 	}
 }
 
-// Watch implements core.Watcher. The key's changes are announced (NOTIFY) on one channel shared
-// by every Store with this prefix, and only while the key is marked watched: Watch marks it for
-// 30 s (one round trip, when the Store does not watch the key already) and the Store renews the
-// mark every 10 s while it has watches on the key, so a key nobody watches costs its operations
-// nothing. The Watch starts with a value in C.
+// Watch implements core.Watcher. It costs one round trip when the Store does not watch the key
+// already, to mark the key watched for 30 s (the Store renews the mark every 10 s while it has
+// watches on the key); a key nobody watches costs its operations nothing. The Watch starts with a
+// value in C and is Reliable while the listening connection is up and the mark renewed; its Close
+// does no I/O. After Close of the Store, or once ctx has ended, Watch fails with core.ErrClosed or
+// ctx's error.
 func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
