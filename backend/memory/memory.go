@@ -330,8 +330,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	return snap, nil
 }
 
-// Close closes the store: every later operation returns an error wrapping core.ErrClosed, and
-// every waiter and watch is woken so that it finds out. Leases are not released. Close is idempotent.
+// Close closes the store: every later operation returns an error wrapping core.ErrClosed, and every
+// waiter and watch is woken so that it finds out. Leases are not released. Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

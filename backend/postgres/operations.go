@@ -24,8 +24,8 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	return s.acquire(ctx, req, 0, 0)
 }
 
-// AcquireAbove implements core.FenceRaiser: Acquire where a new grant's fence is at least floor.
-// A floor above 2^63 − 2^32 − 1 (fences live in a bigint) is core.ErrInvalid, and changes nothing.
+// AcquireAbove implements core.FenceRaiser: Acquire where a new grant's fence is at least floor. A
+// floor above 2^63 − 2^32 − 1 (fences live in a bigint) is core.ErrInvalid, and changes nothing.
 func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, floor, 0)
 }

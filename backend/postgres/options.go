@@ -30,9 +30,9 @@ func newOptions(opts []Option) (options, error) {
 	return o, nil
 }
 
-// WithSchema puts the Store's tables and functions in schema (default "public"), which must
-// exist: a name of at most 63 bytes without '$' or NUL. PostgreSQL 15 and later let only a schema's owner create in public by default: a role
-// without that right names a schema it may create in.
+// WithSchema puts the Store's tables and functions in schema (default "public"), which must exist:
+// a name of at most 63 bytes without '$' or NUL. PostgreSQL 15 and later let only a schema's owner
+// create in public by default: a role without that right names a schema it may create in.
 func WithSchema(schema string) Option {
 	return func(o *options) error {
 		// The name is quoted wherever it is used, but it also appears inside the functions'

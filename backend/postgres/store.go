@@ -43,10 +43,11 @@ var (
 	_ core.FenceRaiser = (*Store)(nil)
 )
 
-// New returns a Store over pool. It creates the Store's tables and functions when they are
-// missing or of another version (idempotently; unless WithoutSetup), which needs the right to
-// create in the schema; then it opens the listening connection, and waits up to five seconds
-// for it to be up or to have failed (until it is up, waiters poll). Close stops what the Store started and leaves the pool
+// New returns a Store over pool. Unless WithoutSetup, it first creates the Store's tables and
+// functions when they are missing or of another version (idempotently, in one transaction), which
+// needs the right to create in the schema; a failure there is returned with nothing started. It
+// then opens the listening connection and waits up to five seconds for it to be up or to have
+// failed (until it is up, waiters poll). Close stops what the Store started and leaves the pool
 // open.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
