@@ -22,15 +22,15 @@
 //
 // A key of limit core.MaxLimit is shared-exclusive, as a read-write lock's is: a lease of one
 // permit (a reader) or of all of them (a writer) needs a majority, so a writer excludes readers and
-// writers with a majority of nodes up; the count of readers is bounded per node, not across them; a
+// writers with a majority of nodes up. The count of readers is bounded per node, not across them. A
 // lease of other sizes on such a key is refused (core.ErrInvalid). QuorumFor tells the number for a
 // lease.
 //
-// Fences strictly increase across successive grants on a key although each node counts on its own:
-// two majorities share a node, and after a quorum grants, the nodes that granted a lower fence are
-// raised to the highest (a second round, only when they differ; nodes whose counters are in step,
-// as the last raise left them, make it unnecessary), so the shared node carries the order to the
-// next grant.
+// Fences strictly increase across successive grants on a key although each node counts on its own.
+// Two majorities share a node, and after a quorum grants, the nodes that granted a lower fence are
+// raised to the highest, so the shared node carries the order to the next grant. The raise is a
+// second round, only when the fences differ; nodes whose counters are in step, as the last raise
+// left them, seldom do.
 //
 // Redlock assumes clocks that advance at about the same rate (the drift allowance) and nodes that
 // keep their data; a node that restarts empty weakens the majority until its leases would have

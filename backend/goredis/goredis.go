@@ -24,9 +24,9 @@
 //
 // # What a key leaves behind
 //
-// A key nobody holds, waits for or watches leaves no Redis key after its last release, unless a
-// Redlock node raised its fence above the server's clock, and then only until the clock passes it;
-// one whose holders and waiters died goes after a bound set by their TTLs, not by their waits.
+// A key nobody holds, waits for or watches leaves no Redis key after its last release. A fence that
+// a Redlock node raised above the server's clock keeps it until the clock passes that fence. A key
+// whose holders and waiters died goes after a bound set by their TTLs, not by their waits;
 // docs/redis-keys.md gives the bounds and the figures. The scripts, the key layout and the wake-ups
 // are those of package valkey too, so Stores of both drivers on one server exclude and wake each
 // other.
@@ -125,8 +125,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 }
 
 // Acquire implements core.Store.Acquire in one script call. A request refused with req.Wait > 0
-// keeps a place in the key's FIFO line for req.Wait; the next Acquire takes the grant the line made
-// it, with no round trip when its holder id is unshared and it waited under half its TTL
+// keeps a place in the key's FIFO line for req.Wait. The next Acquire takes the grant the line made
+// it: with no round trip when its holder id is unshared and it waited under half its TTL
 // (AcquireResult.TTL then says what is left).
 //
 // On error the try leaves nothing behind: when it would wait, or its holder id is unshared and ctx

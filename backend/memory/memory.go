@@ -27,10 +27,10 @@ import (
 // Store is an in-memory core.Store, core.Notifier, core.Watcher and core.FenceRaiser. Make one with
 // New.
 //
-// A key nobody holds or waits for is dropped at its last release or leave (a key whose last lease
-// expired unreleased, at its next use), so per-entity keys leave nothing behind; the store keeps
-// one number, the highest fence of the keys it dropped, above which every new key's fences start,
-// so a key's fences keep increasing across its lives even if the clock steps back.
+// A key nobody holds or waits for is dropped at its last release or leave, or, when its last lease
+// expired unreleased, at its next use: per-entity keys leave nothing behind. The store keeps one
+// number, the highest fence of the keys it dropped, above which every new key's fences start, so a
+// key's fences keep increasing across its lives even if the clock steps back.
 type Store struct {
 	clock core.Clock
 
