@@ -29,8 +29,8 @@
 // Fences strictly increase across successive grants on a key although each node counts on its own.
 // Two majorities share a node, and after a quorum grants, the nodes that granted a lower fence are
 // raised to the highest, so the shared node carries the order to the next grant. The raise is a
-// second round, only when the fences differ; nodes whose counters are in step, as the last raise
-// left them, seldom do.
+// second round, made only when the fences differ, which is rare: the last raise left the nodes'
+// counters in step.
 //
 // Redlock assumes clocks that advance at about the same rate (the drift allowance) and nodes that
 // keep their data; a node that restarts empty weakens the majority until its leases would have
