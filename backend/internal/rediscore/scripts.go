@@ -10,9 +10,9 @@ import (
 
 var (
 	//go:embed common.lua
-	prelude string
+	commonPrelude string
 	//go:embed line.lua
-	line string
+	commonLine string
 	//go:embed acquire.lua
 	acquireBody string
 	//go:embed extend.lua
@@ -31,7 +31,7 @@ var (
 
 // common is the Lua every script shares: the prelude (the layout, a call's state, the lease
 // hash's codec) and the line (its places, grants and serving, and settle, a writing call's end).
-var common = prelude + "\n" + line
+var common = commonPrelude + "\n" + commonLine
 
 // Script names one of the scripts a Client runs: an index into Sources and functionNames.
 type Script int
