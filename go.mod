@@ -1,6 +1,8 @@
 module github.com/leasehold/leasehold
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0

@@ -16,10 +16,11 @@ const wakeTimeout = 2 * time.Second
 // Run runs the whole conformance suite against the backend h connects to, as subtests of t.
 //
 // The optional capabilities are checked when the Store has them: core.FenceRaiser's and
-// core.Watcher's tests are skipped without them (only a Redlock node needs it), and fail a Store that has one of its
-// methods but not the interface (a wrapper that forgot the other). A Store without core.Notifier fails the
-// notification tests with a message saying so, unless Run is told WithoutNotifier: a wrapper
-// that forgets to forward Register would otherwise leave every waiter polling unnoticed.
+// core.Watcher's tests are skipped without them (only a Redlock node needs it), and fail a Store
+// that has one of its methods but not the interface (a wrapper that forgot the other). A Store
+// without core.Notifier fails the notification tests with a message saying so, unless Run is told
+// WithoutNotifier: a wrapper that forgets to forward Register would otherwise leave every waiter
+// polling unnoticed.
 func Run(t *testing.T, h Harness, opts ...Option) {
 	t.Helper()
 	s := &suite{h: h, manual: h.Advance(0)}

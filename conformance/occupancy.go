@@ -7,19 +7,18 @@ import (
 )
 
 // Occupancy checks exclusion from outside a lock: callers that hold the lock enter it with the
-// permits they hold and leave when they let go, and it keeps the most that were ever inside at
-// once and each entry that took the count past a limit. The suite's stress test uses one; so can
-// any test that wants to know whether a Mutex or Semaphore let too many in.
+// permits they hold and leave when they let go, and it keeps the most that were ever inside at once
+// and each entry that took the count past a limit. The suite's stress test uses one; so can any
+// test that wants to know whether a Mutex or Semaphore let too many in. A holder must enter only
+// once it holds the lock and leave before it releases, or the count includes time it was not
+// inside.
 //
-// The count is one atomic counter and the peak is raised by compare-and-swap, so an entry is
-// never lost to a concurrent one and the peak is exactly the highest count reached. A holder
-// must enter only once it holds the lock and leave before it releases, or the count includes
-// time it was not inside.
-//
-// The zero value is ready to use and has no limit: it keeps the peak and records no
-// violations. An Occupancy is safe for concurrent use and must not be copied after first use.
+// The zero value is ready to use and has no limit: it keeps the peak and records no violations. An
+// Occupancy is safe for concurrent use and must not be copied after first use.
 type Occupancy struct {
-	limit      int64 // 0: none
+	limit int64 // 0: none
+	// inside is the count, one atomic counter, and peak is raised by compare-and-swap, so an
+	// entry is never lost to a concurrent one and the peak is exactly the highest count reached.
 	inside     atomic.Int64
 	peak       atomic.Int64
 	mu         sync.Mutex

@@ -43,15 +43,14 @@ type Lease interface {
 	// ErrLost once it has been lost (and ErrClosed too when the loss was the Store's closing).
 	// It is the lease's local knowledge and costs nothing; Held asks the store.
 	Err() error
-	// Release ends the lease and frees its permits. The first call that reaches the store
-	// releases; later calls return nil. If the lease had been lost (before or during this call),
-	// Release returns an error wrapping ErrLost, so the caller learns its critical section ran
-	// unprotected. If the store cannot be reached (or ctx ends first), Release returns that
-	// error and the lease stays, no longer refreshed, until its deadline: call Release again to
-	// retry (a retry that finds the lease gone reports it released, as the failed call may have
-	// released it and lost the reply) — except when the Store was closed: then the lease is lost
-	// at once and Release returns an error wrapping ErrLost and ErrClosed. It costs one store
-	// round trip.
+	// Release ends the lease and frees its permits: one store round trip. The first call that
+	// reaches the store releases; later calls return nil. If the lease had been lost, before or
+	// during the call, Release returns an error wrapping ErrLost: the critical section ran
+	// unprotected. If the store cannot be reached, or ctx ends first, Release returns that error
+	// and the lease stays, no longer refreshed, until its deadline; call Release again to retry (a
+	// retry that finds the lease gone reports it released: the failed call may have released it and
+	// lost the reply). If the Store was closed, the lease is lost at once and Release returns an
+	// error wrapping ErrLost and ErrClosed.
 	Release(ctx context.Context) error
 	// StopRefresh stops the background refresh. The lease stays valid until its deadline, and is
 	// reported lost then unless released before.
@@ -65,10 +64,10 @@ type Lease interface {
 	// store after it, in which case Deadline reports the refresh's.
 	Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 	// Held asks the store whether it still holds this lease (this holder, this fence): one round
-	// trip, for code that wants certainty before a side effect. Err is the cheap local answer.
-	// When the store does not hold it and it was not released, the lease is lost at once (Done
-	// closes, Err wraps ErrLost, the primitives' OnLost runs) and Held returns false, nil; when the Store was
-	// closed, the lease is lost likewise and Held returns an error wrapping ErrClosed. Held of a
-	// released lease returns false, nil and sends nothing.
+	// trip, for code that wants certainty before a side effect; Err is the cheap local answer. When
+	// the store does not hold it and it was not released, the lease is lost at once (Done closes,
+	// Err wraps ErrLost, the primitives' OnLost runs) and Held returns false, nil; when the Store
+	// was closed, the lease is lost likewise and Held returns an error wrapping ErrClosed. Held of
+	// a released lease returns false, nil and sends nothing.
 	Held(ctx context.Context) (bool, error)
 }

@@ -30,23 +30,24 @@ const MaxValueLen = 1024
 // len(key) <= MaxKeyLen.
 const MaxKeyLen = 1024
 
-// Store is the driver contract: the atomic operations every storage backend supplies. The
-// portable layer (package primitives) checks every argument before calling a Store, so a driver
-// may assume valid input: a non-empty key of at most MaxKeyLen bytes, a non-empty holder, 1 <= Permits <= Limit <= MaxLimit,
-// 1ms <= TTL <= MaxDuration, 0 <= Wait <= MaxDuration, and len(Value) <= MaxValueLen.
+// Store is the driver contract: the atomic operations every storage backend supplies. The portable
+// layer (package primitives) checks every argument before calling a Store, so a driver may assume
+// valid input: a non-empty key of at most MaxKeyLen bytes, a non-empty holder, 1 <= Permits <=
+// Limit <= MaxLimit, 1ms <= TTL <= MaxDuration, 0 <= Wait <= MaxDuration, and len(Value) <=
+// MaxValueLen.
 //
 // The model is a key with a limit of permits. A grant is a lease: (key, holder, permits, fence,
-// expiry, value). Expiry is decided by the store's own clock, never the caller's; a lease with expiry E
-// is held while the store's time is before E, and expired leases free their permits without any
-// action of their holder. Each operation is atomic with respect to every other operation on the
-// same key, from this or any other process sharing the backend.
+// expiry, value). Expiry is decided by the store's own clock, never the caller's; a lease with
+// expiry E is held while the store's time is before E, and expired leases free their permits
+// without any action of their holder. Each operation is atomic with respect to every other
+// operation on the same key, from this or any other process sharing the backend.
 //
 // Errors: an operation that fails for a reason other than the ones documented below returns an
-// error describing it (a network error, say); if ctx ended, the error satisfies
-// errors.Is(err, ctx.Err()). After Close, operations return an error wrapping ErrClosed.
+// error describing it (a network error, say); if ctx ended, the error satisfies errors.Is(err,
+// ctx.Err()). After Close, operations return an error wrapping ErrClosed.
 //
-// Implementations must be safe for concurrent use. Package conformance defines a correct Store
-// by test: a driver proves itself with one conformance.Run call.
+// Implementations must be safe for concurrent use. Package conformance defines a correct Store by
+// test: a driver proves itself with one conformance.Run call.
 type Store interface {
 	// Acquire grants the request if the holder already holds a lease on the key, or if the
 	// permits held by unexpired leases plus req.Permits fit in req.Limit; otherwise it refuses
@@ -73,8 +74,8 @@ type Store interface {
 	// A release (or expiry, or a waiter leaving) may grant the head its lease before it asks
 	// again, and wake its Waiter; the waiter's next Acquire takes that grant (idempotently, as
 	// above: same fence, expiry now+TTL), or returns it without a round trip, with
-	// AcquireResult.TTL saying how long it has left. A waiter that stops waiting closes its Waiter, which
-	// takes it out of the line and passes on a grant it has not taken.
+	// AcquireResult.TTL saying how long it has left. A waiter that stops waiting closes its
+	// Waiter, which takes it out of the line and passes on a grant it has not taken.
 	//
 	// Three duties of a store with a line that the rest of this contract implies:
 	//   - A request with Wait > 0 that returns an error (its ctx ended, its connection broke)

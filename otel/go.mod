@@ -1,6 +1,8 @@
 module github.com/leasehold/leasehold/otel
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 // The replace builds against the Leasehold beside it; it applies only here, not to users. No
 // version of Leasehold is tagged yet: before tagging this module (otel/vX.Y.Z), require the tagged

@@ -26,19 +26,20 @@ func LeaseContext(parent context.Context, l Lease) (context.Context, context.Can
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// Do acquires the lock, runs fn with the lease and with a context derived from ctx that is
-// canceled if the lease ends first (cause wrapping ErrLost when it is lost), and releases
-// the lease when fn returns, or panics (the panic then goes on). fn gets the very lease that is
-// held, so it can hand lease.Fence() to the resource it writes, which then rejects a stale
-// holder; it may also Extend it or ask Held, and should leave Release to Do (a Release by fn
-// makes Do's a no-op). If the acquire fails, Do returns its error and fn does not run.
-// Otherwise it returns fn's error as it is if the release succeeds, or else an error of one line,
-// fn's text then the release's after "; ", that both match with errors.Is (the release's wraps
-// ErrLost when fn ran partly unprotected). The lease is Do's: once
-// Do returns it has ended (or, if its release failed, it is no longer refreshed and expires by
-// its TTL), so fn must not keep it for later use; its Fence is stale from then on. The release
-// is sent even when ctx has ended, bounded by the TTL and 10s.
-// Costs: those of Acquire and Release, and one goroutine while fn runs (LeaseContext's).
+// Do acquires the lock, runs fn with the lease and with a context derived from ctx that is canceled
+// if the lease ends first (with a cause wrapping ErrLost when it is lost), and releases the lease
+// when fn returns or panics (the panic then goes on). If the acquire fails, Do returns its error
+// and fn does not run. Otherwise it returns fn's error as it is when the release succeeds, else one
+// error of both, fn's text then the release's after "; ", that matches each with errors.Is (the
+// release's wraps ErrLost when fn ran partly unprotected).
+//
+// Once Do returns, the lease has ended (or, if its release failed, expires by its TTL,
+// unrefreshed): fn must not keep it, and its Fence is stale. The release is sent even when ctx has
+// ended, bounded by the TTL and 10s. Costs: those of Acquire and Release, and one goroutine while
+// fn runs.
+//
+// fn may hand lease.Fence() to the resource it writes, which then rejects a stale holder, Extend
+// the lease or ask Held; it should leave Release to Do (a Release by fn makes Do's a no-op).
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, lease Lease) error) error {
 	return m.sem.Do(ctx, 1, fn)
 }

@@ -26,8 +26,8 @@ type Status struct {
 	Waiters []core.WaiterInfo
 }
 
-// Inspect reports who holds the key and who waits for it: one store round trip that changes nothing (a key never
-// used reports no leases and creates nothing). Expired leases never appear.
+// Inspect reports who holds the key and who waits for it: one store round trip that changes nothing
+// (a key never used reports no leases and creates nothing). Expired leases never appear.
 func (s *Semaphore) Inspect(ctx context.Context) (Status, error) {
 	snap, err := s.store.Inspect(ctx, s.key)
 	if err != nil {

@@ -77,14 +77,14 @@ func (s *Semaphore) Limit() int { return s.limit }
 // Acquire takes n permits, waiting until they are free, the acquire timeout passes (an error
 // wrapping ErrNotAcquired), the attempts run out (likewise), or ctx ends (an error for which
 // errors.Is(err, ctx.Err()) holds). On failure the caller holds nothing: a grant that may have
-// raced the end of ctx is released in the background — except under WithHolder, whose id may
-// name a lease held elsewhere, where such a grant is left to expire.
+// raced the end of ctx is released in the background, except under WithHolder, whose id may name a
+// lease held elsewhere, where such a grant is left to expire. Cost: one store round trip per try;
+// an uncontended acquire is one.
 //
-// While it waits, it is woken by a release notification (one waiter per freed permit in this
-// process), by the time the store says the current leases expire, or by the retry interval,
-// whichever comes first. On a store without notifications that announces changes
-// (core.Watcher: Redlock), a wait that outlasts one retry interval watches the key instead and
-// is woken by any change of it; it tries once more at once after starting the watch. Cost: one store round trip per try; an uncontended acquire is one.
+// A waiter tries again when a release notification wakes it, when the store says the leases in its
+// way expire, or after the retry interval, whichever comes first. On a store without notifications
+// that announces changes (core.Watcher: Redlock), a wait that outlasts one retry interval watches
+// the key and tries again on each change.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (Lease, error) {
 	return s.acquire(ctx, n, s.cfg.attempts)
 }

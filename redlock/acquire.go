@@ -11,43 +11,18 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// Acquire implements core.Store.Acquire: granted when a quorum (QuorumFor(req.Permits, req.Limit): a majority
-// for a mutex) grants with validity left, with the highest fence among them (the lower ones
-// raised to it in a second round, which nodes whose counters are in step make unnecessary).
-// It returns as soon as the answers decide: a quorum granted, or so many refused or failed that
-// a quorum can no longer grant; a hung node costs nothing while the others decide.
+// Acquire implements core.Store.Acquire: it grants when QuorumFor(req.Permits, req.Limit) nodes (a
+// majority, for a mutex) grant with validity left, at the highest fence among them. It costs one
+// round trip to every node in parallel, returning at the latency of the quorum-th fastest node
+// (bounded by the node timeout), and a second round when the granting nodes' fences differ.
 //
-// Cost: one round trip to every node, in parallel (the latency of the quorum-th fastest node,
-// bounded by the node timeout); two when the granting nodes' fences differ. On refusal whatever
-// was granted is released, each node at the fence it granted, before Acquire returns, and the refusal's RetryAfter is when, by the refusing nodes' word, a
-// quorum would have room. When so many nodes fail that a quorum could not grant whatever the
-// others answered, it returns their errors joined; when refusals and failures together decide
-// it, it is a refusal (a node down does not turn a busy key into an error).
-//
-// Waiting: every try goes to the nodes with Wait = 0, so no node keeps a place in its line for a
-// Redlock caller (nodes' lines, each in its own arrival order, would grant freed permits to
-// different waiters, none of which reached a quorum), and a caller that wins leaves no place
-// behind. Redlock is no core.Notifier: its waiters (in package primitives) watch the key on
-// every node (see Watch) and try again on each change, or at their retry interval when the
-// watch is not reliable.
-//
-// Stragglers: a node that answers after the outcome is decided is settled in the background: a
-// grant at another fence than the lease's (or any grant, after a refusal) is released at the
-// fence it was granted; a node that failed after a refusal is released at any fence (it may have
-// granted unseen). Each such call ends within the node timeout, and its release within one more.
-//
-// Limits: a node that holds the key under another limit than req.Limit refuses it with an
-// error wrapping core.ErrLimitMismatch, and counts as a refusal. When so many nodes refuse so
-// that no quorum can grant under req.Limit while their leases last, the acquire fails with
-// that error; the other nodes' grants are given back, each at its fence, so a lease the holder
-// already had survives on the nodes that refused and ends on those that granted (renewed it),
-// as below. Fewer such nodes hold stray leases (left by a failed acquire), which no quorum
-// holds: the other nodes decide, as they would if those nodes answered late.
-//
-// A failed acquire releases req.Holder on the nodes that granted or failed: a caller-chosen
-// holder id that already held the lease loses it. A late release of a failed try can race a
-// retry of the same holder on a node that answers slowly; the retry's lease then holds one node
-// fewer until its next acquire.
+// A refusal releases what nodes granted before Acquire returns, keeps no place in any node's line,
+// and says in RetryAfter when, by the refusing nodes, a quorum would have room. Acquire returns the
+// nodes' errors joined only when failures alone leave no quorum, and an error wrapping
+// core.ErrLimitMismatch when enough nodes hold the key under another limit; failures and refusals
+// that together decide are a refusal. A refused or failed acquire releases req.Holder on the nodes
+// that granted or failed: a caller-chosen holder id that held the lease loses it there. The package
+// doc says how stragglers are settled.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	if req.Limit == core.MaxLimit && req.Permits > 1 && req.Permits < req.Limit {
 		return core.AcquireResult{}, fmt.Errorf("%w: redlock: permits %d on a key of limit core.MaxLimit, which is shared-exclusive: ask for 1 or all", core.ErrInvalid, req.Permits)

@@ -11,14 +11,12 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// Extend implements core.Store.Extend: the lease is kept when a quorum (for the key's limit)
-// extends it at one fence with validity left, and Extend reports that fence. A node that holds
-// the holder at another fence (a grant from its line, say) does not extend this lease: that
-// node-local lease is released, at its fence, in the background. Extend returns as soon as the
-// answers decide; stragglers at another fence are released as they answer. When a quorum can
-// no longer be had because nodes say the lease is gone (or hold another), it returns an error
-// wrapping core.ErrLost; when nodes fail otherwise, their errors joined. Cost: one round trip
-// to every node in parallel, the latency of the quorum-th fastest.
+// Extend implements core.Store.Extend: the lease is kept, at the fence Extend reports, when a
+// quorum for the key's limit extends it at one fence with validity left. When nodes saying the
+// lease is gone (or holding another) leave no quorum, it returns an error wrapping core.ErrLost;
+// when failures do, the nodes' errors joined. A node that holds the holder at another fence has
+// that node-local lease released in the background. Cost: one round trip to every node in parallel,
+// at the latency of the quorum-th fastest.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
 	start := time.Now()
 	timeout := s.nodeTimeout(req.TTL)
@@ -90,12 +88,11 @@ func tallyExtend(rs []result[core.ExtendResult]) extendTally {
 	return t
 }
 
-// Release implements core.Store.Release on every node: each ends the holder's lease with
-// req.Fence (the fence a quorum was raised to). It reports whether a majority held the lease,
-// and returns as soon as the answers decide that (a majority held it, or too few can have);
-// the other nodes' releases finish in the background, within the node timeout (500ms unless
-// WithNodeTimeout: Release carries no TTL). When fewer than a majority answer, it returns their
-// errors joined. Cost: one round trip to every node in parallel.
+// Release implements core.Store.Release: every node ends the holder's lease at req.Fence (the fence
+// a quorum was raised to). It reports whether a majority held the lease, and returns as soon as the
+// answers decide that; the other nodes' releases finish in the background, within the node timeout
+// (500ms unless WithNodeTimeout: Release carries no TTL). When fewer than a majority answer, it
+// returns their errors joined. Cost: one round trip to every node in parallel.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	decide := func(rs []result[bool]) bool {
 		held, open := 0, 0
@@ -133,14 +130,11 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 	return false, nil
 }
 
-// Inspect implements core.Store.Inspect: a lease is reported when a quorum of nodes hold it at
-// one fence, with that fence and the TTL for which a quorum still holds it (a node holding the
-// holder at another fence does not count). It returns once the answers decide every lease: too
-// few nodes are left unanswered to make a quorum for a lease not yet seen, and each lease seen
-// is held by a quorum or can no longer be. So a lease held by a bare quorum with one of its
-// nodes hung, or a lease some nodes hold but not a quorum, waits for the node timeout (500ms
-// unless WithNodeTimeout: Inspect carries no TTL); the TTL reported may then be shorter than
-// one from every node. Cost: one round trip to every node in parallel.
+// Inspect implements core.Store.Inspect: a lease is reported when a quorum of nodes hold it at one
+// fence, with that fence and the TTL for which a quorum still holds it. Cost: one round trip to
+// every node in parallel; when a lease's quorum has a hung node, or some nodes hold a lease but not
+// a quorum, Inspect waits for the node timeout (500ms unless WithNodeTimeout: Inspect carries no
+// TTL), and the TTL reported may then be shorter than every node's.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	res, c := fanout(ctx, s, round[core.Snapshot]{timeout: s.nodeTimeout(0), decided: s.inspectDecided,
 		call: func(c context.Context, _ int, n node) (core.Snapshot, error) { return n.Inspect(c, key) }})

@@ -1,51 +1,81 @@
-// Package redlock is a quorum Store over N independent stores, after the Redlock description:
-// every operation fans out to all nodes in parallel, and a lease is granted only when a majority
-// (N/2+1) grants it with validity left (TTL − elapsed − drift > 0). The result is itself a
-// core.Store, so every primitive — Mutex, weighted Semaphore — runs on it unchanged:
+// Package redlock is a quorum Store over N independent stores, after the Redlock description: every
+// operation fans out to all nodes in parallel, and a lease is granted only when a quorum grants it
+// with validity left (TTL − elapsed − drift > 0). The result is itself a core.Store, so every
+// primitive runs on it unchanged:
 //
 //	store, err := redlock.New([]core.Store{a, b, c})
 //	mu, err := primitives.NewMutex(store, "job")
 //
+// A Store is safe for concurrent use. There is no Close: every background call ends within the node
+// timeout, and a release that settles a straggler's grant within one more.
+//
 // # Guarantees
 //
 // A Mutex needs a majority of the N nodes (N/2+1) and tolerates ⌊(N−1)/2⌋ nodes down or
-// unreachable; an even N is allowed but tolerates no more failures than N−1 would. A semaphore
-// of limit L needs more: a lease held on q nodes of N, each node admitting L permits, lets up
-// to ⌊N·L/q⌋ permits be held at once, so keeping that ≤ L takes q = ⌊N·L/(L+1)⌋+1 nodes —
-// with 3 nodes, all 3 for any L ≥ 2; with 5 nodes, 4 for L = 2 or 3. (A semaphore granted on a
-// bare majority, as other Redlock semaphores do, can exceed its limit; our conformance stress
-// test catches it.) Quorum(limit) tells the number. A lease of every permit needs only a
-// majority: it shares a node with any other lease's quorum, and that node cannot hold both.
+// unreachable; an even N is allowed but tolerates no more failures than N−1 would. A semaphore of
+// limit L needs more: a lease held on q nodes of N, each node admitting L permits, lets up to
+// ⌊N·L/q⌋ permits be held at once, so keeping that ≤ L takes q = ⌊N·L/(L+1)⌋+1 nodes — with 3
+// nodes, all 3 for any L ≥ 2; with 5 nodes, 4 for L = 2 or 3. (A semaphore granted on a bare
+// majority, as other Redlock semaphores do, can exceed its limit; our conformance stress test
+// catches it.) Quorum(limit) tells the number. A lease of every permit needs only a majority: it
+// shares a node with any other lease's quorum, and that node cannot hold both.
+//
 // A key of limit core.MaxLimit is shared-exclusive, as a read-write lock's is: a lease of one
-// permit (a reader) or of all of them (a writer) needs a majority, so a writer excludes readers
-// and writers with a majority of nodes up; the count of readers is bounded per node, not across
-// them; a lease of other sizes on such a key is refused (core.ErrInvalid). QuorumFor tells the
-// number for a lease. Fences strictly increase across successive grants
-// on a key although each node counts on its own: two majorities share a node, and after a
-// majority grants, the nodes that granted a lower fence are raised to the highest (one more
-// round trip, only when they differ), so the shared node carries the order to the next grant.
+// permit (a reader) or of all of them (a writer) needs a majority, so a writer excludes readers and
+// writers with a majority of nodes up. The count of readers is bounded per node, not across them. A
+// lease of other sizes on such a key is refused (core.ErrInvalid). QuorumFor tells the number for a
+// lease.
 //
-// Redlock assumes clocks that advance at about the same rate (the drift allowance) and nodes
-// that keep their data; a node that restarts empty weakens the majority until its leases would
-// have expired (restart it after a TTL, or run it with persistence). Fences are what protect
-// the resource when those assumptions fail: pass them on and have the resource reject stale ones.
+// Fences strictly increase across successive grants on a key although each node counts on its own.
+// Two majorities share a node, and after a quorum grants, the nodes that granted a lower fence are
+// raised to the highest, so the shared node carries the order to the next grant. The raise is a
+// second round, made only when the fences differ, which is rare: the last raise left the nodes'
+// counters in step.
 //
-// A lease is the quorum's: Extend and Inspect report a lease at the fence a quorum of nodes
-// holds; a node that holds the holder at another fence (a straggler's late grant, or a grant
-// made to the same holder id by a client of that node alone) does not count, and Extend
-// releases that node-local lease.
+// Redlock assumes clocks that advance at about the same rate (the drift allowance) and nodes that
+// keep their data; a node that restarts empty weakens the majority until its leases would have
+// expired (restart it after a TTL, or run it with persistence). Fences are what protect the
+// resource when those assumptions fail: pass them on and have the resource reject stale ones.
 //
-// A Store is safe for concurrent use. Its operations cost one parallel round of store calls and
-// return as soon as the answers decide the outcome (latency of the quorum-th fastest node; the
-// others get as long again, at least 2ms, before being left to finish in the background, each
-// within the node timeout, which scales with the TTL: see WithNodeTimeout). An acquire costs a
-// second round only when its granting nodes disagree on the fence; a refusal costs none, even
-// for a caller that will wait: no node keeps a place in its line for a Redlock caller, whose
-// waiters wake on the changes the nodes announce (Watch), or retry at their retry interval
-// when the nodes cannot announce them (Store.Acquire says why). Inspect waits for a node
-// whose answer could still change which leases a quorum holds. There is no Close: every
-// background call ends within the node timeout, and a release that settles a straggler's grant
-// within one more.
+// A lease is the quorum's: Extend and Inspect report a lease at the fence a quorum of nodes holds;
+// a node that holds the holder at another fence (a straggler's late grant, or a grant made to the
+// same holder id by a client of that node alone) does not count, and Extend releases that
+// node-local lease.
+//
+// # Cost
+//
+// An operation costs one parallel round of node calls and returns as soon as the answers decide the
+// outcome: at the latency of the quorum-th fastest node; a hung node costs nothing while the others
+// decide. The other nodes get as long again, at least 2ms, before being left to finish in the
+// background, each within the node timeout, which scales with the TTL (see WithNodeTimeout). An
+// acquire costs a second round only when its granting nodes disagree on the fence; a refusal costs
+// none. Inspect waits for a node whose answer could still change which leases a quorum holds.
+//
+// # Waiting
+//
+// Every try goes to the nodes with Wait = 0, so no node keeps a place in its line for a Redlock
+// caller: nodes' lines, each in its own arrival order, would grant freed permits to different
+// waiters, none of which reached a quorum. A caller that wins leaves no place behind. Strict FIFO
+// is not promised. A Store is no core.Notifier: its waiters (in package primitives) watch the key
+// on every node (see Watch) and try again on each change, or at their retry interval when the watch
+// is not reliable.
+//
+// # Stragglers and stray leases
+//
+// A node that answers after the outcome is decided is settled in the background: a grant at another
+// fence than the lease's (or any grant, after a refusal) is released at the fence it was granted; a
+// node that failed after a refusal is released at any fence (it may have granted unseen). Each such
+// call ends within the node timeout, and its release within one more. A late release of a failed
+// try can race a retry of the same holder on a node that answers slowly; the retry's lease then
+// holds one node fewer until its next acquire.
+//
+// A node that holds the key under another limit than the request's refuses it with an error
+// wrapping core.ErrLimitMismatch, and counts as a refusal. When so many nodes do that no quorum can
+// grant under the request's limit, the acquire fails with that error and gives back the other
+// nodes' grants, each at its fence: a lease the holder already had survives on the nodes that
+// refused and ends on those that granted (renewed it). Fewer such nodes hold stray leases, left by
+// a failed acquire, which no quorum holds: the other nodes decide, as they would if those nodes
+// answered late.
 package redlock
 
 import (
@@ -105,10 +135,10 @@ func WithDrift(factor float64, constant time.Duration) Option {
 	return func(o *options) { o.driftFactor, o.driftMin = factor, constant }
 }
 
-// New returns a quorum Store over stores. It checks its arguments — at least one store, none
-// nil, none twice, each a core.FenceRaiser (as the memory and Redis stores are: Redlock orders
-// fences across nodes with it), a positive node timeout, a drift factor in [0, 1) — and returns
-// an error wrapping core.ErrInvalid naming the bad one; it calls no store.
+// New returns a quorum Store over stores; it calls no store. Every store must be a core.FenceRaiser
+// (as the memory, Redis and PostgreSQL stores are: Redlock orders fences across nodes with it). At
+// least one store, none nil or given twice, a positive node timeout and a drift factor in [0, 1)
+// are required; otherwise New returns an error wrapping core.ErrInvalid naming the bad argument.
 func New(stores []core.Store, opts ...Option) (*Store, error) {
 	o := options{driftFactor: 0.01, driftMin: 2 * time.Millisecond}
 	for _, opt := range opts {
@@ -158,7 +188,7 @@ func (s *Store) Quorum(limit int) int {
 
 // QuorumFor returns the number of nodes that must hold a lease of permits on a key of limit
 // permits: a majority for a lease of every permit (two majorities share a node, where the two
-// leases would not fit), and for any lease on a key of limit core.MaxLimit (see Acquire);
+// leases would not fit) and for any lease on a key of limit core.MaxLimit (see the package doc);
 // Quorum(limit) otherwise.
 func (s *Store) QuorumFor(permits, limit int) int {
 	if permits >= limit || limit == core.MaxLimit {

@@ -12,11 +12,10 @@ import (
 var _ core.Watcher = (*Store)(nil)
 
 // Watch implements core.Watcher over the nodes' watches: its C receives a value when any node's
-// does, and it is Reliable while every node's is (a change a quorum makes reaches at least one
-// of them). Nodes that are not core.Watchers, or whose Watch fails, leave it unreliable, so
-// that the caller also reads at an interval; it fails only when no node can watch (with an
-// error wrapping errors.ErrUnsupported when no node is a core.Watcher). It costs
-// one goroutine per node watch until Close, and each node's Watch cost (on Redis, a
+// does, and it is Reliable while every node's is. Nodes that are not core.Watchers, or whose Watch
+// fails, leave it unreliable, so that the caller also reads at an interval. Watch fails only when
+// no node can watch: with an error wrapping errors.ErrUnsupported when no node is a core.Watcher.
+// It costs one goroutine per node watch until Close, and each node's Watch (on Redis, a
 // subscription on the Store's connection).
 func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 	w := &watch{c: make(chan struct{}, 1), stop: make(chan struct{}), complete: true}

@@ -1,43 +1,64 @@
-// Package goredis is the Leasehold store over a go-redis v9 client: a standalone *redis.Client,
-// a *redis.ClusterClient, or a failover client — any redis.UniversalClient the caller already
-// has. Every operation is one script call (one round trip); a release grants the freed permits to
-// the key's waiting line and tells the new holders' Stores through pub/sub, on one subscription
-// connection per Store. The scripts, key layout and wake-up logic are shared with backend/valkey,
-// so stores of both drivers on one server exclude and wake each other.
+// Package goredis is the Leasehold store over a go-redis v9 client: a *redis.Client, a
+// *redis.ClusterClient, a failover client, or any redis.UniversalClient the caller already has.
+// Each operation is one script call, one round trip (FCALL of a library loaded once per server, or
+// EVALSHA where the server has no functions); a lease's value costs no key or command more. A
+// release grants the freed permits to the key's line of waiters and tells the new holders' Stores
+// through pub/sub. A Store is safe for concurrent use.
+//
+// # Errors
 //
 // Errors of the server or the network start with "goredis: ", then go-redis's; a sentinel of
-// package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or the caller's ctx error is
-// returned as it is, or with a detail after it; so is the *core.LimitMismatchError of a request
-// whose limit is not the key's (that of its leases, or of its waiters when it has none), which
-// was refused at once and wrote nothing. The portable layer (package primitives) names the
-// operation and the key.
+// package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or ctx's error is returned as it is,
+// or with a detail after it. So is the *core.LimitMismatchError of a request whose limit is not the
+// key's (that of its leases, or of its waiters when it has none), which was refused at once and
+// wrote nothing. The portable layer (package primitives) names the operation and the key.
 //
-// A key nobody holds, waits for or watches leaves no Redis key after its last release, unless
-// a Redlock node raised its fence above the server's clock, and then only until the clock
-// passes it; one whose holders and waiters died goes after a bound set by their TTLs, not by
-// their waits. docs/redis-keys.md gives the bounds and the figures.
+// # Waiting and watching
 //
-// A Store is safe for concurrent use.
+// A Store has one subscription connection, opened by its first waiter or watch. The first waiter on
+// a key subscribes to the key's channel, kept for 30 s after its last waiter; a Waiter is Reliable
+// while that subscription is confirmed and the connection is up. A watch marks the key watched for
+// 30 s, renewed every 10 s while the Store has watches on it: until then every grant, release or
+// give-back on the key publishes on its changed channel. A key nobody watches costs nothing more; a
+// watched key's lease data stays in Redis at least until its mark lapses.
+//
+// # What a key leaves behind
+//
+// A key nobody holds, waits for or watches leaves no Redis key after its last release. A fence that
+// a Redlock node raised above the server's clock keeps it until the clock passes that fence. A key
+// whose holders and waiters died goes after a bound set by their TTLs, not by their waits;
+// docs/redis-keys.md gives the bounds and the figures. The scripts, the key layout and the wake-ups
+// are those of package valkey too, so Stores of both drivers on one server exclude and wake each
+// other.
+//
+// # Contexts and timeouts
+//
+// Every call returns by its ctx's deadline. go-redis bounds a call by ctx's deadline only with
+// ContextTimeoutEnabled (off by default), otherwise by its ReadTimeout, and ends no call when ctx
+// is canceled. So over a client without ContextTimeoutEnabled, a call whose ctx has a deadline runs
+// on a goroutine of its own and returns when ctx ends; that goroutine and its pooled connection
+// stay busy until go-redis gives up (its ReadTimeout; never, if that is negative).
+//
+// A call whose ctx has no deadline runs on the caller's goroutine when the client has read and
+// write timeouts, as go-redis's own commands do, which spares it a goroutine and two wake-ups
+// (about a tenth of an uncontended Mutex pair). Canceling ctx then ends the call when its reply
+// comes or go-redis gives up, and the call reports what the reply says (Acquire reports ctx's error
+// and gives back what the try took). Without those timeouts, such a call too runs on its own
+// goroutine and returns when ctx ends. The waits between calls (for a grant, a retry, a refresh)
+// always end when ctx does.
+//
+// A *redis.Ring has no connection that hears every shard's messages: over one, the Store subscribes
+// to nothing, and its waiters and watches are never Reliable: they poll.
 package goredis
 
 import (
 	"context"
-	"errors"
-	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/core"
 )
-
-var scripts = func() (s [len(rediscore.Sources)]*redis.Script) {
-	for i, src := range rediscore.Sources {
-		s[i] = redis.NewScript(src)
-	}
-	return s
-}()
 
 // Store is a core.Store, core.Notifier, core.Watcher and core.FenceRaiser on Redis through
 // go-redis. Make one with New; its methods are safe for concurrent use.
@@ -63,26 +84,10 @@ func WithPrefix(prefix string) Option {
 	return func(o *options) { o.shared = append(o.shared, rediscore.WithPrefix(prefix)) }
 }
 
-// New returns a Store over client. It sends nothing until the first operation; the first
-// waiter opens one subscription connection. The client stays the caller's: Close does not
-// close it. A nil client, or a prefix with a brace, is an error wrapping core.ErrInvalid. Over a
-// *redis.Ring, which has no connection that hears every shard's messages, the Store subscribes to
-// nothing: its waiters and watches are never Reliable, and poll.
-//
-// go-redis bounds a call by ctx's deadline only with ContextTimeoutEnabled (off by default);
-// otherwise by its ReadTimeout, and it ends no call when ctx is canceled. So that every call
-// returns by its ctx deadline either way, a Store over a client without ContextTimeoutEnabled
-// runs each call whose ctx has a deadline on a goroutine of its own and returns when ctx ends;
-// the goroutine, and its pooled connection, are held until go-redis gives up (its ReadTimeout;
-// never, if that is negative). A call whose ctx has no deadline runs on the caller's goroutine,
-// as go-redis's own commands do, when the client has read and write timeouts: canceling ctx
-// then ends the call when its reply comes, or when go-redis gives up on a server that does not
-// answer (its timeouts and retries), and the call returns what the reply says (the Store's
-// Acquire reports ctx's error then, as when ctx ends before the reply on the other path, and
-// gives back what the try took). That spares the common call a goroutine and two wake-ups,
-// about a tenth of an uncontended Mutex pair's time. Without those timeouts, such a call too
-// runs on its own goroutine and returns when ctx ends. The waits between calls (for a grant, a
-// retry, a refresh) always end when ctx does.
+// New returns a Store over client. It sends nothing; the first waiter or watch opens the Store's
+// subscription connection. A nil client, or a prefix with a brace, is an error wrapping
+// core.ErrInvalid. The client stays the caller's: Close does not close it. The package doc says how
+// calls end with their ctx.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
@@ -119,259 +124,71 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	return &Store{rs: rs}, nil
 }
 
-// Acquire implements core.Store: one script call (FCALL, or EVALSHA; see package rediscore). It grants the
-// request when the permits are free and nobody waits in the key's line, or renews the holder's
-// lease; otherwise it refuses and says when, by expiry alone, there would be room. A refusal
-// with req.Wait > 0 keeps the holder's place in the line, strictly FIFO, for req.Wait: a release
-// grants it the lease there, and its next Acquire takes it: from the grant's message, with no
-// command, when its holder id is unshared and it waited under half its TTL (AcquireResult.TTL is then what is left of the TTL
-// counted from its refused try), else with one call that renews it for its full TTL. A try that
-// fails in flight (one that would wait; one that would not, of an unshared holder under a ctx
-// that can end) is followed by a leave, sent in the background, which keeps it from taking a
-// place or a lease should it still reach the server. Every grant, new
-// or renewed, keeps req.Value with the lease, in the lease's own entry (no key or command more),
-// and a grant the line makes carries the waiter's value.
+// Acquire implements core.Store.Acquire in one script call. A request refused with req.Wait > 0
+// keeps a place in the key's FIFO line for req.Wait. The next Acquire takes the grant the line made
+// it: with no round trip when its holder id is unshared and it waited under half its TTL
+// (AcquireResult.TTL then says what is left).
+//
+// On error the try leaves nothing behind: when it would wait, or its holder id is unshared and ctx
+// can end, a leave sent in the background takes back any place or lease it took, even if it reaches
+// the server late.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.rs.Acquire(ctx, req)
 }
 
-// AcquireAbove implements core.FenceRaiser, for a Store that is a Redlock node: Acquire, where a
-// new grant's fence (one the key's line makes later included) is at least floor, and the key's
-// counter with it; a lease the holder holds keeps its fence. One script call. A floor above
-// 2^53 − 2^32, which the scripts' doubles cannot count exactly, is core.ErrInvalid.
+// AcquireAbove implements core.FenceRaiser.AcquireAbove in one script call. A floor above 2^53 −
+// 2^32, which the scripts' doubles cannot count exactly, is an error wrapping core.ErrInvalid, and
+// changes nothing.
 func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
 	return s.rs.AcquireAbove(ctx, req, floor)
 }
 
-// RaiseFence implements core.FenceRaiser, for a Store that is a Redlock node: Acquire, where the
-// lease, new or already held, has a fence of at least fence, and the key's counter with it. One
-// script call. A fence above 2^53 − 2^32 is core.ErrInvalid.
+// RaiseFence implements core.FenceRaiser.RaiseFence in one script call. A fence above 2^53 − 2^32
+// is an error wrapping core.ErrInvalid, and changes nothing.
 func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
 	return s.rs.RaiseFence(ctx, req, fence)
 }
 
-// Extend implements core.Store: one script call. It renews the holder's lease for req.TTL from
-// now and reports it, with the value its latest grant set; a lease that has expired or was
-// released is core.ErrLost, never revived.
+// Extend implements core.Store.Extend in one script call. A lease that expired or was released is
+// core.ErrLost, and is not revived.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
 	return s.rs.Extend(ctx, req)
 }
 
-// Release implements core.Store: one script call. It ends the holder's lease and reports whether
-// there was one; the freed permits go to the head of the key's line in the same call, and the
-// new holders' Stores are told: this one from the reply, others by a PUBLISH on their channel.
-// It first waits for the leaves of the holder's failed tries that this Store is still sending
-// (each for at most 2 s), so that such a try cannot take a lease after the release.
+// Release implements core.Store.Release in one script call, which also grants the freed permits to
+// the head of the key's line and tells the new holders' Stores. It first waits for the holder's
+// leaves that this Store is still sending (each at most 2 s), so that a failed try cannot take a
+// lease after the release.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	return s.rs.Release(ctx, req)
 }
 
-// Inspect implements core.Store: one script call, which writes nothing (an unused key creates
-// no Redis key). The leases are in fence order, with their values; the waiters are the key's
-// line, head first, with their permits and values, less places whose wait has ended. It first
-// waits for the leaves of the key's line this Store is still sending in the background.
+// Inspect implements core.Store.Inspect in one script call, which writes nothing. It first waits
+// for the leaves of the key's line that this Store is still sending, so that a closed Waiter is not
+// listed.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	return s.rs.Inspect(ctx, key)
 }
 
-// Register implements core.Notifier. It runs no script: the Store's first waiter opens its one
-// subscription connection, and the first waiter on a key sends a SUBSCRIBE to the key's channel
-// (kept for 30 s after its last waiter). The Waiter is Reliable while that subscription is
-// confirmed and the connection up; its Close leaves the key's line (one script call, in the
-// background) if the waiter still had a place there. After Close, or once ctx has ended,
-// Register fails with core.ErrClosed or ctx's error, and leaves the place the caller's refused
-// try took.
+// Register implements core.Notifier; it runs no script. The Waiter is Reliable while the key's
+// subscription is confirmed and the connection is up; its Close leaves the key's line (one script
+// call, in the background) if the waiter still has a place there. After Close of the Store, or once
+// ctx has ended, Register fails with core.ErrClosed or ctx's error, and leaves the place the
+// refused try took.
 func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
 	return s.rs.Register(ctx, req)
 }
 
-// Watch implements core.Watcher: one script call, which makes every script that grants a new
-// lease on key, releases one or gives one back PUBLISH on the key's changed channel for the next
-// 30 s (the Store refreshes that every 10 s in the background while it has watches on the key),
-// and a SUBSCRIBE to that channel on the Store's one subscription connection (not waited for).
-// The Watch starts with a value in C and is Reliable once the subscription is confirmed; it
-// hears the changes made through every Store on the server, of either driver. Keys nobody
-// watches pay nothing: their scripts publish nothing. A watched key's lease data stays in Redis
-// at least until the watch's deadline. Close ends the watch without I/O. After
+// Watch implements core.Watcher in one script call, plus a SUBSCRIBE that it does not wait for. The
+// Watch starts with a value in C, is Reliable once its subscription is confirmed, and hears the
+// changes made through every Store on the server, of either driver. Its Close does no I/O. After
 // Close of the Store, or once ctx has ended, Watch fails with core.ErrClosed or ctx's error.
 func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 	return s.rs.Watch(ctx, key)
 }
 
-// Close stops the Store's subscription connection and wakes its waiters, which fail with
-// core.ErrClosed; it sends, before it returns, the leaves its waiters owe the keys' lines (each
-// retried for at most 2 s). Later calls fail with core.ErrClosed. The go-redis client stays
-// open. Close is idempotent and returns nil.
+// Close wakes the Store's waiters, which then fail with core.ErrClosed, sends the leaves they owe
+// the keys' lines (each retried for at most 2 s) and closes the subscription connection. Later
+// calls fail with core.ErrClosed. The go-redis client stays open. Close is idempotent and returns
+// nil.
 func (s *Store) Close() error { return s.rs.Close() }
-
-// driver is the rediscore.Client over go-redis.
-type driver struct {
-	c          redis.UniversalClient
-	honoursCtx bool // the client bounds calls by ctx's deadline itself
-	timesOut   bool // the client gives up on a call after its own read and write timeouts
-	fn         *rediscore.Functions
-}
-
-// Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
-// refuses functions uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns by
-// ctx's deadline; see New for a ctx without one.
-func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
-	if d.direct(ctx) {
-		// A reply that came after ctx ended is returned as it is: it says what the server did
-		// (a release that went through is one), which the Store's operations judge.
-		return d.fn.Run(ctx, d, s, c)
-	}
-	type reply struct {
-		v   any
-		err error
-	}
-	ch := make(chan reply, 1)
-	go func() {
-		v, err := d.fn.Run(ctx, d, s, c)
-		ch <- reply{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// direct says a call on ctx runs on the caller's goroutine: the client ends it by ctx's deadline
-// itself, or ctx has no deadline and the client's own timeouts end it (see New).
-func (d *driver) direct(ctx context.Context) bool {
-	if d.honoursCtx || ctx.Done() == nil {
-		return true
-	}
-	_, ok := ctx.Deadline()
-	return !ok && d.timesOut
-}
-
-// functions are the names of the library's functions, indexed by rediscore.Script, boxed once.
-var functions = func() (f [len(rediscore.Sources)]any) {
-	for i := range f {
-		f[i] = rediscore.FunctionName(rediscore.Script(i))
-	}
-	return f
-}()
-
-// FCall implements rediscore.FunctionClient: the command go-redis's FCall builds, sent from
-// c.Args as they are.
-func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
-	c.Args[0], c.Args[1], c.Args[2] = "fcall", functions[s], c.Keys
-	cmd := redis.NewCmd(ctx, c.Args...)
-	if c.Keys > 0 {
-		cmd.SetFirstKeyPos(rediscore.Head)
-	}
-	_ = d.c.Process(ctx, cmd)
-	return cmd.Result()
-}
-
-// Eval implements rediscore.FunctionClient: go-redis's script helper.
-func (d *driver) Eval(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
-	keys := make([]string, c.Keys)
-	for i := range keys {
-		keys[i] = c.Key(i)
-	}
-	return scripts[s].Run(ctx, d.c, keys, c.ARGV()...).Result()
-}
-
-// LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on the server, every primary of
-// a Cluster, or every shard of a Ring.
-func (d *driver) LoadLibrary(ctx context.Context) []error {
-	var (
-		mu   sync.Mutex
-		errs []error
-	)
-	load := func(ctx context.Context, c *redis.Client) error {
-		err := c.FunctionLoad(ctx, rediscore.Library).Err()
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-		return nil
-	}
-	var err error
-	switch c := d.c.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, load)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, load)
-	default:
-		err = d.c.FunctionLoad(ctx, rediscore.Library).Err()
-	}
-	return append(errs, err)
-}
-
-// Reply implements rediscore.FunctionClient.
-func (d *driver) Reply(err error) (string, bool) {
-	if err == nil {
-		return "", false
-	}
-	var re redis.Error
-	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
-		return re.Error(), true
-	}
-	return "", false
-}
-
-// Listen opens a PubSub and reads it until ctx ends. After an error go-redis reconnects and
-// resubscribes on the next read; until the server confirms, waiters poll.
-func (d *driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
-	if _, ok := d.c.(*redis.Ring); ok {
-		// A Ring subscribes on the shard of the first channel named (and panics with none), and
-		// a PUBLISH reaches the subscribers of its own shard only: no one connection hears every
-		// key. Nothing is subscribed; the Store's waiters and watches, never confirmed, poll.
-		return noPubSub{}, func() {}
-	}
-	ps := d.c.Subscribe(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		backoff := 10 * time.Millisecond
-		for {
-			msg, err := ps.Receive(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				subs.Down()
-				t := time.NewTimer(backoff)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				backoff = min(2*backoff, time.Second)
-				continue
-			}
-			backoff = 10 * time.Millisecond
-			switch m := msg.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" {
-					subs.Confirmed(m.Channel)
-				}
-			case *redis.Message:
-				subs.Message(m.Channel, m.Payload)
-			}
-		}
-	}()
-	stop := context.AfterFunc(ctx, func() { ps.Close() })
-	return pubsub{ps}, func() {
-		<-done
-		stop()
-		ps.Close()
-	}
-}
-
-type pubsub struct{ ps *redis.PubSub }
-
-// noPubSub is the PubSub of a Ring: it subscribes to nothing.
-type noPubSub struct{}
-
-func (noPubSub) Subscribe(context.Context, string) error   { return nil }
-func (noPubSub) Unsubscribe(context.Context, string) error { return nil }
-
-func (p pubsub) Subscribe(ctx context.Context, ch string) error   { return p.ps.Subscribe(ctx, ch) }
-func (p pubsub) Unsubscribe(ctx context.Context, ch string) error { return p.ps.Unsubscribe(ctx, ch) }

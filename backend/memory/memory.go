@@ -1,11 +1,15 @@
 // Package memory is an in-process Leasehold store: leases live in this process's memory and end
-// with it. It has the same semantics as the Redis drivers — time from its own Clock, expiry that
+// with it. It has the same semantics as the Redis drivers (time from its own Clock, expiry that
 // frees permits without any holder action, strictly increasing fences, and release notifications
-// that wake waiters with no polling — so it serves unit tests, single-process programs, and
-// the demo.
+// that wake waiters with no polling), so it serves unit tests, single-process programs, and the
+// demo.
 //
 // Every operation is one critical section over the store's lock: O(leases on the key) work and no
 // I/O. A Store is safe for concurrent use.
+//
+// To test code that holds leases on fake time, run it in a testing/synctest bubble over a Store
+// with the default clock: the leases' refreshes and deadlines, the waiters and the store's expiry
+// then all follow the bubble's clock, and a test moves time with time.Sleep and synctest.Wait.
 package memory
 
 import (
@@ -20,12 +24,13 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// Store is an in-memory core.Store. It also implements core.Notifier. Make one with New.
+// Store is an in-memory core.Store, core.Notifier, core.Watcher and core.FenceRaiser. Make one with
+// New.
 //
-// A key nobody holds or waits for is dropped at its last release or leave (a key whose last
-// lease expired unreleased, at its next use), so per-entity keys leave nothing behind; the store
-// keeps one number, the highest fence of the keys it dropped, above which every new key's
-// fences start, so a key's fences keep increasing across its lives even if the clock steps back.
+// A key nobody holds or waits for is dropped at its last release or leave, or, when its last lease
+// expired unreleased, at its next use: per-entity keys leave nothing behind. The store keeps one
+// number, the highest fence of the keys it dropped, above which every new key's fences start, so a
+// key's fences keep increasing across its lives even if the clock steps back.
 type Store struct {
 	clock core.Clock
 
@@ -62,8 +67,9 @@ var (
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock makes the store decide expiry by clock instead of core.SystemClock{}. Tests pass a
-// core.ManualClock to move time by hand.
+// WithClock makes the store decide expiry by clock instead of core.SystemClock{}. Fake-time tests
+// of code that holds leases need no clock: they run in a testing/synctest bubble (see the package
+// doc). A clock of its own moves the store's time only, not the timers of leases and waiters.
 func WithClock(clock core.Clock) Option {
 	return func(s *Store) {
 		if clock != nil {
@@ -324,8 +330,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	return snap, nil
 }
 
-// Close closes the store: every later operation returns an error wrapping core.ErrClosed, and
-// every waiter and watch is woken so that it finds out. Leases are not released. Close is idempotent.
+// Close closes the store: every later operation returns an error wrapping core.ErrClosed, and every
+// waiter and watch is woken so that it finds out. Leases are not released. Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -3,7 +3,7 @@ package postgres
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,8 +16,25 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-//go:embed schema.sql
-var schemaSQL string
+// sqlFiles holds the schema's SQL: the tables, the functions the operations share (line.sql),
+// then one file per operation.
+//
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// schemaSQL is the schema's files joined by a blank line, in the order they run: the tables
+// first, then each function before the functions that call it.
+var schemaSQL = func() string {
+	var parts []string
+	for _, name := range []string{"tables", "line", "acquire", "extend", "release", "leave", "watch", "inspect", "sweep", "fence"} {
+		b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+		if err != nil {
+			panic(err)
+		}
+		parts = append(parts, string(b))
+	}
+	return strings.Join(parts, "\n")
+}()
 
 // names are the schema-qualified, quoted names of what the Store uses, and the SQL of its calls.
 type names struct {

@@ -37,7 +37,7 @@ type swept struct {
 }
 
 // sweep removes the rows that operations left behind on keys nobody uses any more (see the
-// sweep function in schema.sql), unless a Store swept in the last period: it runs statements of
+// sweep function in sql/sweep.sql), unless a Store swept in the last period: it runs statements of
 // at most sweepBatch rows of each kind until one removes less than a full batch. Each statement
 // locks only the keys it removes rows of, skipping those an operation holds.
 func (s *Store) sweep(ctx context.Context, period time.Duration) (swept, error) {

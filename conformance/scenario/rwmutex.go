@@ -69,16 +69,14 @@ func RWStress(t testing.TB, rws []*primitives.RWMutex, workers, rounds int, hold
 	return readers.Peak()
 }
 
-// WriterNotStarved proves that readers cannot starve a writer. It runs a stream of overlapping readers on rd — a new one every 5ms, each
-// holding for 20ms, so that the key is read-held throughout — and, once it flows, a writer's
-// Acquire on wr (whose acquire timeout is the bound: give wr one of a few seconds). The writer
-// must get the lock while the stream goes on; waiting(ctx) says whether the writer has made
-// its wait known (in the line, or by its intent), and every reader that began to acquire after
-// that was seen must be granted after the writer (a higher fence). No writer may hold with a
-// reader throughout.
-//
-// On a loaded machine the readers' stream may falter, so that the writer walks in through a gap
-// without waiting: that run tested nothing, and is run again, up to three times in all.
+// WriterNotStarved checks that readers cannot starve a writer. It runs a stream of overlapping
+// readers on rd (a new one every 5ms, each holding for 20ms, so that the key is read-held
+// throughout) and, once it flows, a writer's Acquire on wr, whose acquire timeout is the bound:
+// give wr one of a few seconds. It fails the test unless the writer gets the lock while the stream
+// goes on, every reader that began to acquire after waiting(ctx) reported the writer's wait (in the
+// line, or by its intent) is granted after the writer (a higher fence), and no writer holds with a
+// reader. A run whose stream faltered under load, letting the writer in without waiting, tested
+// nothing and is run again, up to three times in all.
 func WriterNotStarved(t testing.TB, rd, wr *primitives.RWMutex, waiting func(context.Context) bool) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {

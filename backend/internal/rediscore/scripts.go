@@ -10,7 +10,9 @@ import (
 
 var (
 	//go:embed common.lua
-	common string
+	commonPrelude string
+	//go:embed line.lua
+	commonLine string
 	//go:embed acquire.lua
 	acquireBody string
 	//go:embed extend.lua
@@ -26,6 +28,10 @@ var (
 	//go:embed guard.lua
 	guard string
 )
+
+// common is the Lua every script shares: the prelude (the layout, a call's state, the lease
+// hash's codec) and the line (its places, grants and serving, and settle, a writing call's end).
+var common = commonPrelude + "\n" + commonLine
 
 // Script names one of the scripts a Client runs: an index into Sources and functionNames.
 type Script int

@@ -1,0 +1,173 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/core"
+)
+
+// maxFloor is the highest fence floor the Store takes: PostgreSQL's bigint counter must have
+// room for 2^32 grants after it.
+const maxFloor = math.MaxInt64 - 1<<32
+
+// Acquire implements core.Store.Acquire in one statement (one round trip). A request refused with
+// req.Wait > 0 keeps a place in the key's FIFO line for req.Wait. A request whose limit is not the
+// key's is refused with a *core.LimitMismatchError and writes nothing. On error, a try that would
+// wait leaves its place (one statement, sent in the background) and is kept out of the line should
+// it arrive late.
+func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, 0, 0)
+}
+
+// AcquireAbove implements core.FenceRaiser: Acquire where a new grant's fence is at least floor. A
+// floor above 2^63 − 2^32 − 1 (fences live in a bigint) is core.ErrInvalid, and changes nothing.
+func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, floor, 0)
+}
+
+// RaiseFence implements core.FenceRaiser: Acquire where the lease's fence, new or held, is at
+// least fence. The same bound as AcquireAbove's applies.
+func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
+	return s.acquire(ctx, req, fence, fence)
+}
+
+func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, raise uint64) (core.AcquireResult, error) {
+	if m := max(floor, raise); m > maxFloor {
+		return core.AcquireResult{}, fmt.Errorf("%w: fence %d: must be at most %d", core.ErrInvalid, m, uint64(maxFloor))
+	}
+	if err := s.check(ctx); err != nil {
+		return core.AcquireResult{}, err
+	}
+	args := []any{[]byte(req.Key), []byte(req.Holder), req.Permits, req.Limit, us(req.TTL), us(req.Wait),
+		[]byte(req.Value), int64(floor), int64(raise), nil, nil, nil, nil}
+	var t try
+	if req.Wait > 0 {
+		t = s.l.beforeTry(req.Key, req.Holder)
+		t.id = s.newTry()
+		args[9] = t.id
+		if t.up {
+			args[10], args[11], args[12] = s.l.channel, t.pid, t.started
+		}
+	}
+	var (
+		granted bool
+		fence   int64
+		retry   int64
+		msg     *string
+	)
+	if err := s.queryRow(ctx, s.n.acquire, args, &granted, &fence, &retry, &msg); err != nil {
+		if req.Wait > 0 {
+			// The try may have taken a place in the line, or may yet: its caller will not be
+			// there to take a grant, so leave (and keep the try out should it arrive later).
+			s.leave(req.Key, req.Holder, &t.id)
+		}
+		return core.AcquireResult{}, s.fail(ctx, err)
+	}
+	if msg != nil {
+		var held int
+		if _, err := fmt.Sscanf(*msg, "limit %d", &held); err == nil {
+			return core.AcquireResult{}, &core.LimitMismatchError{Held: held, Requested: req.Limit}
+		}
+		return core.AcquireResult{}, fmt.Errorf("%w: %s", core.ErrInvalid, *msg)
+	}
+	if req.Wait > 0 && s.l.afterTry(t, granted) {
+		// Refused after Close, which its caller's Register will find: nobody will close a
+		// Waiter for the place this try took, so leave it now.
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.pool.Exec(lctx, s.n.leave, []byte(req.Key), []byte(req.Holder), t.id) //nolint:errcheck // a place left behind ends with its wait
+		return core.AcquireResult{}, core.ErrClosed
+	}
+	if granted {
+		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, nil
+	}
+	return core.AcquireResult{RetryAfter: time.Duration(retry) * time.Microsecond}, nil
+}
+
+// Extend implements core.Store.Extend in one round trip.
+func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	if err := s.check(ctx); err != nil {
+		return core.ExtendResult{}, err
+	}
+	var (
+		ok             bool
+		permits, limit *int32
+		fence          *int64
+		value          []byte
+	)
+	err := s.queryRow(ctx, s.n.extend, []any{[]byte(req.Key), []byte(req.Holder), us(req.TTL)}, &ok, &permits, &fence, &limit, &value)
+	if err != nil {
+		return core.ExtendResult{}, s.fail(ctx, err)
+	}
+	if !ok {
+		return core.ExtendResult{}, core.ErrLost
+	}
+	return core.ExtendResult{Permits: int(*permits), Fence: uint64(*fence), Limit: int(*limit), Value: string(value)}, nil
+}
+
+// Release implements core.Store.Release in one statement (one round trip), which also grants the
+// freed permits to the head of the key's line and notifies each new holder's Store.
+func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	if req.Fence > math.MaxInt64 {
+		return false, nil // no lease has such a fence
+	}
+	var ok bool
+	if err := s.queryRow(ctx, s.n.release, []any{[]byte(req.Key), []byte(req.Holder), int64(req.Fence)}, &ok); err != nil {
+		return false, s.fail(ctx, err)
+	}
+	return ok, nil
+}
+
+// Inspect implements core.Store.Inspect in one statement (one round trip) that changes nothing. Its
+// Limit is the key's (that of its leases, else of its line), or, for a key nobody holds or waits
+// for, that of its last grant while the key's row is kept, else 0. It first waits for the leaves of
+// the key's line this Store's waiters have sent, so that a waiter closed before Inspect is not
+// listed.
+func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	if err := s.check(ctx); err != nil {
+		return core.Snapshot{}, err
+	}
+	if err := s.awaitLeaves(ctx, key); err != nil {
+		return core.Snapshot{}, err
+	}
+	rows, err := s.pool.Query(ctx, s.n.inspect, []byte(key))
+	if err != nil {
+		return core.Snapshot{}, s.fail(ctx, err)
+	}
+	var snap core.Snapshot
+	var (
+		kind, limit, permits int32
+		holder, value        []byte
+		fence, ttl           int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&kind, &limit, &holder, &permits, &fence, &ttl, &value}, func() error {
+		switch kind {
+		case 0:
+			snap.Limit = int(limit)
+			snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: string(holder), Permits: int(permits),
+				Fence: uint64(fence), TTL: time.Duration(ttl) * time.Microsecond, Value: string(value)})
+		case 1:
+			if len(snap.Leases) == 0 && len(snap.Waiters) == 0 {
+				snap.Limit = int(limit) // no lease: the line's limit is the key's
+			}
+			snap.Waiters = append(snap.Waiters, core.WaiterInfo{Holder: string(holder), Permits: int(permits), Value: string(value)})
+		case 2:
+			if len(snap.Leases) == 0 && len(snap.Waiters) == 0 {
+				snap.Limit = int(limit)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return core.Snapshot{}, s.fail(ctx, err)
+	}
+	return snap, nil
+}

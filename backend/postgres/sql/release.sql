@@ -1,0 +1,37 @@
+-- release is core.Store.Release: it ends the holder's unexpired lease with fence p_fence (any
+-- fence when 0), serves the line, forgets the key when nothing is left in it, and reports
+-- whether it ended one.
+CREATE OR REPLACE FUNCTION @release(p_key bytea, p_holder bytea, p_fence bigint) RETURNS boolean
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_kh bytea := sha256(p_key);
+    v_hh bytea := sha256(p_holder);
+    k @keys;
+    now_ bigint;
+    ended boolean;
+BEGIN
+    SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    -- One statement ends the lease and purges the key's expired ones.
+    WITH gone AS (
+        DELETE FROM @leases x WHERE x.kh = v_kh
+            AND (x.expires <= now_ OR (x.hh = v_hh AND (p_fence = 0 OR x.fence = p_fence)))
+        RETURNING x.hh = v_hh AND x.expires > now_ AS mine)
+    SELECT coalesce(bool_or(mine), false) INTO ended FROM gone;
+    IF NOT ended THEN
+        RETURN false;
+    END IF;
+    IF k.watched_until > now_ THEN
+        PERFORM pg_notify(@@changed, md5(k.key));
+    END IF;
+    IF EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) THEN
+        k := @serve(k, now_);
+    END IF;
+    PERFORM @forget(k, now_);
+    RETURN true;
+END
+$$;

@@ -1,0 +1,91 @@
+-- Leasehold's PostgreSQL schema. @ stands for the schema-qualified table prefix (by default
+-- "public"."leasehold_"); comments never use it, since a schema's name may hold a line break,
+-- which would end the comment and run the rest of the name. Every statement is idempotent: the
+-- Store runs this file when the schema's version row is missing or of another version.
+--
+-- Times are microseconds since the Unix epoch by the database's clock_timestamp(); durations are
+-- microseconds. Keys and holders are any bytes (bytea), looked up by their SHA-256 so that a key
+-- of any length fits a btree index. Every mutating operation first locks the key's row in the
+-- keys table (FOR UPDATE), so the operations on one key are serial; it reads the clock only
+-- after that, so the store's time never runs backwards along that order.
+--
+-- A key's row exists only while the key is in use: it is made by the first operation that needs
+-- it and deleted (forget) by the release, leave or sweep that finds nothing left in it. Deleting
+-- it ends the serial order of the key's operations only for those that find no row: an
+-- operation waiting for the lock of a row that is deleted finds no row, and makes it again
+-- (lockkey), which the primary key lets only one transaction do. A row is deleted only when the
+-- key's last fence is below the clock, so a grant on the row made again, whose fence is at least
+-- the clock, still gets a higher fence.
+--
+-- The functions a Store calls run with sequential and bitmap scans off. PL/pgSQL caches its
+-- plans per session, and a plan made while a table was small (new, or just vacuumed) scans the
+-- whole table: every later call would read every lease of every key, and the dead rows that
+-- the churn of leases leaves until autovacuum comes. Index scans read one key's rows, and skip
+-- the dead ones once seen.
+
+-- The version of this file the functions were made from, and when a Store last swept.
+CREATE TABLE IF NOT EXISTS @schema (
+    version text NOT NULL
+);
+ALTER TABLE @schema ADD COLUMN IF NOT EXISTS swept bigint NOT NULL DEFAULT 0;
+
+CREATE TABLE IF NOT EXISTS @keys (
+    kh            bytea PRIMARY KEY,          -- sha256(key)
+    key           bytea NOT NULL,
+    fence         bigint NOT NULL DEFAULT 0,  -- the last fence granted on the key
+    lim           integer NOT NULL DEFAULT 0, -- the key's limit: that of its latest grant
+    seq           bigint NOT NULL DEFAULT 0,  -- the line's counter
+    watched_until bigint NOT NULL DEFAULT 0   -- while now < this, changes are announced
+);
+
+CREATE TABLE IF NOT EXISTS @leases (
+    kh      bytea NOT NULL,
+    hh      bytea NOT NULL,                   -- sha256(holder)
+    holder  bytea NOT NULL,
+    permits integer NOT NULL,
+    fence   bigint NOT NULL,
+    expires bigint NOT NULL,
+    untaken boolean NOT NULL,                 -- granted by the line, not yet taken by its holder
+    value   bytea NOT NULL,
+    PRIMARY KEY (kh, hh)
+);
+
+CREATE TABLE IF NOT EXISTS @waiters (
+    kh       bytea NOT NULL,
+    seq      bigint NOT NULL,                 -- place in the line
+    hh       bytea NOT NULL,
+    holder   bytea NOT NULL,
+    permits  integer NOT NULL,
+    lim      integer NOT NULL,
+    ttl      bigint NOT NULL,
+    floor    bigint NOT NULL,                 -- least fence of its grant (core.FenceRaiser)
+    deadline bigint NOT NULL,                 -- the end of its wait
+    value    bytea NOT NULL,
+    try      bigint,                          -- the try that took or last kept the place
+    channel  text,                            -- where its Store hears of its grant
+    pid      integer,                         -- that Store's listening backend, to tell it died
+    started  timestamptz,
+    PRIMARY KEY (kh, seq),
+    UNIQUE (kh, hh)
+);
+-- When the place's holder last asked (a waiter without pid polls: see live); for a place taken
+-- before the column was made, when it was made, and by an earlier version's functions, when
+-- it was taken.
+ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS tried bigint NOT NULL
+    DEFAULT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+
+-- Tries given up in flight, so that one arriving late takes no place in the line.
+CREATE TABLE IF NOT EXISTS @left (
+    kh      bytea NOT NULL,
+    hh      bytea NOT NULL,
+    try     bigint NOT NULL,
+    expires bigint NOT NULL,
+    PRIMARY KEY (kh, hh, try)
+);
+
+-- The highest fence accepted per resource by Store.AcceptFence.
+CREATE TABLE IF NOT EXISTS @fences (
+    rh       bytea PRIMARY KEY,               -- sha256(resource)
+    resource bytea NOT NULL,
+    fence    bigint NOT NULL
+);
