@@ -3,8 +3,6 @@ package primitives
 import (
 	"context"
 	"fmt"
-
-	"github.com/leasehold/leasehold/core"
 )
 
 // Status is what Inspect reports about a Mutex's or Semaphore's key.
@@ -20,10 +18,10 @@ type Status struct {
 	InUse, Free int
 	// Leases are the unexpired leases, ordered by fence, with their holder ids, permits, fences
 	// and the time they have left by the store's clock.
-	Leases []core.LeaseInfo
+	Leases []LeaseInfo
 	// Waiters are the waiters in the key's line, head first, with their permits and values. A
 	// store without a line (Redlock) reports none.
-	Waiters []core.WaiterInfo
+	Waiters []WaiterInfo
 }
 
 // Inspect reports who holds the key and who waits for it: one store round trip that changes nothing

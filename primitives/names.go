@@ -14,6 +14,12 @@ type Lease = core.Lease
 // redlock.New); the primitives take any Store.
 type Store = core.Store
 
+// LeaseInfo is one lease as Inspect reports it: holder, permits, fence, expiry and value.
+type LeaseInfo = core.LeaseInfo
+
+// WaiterInfo is one waiter in a key's line as Inspect reports it.
+type WaiterInfo = core.WaiterInfo
+
 // LimitMismatchError is the error, matching ErrLimitMismatch, of a request whose limit is not
 // the one the key is held or waited for under; it carries both limits.
 type LimitMismatchError = core.LimitMismatchError

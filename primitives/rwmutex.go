@@ -136,10 +136,10 @@ func (rw *RWMutex) Do(ctx context.Context, fn func(ctx context.Context, lease Le
 // RWStatus is what RWMutex.Inspect reports.
 type RWStatus struct {
 	// Writer is the write lease, when Writing.
-	Writer  core.LeaseInfo
+	Writer  LeaseInfo
 	Writing bool
 	// Readers are the read leases, ordered by fence.
-	Readers []core.LeaseInfo
+	Readers []LeaseInfo
 	// Waiters are the waiters in the key's line, head first; Write says which want the write
 	// lease. A store without a line reports none.
 	Waiters []RWWaiter
