@@ -3,9 +3,13 @@ package rediscore_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
@@ -141,4 +145,115 @@ func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
 			l.Release(ctx)
 		})
 	}
+}
+
+// TestCanceledWaitersStrandNothing: a waiter's ctx ends at a random moment (before its
+// try, while the try is out, between the refusal and its enrolling, while it waits, as the
+// line grants it the lease, as it takes the grant from the message) while the holder releases at
+// another random moment, on both drivers and mixed, with ctx canceled (the direct path of
+// go-redis, valkey's graceCtx) and with a deadline (go-redis's call goroutine, valkey-go's
+// deadline). Whatever the waiter's Acquire returned, once its lease (if any) is released and
+// the background leaves and give-backs are done, the key is free: no lease nobody will release
+// (held until its TTL, a minute) and no place nobody will leave.
+func TestCanceledWaitersStrandNothing(t *testing.T) {
+	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+		a, b, observer := mk(), mk(), mk()
+		opts := []primitives.Option{primitives.WithTTL(time.Minute)}
+		ma, err := primitives.NewMutex(a, "cancel", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, err := primitives.NewMutex(b, "cancel", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+		ctx := context.Background()
+		for i := range 40 {
+			held, err := ma.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancelAt := time.Duration(rnd.IntN(4000)) * time.Microsecond
+			releaseAt := time.Duration(rnd.IntN(4000)) * time.Microsecond
+			var wctx context.Context
+			var cancel context.CancelFunc
+			if rnd.IntN(2) == 0 {
+				wctx, cancel = context.WithCancel(ctx)
+				time.AfterFunc(cancelAt, cancel)
+			} else {
+				wctx, cancel = context.WithTimeout(ctx, cancelAt)
+			}
+			got := make(chan core.Lease, 1)
+			go func() {
+				l, err := mb.Acquire(wctx)
+				if err != nil {
+					l = nil
+				}
+				got <- l
+			}()
+			time.AfterFunc(releaseAt, func() { held.Release(ctx) })
+			if l := <-got; l != nil {
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("round %d: Release of the waiter's lease: %v", i, err)
+				}
+			}
+			cancel()
+			pollUntil(t, func() bool {
+				select {
+				case <-held.Done():
+				default:
+					return false
+				}
+				snap, err := observer.Inspect(ctx, "cancel")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(snap.Leases) == 0 && len(snap.Waiters) == 0
+			})
+		}
+	})
+}
+
+// TestAwaitLeaveEndsWithCtx guards Store.Acquire's wait for a pending leave (leaves.await): a holder's next try waits for its pending
+// leave of the key, but no longer than its ctx, even when the leave hangs (a partition); and
+// Close returns once the hung leave gives up (leaveTimeout), not never.
+func TestAwaitLeaveEndsWithCtx(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	owner := redisharness.Drivers["goredis"](t, srv.Addr)
+	mustAcquire(t, owner, core.AcquireRequest{Key: "await", Holder: "owner", Permits: 1, Limit: 1, TTL: time.Minute}, true)
+	req := core.AcquireRequest{Key: "await", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+	mustAcquire(t, s, req, false)
+	w, err := s.Register(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Hold(true)
+	w.Close() // the leave goes out, and hangs
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = s.Acquire(short, req)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 1500*time.Millisecond {
+		t.Fatalf("next try with a 200ms ctx behind a hung leave: %v after %v", err, took)
+	}
+	start = time.Now()
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		proxy.Hold(false)
+		t.Fatal("Close did not return within 10s of a hung leave")
+	}
+	proxy.Hold(false)
+	t.Logf("Close returned after %v", time.Since(start).Round(time.Millisecond))
 }

@@ -15,14 +15,14 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// TestBusyKeyHandoffsReview16i: callers on one Store and on three hand a lock over hundreds of
+// TestBusyKeyHandoffs: callers on one Store and on three hand a lock over hundreds of
 // times, each Acquire under a fresh holder id (so each Store records hundreds of floors and
 // keeps the grants its releases make to the others' waiters), and a quarter of the callers give
 // up after a few milliseconds: during the try, between the refused try and enrolling, or while
 // enrolled. Inside each lease the lock is the caller's alone, its fence above every earlier
 // one, and it is not lost; afterwards the lock is free and the line empty (a grant to a caller
 // that gave up is given back within reclaimAfter, not held until the one-minute TTL).
-func TestBusyKeyHandoffsReview16i(t *testing.T) {
+func TestBusyKeyHandoffs(t *testing.T) {
 	for _, stores := range []int{1, 3} {
 		t.Run(fmt.Sprint(stores, " stores"), func(t *testing.T) {
 			eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
@@ -93,13 +93,13 @@ func TestBusyKeyHandoffsReview16i(t *testing.T) {
 	}
 }
 
-// TestGiveUpOnABusyStoreIsGivenBackReview16i: a Store that has recorded hundreds of floors (its
+// TestGiveUpOnABusyStoreIsGivenBack: a Store that has recorded hundreds of floors (its
 // callers' tries and releases) and keeps the grants its releases made to another Store's
 // waiters sees a caller refused and gone before enrolling, under a holder id it had released
 // under before (a floor above every fence) and whose grant through the other Store it kept from
 // a reply; the line's grant to it, heard on the Store's channel, is given back, and the next in line
 // gets the lock.
-func TestGiveUpOnABusyStoreIsGivenBackReview16i(t *testing.T) {
+func TestGiveUpOnABusyStoreIsGivenBack(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)

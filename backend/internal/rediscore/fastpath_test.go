@@ -20,9 +20,9 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// Adversarial review of the uncontended fast paths of acquire and release (review16g, f6e2e46):
-// for every prepared state of a key, the same call made by the script as it is and by the
-// script with its fast path switched off must leave the same keys, expiries, messages and reply.
+// The uncontended fast paths of acquire, extend and release against their general paths: for
+// every prepared state of a key, the same call made by the script as it is and by the script with
+// its fast path switched off must leave the same keys, expiries, messages and reply.
 
 // generalSource returns Sources[i] with the fast path of acquire, extend or release made ineligible:
 // the rest of the script, the general path, is what the call then runs.
@@ -111,7 +111,7 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 		}
 	}
 	// Every message the call published came before the sentinel, on this one subscription.
-	if err := tw.c.Publish(ctx, "sentinel-review16g", "end").Err(); err != nil {
+	if err := tw.c.Publish(ctx, "sentinel", "end").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -119,7 +119,7 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msg.Channel == "sentinel-review16g" {
+		if msg.Channel == "sentinel" {
 			break
 		}
 		fmt.Fprintf(&b, "published %q on %q\n", msg.Payload, msg.Channel)
@@ -142,17 +142,17 @@ func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src s
 			p.ZAdd(ctx, ks[3], redis.Z{Score: sc, Member: id})
 		}
 	}
-	return tw.run16n(t, now, key, state16n{hash: st.hash, setup: line}, src, append(args, rediscore.Keys(key)[0]+":changed"))
+	return tw.runState(t, now, key, keyState{hash: st.hash, setup: line}, src, append(args, rediscore.Keys(key)[0]+":changed"))
 }
 
-// TestFastPathsDoWhatTheGeneralPathsDo_review16g: on two miniredis servers at the same clock,
+// TestFastPathsDoWhatTheGeneralPathsDo: on two miniredis servers at the same clock,
 // the same acquire, extend or release, by the script and by the script without its fast path, for
 // states of counters alone (at their edges, foreign ones, at now and a ms after), leases of
 // the holder and of others (expired, untaken, with values, foreign), a live line, watch and
 // left, and calls with values, fences asked above (AcquireAbove, a floor), semaphores, tries,
 // waits and TTLs up to 2^50 ms: the keys, their expiries, the messages and the reply are the
 // same, byte for byte.
-func TestFastPathsDoWhatTheGeneralPathsDo_review16g(t *testing.T) {
+func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
 	nowMs, nowUs := now.UnixMilli(), now.UnixMicro()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }
@@ -314,11 +314,11 @@ func TestFastPathsDoWhatTheGeneralPathsDo_review16g(t *testing.T) {
 	}
 }
 
-// TestReleaseReportsAForeignEntry_review16g: a lease hash that holds an entry starting with ':'
+// TestReleaseReportsAForeignEntry: a lease hash that holds an entry starting with ':'
 // that is not a lease of ours is someone else's: a release there fails with WRONGTYPE and
 // leaves the hash as it was, as every other call does, even when the holder's own lease in it
 // is there to release.
-func TestReleaseReportsAForeignEntry_review16g(t *testing.T) {
+func TestReleaseReportsAForeignEntry(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -339,10 +339,10 @@ func TestReleaseReportsAForeignEntry_review16g(t *testing.T) {
 	}
 }
 
-// TestReleaseDeletesExpiredLeases_review16g: a release writes, and the call that writes deletes
+// TestReleaseDeletesExpiredLeases: a release writes, and the call that writes deletes
 // the expired leases it finds (common.lua's header): a semaphore's holder that releases while
 // another's lease has expired leaves the hash with no lease at all.
-func TestReleaseDeletesExpiredLeases_review16g(t *testing.T) {
+func TestReleaseDeletesExpiredLeases(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -361,11 +361,11 @@ func TestReleaseDeletesExpiredLeases_review16g(t *testing.T) {
 	}
 }
 
-// TestFastPathsMatchOnDrawnStates_review16g: as TestFastPathsDoWhatTheGeneralPathsDo_review16g,
+// TestFastPathsMatchOnDrawnStates: as TestFastPathsDoWhatTheGeneralPathsDo,
 // on states rapid draws: counters a ms either side of now (or absent, or the hash's expiry at
 // the edge of the call's need), leases of the caller and of others expired at, before or after
 // now, untaken or with values, a live line, and acquires, extends and releases of any of those holders.
-func TestFastPathsMatchOnDrawnStates_review16g(t *testing.T) {
+func TestFastPathsMatchOnDrawnStates(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 999999000, time.UTC)
 	nowMs := now.UnixMilli()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }
