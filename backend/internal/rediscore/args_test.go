@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // pathStores makes a Store of each driver for each way of running the scripts: FCALL, and
@@ -173,7 +174,7 @@ func TestNumbersAtTheirEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		pollUntil(t, w.Reliable)
+		poll.Until(t, "the waiter's subscription confirmed", w.Reliable)
 		if ok, err := a.Release(ctx, core.ReleaseRequest{Key: "edge", Holder: "a", Fence: ra.Fence}); !ok || err != nil {
 			t.Fatalf("a's Release = %v, %v", ok, err)
 		}

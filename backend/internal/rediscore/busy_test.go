@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -84,7 +85,7 @@ func TestBusyKeyHandoffs(t *testing.T) {
 				}
 				t.Logf("%d leases granted", granted.Load())
 				probe := mk()
-				pollUntil(t, func() bool {
+				poll.Until(t, "the lock free and the line empty", func() bool {
 					snap, err := probe.Inspect(ctx, key)
 					return err == nil && len(snap.Leases) == 0 && lineLen(t, addr, key) == 0
 				})
@@ -149,9 +150,9 @@ func TestGiveUpOnABusyStoreIsGivenBack(t *testing.T) {
 			}
 			defer w.Close()
 			// g's grant must reach g's Store, and next's its waiter: g, other and next subscribed.
-			pollUntil(t, func() bool { return subscribers(t, srv.Addr, key) == 3 })
+			poll.Until(t, "g, other and next subscribed to the key's channel", func() bool { return subscribers(t, srv.Addr, key) == 3 })
 			release(other, "holder")
-			pollUntil(t, func() bool {
+			poll.Until(t, "next granted the lock", func() bool {
 				snap, err := other.Inspect(ctx, key)
 				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "next"
 			})

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -75,7 +76,7 @@ func TestWakeCrossesDrivers(t *testing.T) {
 			l2.Release(context.Background())
 			got <- time.Since(start)
 		}()
-		pollUntil(t, w.settled) // the waiter enrolls and its subscription is confirmed
+		poll.Until(t, "the waiter enrolled and its subscription confirmed", w.settled) // the waiter enrolls and its subscription is confirmed
 		l.Release(context.Background())
 		select {
 		case <-got:
@@ -119,9 +120,9 @@ func TestFCallAndEvalShaProcessesExcludeAndWakeEachOther(t *testing.T) {
 					got <- err
 				}()
 				if second == e {
-					pollUntil(t, e.settled)
+					poll.Until(t, "the EVALSHA Store's waiter settled", e.settled)
 				} else {
-					pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 1 })
+					poll.Until(t, "the waiter in line", func() bool { return lineLen(t, srv.Addr, key) == 1 })
 				}
 				if err := l1.Release(ctx); err != nil {
 					t.Fatal(err)

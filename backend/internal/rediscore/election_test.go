@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance/scenario"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -170,7 +171,7 @@ func electUnderFault(t *testing.T, els []*primitives.Election, run time.Duration
 			}
 		})
 	}
-	pollUntil(t, func() bool {
+	poll.Until(t, "five terms before the fault", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(terms) >= 5
@@ -227,7 +228,7 @@ func TestElectionOnRedisUnderFaults(t *testing.T) {
 			}
 			electUnderFault(t, els, 3*time.Second, func(leading func(int) bool, faulting func(bool)) {
 				faulting(true)
-				pollUntil(t, func() bool { return leading(0) || leading(1) || leading(2) })
+				poll.Until(t, "a leader", func() bool { return leading(0) || leading(1) || leading(2) })
 				syscall.Kill(srv.Pid(), syscall.SIGSTOP)
 				time.Sleep(3 * ttl)
 				syscall.Kill(srv.Pid(), syscall.SIGCONT)
@@ -244,7 +245,7 @@ func TestElectionOnRedisUnderFaults(t *testing.T) {
 			}
 			electUnderFault(t, els, 3*time.Second, func(leading func(int) bool, faulting func(bool)) {
 				for { // partition campaigner 0 while it leads, and have it lead on
-					pollUntil(t, func() bool { return leading(0) })
+					poll.Until(t, "campaigner 0 leading", func() bool { return leading(0) })
 					if faulting(true); leading(0) {
 						break
 					}

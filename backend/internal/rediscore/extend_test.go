@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -79,7 +80,7 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 				}
 				got <- l
 			}()
-			pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 1 })
+			poll.Until(t, "c in line", func() bool { return lineLen(t, srv.Addr, key) == 1 })
 			quiet(w) // the grants of a and b
 			published := publishes(t, srv.Addr)
 			out := func(when string) {
@@ -91,11 +92,11 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 				}
 			}
 			from := refreshes.Load()
-			pollUntil(t, func() bool { out("b live"); return refreshes.Load() >= from+5 })
+			poll.Until(t, "five refreshes of a while b is live", func() bool { out("b live"); return refreshes.Load() >= from+5 })
 			expired(t, sa, key, b.Holder())
 			<-b.Done()
 			from = refreshes.Load()
-			pollUntil(t, func() bool { out("b expired"); return refreshes.Load() >= from+5 })
+			poll.Until(t, "five refreshes of a after b expired", func() bool { out("b expired"); return refreshes.Load() >= from+5 })
 			if err := a.Err(); err != nil {
 				t.Fatalf("a's lease, refreshed, is lost: %v", err)
 			}
@@ -152,7 +153,7 @@ func TestAdoptTakesAnUntakenLineGrantAcrossStores(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer wb.Close()
-			pollUntil(t, wb.Reliable)
+			poll.Until(t, "b's waiter confirmed", wb.Reliable)
 			drain(wb)
 			mustAcquire(t, s2, req("c", ""), false)
 			if ok, err := s2.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a", Fence: a.Fence}); !ok || err != nil {
@@ -299,7 +300,7 @@ func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 			}
 			defer adopted.StopRefresh()
 			wb.Close()
-			pollUntil(t, func() bool { return lineLen(t, srv.Addr, "adopt") <= 1 })
+			poll.Until(t, "b's place left", func() bool { return lineLen(t, srv.Addr, "adopt") <= 1 })
 			// The leave runs in the background: give it until the line shows c served or not.
 			deadline := time.Now().Add(3 * time.Second)
 			for time.Now().Before(deadline) {

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -50,7 +51,7 @@ func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
 			// The leave that follows the try reaches the server after it here (the try went
 			// first, on a link as slow); on another connection it may overtake the try, which
 			// then takes no place. Either way the line is empty once the leave has run.
-			pollUntil(t, func() bool { return zcard(t, srv.Addr, "orphan", 3) == 1 })
+			poll.Until(t, "the try's leave recorded", func() bool { return zcard(t, srv.Addr, "orphan", 3) == 1 })
 			if n := lineLen(t, srv.Addr, "orphan"); n != 0 {
 				t.Fatalf("the line has %d places after the canceled try and its leave, want none", n)
 			}
@@ -76,13 +77,15 @@ func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
 				return core.AcquireRequest{Key: "lapsed", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait}
 			}
 			mustAcquire(t, s, req("holder", 0), true)
-			start := time.Now()
 			for i := range 100 {
 				mustAcquire(t, s, req(fmt.Sprint("gone-", i), 50*time.Millisecond), false)
 			}
 			mustAcquire(t, s, req("live", time.Minute), false)
-			// Let the 100 places lapse: their waits were 50ms, by the server's clock.
-			pollUntil(t, func() bool { return time.Since(start) > 200*time.Millisecond })
+			// The 100 places lapse: their waits were 50ms, by the server's clock.
+			poll.Until(t, "the 100 places lapsed", func() bool {
+				snap, err := s.Inspect(ctx, "lapsed")
+				return err == nil && len(snap.Waiters) == 1
+			})
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "lapsed", Holder: "holder"}); err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +112,7 @@ func TestNewcomerDoesNotPassTheLine(t *testing.T) {
 			}
 			mustAcquire(t, s, req("holder", 100*time.Millisecond, 0), true)
 			mustAcquire(t, s, req("waiter", time.Minute, time.Minute), false)
-			pollUntil(t, func() bool {
+			poll.Until(t, "the holder's lease expired", func() bool {
 				snap, _ := s.Inspect(context.Background(), "expiry")
 				return len(snap.Leases) == 0 || snap.Leases[0].Holder != "holder"
 			})
@@ -154,7 +157,7 @@ func TestDeadWaitersArePassedOver(t *testing.T) {
 			go func() { child.Wait(); close(exited) }()
 			t.Cleanup(func() { child.Process.Kill(); <-exited })
 			// Ten places, each taken after the child's subscription was confirmed (checked ones).
-			pollUntil(t, func() bool {
+			poll.Until(t, "ten checked places of the child's", func() bool {
 				ps := places(t, srv.Addr, key)
 				checked := 0
 				for _, p := range ps {
@@ -170,13 +173,13 @@ func TestDeadWaitersArePassedOver(t *testing.T) {
 			}
 			live, _ := primitives.NewMutex(mk(t, srv.Addr), key, primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Minute))
 			got := acquireInBackground(t, live)
-			pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 11 })
+			poll.Until(t, "the live waiter in line behind them", func() bool { return lineLen(t, srv.Addr, key) == 11 })
 			child.Process.Kill()
 			<-exited
 			// The server has seen the dead process's connection close.
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer c.Close()
-			pollUntil(t, func() bool {
+			poll.Until(t, "the dead process's subscription gone", func() bool {
 				v, err := c.PubSubNumSub(ctx, channel).Result()
 				return err == nil && v[channel] == 0
 			})

@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // calls returns how many times the server at addr ran each of names since its stats were
@@ -358,7 +359,7 @@ func TestHolderReleasesWhenOutOfMemory(t *testing.T) {
 				t.Fatalf("after release when out of memory: %+v, %v; want b granted by the line", snap, err)
 			}
 			wc.Close() // c leaves the line
-			pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 0 })
+			poll.Until(t, "c's place left", func() bool { return lineLen(t, srv.Addr, key) == 0 })
 		})
 	}
 }

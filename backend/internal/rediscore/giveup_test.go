@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -37,11 +38,11 @@ func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
 			}
 			defer w.Close()
 			// The line's grant to g must reach gone's Store, which gives it back.
-			pollUntil(t, func() bool { return subscribers(t, srv.Addr, "gone") == 2 })
+			poll.Until(t, "gone's and next's Stores subscribed", func() bool { return subscribers(t, srv.Addr, "gone") == 2 })
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "gone", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
-			pollUntil(t, func() bool {
+			poll.Until(t, "n granted the lease given back", func() bool {
 				snap, err := s.Inspect(ctx, "gone")
 				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "n"
 			})
@@ -62,7 +63,7 @@ func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := acquireInBackground(t, m)
-			pollUntil(t, s.settled) // in line, subscribed: the release hands it the lease, and its message follows
+			poll.Until(t, "the waiter in line and subscribed", s.settled) // in line, subscribed: the release hands it the lease, and its message follows
 			l.Release(context.Background())
 			l2 := <-got
 			defer l2.Release(context.Background())
@@ -134,7 +135,7 @@ func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
 				_, err := mb.Acquire(ctx)
 				done <- err
 			}()
-			pollUntil(t, func() bool { return lineLen(t, srv.Addr, "closed") == 1 })
+			poll.Until(t, "the waiter in line", func() bool { return lineLen(t, srv.Addr, "closed") == 1 })
 			b.Close() // enrolled or not, or its try still out: its Store owes the line its place
 			if err := <-done; !errors.Is(err, core.ErrClosed) {
 				t.Errorf("the waiter's Acquire: %v, want ErrClosed", err)
@@ -199,7 +200,7 @@ func TestCanceledWaitersStrandNothing(t *testing.T) {
 				}
 			}
 			cancel()
-			pollUntil(t, func() bool {
+			poll.Until(t, "the key free: no lease, no place", func() bool {
 				select {
 				case <-held.Done():
 				default:

@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -44,8 +45,8 @@ func TestReusedHolderWaitersAllWake(t *testing.T) {
 					res <- out{l, err, time.Now()}
 				}()
 			}
-			pollUntil(t, func() bool { return lineLen(t, srv.Addr, "shared") == 1 })
-			pollUntil(t, func() bool { return b.registered() == 2 && b.settled() }) // both enrolled, subscriptions confirmed
+			poll.Until(t, "the shared holder in line", func() bool { return lineLen(t, srv.Addr, "shared") == 1 })
+			poll.Until(t, "both waiters enrolled and subscribed", func() bool { return b.registered() == 2 && b.settled() }) // both enrolled, subscriptions confirmed
 			released := time.Now()
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -95,12 +96,9 @@ func TestConcurrentCloseOfHolderWaitersLeaves(t *testing.T) {
 		}
 		start.Done()
 		wg.Wait()
-		deadline := time.Now().Add(2 * time.Second)
-		for zcard(t, srv.Addr, key, 1) != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: all waiters of holder %q closed, yet its place is still in the line after 2s (it stays for its wait of a minute)", i, req.Holder)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		// Else the place stays for its wait of a minute.
+		poll.Until(t, fmt.Sprintf("round %d: holder %q's place left once all its waiters closed", i, req.Holder), func() bool {
+			return zcard(t, srv.Addr, key, 1) == 0
+		})
 	}
 }
