@@ -23,14 +23,22 @@ import (
 // makes the operations that touch it fail with a wrong-type error naming that Redis key, and is
 // left as it was.
 func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()
 			// Each of the key's Redis keys in turn holds someone else's string, among ours: a
-			// lease, a line of waiters.
-			for i := range rediscore.Keys("") {
+			// lease, a line of waiters. A try that fails is left in the background, and the leave
+			// fails on the foreign key until leaveTimeout (2s); the holder's next calls on the key,
+			// every Inspect of it and the Store's Close wait for it. So every key is set up and
+			// tried first, and the operations that wait come last, all keys' leaves running
+			// meanwhile.
+			n := len(rediscore.Keys(""))
+			reqs := make([]core.AcquireRequest, n)
+			for i := range n {
 				key := fmt.Sprint("theirs-", i)
 				req := core.AcquireRequest{Key: key, Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 				if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
@@ -51,22 +59,41 @@ func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
 				if (i != 3 || err != nil) && (err == nil || !strings.HasPrefix(err.Error(), name+": ") || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), foreign)) {
 					t.Errorf("Acquire with %s foreign: err = %v, want the driver's name, then the wrong type and the Redis key (which holds the key)", foreign, err)
 				}
-				for _, op := range []func() error{
-					func() error { _, err := s.Acquire(ctx, req); return err },
-					func() error {
-						_, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute})
-						return err
-					},
-					func() error { _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "b"}); return err },
-					func() error { _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a"}); return err },
-					func() error { _, err := s.Inspect(ctx, key); return err },
-				} {
+				reqs[i] = req
+			}
+			// Then each operation on every key: those of a (which wait for its leave) and the
+			// Inspects (which wait for every leave of the key) last.
+			ops := []func(req core.AcquireRequest) error{
+				func(req core.AcquireRequest) error {
+					req.Holder = "d"
+					_, err := s.Acquire(ctx, req)
+					return err
+				},
+				func(req core.AcquireRequest) error {
+					_, err := s.Extend(ctx, core.ExtendRequest{Key: req.Key, Holder: "b", TTL: time.Minute})
+					return err
+				},
+				func(req core.AcquireRequest) error {
+					_, err := s.Release(ctx, core.ReleaseRequest{Key: req.Key, Holder: "b"})
+					return err
+				},
+				func(req core.AcquireRequest) error {
+					_, err := s.Release(ctx, core.ReleaseRequest{Key: req.Key, Holder: "a"})
+					return err
+				},
+				func(req core.AcquireRequest) error { _, err := s.Inspect(ctx, req.Key); return err },
+			}
+			for _, op := range ops {
+				for i, req := range reqs {
 					// An operation that does not touch the foreign key may succeed; one that does
 					// fails with a wrong-type error.
-					if err := op(); err != nil && !strings.Contains(err.Error(), "WRONGTYPE") {
-						t.Errorf("an operation with %s foreign: err = %v, want nil or a wrong-type error", foreign, err)
+					if err := op(req); err != nil && !strings.Contains(err.Error(), "WRONGTYPE") {
+						t.Errorf("an operation with %s foreign: err = %v, want nil or a wrong-type error", rediscore.Keys(req.Key)[i], err)
 					}
 				}
+			}
+			for i, req := range reqs {
+				foreign := rediscore.Keys(req.Key)[i]
 				if v, _ := redistest.Do(srv.Addr, "GET", foreign); v != "their data" {
 					t.Errorf("foreign data under %s became %q", foreign, v)
 				}

@@ -13,11 +13,12 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
 // noLeaks checks, after everything t started has been cleaned up, that no goroutine outlives
-// the scenario.
+// the scenario. t must run alone (no test in parallel with it, but its own subtests).
 func noLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
@@ -27,9 +28,11 @@ func noLeaks(t *testing.T) {
 // Leases are forgotten, so two holders may believe they hold until the old one's refresh fails;
 // fences still never go back, and the resource refuses the stale holder.
 func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
+	testenv.SkipShort(t, "kills and restarts redis-server")
+	noLeaks(t) // after both drivers' scenarios, which run at once
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
-			noLeaks(t)
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			history.Fault{
 				NewStore: func() core.Store { return mk(t, srv.Addr) },
@@ -48,9 +51,11 @@ func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
 // each lease is reported lost before its deadline; calls return within their deadlines; the
 // server keeps its data, so the history is linearizable.
 func TestFaultServerPausedPastTTL(t *testing.T) {
+	testenv.SkipShort(t, "pauses redis-server")
+	noLeaks(t) // after both drivers' scenarios, which run at once
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
-			noLeaks(t)
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			const ttl = 400 * time.Millisecond
 			history.Fault{
@@ -71,9 +76,10 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 // TestFaultHolderStallsPastTTL: a holder whose refresh stops (a long GC pause) and that resumes
 // after its TTL finds the lock taken by another, with a higher fence, and its write refused.
 func TestFaultHolderStallsPastTTL(t *testing.T) {
+	noLeaks(t) // after both drivers' scenarios, which run at once
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
-			noLeaks(t)
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			var rec history.Recorder
 			var res history.Resource
@@ -117,9 +123,11 @@ func TestFaultHolderStallsPastTTL(t *testing.T) {
 // Calls return within their deadlines, a lease held across the partition is reported lost by
 // its deadline, and the server keeps its data, so the history is linearizable.
 func TestFaultNetwork(t *testing.T) {
+	testenv.SkipShort(t, "partitions the clients from redis-server")
+	noLeaks(t) // after both drivers' scenarios, which run at once
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
-			noLeaks(t)
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			px := redistest.StartProxy(t, srv.Addr)
 			const ttl = 400 * time.Millisecond
