@@ -20,12 +20,22 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// RWMutex and Election on a Redis Cluster of three masters, through both drivers, each
+// TestOnCluster runs the tests that need a Redis Cluster of three masters on one, which takes
+// seconds to start.
+func TestOnCluster(t *testing.T) {
+	t.Parallel()
+	addrs := redistest.StartCluster(t, 3)
+	t.Run("RWMutexAndElection", func(t *testing.T) { rwMutexAndElectionOnCluster(t, addrs) })
+	t.Run("BracesInKeys", func(t *testing.T) { bracesInKeysOnCluster(t, addrs) })
+	t.Run("ClusterAndRingExcludeOnManyKeys", func(t *testing.T) { clusterAndRingExcludeOnManyKeys(t, addrs) })
+	t.Run("ReloadsWhereALibraryIsMissing", func(t *testing.T) { clusterReloadsWhereALibraryIsMissing(t, addrs) }) // last: it deletes the library
+}
+
+// rwMutexAndElectionOnCluster: RWMutex and Election on a Cluster, through both drivers, each
 // primitive with a Store of its own: the same scenarios as on one server, with no code of the
 // Cluster's own. Observe, with a retry interval of an hour, is woken only by the Watch's
 // messages, which travel by the Cluster's pub/sub.
-func TestRWMutexAndElectionOnCluster(t *testing.T) {
-	addrs := redistest.StartCluster(t, 3)
+func rwMutexAndElectionOnCluster(t *testing.T, addrs []string) {
 	for _, name := range []string{"goredis", "valkey"} {
 		mk := func() redisharness.Store { return redisharness.Drivers[name](t, addrs...) }
 		t.Run(name+"/RWStress", func(t *testing.T) {
@@ -57,8 +67,9 @@ func TestRWMutexAndElectionOnCluster(t *testing.T) {
 	}
 }
 
-func TestBracesInKeysOnCluster(t *testing.T) {
-	addrs := redistest.StartCluster(t, 3)
+// bracesInKeysOnCluster: keys with braces of every kind (a hash tag, or braces that are not one)
+// lock on a Cluster.
+func bracesInKeysOnCluster(t *testing.T, addrs []string) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	s, err := goredis.New(c)
 	if err != nil {
@@ -80,11 +91,10 @@ func TestBracesInKeysOnCluster(t *testing.T) {
 	}
 }
 
-// TestClusterAndRingExcludeOnManyKeys: on a Cluster (both drivers) and a go-redis Ring, two
+// clusterAndRingExcludeOnManyKeys: on a Cluster (both drivers) and a go-redis Ring, two
 // Stores contend on more keys than a Store keeps names of, from many goroutines: on every key
 // exactly one holds the lease at a time, and each release hands it to the other.
-func TestClusterAndRingExcludeOnManyKeys(t *testing.T) {
-	addrs := redistest.StartCluster(t, 3)
+func clusterAndRingExcludeOnManyKeys(t *testing.T, addrs []string) {
 	a, b := redistest.StartServer(t), redistest.StartServer(t)
 	ring := func(t *testing.T) redisharness.Store {
 		c := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
@@ -135,10 +145,9 @@ func TestClusterAndRingExcludeOnManyKeys(t *testing.T) {
 	}
 }
 
-// TestClusterReloadsWhereALibraryIsMissing: on a Cluster, FUNCTION DELETE on one primary, then
+// clusterReloadsWhereALibraryIsMissing: on a Cluster, FUNCTION DELETE on one primary, then
 // calls on keys of every slot: each works (the first that finds it missing loads it again).
-func TestClusterReloadsWhereALibraryIsMissing(t *testing.T) {
-	addrs := redistest.StartCluster(t, 3)
+func clusterReloadsWhereALibraryIsMissing(t *testing.T, addrs []string) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			s := mk(t, addrs...)
