@@ -88,24 +88,50 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 	ctx := context.Background()
 	var b strings.Builder
 	b.WriteString("reply " + reply + "\n")
-	for _, k := range rediscore.Keys(key) {
-		typ := tw.c.Type(ctx, k).Val()
-		// The server counts an expiry down on its own clock, not the test's, from the call to
-		// this read, so two twins' expiries differ by the time between their reads: compare
-		// snapshots with sameSnapshots. Read as ms: 2^50 ms overflows a time.Duration.
-		pttl, err := tw.c.Do(ctx, "pttl", k).Int64()
+	// Two round trips: each key's type and expiry, then the contents of those that have any.
+	keys := rediscore.Keys(key)
+	types, pttls := make([]*redis.StatusCmd, len(keys)), make([]*redis.Cmd, len(keys))
+	if _, err := tw.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			types[i] = p.Type(ctx, k)
+			// The server counts an expiry down on its own clock, not the test's, from the call
+			// to this read, so two twins' expiries differ by the time between their reads:
+			// compare snapshots with sameSnapshots. Read as ms: 2^50 ms overflows a
+			// time.Duration.
+			pttls[i] = p.Do(ctx, "pttl", k)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hashes, zsets := make([]*redis.MapStringStringCmd, len(keys)), make([]*redis.ZSliceCmd, len(keys))
+	if _, err := tw.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			switch types[i].Val() {
+			case "hash":
+				hashes[i] = p.HGetAll(ctx, k)
+			case "zset":
+				zsets[i] = p.ZRangeWithScores(ctx, k, 0, -1)
+			}
+		}
+		return nil
+	}); err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		pttl, err := pttls[i].Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(&b, "%s %s pttl %dms\n", k, typ, pttl)
-		switch typ {
-		case "hash":
-			m := tw.c.HGetAll(ctx, k).Val()
+		fmt.Fprintf(&b, "%s %s pttl %dms\n", k, types[i].Val(), pttl)
+		switch {
+		case hashes[i] != nil:
+			m := hashes[i].Val()
 			for _, f := range slices.Sorted(maps.Keys(m)) {
 				fmt.Fprintf(&b, "  %q = %q\n", f, m[f])
 			}
-		case "zset":
-			for _, z := range tw.c.ZRangeWithScores(ctx, k, 0, -1).Val() {
+		case zsets[i] != nil:
+			for _, z := range zsets[i].Val() {
 				fmt.Fprintf(&b, "  %q %v\n", z.Member, z.Score)
 			}
 		}
@@ -299,6 +325,7 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 	}
 	for server, real := range map[string]bool{"miniredis": false, "redis-server": true} {
 		t.Run(server, func(t *testing.T) {
+			t.Parallel()
 			fast, general := newTwin(t, real), newTwin(t, real)
 			for _, sn := range slices.Sorted(maps.Keys(states)) {
 				for _, cn := range slices.Sorted(maps.Keys(calls)) {
