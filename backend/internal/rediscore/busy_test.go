@@ -101,8 +101,10 @@ func TestBusyKeyHandoffs(t *testing.T) {
 // a reply; the line's grant to it, heard on the Store's channel, is given back, and the next in line
 // gets the lock.
 func TestGiveUpOnABusyStoreIsGivenBack(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			g, other, next := mk(t, srv.Addr), mk(t, srv.Addr), mk(t, srv.Addr)
 			ctx := context.Background()

@@ -14,12 +14,16 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
 func TestSubscriptionSurvivesReconnect(t *testing.T) {
+	testenv.SkipShort(t, "kills the server's pub/sub connections")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := watch(mk(t, srv.Addr))
 			m, _ := primitives.NewMutex(s, "reconnect", primitives.WithTTL(time.Minute),
@@ -55,8 +59,11 @@ func TestSubscriptionSurvivesReconnect(t *testing.T) {
 }
 
 func TestFencesIncreaseAcrossRestartWithoutPersistence(t *testing.T) {
+	testenv.SkipShort(t, "kills and restarts redis-server")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()

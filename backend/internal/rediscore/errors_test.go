@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestForeignDataIsReportedAndLeftAlone: someone else's data under one of a key's Redis keys
@@ -105,8 +106,11 @@ func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
 // TestServerDownIsReportedWithinDeadline: with the server gone, Acquire returns the client's
 // error by its ctx deadline.
 func TestServerDownIsReportedWithinDeadline(t *testing.T) {
+	testenv.SkipShort(t, "stops redis-server")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()
@@ -122,8 +126,10 @@ func TestServerDownIsReportedWithinDeadline(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), name+": ") || strings.Contains(err.Error(), `"down"`) {
 				t.Errorf("Acquire with the server down: err = %v, want the client's error after the driver's name, without the key", err)
 			}
-			if d := time.Since(start); d > 2500*time.Millisecond {
-				t.Errorf("Acquire with the server down took %v, past its 2s deadline", d)
+			// Its deadline, with room for a loaded machine's stalls: not the client's own
+			// timeouts and retries, which take longer.
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("Acquire with the server down took %v, well past its 2s deadline", d)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -25,8 +26,11 @@ import (
 // flight leaves no place in the line that nobody owns: the holder's release then frees the lock
 // (nobody is handed it), and the line is empty.
 func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
+	testenv.SkipShort(t, "slows the link to redis-server to 300 ms (a fault proxy)")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			proxy := redistest.StartProxy(t, srv.Addr)
 			ctx := context.Background()
@@ -136,7 +140,7 @@ func places(t *testing.T, addr, key string) []string {
 
 // TestDeadWaitersArePassedOver: a process with 10 goroutines waiting in line (TTL 30s, acquire
 // timeout 10 min) is killed; the holder releases; a live waiter in another process has the
-// lock within 2s, not after the dead waiters' TTLs.
+// lock within 10s (so long only for a loaded machine's stalls), not after the dead waiters' TTLs.
 func TestDeadWaitersArePassedOver(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -193,8 +197,8 @@ func TestDeadWaitersArePassedOver(t *testing.T) {
 				if l != nil {
 					l.Release(ctx)
 				}
-			case <-time.After(2 * time.Second):
-				t.Fatalf("the live waiter did not have the lock within 2s of the release; line %d", lineLen(t, srv.Addr, key))
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the live waiter did not have the lock within 10s of the release; line %d", lineLen(t, srv.Addr, key))
 			}
 		})
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // calls returns how many times the server at addr ran each of names since its stats were
@@ -261,9 +262,10 @@ func TestStoreWorksWhileTheLibraryIsFlushedRepeatedly(t *testing.T) {
 			}()
 			var wg sync.WaitGroup
 			var failed atomic.Value
+			rounds := testenv.Pick(50, 200)
 			for g := range 8 {
 				wg.Go(func() {
-					for i := 0; i < 200 && failed.Load() == nil; i++ {
+					for i := 0; i < rounds && failed.Load() == nil; i++ {
 						key := fmt.Sprint("flush:", name, g)
 						res, err := s.Acquire(context.Background(), core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
 						if err == nil && res.Granted {
