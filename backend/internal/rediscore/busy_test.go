@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -24,6 +25,8 @@ import (
 // one, and it is not lost; afterwards the lock is free and the line empty (a grant to a caller
 // that gave up is given back within reclaimAfter, not held until the one-minute TTL).
 func TestBusyKeyHandoffs(t *testing.T) {
+	testenv.SkipShort(t, "a stress test: hundreds of handoffs on each driver")
+	t.Parallel()
 	for _, stores := range []int{1, 3} {
 		t.Run(fmt.Sprint(stores, " stores"), func(t *testing.T) {
 			eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
@@ -101,6 +104,7 @@ func TestBusyKeyHandoffs(t *testing.T) {
 // a reply; the line's grant to it, heard on the Store's channel, is given back, and the next in line
 // gets the lock.
 func TestGiveUpOnABusyStoreIsGivenBack(t *testing.T) {
+	testenv.SkipShort(t, "hundreds of calls to make the Store busy, then a give-back delay")
 	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {

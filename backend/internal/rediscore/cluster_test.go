@@ -17,12 +17,14 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance/scenario"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
 // TestOnCluster runs the tests that need a Redis Cluster of three masters on one, which takes
 // seconds to start.
 func TestOnCluster(t *testing.T) {
+	testenv.SkipShort(t, "a Redis Cluster takes seconds to start")
 	t.Parallel()
 	addrs := redistest.StartCluster(t, 3)
 	t.Run("RWMutexAndElection", func(t *testing.T) { rwMutexAndElectionOnCluster(t, addrs) })

@@ -55,6 +55,7 @@ func TestElectionOnRedisObserveSeesEveryChange(t *testing.T) {
 }
 
 func TestElectionOnRedisObserveSeesDeadLeaderGone(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		t.Run("not refreshed", func(t *testing.T) {
 			el := scenario.MustElection(t, mk(), "lead", primitives.WithTTL(300*time.Millisecond), primitives.WithoutRefresh())

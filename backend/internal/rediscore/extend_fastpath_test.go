@@ -90,6 +90,7 @@ func sameForeign(got, want string) (string, string) {
 var hugeNumber = regexp.MustCompile(`\d{20,}`)
 
 func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
+	testenv.SkipShort(t, "a table of thousands of script calls (TestExtendFastPathMatchesOnWiderDrawnStates draws some)")
 	now := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
 	nowMs := now.UnixMilli()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }
@@ -286,7 +287,7 @@ func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
 		"extend of ':h'":      {":h", ttl},
 	}
 	general := generalSource(t, srcExtend)
-	for server, real := range map[string]bool{"miniredis": false, "redis-server": true} {
+	for server, real := range twinServers() {
 		t.Run(server, func(t *testing.T) {
 			t.Parallel()
 			fast, gen := newTwin(t, real), newTwin(t, real)

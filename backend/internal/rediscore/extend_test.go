@@ -39,6 +39,7 @@ func otherDriver(name string) redisharness.Driver {
 // (the server ran no PUBLISH), so the live Watch hears nothing; a's lease is not lost; when a
 // releases, c is granted and the watch hears it.
 func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)

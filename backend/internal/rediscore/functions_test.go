@@ -245,6 +245,7 @@ func TestFirstCallsRaceToLoad(t *testing.T) {
 // TestStoreWorksWhileTheLibraryIsFlushedRepeatedly: while another client keeps flushing the
 // server's functions, every call succeeds.
 func TestStoreWorksWhileTheLibraryIsFlushedRepeatedly(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {

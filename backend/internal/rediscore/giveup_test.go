@@ -168,6 +168,7 @@ func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
 // the background leaves and give-backs are done, the key is free: no lease nobody will release
 // (held until its TTL, a minute) and no place nobody will leave.
 func TestCanceledWaitersStrandNothing(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		a, b, observer := mk(), mk(), mk()
 		opts := []primitives.Option{primitives.WithTTL(time.Minute)}

@@ -148,6 +148,8 @@ func TestLimitsDisagree(t *testing.T) {
 // TestThousandsOfWaiters: thousands of callers (10 000 under LEASEHOLD_SOAK=1) wait on one
 // key; each gets the lock in turn, and none is left waiting.
 func TestThousandsOfWaiters(t *testing.T) {
+	testenv.SkipShort(t, "thousands of waiters")
+	t.Parallel()
 	waiters := testenv.Pick(2000, 10000)
 	for name, mk := range everyStore(t) {
 		if name == "valkey" {
