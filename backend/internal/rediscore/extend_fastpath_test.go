@@ -42,9 +42,6 @@ type keyState struct {
 func (tw *twin) runState(t *testing.T, now time.Time, key string, st keyState, src string, args []any) string {
 	t.Helper()
 	ctx := context.Background()
-	if err := tw.c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
 	if tw.m != nil {
 		tw.m.SetTime(now)
 	} else {
@@ -52,6 +49,7 @@ func (tw *twin) runState(t *testing.T, now time.Time, key string, st keyState, s
 	}
 	ks := rediscore.Keys(key)
 	p := tw.c.TxPipeline()
+	p.FlushAll(ctx)
 	if st.hash != nil {
 		if len(st.hash) > 0 {
 			kv := make([]any, 0, 2*len(st.hash))
@@ -91,6 +89,7 @@ var hugeNumber = regexp.MustCompile(`\d{20,}`)
 
 func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
 	testenv.SkipShort(t, "a table of thousands of script calls (TestExtendFastPathMatchesOnWiderDrawnStates draws some)")
+	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
 	nowMs := now.UnixMilli()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }

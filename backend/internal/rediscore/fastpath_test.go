@@ -99,7 +99,9 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 	ctx := context.Background()
 	var b strings.Builder
 	b.WriteString("reply " + reply + "\n")
-	// Two round trips: each key's type and expiry, then the contents of those that have any.
+	// Two round trips: each key's type and expiry, then the contents of those that have any and
+	// a sentinel message: every message the call published came before it, on this one
+	// subscription.
 	keys := rediscore.Keys(key)
 	types, pttls := make([]*redis.StatusCmd, len(keys)), make([]*redis.Cmd, len(keys))
 	if _, err := tw.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -125,6 +127,7 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 				zsets[i] = p.ZRangeWithScores(ctx, k, 0, -1)
 			}
 		}
+		p.Publish(ctx, "sentinel", "end")
 		return nil
 	}); err != nil && err != redis.Nil {
 		t.Fatal(err)
@@ -146,10 +149,6 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 				fmt.Fprintf(&b, "  %q %v\n", z.Member, z.Score)
 			}
 		}
-	}
-	// Every message the call published came before the sentinel, on this one subscription.
-	if err := tw.c.Publish(ctx, "sentinel", "end").Err(); err != nil {
-		t.Fatal(err)
 	}
 	for {
 		msg, err := tw.ps.ReceiveMessage(ctx)
@@ -191,6 +190,7 @@ func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src s
 // same, byte for byte.
 func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 	testenv.SkipShort(t, "a table of thousands of script calls (TestFastPathsMatchOnDrawnStates draws some)")
+	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
 	nowMs, nowUs := now.UnixMilli(), now.UnixMicro()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }
