@@ -18,10 +18,12 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// Helpers of the tests that run both drivers: the conditions a test waits for (with pollUntil)
+// Helpers of the tests that run both drivers: the conditions a test waits for (with poll.Until)
 // instead of sleeping, what they read from the server, and the setups several tests share.
 
-// pollUntil polls cond every 5ms until it holds, and fails t if it does not within 10s.
+// pollUntil polls cond every 5ms until it holds, and fails t if it does not within 10s. New
+// tests use poll.Until, which names what it waits for; this is left for the files that still
+// call it.
 func pollUntil(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
