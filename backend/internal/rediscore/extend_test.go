@@ -47,7 +47,9 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 			const key = "refreshed"
 			w := reliableWatch(t, sw, key)
 			var refreshes atomic.Int64
-			semA, err := primitives.NewSemaphore(sa, key, 2, primitives.WithTTL(time.Second),
+			// a's TTL outlasts a loaded machine's stalls between its refreshes (1 s did not, under
+			// -race at load 20), and stays below c's wait (10 s), which sets the key's keep.
+			semA, err := primitives.NewSemaphore(sa, key, 2, primitives.WithTTL(5*time.Second),
 				primitives.WithRefreshInterval(20*time.Millisecond), primitives.WithEvents(func(e primitives.Event) {
 					if e.Kind == primitives.EventRefreshed {
 						refreshes.Add(1)

@@ -3,6 +3,7 @@ package rediscore_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -22,6 +24,18 @@ import (
 func noLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// storeCount counts the Stores a fault scenario has made.
+type storeCount struct{ atomic.Int32 }
+
+// wait returns once the scenario has made its Stores (history.Fault: six holders' and the
+// long holder's), so that the fault comes while the workload runs, not while it starts: on a
+// loaded machine the workload's start can take longer than the scenario's first sleep, and a
+// Store made during the fault fails the test (a valkey client dials as it is made).
+func (c *storeCount) wait(t *testing.T) {
+	t.Helper()
+	poll.Until(t, "the scenario's seven Stores made", func() bool { return c.Load() >= 7 })
 }
 
 // TestFaultServerKilledAndRestartedEmpty: SIGKILL mid-workload, restarted without its data.
@@ -34,11 +48,13 @@ func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
+			made := new(storeCount)
 			history.Fault{
-				NewStore: func() core.Store { return mk(t, srv.Addr) },
+				NewStore: func() core.Store { s := mk(t, srv.Addr); made.Add(1); return s },
 				TTL:      500 * time.Millisecond, Duration: 2 * time.Second,
 				Linearizable: false, Lost: false,
 				Inject: func() {
+					made.wait(t)
 					time.Sleep(700 * time.Millisecond)
 					srv.Restart(t)
 				},
@@ -60,11 +76,13 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 			noLeaks(t)
 			srv := redistest.StartServer(t)
 			const ttl = 400 * time.Millisecond
+			made := new(storeCount)
 			history.Fault{
-				NewStore: func() core.Store { return mk(t, srv.Addr) },
+				NewStore: func() core.Store { s := mk(t, srv.Addr); made.Add(1); return s },
 				TTL:      ttl, Duration: 3 * time.Second,
 				Linearizable: true, Lost: true,
 				Inject: func() {
+					made.wait(t)
 					time.Sleep(600 * time.Millisecond)
 					syscall.Kill(srv.Pid(), syscall.SIGSTOP)
 					time.Sleep(3 * ttl)
@@ -132,11 +150,13 @@ func TestFaultNetwork(t *testing.T) {
 			srv := redistest.StartServer(t)
 			px := redistest.StartProxy(t, srv.Addr)
 			const ttl = 400 * time.Millisecond
+			made := new(storeCount)
 			history.Fault{
-				NewStore: func() core.Store { return mk(t, px.Addr) },
+				NewStore: func() core.Store { s := mk(t, px.Addr); made.Add(1); return s },
 				TTL:      ttl, Duration: 4 * time.Second,
 				Linearizable: true, Lost: true,
 				Inject: func() {
+					made.wait(t)
 					time.Sleep(500 * time.Millisecond)
 					px.SetLatency(30 * time.Millisecond)
 					time.Sleep(700 * time.Millisecond)
