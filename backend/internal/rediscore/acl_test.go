@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -77,7 +78,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 				}
 				got <- err
 			}()
-			pollUntil(t, b.settled) // in line and subscribed: the release hands it the lock
+			poll.Until(t, "the waiter in line and subscribed", b.settled) // in line and subscribed: the release hands it the lock
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package rediscore_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -74,12 +76,64 @@ func TestWakeCrossesDrivers(t *testing.T) {
 			l2.Release(context.Background())
 			got <- time.Since(start)
 		}()
-		pollUntil(t, w.settled) // the waiter enrolls and its subscription is confirmed
+		poll.Until(t, "the waiter enrolled and its subscription confirmed", w.settled) // the waiter enrolls and its subscription is confirmed
 		l.Release(context.Background())
 		select {
 		case <-got:
 		case <-time.After(10 * time.Second):
 			t.Fatal("a release through one driver did not wake a waiter of the other (retry interval 1h, TTL 10s)")
 		}
+	}
+}
+
+// TestFCallAndEvalShaProcessesExcludeAndWakeEachOther: a Store that runs FCALL and one whose
+// user may not use functions (EVALSHA), each driver either way, share a mutex: each excludes the
+// other, and a release by one hands the lock to the other's waiter.
+func TestFCallAndEvalShaProcessesExcludeAndWakeEachOther(t *testing.T) {
+	srv := redistest.StartServer(t)
+	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
+	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
+	stores := userStores(srv.Addr)
+	for _, pair := range [][2]string{{"goredis", "valkey"}, {"valkey", "goredis"}, {"goredis", "goredis"}, {"valkey", "valkey"}} {
+		t.Run(pair[0]+"-fcall/"+pair[1]+"-evalsha", func(t *testing.T) {
+			ctx := context.Background()
+			key := "leasehold:mixed:" + pair[0] + pair[1]
+			do(t, srv.Addr, "CONFIG", "RESETSTAT")
+			f, e := stores[pair[0]](t, "new"), watch(stores[pair[1]](t, "old"))
+			for _, order := range [][2]redisharness.Store{{f, e}, {e, f}} {
+				first, second := order[0], order[1]
+				m1, _ := primitives.NewMutex(first, key, primitives.WithTTL(time.Minute))
+				m2, _ := primitives.NewMutex(second, key, primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(20*time.Second))
+				l1, err := m1.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := m2.TryAcquire(ctx); err == nil && ok != nil {
+					t.Fatal("both processes hold the mutex")
+				}
+				got := make(chan error, 1)
+				go func() {
+					l2, err := m2.Acquire(ctx)
+					if err == nil {
+						err = l2.Release(ctx)
+					}
+					got <- err
+				}()
+				if second == e {
+					poll.Until(t, "the EVALSHA Store's waiter settled", e.settled)
+				} else {
+					poll.Until(t, "the waiter in line", func() bool { return lineLen(t, srv.Addr, key) == 1 })
+				}
+				if err := l1.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-got; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c := calls(t, srv.Addr, "fcall", "evalsha"); c["fcall"] == 0 || c["evalsha"] == 0 {
+				t.Fatalf("%v: want both FCALL and EVALSHA used", c)
+			}
+		})
 	}
 }

@@ -4,12 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -17,8 +26,11 @@ import (
 // flight leaves no place in the line that nobody owns: the holder's release then frees the lock
 // (nobody is handed it), and the line is empty.
 func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
+	testenv.SkipShort(t, "slows the link to redis-server to 300 ms (a fault proxy)")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			proxy := redistest.StartProxy(t, srv.Addr)
 			ctx := context.Background()
@@ -43,7 +55,7 @@ func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
 			// The leave that follows the try reaches the server after it here (the try went
 			// first, on a link as slow); on another connection it may overtake the try, which
 			// then takes no place. Either way the line is empty once the leave has run.
-			pollUntil(t, func() bool { return zcard(t, srv.Addr, "orphan", 3) == 1 })
+			poll.Until(t, "the try's leave recorded", func() bool { return zcard(t, srv.Addr, "orphan", 3) == 1 })
 			if n := lineLen(t, srv.Addr, "orphan"); n != 0 {
 				t.Fatalf("the line has %d places after the canceled try and its leave, want none", n)
 			}
@@ -69,13 +81,15 @@ func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
 				return core.AcquireRequest{Key: "lapsed", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait}
 			}
 			mustAcquire(t, s, req("holder", 0), true)
-			start := time.Now()
 			for i := range 100 {
 				mustAcquire(t, s, req(fmt.Sprint("gone-", i), 50*time.Millisecond), false)
 			}
 			mustAcquire(t, s, req("live", time.Minute), false)
-			// Let the 100 places lapse: their waits were 50ms, by the server's clock.
-			pollUntil(t, func() bool { return time.Since(start) > 200*time.Millisecond })
+			// The 100 places lapse: their waits were 50ms, by the server's clock.
+			poll.Until(t, "the 100 places lapsed", func() bool {
+				snap, err := s.Inspect(ctx, "lapsed")
+				return err == nil && len(snap.Waiters) == 1
+			})
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "lapsed", Holder: "holder"}); err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +116,7 @@ func TestNewcomerDoesNotPassTheLine(t *testing.T) {
 			}
 			mustAcquire(t, s, req("holder", 100*time.Millisecond, 0), true)
 			mustAcquire(t, s, req("waiter", time.Minute, time.Minute), false)
-			pollUntil(t, func() bool {
+			poll.Until(t, "the holder's lease expired", func() bool {
 				snap, _ := s.Inspect(context.Background(), "expiry")
 				return len(snap.Leases) == 0 || snap.Leases[0].Holder != "holder"
 			})
@@ -110,4 +124,103 @@ func TestNewcomerDoesNotPassTheLine(t *testing.T) {
 			mustAcquire(t, s, req("waiter", time.Minute, time.Minute), true)
 		})
 	}
+}
+
+// places returns the requests of the waiters in key's line, as stored.
+func places(t *testing.T, addr, key string) []string {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	v, err := c.HVals(context.Background(), rediscore.Keys(key)[2]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestDeadWaitersArePassedOver: a process with 10 goroutines waiting in line (TTL 30s, acquire
+// timeout 10 min) is killed; the holder releases; a live waiter in another process has the
+// lock within 10s (so long only for a loaded machine's stalls), not after the dead waiters' TTLs.
+func TestDeadWaitersArePassedOver(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			const key = "dead"
+			ctx := context.Background()
+			m, _ := primitives.NewMutex(mk(t, srv.Addr), key, primitives.WithTTL(30*time.Second))
+			held, err := m.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			child := exec.Command(os.Args[0], "-test.run=^TestHelperDeadWaiters$", "-test.count=1")
+			child.Env = append(os.Environ(), "LEASEHOLD_DEAD_WAITERS="+srv.Addr, "LEASEHOLD_DRIVER="+name)
+			if err := child.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			go func() { child.Wait(); close(exited) }()
+			t.Cleanup(func() { child.Process.Kill(); <-exited })
+			// Ten places, each taken after the child's subscription was confirmed (checked ones).
+			poll.Until(t, "ten checked places of the child's", func() bool {
+				ps := places(t, srv.Addr, key)
+				checked := 0
+				for _, p := range ps {
+					if f := strings.Fields(p); len(f) >= 7 && f[5] == "1" {
+						checked++
+					}
+				}
+				return checked == 10
+			})
+			var channel string
+			if f := strings.Fields(places(t, srv.Addr, key)[0]); len(f) >= 7 {
+				channel = f[6]
+			}
+			live, _ := primitives.NewMutex(mk(t, srv.Addr), key, primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Minute))
+			got := acquireInBackground(t, live)
+			poll.Until(t, "the live waiter in line behind them", func() bool { return lineLen(t, srv.Addr, key) == 11 })
+			child.Process.Kill()
+			<-exited
+			// The server has seen the dead process's connection close.
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer c.Close()
+			poll.Until(t, "the dead process's subscription gone", func() bool {
+				v, err := c.PubSubNumSub(ctx, channel).Result()
+				return err == nil && v[channel] == 0
+			})
+			start := time.Now()
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case l := <-got:
+				t.Logf("a live waiter behind 10 dead ones had the lock %v after the release", time.Since(start))
+				if l != nil {
+					l.Release(ctx)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the live waiter did not have the lock within 10s of the release; line %d", lineLen(t, srv.Addr, key))
+			}
+		})
+	}
+}
+
+// TestHelperDeadWaiters is the process TestDeadWaitersArePassedOver kills: ten goroutines
+// waiting for the lock.
+func TestHelperDeadWaiters(t *testing.T) {
+	addr := os.Getenv("LEASEHOLD_DEAD_WAITERS")
+	if addr == "" {
+		t.Skip("run by TestDeadWaitersArePassedOver")
+	}
+	s := redisharness.Drivers[os.Getenv("LEASEHOLD_DRIVER")](t, addr)
+	m, _ := primitives.NewMutex(s, "dead", primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Minute))
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			_, err := m.Acquire(context.Background())
+			if err != nil && !errors.Is(err, core.ErrClosed) {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait() // killed before
 }

@@ -18,10 +18,12 @@ import (
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// Helpers of the tests that run both drivers: the conditions a test waits for (with pollUntil)
+// Helpers of the tests that run both drivers: the conditions a test waits for (with poll.Until)
 // instead of sleeping, what they read from the server, and the setups several tests share.
 
-// pollUntil polls cond every 5ms until it holds, and fails t if it does not within 10s.
+// pollUntil polls cond every 5ms until it holds, and fails t if it does not within 10s. New
+// tests use poll.Until, which names what it waits for; this is left for the files that still
+// call it.
 func pollUntil(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -167,8 +169,21 @@ func (w *watchedWaiter) Reliable() bool {
 // eachDriver runs f for each driver on a fresh redis-server (at addr), and for a mix of both ("mixed":
 // the Stores alternate between the drivers).
 func eachDriver(t *testing.T, f func(t *testing.T, mk func() redisharness.Store, addr string)) {
+	eachDriverWith(t, false, f)
+}
+
+// eachDriverInParallel is eachDriver with the three runs at once, for a test that shares no
+// package-level hook (SetTimings, OnReclaim, noLeaks).
+func eachDriverInParallel(t *testing.T, f func(t *testing.T, mk func() redisharness.Store, addr string)) {
+	eachDriverWith(t, true, f)
+}
+
+func eachDriverWith(t *testing.T, parallel bool, f func(t *testing.T, mk func() redisharness.Store, addr string)) {
 	for _, name := range []string{"goredis", "valkey", "mixed"} {
 		t.Run(name, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
 			srv := redistest.StartServer(t)
 			var n int
 			mk := func() redisharness.Store {

@@ -12,17 +12,21 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// TestBusyKeyHandoffsReview16i: callers on one Store and on three hand a lock over hundreds of
+// TestBusyKeyHandoffs: callers on one Store and on three hand a lock over hundreds of
 // times, each Acquire under a fresh holder id (so each Store records hundreds of floors and
 // keeps the grants its releases make to the others' waiters), and a quarter of the callers give
 // up after a few milliseconds: during the try, between the refused try and enrolling, or while
 // enrolled. Inside each lease the lock is the caller's alone, its fence above every earlier
 // one, and it is not lost; afterwards the lock is free and the line empty (a grant to a caller
 // that gave up is given back within reclaimAfter, not held until the one-minute TTL).
-func TestBusyKeyHandoffsReview16i(t *testing.T) {
+func TestBusyKeyHandoffs(t *testing.T) {
+	testenv.SkipShort(t, "a stress test: hundreds of handoffs on each driver")
+	t.Parallel()
 	for _, stores := range []int{1, 3} {
 		t.Run(fmt.Sprint(stores, " stores"), func(t *testing.T) {
 			eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
@@ -84,7 +88,7 @@ func TestBusyKeyHandoffsReview16i(t *testing.T) {
 				}
 				t.Logf("%d leases granted", granted.Load())
 				probe := mk()
-				pollUntil(t, func() bool {
+				poll.Until(t, "the lock free and the line empty", func() bool {
 					snap, err := probe.Inspect(ctx, key)
 					return err == nil && len(snap.Leases) == 0 && lineLen(t, addr, key) == 0
 				})
@@ -93,15 +97,18 @@ func TestBusyKeyHandoffsReview16i(t *testing.T) {
 	}
 }
 
-// TestGiveUpOnABusyStoreIsGivenBackReview16i: a Store that has recorded hundreds of floors (its
+// TestGiveUpOnABusyStoreIsGivenBack: a Store that has recorded hundreds of floors (its
 // callers' tries and releases) and keeps the grants its releases made to another Store's
 // waiters sees a caller refused and gone before enrolling, under a holder id it had released
 // under before (a floor above every fence) and whose grant through the other Store it kept from
 // a reply; the line's grant to it, heard on the Store's channel, is given back, and the next in line
 // gets the lock.
-func TestGiveUpOnABusyStoreIsGivenBackReview16i(t *testing.T) {
+func TestGiveUpOnABusyStoreIsGivenBack(t *testing.T) {
+	testenv.SkipShort(t, "hundreds of calls to make the Store busy, then a give-back delay")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			g, other, next := mk(t, srv.Addr), mk(t, srv.Addr), mk(t, srv.Addr)
 			ctx := context.Background()
@@ -149,9 +156,9 @@ func TestGiveUpOnABusyStoreIsGivenBackReview16i(t *testing.T) {
 			}
 			defer w.Close()
 			// g's grant must reach g's Store, and next's its waiter: g, other and next subscribed.
-			pollUntil(t, func() bool { return subscribers(t, srv.Addr, key) == 3 })
+			poll.Until(t, "g, other and next subscribed to the key's channel", func() bool { return subscribers(t, srv.Addr, key) == 3 })
 			release(other, "holder")
-			pollUntil(t, func() bool {
+			poll.Until(t, "next granted the lock", func() bool {
 				snap, err := other.Inspect(ctx, key)
 				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "next"
 			})

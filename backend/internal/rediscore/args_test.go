@@ -3,21 +3,18 @@ package rediscore_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"math"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // pathStores makes a Store of each driver for each way of running the scripts: FCALL, and
@@ -88,7 +85,7 @@ func TestFencesAboveTwoToTheSixtyThreeAreSentInDecimal(t *testing.T) {
 	ctx := context.Background()
 	for name, s := range pathStores(t, srv.Addr) {
 		t.Run(name, func(t *testing.T) {
-			key := "fence16e:" + name
+			key := "fence:" + name
 			res := mustAcquire(t, s, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}, true)
 			m := startMonitor(t, srv.Addr)
 			for _, fence := range []uint64{1 << 63, 1<<63 + 1, math.MaxUint64, 1 << 53, 1<<53 + res.Fence, res.Fence + 1} {
@@ -120,7 +117,7 @@ func TestEachCallSendsItsOwnTTL(t *testing.T) {
 		time.Minute, time.Minute + 16*time.Millisecond, 3 * time.Minute, time.Minute + time.Nanosecond}
 	for name, s := range pathStores(t, srv.Addr) {
 		t.Run(name, func(t *testing.T) {
-			key := "ttl16e:" + name
+			key := "ttl:" + name
 			check := func(op string, ttl time.Duration) {
 				t.Helper()
 				snap, err := s.Inspect(ctx, key)
@@ -147,57 +144,64 @@ func TestEachCallSendsItsOwnTTL(t *testing.T) {
 	}
 }
 
-// TestClusterAndRingExcludeOnManyKeys: on a Cluster (both drivers) and a go-redis Ring, two
-// Stores contend on more keys than a Store keeps names of, from many goroutines: on every key
-// exactly one holds the lease at a time, and each release hands it to the other.
-func TestClusterAndRingExcludeOnManyKeys(t *testing.T) {
-	addrs := redistest.StartCluster(t, 3)
-	a, b := redistest.StartServer(t), redistest.StartServer(t)
-	ring := func(t *testing.T) redisharness.Store {
-		c := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
-		s, err := goredis.New(c)
+// TestNumbersAtTheirEdges: a lease at the highest fence floor the Store honours
+// (2^53 − 2^32) and the longest TTL (core.MaxDuration), a waiter in line for the longest Wait,
+// whose grant from the line (taken from its message, with no command) is fenced above it, then
+// extended for the longest TTL, released, and the key's next grant (the fast path, on a hash
+// that lasts long enough) fenced above again: every call succeeds, fences strictly increase, the
+// TTLs are what was asked, and every Redis key left lives on (no expiry computed out of range).
+func TestNumbersAtTheirEdges(t *testing.T) {
+	const top = 1<<53 - 1<<32
+	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+		ctx := context.Background()
+		a, b := mk(), mk()
+		c := raw(t, addr)
+		req := func(holder string) core.AcquireRequest {
+			return core.AcquireRequest{Key: "edge", Holder: holder, Permits: 2, Limit: 2, TTL: core.MaxDuration, Unshared: true}
+		}
+		ra, err := a.(core.FenceRaiser).RaiseFence(ctx, req("a"), top)
+		if err != nil || !ra.Granted || ra.Fence != top {
+			t.Fatalf("RaiseFence to 2^53-2^32 = %+v, %v", ra, err)
+		}
+		wb := req("b")
+		wb.Wait = core.MaxDuration
+		rb, err := b.Acquire(ctx, wb)
+		if err != nil || rb.Granted {
+			t.Fatalf("b's try while a holds = %+v, %v; want a refusal", rb, err)
+		}
+		w, err := b.Register(ctx, wb)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Close(); c.Close() })
-		return s
-	}
-	makers := map[string]func(t *testing.T) redisharness.Store{"ring": ring}
-	for name, mk := range redisharness.Drivers {
-		makers["cluster/"+name] = func(t *testing.T) redisharness.Store { return mk(t, addrs...) }
-	}
-	for name, mk := range makers {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			s1, s2 := mk(t), mk(t)
-			var wg sync.WaitGroup
-			for g := range 8 {
-				wg.Go(func() {
-					for i := range 20 {
-						key := fmt.Sprintf("many16e:%s:%d:%d", name, g, i)
-						req := core.AcquireRequest{Key: key, Holder: "one", Permits: 1, Limit: 1, TTL: time.Minute}
-						r1, err := s1.Acquire(ctx, req)
-						if err != nil || !r1.Granted {
-							t.Errorf("%s: first acquire: %+v, %v", key, r1, err)
-							return
-						}
-						req.Holder = "two"
-						if r2, err := s2.Acquire(ctx, req); err != nil || r2.Granted {
-							t.Errorf("%s: second holder while the first holds: %+v, %v", key, r2, err)
-							return
-						}
-						if held, err := s1.Release(ctx, core.ReleaseRequest{Key: key, Holder: "one", Fence: r1.Fence}); err != nil || !held {
-							t.Errorf("%s: release: %v, %v", key, held, err)
-							return
-						}
-						if r2, err := s2.Acquire(ctx, req); err != nil || !r2.Granted || r2.Fence <= r1.Fence {
-							t.Errorf("%s: second holder after the release: %+v, %v (first fence %d)", key, r2, err, r1.Fence)
-							return
-						}
-					}
-				})
+		defer w.Close()
+		poll.Until(t, "the waiter's subscription confirmed", w.Reliable)
+		if ok, err := a.Release(ctx, core.ReleaseRequest{Key: "edge", Holder: "a", Fence: ra.Fence}); !ok || err != nil {
+			t.Fatalf("a's Release = %v, %v", ok, err)
+		}
+		<-w.C()
+		gb, err := b.Acquire(ctx, wb)
+		if err != nil || !gb.Granted || gb.Fence != top+1 {
+			t.Fatalf("b's Acquire after the line granted it = %+v, %v; want fence %d", gb, err, uint64(top+1))
+		}
+		eb, err := b.Extend(ctx, core.ExtendRequest{Key: "edge", Holder: "b", TTL: core.MaxDuration})
+		if err != nil || eb.Fence != gb.Fence {
+			t.Fatalf("b's Extend = %+v, %v", eb, err)
+		}
+		snap, err := b.Inspect(ctx, "edge")
+		if err != nil || len(snap.Leases) != 1 || snap.Leases[0].TTL < core.MaxDuration-time.Minute || snap.Leases[0].TTL > core.MaxDuration {
+			t.Fatalf("Inspect = %+v, %v; want b's lease with a TTL of about core.MaxDuration", snap, err)
+		}
+		if ok, err := b.Release(ctx, core.ReleaseRequest{Key: "edge", Holder: "b", Fence: gb.Fence}); !ok || err != nil {
+			t.Fatalf("b's Release = %v, %v", ok, err)
+		}
+		rc, err := a.Acquire(ctx, req("c"))
+		if err != nil || !rc.Granted || rc.Fence != top+2 {
+			t.Fatalf("c's Acquire = %+v, %v; want fence %d", rc, err, uint64(top+2))
+		}
+		for _, k := range rediscore.Keys("edge") {
+			if ttl := c.PTTL(ctx, k).Val(); ttl == -1 || (ttl >= 0 && ttl < time.Hour) {
+				t.Errorf("%s: PTTL %v; want none (no key) or a long one", k, ttl)
 			}
-			wg.Wait()
-		})
-	}
+		}
+	})
 }
