@@ -3,17 +3,22 @@ package rediscore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
+
+// Tests of a key's line: the order it serves waiters in, across Stores and drivers, how a place
+// lapses with its wait, and how a grant from the line is taken.
 
 // TestLineServesWaitersInOrderAcrossProcesses: waiters in separate Stores (separate processes,
 // in effect) get the lock in the order they were refused, each handoff costing the release alone:
@@ -303,5 +308,56 @@ func TestLineJoinedInTheGrantsMillisecondIsOutlivedByTheHash(t *testing.T) {
 	mustAcquire(t, s, req("w", time.Minute), false)
 	if cs := countersOf(t, c, "same-ms"); cs.keep <= cs.line {
 		t.Errorf("counters keep %d, line %d: the hash must be kept past the line", cs.keep, cs.line)
+	}
+}
+
+// TestLapsedPlaceIsNotRevivedBehindABlockedHead: a place whose wait ended (its waiter gone
+// without a leave) behind a head that cannot be served is dead: a later try of the same holder
+// takes the last place, behind the waiters who kept theirs, not its old place.
+func TestLapsedPlaceIsNotRevivedBehindABlockedHead(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	acq := func(holder string, wait time.Duration) []any {
+		r := script(t, c, srcAcquire, "lapsed", acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...)
+		return r.([]any)
+	}
+	if r := acq("a", 0); r[0].(int64) != 1 {
+		t.Fatalf("a: %v", r)
+	}
+	acq("head", time.Minute)
+	acq("lapsing", 50*time.Millisecond)
+	acq("kept", time.Minute)
+	start := time.Now()
+	pollUntil(t, func() bool { return time.Since(start) > 100*time.Millisecond })
+	acq("lapsing", time.Minute)
+	line, err := c.ZRange(context.Background(), rediscore.Keys("lapsed")[1], 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(line, " "); got != "head kept lapsing" {
+		t.Errorf("line %q, want %q: a lapsed place came back ahead of a waiter", got, "head kept lapsing")
+	}
+}
+
+// TestShorterWaitAfterALongerKeepsTheLine: a waiter with a short wait behind one with a long
+// wait does not shorten the line: once the short wait ends, a newcomer is still refused, and the
+// release grants the long waiter.
+func TestShorterWaitAfterALongerKeepsTheLine(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	const key = "shorter"
+	acq := func(holder string, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+	}
+	acq("a", 0)
+	acq("long", time.Minute)
+	acq("short", 30*time.Millisecond)
+	start := time.Now()
+	pollUntil(t, func() bool { return time.Since(start) > 60*time.Millisecond })
+	if r := acq("newcomer", 0); r[0].(int64) != 0 {
+		t.Fatalf("a newcomer while long waits = %v; want refused", r)
+	}
+	if r := script(t, c, srcRelease, key, "a", 0).([]any); len(r) != 3 || r[1] != "long" {
+		t.Fatalf("release = %v; want long granted", r)
 	}
 }

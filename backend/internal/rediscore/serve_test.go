@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +16,6 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
-	"github.com/leasehold/leasehold/primitives"
 )
 
 // Tests of the acquire script's shape: one read of the lease hash; serve says whether the line
@@ -349,123 +345,35 @@ func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 	}
 }
 
-// TestWatchEntryIsNoLeaseForTheTrimmedAcquire: on a watched key, the counters' entry "" counts
-// no permit and holds no lease: the lease hash lives as long as the watch, a newcomer over the
-// limit is refused, a line grant taken keeps the watch's deadline, and each grant and release
-// wakes the watch.
-func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
-	for name, mk := range redisharness.Drivers {
-		t.Run(name, func(t *testing.T) {
-			srv := redistest.StartServer(t)
-			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
-			w, err := s.Watch(ctx, "watched")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			pollUntil(t, w.Reliable)
-			drain(w)
-			woken := func(what string) {
-				t.Helper()
-				select {
-				case <-w.C():
-				case <-time.After(5 * time.Second):
-					t.Fatalf("no wake after %s", what)
-				}
-			}
-			req := func(holder string) core.AcquireRequest {
-				return core.AcquireRequest{Key: "watched", Holder: holder, Permits: 1, Limit: 1, TTL: time.Second, Wait: time.Minute}
-			}
-			watch := countersOf(t, c, "watched").watch
-			if watch == 0 {
-				t.Fatal("no watch deadline in the counters of a watched key")
-			}
-			mustAcquire(t, s, req("a"), true)
-			woken("a's grant")
-			if p := pttl(t, c, "watched", 0); p < 20*time.Second {
-				t.Errorf("lease hash PTTL %v after the first grant on a watched key, want the watch's life", p)
-			}
-			mustAcquire(t, s, req("b"), false)
-			mustAcquire(t, s, req("a"), true) // renewal
-			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "watched", Holder: "a"}); err != nil {
-				t.Fatal(err)
-			}
-			woken("a's release")
-			res := mustAcquire(t, s, req("b"), true)
-			h := holdersOf(t, c, "watched")
-			if got, want := h["b"], fmt.Sprintf("1 %d", res.Fence); got != want || len(h) != 1 {
-				t.Fatalf("leases %q, want b's taken lease %q alone", h, want)
-			}
-			if got := countersOf(t, c, "watched").watch; got < watch {
-				t.Fatalf("the watch deadline went from %d to %d", watch, got)
-			}
-		})
-	}
-}
-
-// TestSemaphoreNeverOverItsLimitUnderChurn: Stores of both drivers take and give back permits
-// of one semaphore, waiting, trying and expiring, and never hold more than its limit at once.
-func TestSemaphoreNeverOverItsLimitUnderChurn(t *testing.T) {
+// TestServeEmptiesTheLineThenTheCallerTakesAPlace: the newcomer's own call grants the whole line
+// (an expiry freed the permit), finds no room left, and takes a place: the line lives again, its
+// keys expire with it, and the next release grants the newcomer.
+func TestServeEmptiesTheLineThenTheCallerTakesAPlace(t *testing.T) {
 	srv := redistest.StartServer(t)
-	const limit, workers, rounds = 3, 8, 25
-	var held, peak atomic.Int64
-	var wg sync.WaitGroup
-	for i := range workers {
-		s := redisharness.Drivers[[]string{"goredis", "valkey"}[i%2]](t, srv.Addr)
-		sem, err := primitives.NewSemaphore(s, "churn", limit, primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
-		if err != nil {
-			t.Fatal(err)
+	c := raw(t, srv.Addr)
+	const key = "emptied"
+	acq := func(holder string, ttl, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, ttl, wait, "ch", false, "", "")...).([]any)
+	}
+	acq("a", 30*time.Millisecond, 0)
+	acq("w", time.Minute, time.Minute)
+	pollUntil(t, func() bool { return script(t, c, srcInspect, key).([]any)[1].(int64) == 0 }) // a expired
+	if r := acq("n", time.Minute, time.Minute); r[0].(int64) != 0 {
+		t.Fatalf("n = %v; want refused: its call granted w, who holds the permit", r)
+	}
+	if h := holdersOf(t, c, key); len(h) != 1 || !strings.HasSuffix(h["w"], " q") {
+		t.Fatalf("holders %q; want w's grant from the line alone", h)
+	}
+	line, err := c.ZRange(context.Background(), rediscore.Keys(key)[1], 0, -1).Result()
+	if err != nil || strings.Join(line, " ") != "n" {
+		t.Fatalf("line %q, %v; want n", line, err)
+	}
+	for _, i := range []int{1, 2} {
+		if p := pttl(t, c, key, i); p < 50*time.Second {
+			t.Errorf("%s PTTL %v; want about the minute n waits", rediscore.Keys(key)[i], p)
 		}
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(i), 16))
-			for range rounds {
-				n := 1 + r.IntN(2)
-				var l core.Lease
-				var err error
-				if r.IntN(3) == 0 {
-					l, err = sem.TryAcquire(context.Background(), n)
-					if errors.Is(err, core.ErrNotAcquired) {
-						continue
-					}
-				} else {
-					l, err = sem.Acquire(context.Background(), n)
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if now := held.Add(int64(n)); now > limit {
-					t.Errorf("%d permits held at once, over the limit %d", now, limit)
-				} else {
-					for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
-					}
-				}
-				held.Add(-int64(n))
-				if err := l.Release(context.Background()); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
 	}
-	wg.Wait()
-	if n := lineLen(t, srv.Addr, "churn"); n != 0 {
-		t.Errorf("%d places left in the line", n)
-	}
-	t.Logf("peak %d of %d permits", peak.Load(), limit)
-}
-
-// TestShortGrantDoesNotShortenTheLeaseKeys: a grant with a short TTL beside a lease with a long
-// one leaves the lease hash living as long as the long lease.
-func TestShortGrantDoesNotShortenTheLeaseKeys(t *testing.T) {
-	srv := redistest.StartServer(t)
-	s, c := redisharness.GoRedis(t, srv.Addr), raw(t, srv.Addr)
-	req := func(holder string, ttl time.Duration) core.AcquireRequest {
-		return core.AcquireRequest{Key: "short", Holder: holder, Permits: 1, Limit: 2, TTL: ttl}
-	}
-	mustAcquire(t, s, req("long", time.Hour), true)
-	mustAcquire(t, s, req("short", time.Second), true)
-	if p := pttl(t, c, "short", 0); p < 59*time.Minute {
-		t.Errorf("%s PTTL %v after a short grant beside an hour's lease, want about an hour", rediscore.Keys("short")[0], p)
+	if r := script(t, c, srcRelease, key, "w", 0).([]any); len(r) != 3 || r[1] != "n" {
+		t.Fatalf("release of w = %v; want n granted", r)
 	}
 }

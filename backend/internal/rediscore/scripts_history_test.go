@@ -14,9 +14,8 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
 )
 
-// Adversarial review of issue 16 as a whole (review16m): the fast paths of acquire and release
-// against the general paths, not on one prepared state at a time (as
-// TestFastPathsMatchOnDrawnStates_review16g does) but along whole histories of several holders
+// The fast paths of acquire and release against the general paths, not on one prepared state at
+// a time (as TestFastPathsMatchOnDrawnStates does) but along whole histories of several holders
 // that every script makes together: tries that wait in line and tries that do not, leaves with
 // and without a try id (the left set), watches, extends, releases at the right fence and at
 // others, semaphores whose limit changes from call to call, values with '\n', " q" and digits,
@@ -24,12 +23,12 @@ import (
 // Redis, on its own clock, keeps the keys: the state where a counter says a key has expired
 // and it is still there).
 
-// TestFastPathsMatchAlongHistories_review16m: two redis-servers run the same history, one with
+// TestFastPathsMatchAlongHistories: two redis-servers run the same history, one with
 // the scripts as they are and one with the fast paths of acquire and release switched off; after
 // every call the reply, the keys (contents, and expiries to within a second), and the messages
 // published are the same. (No key is given an expiry of under 20 s: Redis expires keys by its
 // own clock, which the test does not move.)
-func TestFastPathsMatchAlongHistories_review16m(t *testing.T) {
+func TestFastPathsMatchAlongHistories(t *testing.T) {
 	fast, general := newTwin(t, true), newTwin(t, true)
 	srcs := map[int][2]string{
 		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
@@ -127,9 +126,6 @@ func TestFastPathsMatchAlongHistories_review16m(t *testing.T) {
 		}
 	})
 }
-
-// One more index of rediscore.Sources (see lua_review16d_test.go).
-const srcWatch = 5
 
 // snapExpiry matches the expiry of a key in a snapshot (see twin.snapshot), in ms.
 var snapExpiry = regexp.MustCompile(`pttl (-?[0-9]+)ms`)
