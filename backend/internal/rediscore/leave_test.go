@@ -10,6 +10,8 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // Tests of leave.go and leave.lua: a leave that names a try keeps that try out, and keeps the
@@ -64,6 +66,8 @@ func TestLeaveThatOvertookItsTryKeepsItOut(t *testing.T) {
 // that: it expires by its keep, as long again as what it recorded needed (here 2 s at most: the
 // line's second, for a wait of half a second).
 func TestLeftTryOutlivesItsKeyGoingIdle(t *testing.T) {
+	testenv.SkipShort(t, "waits for the hash to expire by the server clock")
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	const key = "idle-left"
@@ -97,7 +101,7 @@ func TestLeftTryOutlivesItsKeyGoingIdle(t *testing.T) {
 	if p := pttl(t, c, key, 0); p > 2*ttl {
 		t.Errorf("lease hash PTTL %v, want at most %v", p, 2*ttl)
 	}
-	pollUntil(t, func() bool { return len(keysMatching(t, c, key)) == 0 })
+	poll.Until(t, "the key's hash to expire", func() bool { return len(keysMatching(t, c, key)) == 0 })
 	if r := acq("w", "t1", 0); r[0].(int64) != 1 {
 		t.Errorf("a try of that id once the hold has passed = %v; want granted", r)
 	}
@@ -109,8 +113,11 @@ func TestLeftTryOutlivesItsKeyGoingIdle(t *testing.T) {
 // try's record alone: as long again as that needs (a second at least), not as long as the
 // hour's lease and the line had it kept.
 func TestLeftTryKeepsAReleasedKeyOnlyAsLongAsItNeeds(t *testing.T) {
+	testenv.SkipShort(t, "waits for the hash to expire by the server clock")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			ctx := context.Background()
@@ -128,7 +135,7 @@ func TestLeftTryKeepsAReleasedKeyOnlyAsLongAsItNeeds(t *testing.T) {
 			if p, most := pttl(t, c, key, 0), hold+time.Second; p <= 0 || p > most {
 				t.Errorf("after the last release, with a left try: lease hash PTTL %v, want at most %v", p, most)
 			}
-			pollUntil(t, func() bool { return len(keysMatching(t, c, key)) == 0 })
+			poll.Until(t, "the key's hash to expire", func() bool { return len(keysMatching(t, c, key)) == 0 })
 		})
 	}
 }
@@ -155,7 +162,7 @@ func heardGrant(t *testing.T, s, other core.Store, key string) (core.AcquireRequ
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Close)
-	pollUntil(t, w.Reliable)
+	poll.Until(t, "b's waiter to be reliable", w.Reliable)
 	drain(w)
 	mustAcquire(t, s, core.AcquireRequest{Key: key, Holder: "c", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}, false)
 	if _, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a"}); err != nil {
@@ -196,6 +203,7 @@ func canceled() context.Context {
 func TestFailedTryOfSameHolderVoidsHeardGrant(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
 			req, _ := heardGrant(t, s, other, "void")
@@ -221,6 +229,7 @@ func TestFailedTryOfSameHolderVoidsHeardGrant(t *testing.T) {
 func TestFailedTryOfSameHolderKeepsTakenGrant(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
 			req, w := heardGrant(t, s, other, "keep")
@@ -245,6 +254,7 @@ func TestFailedTryOfSameHolderKeepsTakenGrant(t *testing.T) {
 func TestSecondWaiterOfSameHolderKeepsTakenGrant(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
 			req, w := heardGrant(t, s, other, "second")
@@ -272,6 +282,7 @@ func TestSecondWaiterOfSameHolderKeepsTakenGrant(t *testing.T) {
 func TestFailedTryInAnotherStoreKeepsTakenGrant(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, other, third := mk(t, srv.Addr), mk(t, srv.Addr), mk(t, srv.Addr)
 			req, w := heardGrant(t, s, other, "across")

@@ -47,6 +47,7 @@ func mismatched(t *testing.T, st core.Store, req core.AcquireRequest, held int) 
 // waiter of limit 1 in its line, has that waiter's limit: a request of limit 2, through either
 // driver, is refused naming 1, and Inspect reports 1.
 func TestLimitMismatchWithWaitersOnlyInLine(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		a, b := mk(), mk()
 		req := func(holder string, limit int, ttl, wait time.Duration) core.AcquireRequest {
@@ -91,8 +92,10 @@ func TestLimitMismatchAcrossDrivers(t *testing.T) {
 // with its expiry, and run no write and no PUBLISH on the server (its command counts); nor does
 // a leave follow them.
 func TestRefusedMismatchWritesNothing(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			ctx := context.Background()
@@ -240,6 +243,7 @@ func TestSemaphoreNeverOverItsLimitUnderChurn(t *testing.T) {
 func TestLongestTTLAndLargestLimitOnRedis(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()
@@ -286,6 +290,7 @@ func TestLongestTTLAndLargestLimitOnRedis(t *testing.T) {
 func TestAttemptsAreSpacedByRetryIntervalOnRedis(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			ctx := context.Background()
 			holder, _ := primitives.NewMutex(mk(t, srv.Addr), "attempts", primitives.WithTTL(time.Minute))
@@ -331,6 +336,7 @@ func (s *tries) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 func TestFenceFloorBeyondExactRangeOnRedis(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			fr := s.(core.FenceRaiser)

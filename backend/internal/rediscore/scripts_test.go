@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // Tests of the scripts themselves (scripts.go's Sources), called by EVAL with exact ARGV or
@@ -65,6 +66,7 @@ func acquireArgv(holder string, permits, limit int, ttl, wait time.Duration, cha
 func TestRequeueWithALongerWaitKeepsTheHash(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			req := func(holder string, wait time.Duration) core.AcquireRequest {
@@ -119,8 +121,10 @@ func TestNewcomerDoesNotJumpALineThatOutlivedItsFirstWait(t *testing.T) {
 // TestInspectDeletesNothing: Inspect (a no-writes function) lists only unexpired leases and
 // leaves an expired one's entry where it was: it is the next writing call that deletes it.
 func TestInspectDeletesNothing(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "gone", Permits: 1, Limit: 2, TTL: 20 * time.Millisecond}, true)
@@ -149,6 +153,7 @@ func TestCounterLikeHoldersAndOddValues(t *testing.T) {
 	values := []string{" q", "\n", "1 2 3 q\nx", "\x00", "", "q\n q", "fence", "\n\n", "é"}
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()
@@ -306,6 +311,7 @@ func TestScriptsUseTheLiteralNamesOfAnOddKey(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
 			sub := c.Subscribe(ctx, tag+"changed")
@@ -318,7 +324,7 @@ func TestScriptsUseTheLiteralNamesOfAnOddKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			pollUntil(t, w.Reliable)
+			poll.Until(t, "the watch to be reliable", w.Reliable)
 			drain(w)
 			req := func(holder string) core.AcquireRequest {
 				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}

@@ -17,6 +17,8 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -129,6 +131,7 @@ func (c *gatedConn) Read(b []byte) (int, error) {
 // everything has arrived, not held by nobody until the lease's TTL (a minute here). For a
 // TryAcquire and for an Acquire that would wait.
 func TestAbandonedTryIsNotGrantedAfterItsRelease(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name             string
 		wait, holdLeaves bool
@@ -139,6 +142,7 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease(t *testing.T) {
 		{"wait, arriving before the leave", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			g, c, s := gatedStore(t, srv.Addr, tc.holdLeaves)
 			opts := []primitives.Option{primitives.WithTTL(time.Minute)}
@@ -179,7 +183,7 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease(t *testing.T) {
 			}
 			if tc.holdLeaves {
 				// The leave, if any, waits for the try's reply; the give-back goes on its way.
-				pollUntil(t, func() bool {
+				poll.Until(t, "the leave held back or the give-back answered", func() bool {
 					select {
 					case <-g.leaving:
 						return true
@@ -192,12 +196,12 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease(t *testing.T) {
 			} else {
 				// The give-back (and the leave before it, if any) has been answered; then the
 				// try arrives.
-				pollUntil(t, func() bool { return g.released.Load() >= 2 })
+				poll.Until(t, "the give-back to be answered", func() bool { return g.released.Load() >= 2 })
 				close(g.open)
 				<-g.written
 			}
 			// Everything sent has been answered once every connection is back in the pool.
-			pollUntil(t, func() bool {
+			poll.Until(t, "every call answered", func() bool {
 				st := c.PoolStats()
 				return g.released.Load() >= 2 && st.IdleConns >= st.TotalConns
 			})
@@ -270,6 +274,8 @@ func TestHolderTriesAgainAfterAnAbandonedTry(t *testing.T) {
 // subscribed (afterTry did not run), so the PUBLISH reaching nobody counts for nothing, and the
 // next caller waits for the whole TTL of a lease nobody holds.
 func TestTryWithLostReplyLeavesNothingBehind(t *testing.T) {
+	testenv.SkipShort(t, "delays a real server's replies")
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	ctx := context.Background()
@@ -298,7 +304,7 @@ func TestTryWithLostReplyLeavesNothingBehind(t *testing.T) {
 	// The Store leaves for the try (on another connection, which may overtake it); the try,
 	// arriving before or after, must leave no place nor lease behind.
 	proxy.SetLatency(0)
-	pollUntil(t, func() bool { return zcard(t, srv.Addr, "lost-reply", 3) == 1 })
+	poll.Until(t, "the Store to leave for the try", func() bool { return zcard(t, srv.Addr, "lost-reply", 3) == 1 })
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -53,7 +55,7 @@ func reliableWatch(t *testing.T, s core.Watcher, key string) core.Watch {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Close)
-	pollUntil(t, w.Reliable)
+	poll.Until(t, "the watch to be reliable", w.Reliable)
 	quiet(w)
 	return w
 }
@@ -96,8 +98,11 @@ func TestWatchCrossesDrivers(t *testing.T) {
 }
 
 func TestWatchReliabilityFollowsTheSubscription(t *testing.T) {
+	testenv.SkipShort(t, "cuts a real server's connections")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			px := redistest.StartProxy(t, srv.Addr)
 			s, other := mk(t, px.Addr), mk(t, srv.Addr)
@@ -107,10 +112,10 @@ func TestWatchReliabilityFollowsTheSubscription(t *testing.T) {
 			if !heard(w) {
 				t.Fatal("the subscription dropped, and the watch's C got nothing")
 			}
-			pollUntil(t, func() bool { return !w.Reliable() })
+			poll.Until(t, "the watch to be unreliable", func() bool { return !w.Reliable() })
 			quiet(w)
 			px.Hold(false)
-			pollUntil(t, w.Reliable)
+			poll.Until(t, "the watch to be reliable again", w.Reliable)
 			if !heard(w) {
 				t.Fatal("the subscription came back, and the watch's C got nothing")
 			}
@@ -125,6 +130,7 @@ func TestWatchReliabilityFollowsTheSubscription(t *testing.T) {
 func TestUnwatchedKeysPublishNothing(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			pair := func(key string) {
@@ -158,8 +164,10 @@ func TestUnwatchedKeysPublishNothing(t *testing.T) {
 }
 
 func TestLineGrantCarriesTheValueAcrossStores(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			a, b := mk(t, srv.Addr), mk(t, srv.Addr)
 			ctx := context.Background()
@@ -178,7 +186,7 @@ func TestLineGrantCarriesTheValueAcrossStores(t *testing.T) {
 			if _, err := a.Release(ctx, core.ReleaseRequest{Key: "carry", Holder: "a", Fence: held.Fence}); err != nil {
 				t.Fatal(err)
 			}
-			pollUntil(t, func() bool {
+			poll.Until(t, "w to be granted from the line", func() bool {
 				snap, err := a.Inspect(ctx, "carry")
 				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "w"
 			})
@@ -206,6 +214,7 @@ func TestLineGrantCarriesTheValueAcrossStores(t *testing.T) {
 func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
 			w, err := s.Watch(ctx, "watched")
@@ -213,7 +222,7 @@ func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			pollUntil(t, w.Reliable)
+			poll.Until(t, "the watch to be reliable", w.Reliable)
 			drain(w)
 			woken := func(what string) {
 				t.Helper()
@@ -306,21 +315,24 @@ func TestWatchedKeyTellsOfEveryChange(t *testing.T) {
 // entry gone no script publishes (and a successful renewal, not changing reliability, wakes
 // nobody).
 func TestWatchAfterServerRestart(t *testing.T) {
+	testenv.SkipShort(t, "restarts a real server")
+	t.Parallel()
 	for name, driver := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			watcher := driver(t, srv.Addr)
 			changer := driver(t, srv.Addr)
 			w := reliableWatch(t, watcher, "restarted")
 			srv.Restart(t)
 			// Subscribed again on the new server, and confirmed.
-			pollUntil(t, func() bool {
+			poll.Until(t, "the watch subscribed again and reliable", func() bool {
 				out, err := redistest.Do(srv.Addr, "PUBSUB", "CHANNELS", "*changed*")
 				return err == nil && strings.HasPrefix(out, "*1") && w.Reliable()
 			})
 			quiet(w)
 			req := core.AcquireRequest{Key: "restarted", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
-			pollUntil(t, func() bool { // the changer's connection may need a try to reconnect
+			poll.Until(t, "the changer's acquire to be granted", func() bool { // the changer's connection may need a try to reconnect
 				res, err := changer.Acquire(t.Context(), req)
 				return err == nil && res.Granted
 			})
@@ -334,8 +346,11 @@ func TestWatchAfterServerRestart(t *testing.T) {
 // Election.Observe on a Store whose server restarted empty reports the next leader: it trusts
 // its watch once the watch says it is reliable again.
 func TestObserveAfterServerRestart(t *testing.T) {
+	testenv.SkipShort(t, "restarts a real server")
+	t.Parallel()
 	for name, driver := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			observer, campaigner := driver(t, srv.Addr), driver(t, srv.Addr)
 			eo, err := primitives.NewElection(observer, "el")
@@ -353,12 +368,12 @@ func TestObserveAfterServerRestart(t *testing.T) {
 				t.Fatalf("first leader %+v; want none", ld)
 			}
 			srv.Restart(t)
-			pollUntil(t, func() bool {
+			poll.Until(t, "the observer subscribed again", func() bool {
 				out, err := redistest.Do(srv.Addr, "PUBSUB", "CHANNELS", "*changed*")
 				return err == nil && strings.HasPrefix(out, "*1")
 			})
 			var lease core.Lease
-			pollUntil(t, func() bool { // the campaigner's connection may need a try to reconnect
+			poll.Until(t, "the campaigner to win", func() bool { // the campaigner's connection may need a try to reconnect
 				cctx, ccancel := context.WithTimeout(t.Context(), time.Second)
 				defer ccancel()
 				lease, err = ec.Campaign(cctx, "after restart")
