@@ -127,8 +127,9 @@ func TestInspectDeletesNothing(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
-			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "gone", Permits: 1, Limit: 2, TTL: 20 * time.Millisecond}, true)
+			// gone's short lease is the last write: a write after its expiry would delete it.
 			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "here", Permits: 1, Limit: 2, TTL: time.Minute}, true)
+			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "gone", Permits: 1, Limit: 2, TTL: 20 * time.Millisecond}, true)
 			expired(t, s, "ro", "gone")
 			snap, err := s.Inspect(context.Background(), "ro")
 			if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != "here" {
