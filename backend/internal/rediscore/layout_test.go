@@ -8,6 +8,8 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
+// Tests of layout.go: the Redis keys and channels of a key, byte for byte, in one hash slot.
+
 // TestBracesInKeysStayInOneSlot: every Redis key and channel of a key shares one hash tag, and
 // no two keys share a Redis key, whatever braces and escapes they hold.
 func TestBracesInKeysStayInOneSlot(t *testing.T) {
@@ -34,5 +36,96 @@ func TestBracesInKeysStayInOneSlot(t *testing.T) {
 	}
 	if _, err := newLayout("bad{"); !errors.Is(err, core.ErrInvalid) {
 		t.Errorf("prefix with a brace: err = %v, want ErrInvalid", err)
+	}
+}
+
+// TestLayoutNamesAreByteExact: the Redis keys, the changed channel and a Store's channel of a
+// key are the prefix, "{", the key with '%', '{' and '}' escaped, "}:" and the name, byte for
+// byte, whatever the key and prefix hold (empty, escapes, braces, UTF-8 or not, NUL, long).
+func TestLayoutNamesAreByteExact(t *testing.T) {
+	escape := func(key string) string {
+		var b []byte
+		for i := 0; i < len(key); i++ {
+			switch key[i] {
+			case '%':
+				b = append(b, "%25"...)
+			case '{':
+				b = append(b, "%7B"...)
+			case '}':
+				b = append(b, "%7D"...)
+			default:
+				b = append(b, key[i])
+			}
+		}
+		return string(b)
+	}
+	golden := map[[2]string]string{
+		{"", ""}:                      "{}:",
+		{"leasehold:", "a{b}%c"}:      "leasehold:{a%7Bb%7D%25c}:",
+		{"p%:", "%7B"}:                "p%:{%257B}:",
+		{"☃:", "☃{"}:                  "☃:{☃%7B}:",
+		{"x", "}}{{%%"}:               "x{%7D%7D%7B%7B%25%25}:",
+		{"", "\xff\x00{\n"}:           "{\xff\x00%7B\n}:",
+		{"leasehold:", "a}:leases"}:   "leasehold:{a%7D:leases}:",
+		{"a:b:", "{leasehold:{a}}:x"}: "a:b:{%7Bleasehold:%7Ba%7D%7D:x}:",
+	}
+	keys := []string{"", "a", "%", "{", "}", "{}", "%7B", "a{b}%c", "☃", "\xff\xfe", "\x00", strings.Repeat("{%}é", 3000)}
+	for _, prefix := range []string{"", "leasehold:", "p%:", "☃:", "x", "a:b:"} {
+		l, err := newLayout(prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range keys {
+			golden[[2]string{prefix, key}] = prefix + "{" + escape(key) + "}:"
+		}
+		for pk, tag := range golden {
+			if pk[0] != prefix {
+				continue
+			}
+			key := pk[1]
+			got := l.keys(key)
+			want := []string{tag + "lease", tag + "queue", tag + "waiting", tag + "left"}
+			if len(got) != len(want) {
+				t.Fatalf("prefix %q key %q: %d keys, want %d", prefix, key, len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Errorf("prefix %q key %q: key %d is %q, want %q", prefix, key, i, got[i], want[i])
+				}
+			}
+			if got := l.changed(key); got != tag+"changed" {
+				t.Errorf("prefix %q key %q: changed channel %q, want %q", prefix, key, got, tag+"changed")
+			}
+			if got := l.channel(key, "s%{"); got != tag+"granted:s%{" {
+				t.Errorf("prefix %q key %q: channel %q, want %q", prefix, key, got, tag+"granted:s%{")
+			}
+		}
+	}
+}
+
+// TestNamesAreKeysAndChanged: names gives the keys and the changed channel that the
+// concatenations give, byte for byte, for any prefix and key.
+func TestNamesAreKeysAndChanged(t *testing.T) {
+	for _, prefix := range []string{"", "leasehold:", "p%:", "☃:", "\x00"} {
+		l, _ := newLayout(prefix)
+		for _, key := range []string{"", "a", "%", "{", "}", "{}%", "☃", "\xff", "a}:leases", string(make([]byte, 5000))} {
+			tag := l.tag(key)
+			keys, changed := l.names(key)
+			want := []string{tag + "lease", tag + "queue", tag + "waiting", tag + "left"}
+			if len(keys) != len(want) || changed != tag+"changed" || changed != l.changed(key) {
+				t.Fatalf("prefix %q key %q: names %q, %q", prefix, key, keys, changed)
+			}
+			for i := range want {
+				if keys[i] != want[i] {
+					t.Errorf("prefix %q key %q: key %d %q, want %q", prefix, key, i, keys[i], want[i])
+				}
+			}
+			if got := argv(acquireScript, changed, []any{"x"}); len(got) != 2 || got[1] != tag+"changed" {
+				t.Errorf("argv of acquire: %q", got)
+			}
+			if got := argv(watchScript, changed, []any{"x"}); len(got) != 1 {
+				t.Errorf("argv of watch: %q", got)
+			}
+		}
 	}
 }

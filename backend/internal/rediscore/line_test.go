@@ -3,17 +3,24 @@ package rediscore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
+
+// Tests of a key's line: the order it serves waiters in, across Stores and drivers, how a place
+// lapses with its wait, and how a grant from the line is taken.
 
 // TestLineServesWaitersInOrderAcrossProcesses: waiters in separate Stores (separate processes,
 // in effect) get the lock in the order they were refused, each handoff costing the release alone:
@@ -21,6 +28,7 @@ import (
 func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			const waiters = 6
 			s := mk(t, srv.Addr)
@@ -56,10 +64,10 @@ func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 					held <- l
 				})
 				// The next waiter is refused after this one took its place.
-				pollUntil(t, func() bool { return lineLen(t, srv.Addr, "line") == i+1 })
+				poll.Until(t, "the waiter to take its place", func() bool { return lineLen(t, srv.Addr, "line") == i+1 })
 			}
 			for _, w := range ws {
-				pollUntil(t, w.settled) // subscriptions confirmed: the waiters are silent
+				poll.Until(t, "the waiters to settle", w.settled) // subscriptions confirmed: the waiters are silent
 			}
 			before := commands(t, srv.Addr)
 			l.Release(context.Background())
@@ -82,8 +90,10 @@ func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 // TestPlaceLapsesWithTheWait: a waiter whose wait has ended (its process gone without leaving)
 // is not granted the lease; the next one is.
 func TestPlaceLapsesWithTheWait(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()
@@ -91,9 +101,10 @@ func TestPlaceLapsesWithTheWait(t *testing.T) {
 				return core.AcquireRequest{Key: "lapse", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait}
 			}
 			mustAcquire(t, s, req("a", 0), true)
+			sent := time.Now()
 			mustAcquire(t, s, req("gone", 50*time.Millisecond), false)
 			mustAcquire(t, s, req("b", time.Minute), false)
-			time.Sleep(100 * time.Millisecond)
+			poll.Until(t, "gone's wait to end", func() bool { return time.Since(sent) > 100*time.Millisecond })
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "lapse", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}
@@ -117,6 +128,7 @@ func TestPlaceLapsesWithTheWait(t *testing.T) {
 func TestSemaphoreLineIsStrictlyFIFO(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()
@@ -167,8 +179,11 @@ func TestSemaphoreLineIsStrictlyFIFO(t *testing.T) {
 // renews it for its full TTL from that call, so its deadline does not shrink with how long it
 // waited; the fence is the grant's.
 func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
+	testenv.SkipShort(t, "waits for half a 2 s TTL")
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
 			ctx := context.Background()
@@ -184,7 +199,7 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 			// The waiter starts woken (its subscription is new) and is woken again when the
 			// subscription is confirmed, which may come after the first wake was read. Reliable
 			// means the confirmation's wake was sent: clear it, so that the next is the grant's.
-			pollUntil(t, w.Reliable)
+			poll.Until(t, "the waiter to be reliable", w.Reliable)
 			drain(w)
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "taken", Holder: "a"}); err != nil {
 				t.Fatal(err)
@@ -199,7 +214,7 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 				t.Fatalf("after the release the store holds %+v, want b's grant from the line", granted.Leases)
 			}
 			// Let the grant age past half the TTL, as a slow waiter's would, before it is taken.
-			pollUntil(t, func() bool {
+			poll.Until(t, "the grant to age past half its TTL", func() bool {
 				snap, _ := s.Inspect(ctx, "taken")
 				return len(snap.Leases) == 1 && snap.Leases[0].TTL < ttl/2-100*time.Millisecond
 			})
@@ -215,7 +230,9 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "b" || snap.Leases[0].Fence != res.Fence || res.Fence != granted.Leases[0].Fence {
 				t.Fatalf("the store holds %+v, want b's lease with the grant's fence %d", snap.Leases, granted.Leases[0].Fence)
 			}
-			if left := snap.Leases[0].TTL; left < ttl-200*time.Millisecond {
+			// Not renewed, it would have less than half the TTL left; renewed, all but the time
+			// since the taking call (a stalled machine's, at most a quarter of it).
+			if left := snap.Leases[0].TTL; left < ttl*3/4 {
 				t.Errorf("the taken lease has %v left by the store's clock, want its full TTL %v from the taking call", left, ttl)
 			}
 		})
@@ -230,6 +247,7 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 func TestGrantFromLineIsTakenWithoutARoundTrip(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, other := mk(t, srv.Addr), mk(t, srv.Addr)
 			ctx := context.Background()
@@ -242,7 +260,7 @@ func TestGrantFromLineIsTakenWithoutARoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pollUntil(t, w.Reliable)
+			poll.Until(t, "the waiter to be reliable", w.Reliable)
 			drain(w)
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "took", Holder: "a"}); err != nil {
 				t.Fatal(err)
@@ -303,5 +321,56 @@ func TestLineJoinedInTheGrantsMillisecondIsOutlivedByTheHash(t *testing.T) {
 	mustAcquire(t, s, req("w", time.Minute), false)
 	if cs := countersOf(t, c, "same-ms"); cs.keep <= cs.line {
 		t.Errorf("counters keep %d, line %d: the hash must be kept past the line", cs.keep, cs.line)
+	}
+}
+
+// TestLapsedPlaceIsNotRevivedBehindABlockedHead: a place whose wait ended (its waiter gone
+// without a leave) behind a head that cannot be served is dead: a later try of the same holder
+// takes the last place, behind the waiters who kept theirs, not its old place.
+func TestLapsedPlaceIsNotRevivedBehindABlockedHead(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	acq := func(holder string, wait time.Duration) []any {
+		r := script(t, c, srcAcquire, "lapsed", acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...)
+		return r.([]any)
+	}
+	if r := acq("a", 0); r[0].(int64) != 1 {
+		t.Fatalf("a: %v", r)
+	}
+	acq("head", time.Minute)
+	acq("lapsing", 50*time.Millisecond)
+	acq("kept", time.Minute)
+	start := time.Now()
+	poll.Until(t, "lapsing's wait to end", func() bool { return time.Since(start) > 100*time.Millisecond })
+	acq("lapsing", time.Minute)
+	line, err := c.ZRange(context.Background(), rediscore.Keys("lapsed")[1], 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(line, " "); got != "head kept lapsing" {
+		t.Errorf("line %q, want %q: a lapsed place came back ahead of a waiter", got, "head kept lapsing")
+	}
+}
+
+// TestShorterWaitAfterALongerKeepsTheLine: a waiter with a short wait behind one with a long
+// wait does not shorten the line: once the short wait ends, a newcomer is still refused, and the
+// release grants the long waiter.
+func TestShorterWaitAfterALongerKeepsTheLine(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	const key = "shorter"
+	acq := func(holder string, wait time.Duration) []any {
+		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+	}
+	acq("a", 0)
+	acq("long", time.Minute)
+	acq("short", 30*time.Millisecond)
+	start := time.Now()
+	poll.Until(t, "short's wait to end", func() bool { return time.Since(start) > 60*time.Millisecond })
+	if r := acq("newcomer", 0); r[0].(int64) != 0 {
+		t.Fatalf("a newcomer while long waits = %v; want refused", r)
+	}
+	if r := script(t, c, srcRelease, key, "a", 0).([]any); len(r) != 3 || r[1] != "long" {
+		t.Fatalf("release = %v; want long granted", r)
 	}
 }

@@ -13,15 +13,13 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
-// loadDuration is how long each load test runs: 30 s, or 3 s under -short.
-func loadDuration() time.Duration {
-	if testing.Short() {
-		return 3 * time.Second
-	}
-	return 30 * time.Second
-}
+// loadDuration is how long each load test runs: 3 s, or 30 s under LEASEHOLD_SOAK=1. The
+// tests measure memory at a third of the run and at its end, so they run one at a time (no
+// t.Parallel: another test's goroutines and heap would count).
+func loadDuration() time.Duration { return testenv.Pick(3*time.Second, 30*time.Second) }
 
 // load runs 200 mutex holders over 10 keys, each holder with a Store of its own on client,
 // checks the history (exclusion and fences; the history is too long for the linearizability
@@ -97,6 +95,7 @@ func usedMemory(t *testing.T, addr string) int64 {
 }
 
 func TestLoadOnServer(t *testing.T) {
+	testenv.SkipShort(t, "soak")
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	t.Cleanup(func() { c.Close() })
@@ -104,6 +103,7 @@ func TestLoadOnServer(t *testing.T) {
 }
 
 func TestLoadOnCluster(t *testing.T) {
+	testenv.SkipShort(t, "soak")
 	addrs := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 64})
 	t.Cleanup(func() { c.Close() })

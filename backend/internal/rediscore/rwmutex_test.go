@@ -15,6 +15,7 @@ import (
 // values or waiters from Inspect need the Redis core's values and line in Inspect.
 
 func TestRWMutexOnRedisExcludesAndShares(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		var rws []*primitives.RWMutex
 		for range 3 {
@@ -27,6 +28,7 @@ func TestRWMutexOnRedisExcludesAndShares(t *testing.T) {
 }
 
 func TestRWMutexOnRedisWriterNotStarved(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		rd := scenario.MustRWMutex(t, mk(), "rw")
 		wr := scenario.MustRWMutex(t, mk(), "rw", primitives.WithAcquireTimeout(5*time.Second))
@@ -35,6 +37,7 @@ func TestRWMutexOnRedisWriterNotStarved(t *testing.T) {
 }
 
 func TestRWMutexOnRedisWaitingWriterHoldsBackTries(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		scenario.WaitingWriterHoldsBackTries(t, func() *primitives.RWMutex { return scenario.MustRWMutex(t, mk(), "rw") },
 			func(context.Context) bool { return lineLen(t, addr, "rw") == 1 })
@@ -42,6 +45,7 @@ func TestRWMutexOnRedisWaitingWriterHoldsBackTries(t *testing.T) {
 }
 
 func TestRWMutexOnRedisLineIsFIFO(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		scenario.RWLineIsFIFO(t, func(v string) *primitives.RWMutex {
 			return scenario.MustRWMutex(t, mk(), "rw", primitives.WithValue(v), primitives.WithRetryInterval(time.Hour))
@@ -50,6 +54,7 @@ func TestRWMutexOnRedisLineIsFIFO(t *testing.T) {
 }
 
 func TestRWMutexOnRedisInspect(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		scenario.RWInspect(t, func(v string) *primitives.RWMutex {
 			return scenario.MustRWMutex(t, mk(), "rw", primitives.WithValue(v))

@@ -16,10 +16,13 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
-// A grant heard of late, or as a Store stops listening to its key: what the Store gives back to
-// the line, on both drivers (each Store's peer is of the other driver).
+// A grant heard of late, or as a Store stops listening to its key, or before its waiter enrolls:
+// what the Store gives back to the line, on both drivers (each Store's peer is of the other
+// driver).
 
 // heldProxy is a TCP proxy to a Redis server that, once armed, holds back what the server sends
 // on the first connection that carries a grant message (a Store's subscription connection): the
@@ -210,7 +213,7 @@ func TestLateGrantMessageLeavesTheTakenLeaseHeld(t *testing.T) {
 			mustAcquire(t, o, req("other", 0), true)
 			w := enroll(t, s, req("b", time.Minute))
 			defer w.Close()
-			pollUntil(t, w.Reliable)
+			poll.Until(t, "b's waiter to be reliable", w.Reliable)
 			drain(w)
 			// Grants b: the reply wakes b, the message is held back.
 			p.holdGrantMessage(t, w, func() { mustRelease(t, s, key, "first", first.Fence) })
@@ -218,7 +221,7 @@ func TestLateGrantMessageLeavesTheTakenLeaseHeld(t *testing.T) {
 			w.Close()
 			took := time.Now()
 			mustBeUntaken(t, srv.Addr, key, "b")
-			pollUntil(t, func() bool { return time.Since(took) > keep+10*time.Millisecond })
+			poll.Until(t, "b's floor to age past keepGrants", func() bool { return time.Since(took) > keep+10*time.Millisecond })
 			// The key gets busy: the Store's callers come and go, each recording a floor.
 			mustRelease(t, o, key, "other", 0)
 			for i := range 70 {
@@ -229,7 +232,7 @@ func TestLateGrantMessageLeavesTheTakenLeaseHeld(t *testing.T) {
 			nw := enroll(t, o, req("next", time.Minute))
 			defer nw.Close()
 			p.letGo()
-			pollUntil(t, func() bool { return decided(key, "b") })
+			poll.Until(t, "the Store to decide on b's grant", func() bool { return decided(key, "b") })
 			held := holders(t, s, key) // after the leaves s is sending
 			if !slices.Contains(held, "b") || slices.Contains(held, "next") {
 				t.Fatalf("b holds its lease (fence %d) and the key is held by %v: two holders, the grant b took was given back to the line", b.Fence, held)
@@ -248,9 +251,13 @@ func TestLateGrantMessageLeavesTheTakenLeaseHeld(t *testing.T) {
 // linger ends first. The grant must still be given back, so that the next waiter gets the key,
 // not wait for the grant's one-minute TTL.
 func TestGrantHeardAsTheChannelExpiresIsGivenBack(t *testing.T) {
-	rediscore.SetTimings(t, rediscore.Timings{Linger: 300 * time.Millisecond, ReclaimAfter: time.Second, KeepGrants: 2 * time.Second})
+	testenv.SkipShort(t, "waits for a linger and a reclaim, about a second (TestLingerEndingBeforeReclaimStillGivesTheGrantBack is the fast case)")
+	// The linger must outlast the time from the refusal to the grant's message (a stalled
+	// machine's too), and the reclaim the linger.
+	rediscore.SetTimings(t, rediscore.Timings{Linger: 700 * time.Millisecond, ReclaimAfter: time.Second, KeepGrants: 2 * time.Second})
 	for _, name := range []string{"goredis", "valkey"} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // the timings are the parent's, for both
 			srv := redistest.StartServer(t)
 			s, o := redisharness.Drivers[name](t, srv.Addr), otherDriver(name)(t, srv.Addr)
 			ctx := context.Background()
@@ -260,19 +267,19 @@ func TestGrantHeardAsTheChannelExpiresIsGivenBack(t *testing.T) {
 			}
 			first := mustAcquire(t, o, req("first", 0), true)
 			w := enroll(t, s, req("earlier", time.Minute))
-			pollUntil(t, w.Reliable)
+			poll.Until(t, "the earlier waiter to be reliable", w.Reliable)
 			w.Close() // s's subscription lingers from now
-			pollUntil(t, func() bool { return lineLen(t, srv.Addr, key) == 0 })
+			poll.Until(t, "the earlier waiter to leave the line", func() bool { return lineLen(t, srv.Addr, key) == 0 })
 			mustAcquire(t, s, req("gone", time.Minute), false) // and never enrolls
 			nw := enroll(t, o, req("next", time.Minute))
 			defer nw.Close()
 			mustRelease(t, o, key, "first", first.Fence)
-			pollUntil(t, func() bool {
+			poll.Until(t, "next to be granted the key", func() bool {
 				snap, err := o.Inspect(ctx, key)
 				return err == nil && len(snap.Leases) == 1 && snap.Leases[0].Holder == "next"
 			})
 			// And the subscription ends once the grant is given back.
-			pollUntil(t, func() bool { return subscribers(t, srv.Addr, key) == 1 })
+			poll.Until(t, "the lingering subscription to end", func() bool { return subscribers(t, srv.Addr, key) == 1 })
 		})
 	}
 }
@@ -284,6 +291,7 @@ func TestGrantHeardAsTheChannelExpiresIsGivenBack(t *testing.T) {
 // untaken): whether or not the Store gives the grant back, b keeps the lease, and the next
 // waiter is not granted the key.
 func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testing.T) {
+	testenv.SkipShort(t, "waits for a TTL and keepGrants to pass")
 	const keep = 50 * time.Millisecond
 	const ttl = 400 * time.Millisecond
 	rediscore.SetTimings(t, rediscore.Timings{Linger: time.Minute, ReclaimAfter: 20 * time.Millisecond, KeepGrants: keep})
@@ -299,7 +307,7 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 			first := mustAcquire(t, s, req("first", 0), true)
 			w := enroll(t, s, req("b", time.Minute))
 			defer w.Close()
-			pollUntil(t, w.Reliable)
+			poll.Until(t, "b's waiter to be reliable", w.Reliable)
 			drain(w)
 			p.holdGrantMessage(t, w, func() { mustRelease(t, s, key, "first", first.Fence) })
 			b := mustAcquire(t, s, req("b", time.Minute), true)
@@ -310,7 +318,7 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 			if _, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "b", TTL: time.Minute}); err != nil {
 				t.Fatalf("b's first refresh: %v", err)
 			}
-			pollUntil(t, func() bool { return time.Since(took) > ttl+keep+50*time.Millisecond })
+			poll.Until(t, "the take's record to lapse", func() bool { return time.Since(took) > ttl+keep+50*time.Millisecond })
 			for i := range 70 {
 				h := fmt.Sprint("busy-", i)
 				mustAcquire(t, s, core.AcquireRequest{Key: key + "-busy", Holder: h, Permits: 1, Limit: 1, TTL: time.Minute, Unshared: true}, true)
@@ -322,7 +330,7 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 			nw := enroll(t, o, req("next", time.Minute))
 			defer nw.Close()
 			p.letGo()
-			pollUntil(t, func() bool { return decided(key, "b") })
+			poll.Until(t, "the Store to decide on b's grant", func() bool { return decided(key, "b") })
 			held := holders(t, s, key) // after the leaves s is sending
 			if !slices.Equal(held, []string{"b"}) {
 				t.Fatalf("b holds its refreshed lease (fence %d) and the key is held by %v", b.Fence, held)
@@ -332,4 +340,59 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 			}
 		})
 	}
+}
+
+// TestWaiterEnrollingAfterItsGrantWasReclaimedIsWoken: a caller whose try was refused
+// with a place in the line, on a key its Store already listens to, is granted the lease by the
+// line before it enrolls (Register); it stays away longer than the Store's reclaimAfter (a long
+// GC pause, a descheduled goroutine), so the Store gives the grant back to the line and, with it,
+// the caller's place. When the caller then enrolls, its waiter must start woken, so that it
+// tries again (and here, the key being free, is granted): not sit Reliable, sending nothing,
+// until the refusal's RetryAfter (the first holder's one-minute TTL) while nobody holds the key.
+func TestWaiterEnrollingAfterItsGrantWasReclaimedIsWoken(t *testing.T) {
+	// The grant is given back a tenth of a second after it is heard, not the default second.
+	rediscore.SetTimings(t, rediscore.Timings{Linger: 30 * time.Second, ReclaimAfter: 100 * time.Millisecond, KeepGrants: 2 * time.Second})
+	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+		ctx := context.Background()
+		s, other := mk(), mk()
+		req := func(holder string, wait time.Duration) core.AcquireRequest {
+			return core.AcquireRequest{Key: "slow", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait, Unshared: true}
+		}
+		first := mustAcquire(t, other, req("first", 0), true)
+		// s listens to the key: an earlier waiter of s enrolled there, and left.
+		mustAcquire(t, s, req("earlier", time.Minute), false)
+		w, err := s.Register(ctx, req("earlier", time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, "the earlier waiter to be reliable", w.Reliable)
+		w.Close()
+		poll.Until(t, "the earlier waiter to leave the line", func() bool { return lineLen(t, addr, "slow") == 0 })
+		// The slow caller's try: refused, with a place.
+		refused := mustAcquire(t, s, req("slow", time.Minute), false)
+		if refused.RetryAfter < 30*time.Second {
+			t.Fatalf("the slow caller's refusal says RetryAfter %v; want the first lease's TTL", refused.RetryAfter)
+		}
+		if ok, err := other.Release(ctx, core.ReleaseRequest{Key: "slow", Holder: "first", Fence: first.Fence}); !ok || err != nil {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		// The line granted it the lease; s, hearing no waiter enroll, gives it back.
+		poll.Until(t, "the slow caller's grant to be given back", func() bool {
+			snap, err := other.Inspect(ctx, "slow")
+			return err == nil && len(snap.Leases) == 0 && len(snap.Waiters) == 0
+		})
+		slow, err := s.Register(ctx, req("slow", time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer slow.Close()
+		select {
+		case <-slow.C():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the waiter that enrolled after its grant was given back was not woken (Reliable %v): it would wait for the RetryAfter of %v while the key is free",
+				slow.Reliable(), refused.RetryAfter)
+		}
+		got := mustAcquire(t, s, req("slow", time.Minute), true)
+		s.Release(ctx, core.ReleaseRequest{Key: "slow", Holder: "slow", Fence: got.Fence})
+	})
 }

@@ -2,23 +2,27 @@ package rediscore_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
-// Adversarial review of the lease hash layout (review16d): the hash must outlive what it
-// records, the line's and left's hints must never hide a live place or try, and the scripts
-// must keep exclusion with odd holders, values and the line's undone grants.
+// Tests of the scripts themselves (scripts.go's Sources), called by EVAL with exact ARGV or
+// through the drivers: the lease hash must outlive what it records, the line's hint must never
+// hide a live place, the scripts must keep exclusion with odd holders, values and the line's
+// undone grants, run when out of memory, and use the literal names the layout gives a key.
 
 // Indexes of rediscore.Sources, for the tests that call a script with exact ARGV.
 const (
@@ -28,6 +32,9 @@ const (
 	srcInspect = 3
 	srcLeave   = 4
 )
+
+// One more index of rediscore.Sources: watch.lua.
+const srcWatch = 5
 
 // script runs the script Sources[i] on key with args by EVAL (the changed channel appended for
 // every script but inspect), and fails t on an error.
@@ -59,6 +66,7 @@ func acquireArgv(holder string, permits, limit int, ttl, wait time.Duration, cha
 func TestRequeueWithALongerWaitKeepsTheHash(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			req := func(holder string, wait time.Duration) core.AcquireRequest {
@@ -113,12 +121,15 @@ func TestNewcomerDoesNotJumpALineThatOutlivedItsFirstWait(t *testing.T) {
 // TestInspectDeletesNothing: Inspect (a no-writes function) lists only unexpired leases and
 // leaves an expired one's entry where it was: it is the next writing call that deletes it.
 func TestInspectDeletesNothing(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
-			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "gone", Permits: 1, Limit: 2, TTL: 20 * time.Millisecond}, true)
+			// gone's short lease is the last write: a write after its expiry would delete it.
 			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "here", Permits: 1, Limit: 2, TTL: time.Minute}, true)
+			mustAcquire(t, s, core.AcquireRequest{Key: "ro", Holder: "gone", Permits: 1, Limit: 2, TTL: 20 * time.Millisecond}, true)
 			expired(t, s, "ro", "gone")
 			snap, err := s.Inspect(context.Background(), "ro")
 			if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != "here" {
@@ -143,6 +154,7 @@ func TestCounterLikeHoldersAndOddValues(t *testing.T) {
 	values := []string{" q", "\n", "1 2 3 q\nx", "\x00", "", "q\n q", "fence", "\n\n", "é"}
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			ctx := context.Background()
@@ -224,47 +236,6 @@ func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
 	}
 }
 
-// TestLeaveThatOvertookItsTryKeepsItOut: a leave naming a try that has not arrived keeps that
-// try from taking a place or a grant, whether or not the line lives, for as long as the leave
-// said; another try of the same holder is served as usual.
-func TestLeaveThatOvertookItsTryKeepsItOut(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := raw(t, srv.Addr)
-	const key = "overtaken"
-	acq := func(holder, try string, wait time.Duration) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, try, "")...).([]any)
-	}
-	script(t, c, srcLeave, key, "w", 0, "t1", 60000)
-	if r := acq("w", "t1", time.Minute); r[0].(int64) != 0 {
-		t.Fatalf("the overtaken try on a free key = %v; want refused", r)
-	}
-	if n := lineLen(t, srv.Addr, key); n != 0 {
-		t.Fatalf("the overtaken try took a place")
-	}
-	if r := acq("a", "", 0); r[0].(int64) != 1 {
-		t.Fatalf("a: %v", r)
-	}
-	script(t, c, srcLeave, key, "w", 0, "t2", 60000)
-	acq("x", "tx", time.Minute) // the line lives
-	if r := acq("w", "t2", time.Minute); r[0].(int64) != 0 {
-		t.Fatalf("the overtaken try = %v; want refused", r)
-	}
-	if r := acq("w", "t1", time.Minute); r[0].(int64) != 0 {
-		t.Fatalf("the first overtaken try again = %v; want refused", r)
-	}
-	if n := lineLen(t, srv.Addr, key); n != 1 {
-		t.Fatalf("%d places, want x's alone", n)
-	}
-	if r := acq("w", "t3", time.Minute); r[0].(int64) != 0 || lineLen(t, srv.Addr, key) != 2 {
-		t.Fatalf("another try of w = %v, line %d; want refused with a place behind x", r, lineLen(t, srv.Addr, key))
-	}
-	script(t, c, srcRelease, key, "a", 0)
-	if h := holdersOf(t, c, key); len(h) != 1 || !strings.HasSuffix(h["x"], " q") {
-		t.Errorf("holders %q; want x granted from the line", h)
-	}
-	_ = fmt.Sprint
-}
-
 // TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory: the scripts as EVALSHA runs them (no
 // flags: Redis refuses only a first write that may grow memory) release, grant the line's head,
 // and leave with a try id when maxmemory is full; a new grant is refused with OOM and changes
@@ -308,49 +279,80 @@ func TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory(t *testing.T) {
 	}
 }
 
-// TestWatchedKeyTellsOfEveryChange: while the key is watched, each call that grants a lease,
-// releases one, grants the line's head or gives an untaken grant back publishes on the key's
-// changed channel.
-func TestWatchedKeyTellsOfEveryChange(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := raw(t, srv.Addr)
-	ctx := context.Background()
-	const key = "told"
-	sub := c.Subscribe(ctx, rediscore.Keys(key)[0]+":changed-test")
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
+// TestScriptsUseTheLiteralNamesOfAnOddKey: under a prefix with '%' and UTF-8, a key with braces,
+// '%', NUL and UTF-8 is stored under exactly the Redis keys the layout names (prefix, "{", the
+// escaped key, "}:", the name), and the scripts publish its changes on exactly the changed
+// channel a Watch subscribes to: a plain subscriber of that literal name hears them, and so
+// does the Watch.
+func TestScriptsUseTheLiteralNamesOfAnOddKey(t *testing.T) {
+	const key = "a{b}%c☃\x00 x"
+	const tag = "app%☃:{a%7Bb%7D%25c☃\x00 x}:"
+	const prefix = "app%☃:"
+	for name, mk := range map[string]func(t *testing.T, addr string) redisharness.Store{
+		"goredis": func(t *testing.T, addr string) redisharness.Store {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			s, err := goredis.New(c, goredis.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close(); c.Close() })
+			return s
+		},
+		"valkey": func(t *testing.T, addr string) redisharness.Store {
+			c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := valkey.New(c, valkey.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close(); c.Close() })
+			return s
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			s, c, ctx := mk(t, srv.Addr), raw(t, srv.Addr), context.Background()
+			sub := c.Subscribe(ctx, tag+"changed")
+			defer sub.Close()
+			if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+				t.Fatal(err)
+			}
+			w, err := s.Watch(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			poll.Until(t, "the watch to be reliable", w.Reliable)
+			drain(w)
+			req := func(holder string) core.AcquireRequest {
+				return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+			}
+			mustAcquire(t, s, req("a"), true)
+			select {
+			case m := <-sub.Channel():
+				if m.Channel != tag+"changed" {
+					t.Fatalf("heard on %q, want %q", m.Channel, tag+"changed")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("nothing published on %q after a grant on a watched key", tag+"changed")
+			}
+			select {
+			case <-w.C():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the Watch was not woken by the grant")
+			}
+			mustAcquire(t, s, req("b"), false)
+			for _, k := range []string{"lease", "queue", "waiting"} {
+				if n, err := c.Exists(ctx, tag+k).Result(); err != nil || n != 1 {
+					t.Errorf("EXISTS %q = %d, %v; want 1", tag+k, n, err)
+				}
+			}
+			if n, _ := c.DBSize(ctx).Result(); n != 3 {
+				t.Errorf("DBSIZE %d, want the key's 3 keys only", n)
+			}
+		})
 	}
-	msgs := sub.Channel()
-	told := func(what string) {
-		t.Helper()
-		select {
-		case <-msgs:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: nothing published on the changed channel", what)
-		}
-		for len(msgs) > 0 {
-			<-msgs
-		}
-	}
-	acq := func(holder string, wait time.Duration) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
-	}
-	script(t, c, 5, key, time.Minute.Milliseconds()) // watch.lua
-	acq("a", 0)
-	told("a grant")
-	acq("w", time.Minute)
-	acq("x", time.Minute)
-	script(t, c, srcRelease, key, "a", 0)
-	told("a release that grants the line's head")
-	script(t, c, srcLeave, key, "w", 0)
-	told("a leave that gives w's untaken grant to x")
-	if h := holdersOf(t, c, key); len(h) != 1 || h["x"] == "" {
-		t.Fatalf("holders %q; want x's grant", h)
-	}
-	acq("x", 0) // taken
-	script(t, c, srcRelease, key, "x", 0)
-	told("a release")
-	acq("b", 0)
-	told("a grant after a release")
 }

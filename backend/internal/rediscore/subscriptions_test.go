@@ -2,17 +2,20 @@ package rediscore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
-// The grant bookkeeping of one Store, without a server: what it gives back to the line (the
-// leaves it starts), and when.
+// Tests of subscriptions.go without a server: the grant bookkeeping of one Store (what it gives
+// back to the line, the leaves it starts, and when) and the marks of its watches.
 
 // leaveLog records the leaves a subscriptions starts, and whether s.mu was held then.
 type leaveLog struct {
@@ -71,18 +74,6 @@ func newTestSubs(t *testing.T, tm timings) (*subscriptions, *leaveLog, *reclaimL
 	return subs, ll, rl
 }
 
-// waitUntil polls cond every millisecond until it holds, and fails t if it does not within 10s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // takeWithoutRoundTrip has holder, refused on key at fence floor, enroll, hears of the line's
 // grant of fence floor+1 from a reply of this Store's (its own Release granted it), take it
 // without a round trip, and close its waiter, as primitives does once it holds the lease.
@@ -115,7 +106,7 @@ func TestLateGrantMessageAfterFloorsSweptGivesNothingBack(t *testing.T) {
 	subs, leaves, reclaims := newTestSubs(t, timings{linger: time.Hour, reclaim: time.Millisecond, keep: 5 * time.Millisecond})
 	took := time.Now()
 	takeWithoutRoundTrip(t, subs, "k", "b", 100)
-	waitUntil(t, "b's floor older than keepGrants", func() bool { return time.Since(took) > 10*time.Millisecond })
+	poll.Until(t, "b's floor older than keepGrants", func() bool { return time.Since(took) > 10*time.Millisecond })
 	// A busy key: 64 more holders' tries and releases record their floors, and sweep b's.
 	for i := range 64 {
 		subs.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: fmt.Sprint("busy-", i), granted: true, fence: uint64(200 + i)})
@@ -137,7 +128,7 @@ func TestLateGrantMessageAfterChannelExpiredGivesNothingBack(t *testing.T) {
 	subs, leaves, reclaims := newTestSubs(t, timings{linger: time.Millisecond, reclaim: time.Millisecond, keep: time.Hour})
 	takeWithoutRoundTrip(t, subs, "k", "b", 100)
 	name := subs.channel("k")
-	waitUntil(t, "the channel expired", func() bool {
+	poll.Until(t, "the channel expired", func() bool {
 		subs.mu.Lock()
 		defer subs.mu.Unlock()
 		return subs.channels[name] == nil
@@ -156,7 +147,7 @@ func TestLateGrantMessageAfterChannelExpiredGivesNothingBack(t *testing.T) {
 func lateGrantMessageGivesNothingBack(t *testing.T, subs *subscriptions, leaves *leaveLog, reclaims *reclaimLog) {
 	t.Helper()
 	subs.granted(subs.channel("k"), []grant{{holder: "b", fence: 101}}, fromChannel)
-	waitUntil(t, "the late grant's reclaim decided", func() bool { return len(reclaims.all()) == 1 })
+	poll.Until(t, "the late grant's reclaim decided", func() bool { return len(reclaims.all()) == 1 })
 	if d := reclaims.all()[0]; d != "k b 101 given=false" {
 		t.Fatalf("reclaim decided %q; want the grant b took not given back", d)
 	}
@@ -187,7 +178,7 @@ func TestLingerEndingBeforeReclaimStillGivesTheGrantBack(t *testing.T) {
 	if !still || !pending {
 		t.Fatalf("after the linger ended: channel kept %v, reclaim pending %v; want both (the grant is not given back yet)", still, pending)
 	}
-	waitUntil(t, "the grant given back", func() bool { return len(leaves.all()) == 1 })
+	poll.Until(t, "the grant given back", func() bool { return len(leaves.all()) == 1 })
 	if l := leaves.all()[0]; l != (owedLeave{"k", "gone", 100}) {
 		t.Fatalf("leave %+v; want the grant of fence 101 to gone given back", l)
 	}
@@ -247,10 +238,13 @@ func TestCloseOwesAGrantWhoseReclaimFired(t *testing.T) {
 	timer := subs.channels[name].recent[0].reclaim
 	// Until the timer has fired (Stop then finds it expired): its reclaim is then running, held
 	// up by s.mu.
-	for timer.Stop() {
+	poll.Until(t, "the reclaim timer to fire", func() bool {
+		if !timer.Stop() {
+			return true
+		}
 		timer.Reset(0)
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	})
 	owed := subs.closeLocked()
 	subs.mu.Unlock()
 	var gave []owedLeave
@@ -300,5 +294,43 @@ func TestTakenGrantRecordGoesWithItsRelease(t *testing.T) {
 	defer subs.mu.Unlock()
 	if _, ok := subs.taken[subs.channel("k")+"\x00"+"c"]; len(subs.taken) != 1 || !ok {
 		t.Fatalf("records of taken grants %v; want c's alone", subs.taken)
+	}
+}
+
+// TestStaleWatchScriptMarksNothing: a watch refresh sent before the connection went down (it
+// may have reached a server that has since restarted empty) does not make the watch Reliable
+// when its success comes back after the Down; only a watch script sent after it can.
+func TestStaleWatchScriptMarksNothing(t *testing.T) {
+	l, _ := newLayout(defaultPrefix)
+	subs := newSubscriptions(l, "store", nopPubSub{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	subs.mark = func(string) error {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release // the stale script: sent before the Down, answered after it
+			return nil
+		}
+		return errors.New("server still down") // the scripts the Down starts
+	}
+	w, err := subs.watch("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		w.Close()
+		subs.close()
+	}()
+	subs.Confirmed(l.changed("k"))
+	done := make(chan struct{})
+	go func() { subs.refreshWatch(w.k); close(done) }()
+	<-entered
+	subs.Down()
+	poll.Until(t, "Down to start a watch script", func() bool { return calls.Load() >= 2 })
+	subs.Confirmed(l.changed("k")) // the subscription is back before the stale answer
+	close(release)
+	<-done
+	if w.Reliable() {
+		t.Fatal("a watch script answered after the Down made the watch Reliable: the server may have lost the watch entry")
 	}
 }

@@ -14,14 +14,17 @@ import (
 
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
-// Adversarial review of issue 16 as a whole (review16m): a try whose caller gave up while the
-// try was still on its way to the server, and the release that the portable layer sends to
-// give back what that try may have been granted.
+// Tests of tries whose reply never comes back to their caller: a try whose caller gave up while
+// the try was still on its way to the server, and the release that the portable layer sends to
+// give back what that try may have been granted; a try whose reply is lost to a client error.
 
 // gate holds back, on the connection that writes it, the first acquire call written after it is
 // armed: a slow write on one pooled connection while the client's others go through, as a
@@ -119,7 +122,7 @@ func (c *gatedConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// TestAbandonedTryIsNotGrantedAfterItsRelease_review16m: a try whose ctx's deadline passes while
+// TestAbandonedTryIsNotGrantedAfterItsRelease: a try whose ctx's deadline passes while
 // its call is still on its way (go-redis without ContextTimeoutEnabled runs such a call on a
 // goroutine of its own and returns at the deadline) fails, and the Mutex gives back in the
 // background what the try may have been granted, as the Store leaves the line for a try that
@@ -127,7 +130,8 @@ func (c *gatedConn) Read(b []byte) (int, error) {
 // server after the give-back and the leave, or between them, the key must be free once
 // everything has arrived, not held by nobody until the lease's TTL (a minute here). For a
 // TryAcquire and for an Acquire that would wait.
-func TestAbandonedTryIsNotGrantedAfterItsRelease_review16m(t *testing.T) {
+func TestAbandonedTryIsNotGrantedAfterItsRelease(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name             string
 		wait, holdLeaves bool
@@ -138,6 +142,7 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease_review16m(t *testing.T) {
 		{"wait, arriving before the leave", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			g, c, s := gatedStore(t, srv.Addr, tc.holdLeaves)
 			opts := []primitives.Option{primitives.WithTTL(time.Minute)}
@@ -178,7 +183,7 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease_review16m(t *testing.T) {
 			}
 			if tc.holdLeaves {
 				// The leave, if any, waits for the try's reply; the give-back goes on its way.
-				pollUntil(t, func() bool {
+				poll.Until(t, "the leave held back or the give-back answered", func() bool {
 					select {
 					case <-g.leaving:
 						return true
@@ -191,12 +196,12 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease_review16m(t *testing.T) {
 			} else {
 				// The give-back (and the leave before it, if any) has been answered; then the
 				// try arrives.
-				pollUntil(t, func() bool { return g.released.Load() >= 2 })
+				poll.Until(t, "the give-back to be answered", func() bool { return g.released.Load() >= 2 })
 				close(g.open)
 				<-g.written
 			}
 			// Everything sent has been answered once every connection is back in the pool.
-			pollUntil(t, func() bool {
+			poll.Until(t, "every call answered", func() bool {
 				st := c.PoolStats()
 				return g.released.Load() >= 2 && st.IdleConns >= st.TotalConns
 			})
@@ -216,12 +221,12 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease_review16m(t *testing.T) {
 	}
 }
 
-// TestHolderTriesAgainAfterAnAbandonedTry_review16m: a try that will not wait (a Redlock node's,
+// TestHolderTriesAgainAfterAnAbandonedTry: a try that will not wait (a Redlock node's,
 // a TryAcquire's) whose ctx's deadline passes while it is on its way is left, so that it takes
 // nothing should it arrive later; but the mark is the try's, not its holder's: the same holder's
 // next try (the next attempt of its acquire, a Redlock node's raise), sent once the abandoned one
 // has arrived and been refused, is granted.
-func TestHolderTriesAgainAfterAnAbandonedTry_review16m(t *testing.T) {
+func TestHolderTriesAgainAfterAnAbandonedTry(t *testing.T) {
 	srv := redistest.StartServer(t)
 	g, _, s := gatedStore(t, srv.Addr, false)
 	ctx := context.Background()
@@ -259,4 +264,58 @@ func TestHolderTriesAgainAfterAnAbandonedTry_review16m(t *testing.T) {
 	if err != nil || !res.Granted {
 		t.Fatalf("the holder's next try = %+v, %v; want a grant", res, err)
 	}
+}
+
+// TestTryWithLostReplyLeavesNothingBehind: a waiting try reaches the server and takes a place
+// in the line, but its reply is lost to a client-side error that is not the caller's ctx (here
+// go-redis's ReadTimeout, with retries off). Store.Acquire left the place only when ctx ended,
+// and the primitives give up on the error, so the place stays for the whole acquire timeout,
+// owned by nobody. The holder's release then grants it the lock, untaken; its Store never
+// subscribed (afterTry did not run), so the PUBLISH reaching nobody counts for nothing, and the
+// next caller waits for the whole TTL of a lease nobody holds.
+func TestTryWithLostReplyLeavesNothingBehind(t *testing.T) {
+	testenv.SkipShort(t, "delays a real server's replies")
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	ctx := context.Background()
+	owner, _ := primitives.NewMutex(redisharness.Drivers["goredis"](t, srv.Addr), "lost-reply", primitives.WithTTL(time.Minute))
+	l, err := owner.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
+	slow, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close(); c.Close() })
+	gone, _ := primitives.NewMutex(slow, "lost-reply", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
+	warm, _ := primitives.NewMutex(slow, "warm-up")
+	if wl, err := warm.Acquire(ctx); err == nil {
+		wl.Release(ctx) // connection and scripts ready: the try below is one command
+	}
+	proxy.SetLatency(300 * time.Millisecond)
+	if _, err := gone.Acquire(ctx); err == nil {
+		t.Fatal("Acquire through a read timeout succeeded")
+	} else {
+		t.Logf("the try failed: %v", err)
+	}
+	// The Store leaves for the try (on another connection, which may overtake it); the try,
+	// arriving before or after, must leave no place nor lease behind.
+	proxy.SetLatency(0)
+	poll.Until(t, "the Store to leave for the try", func() bool { return zcard(t, srv.Addr, "lost-reply", 3) == 1 })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := primitives.NewMutex(redisharness.Drivers["goredis"](t, srv.Addr), "lost-reply", primitives.WithTTL(time.Minute),
+		primitives.WithAcquireTimeout(3*time.Second))
+	start := time.Now()
+	nl, err := next.Acquire(ctx)
+	if err != nil {
+		snap, _ := owner.Inspect(ctx)
+		t.Fatalf("nobody waits and the holder released, yet the next caller was refused for %v: %v; leases %+v",
+			time.Since(start).Round(time.Millisecond), err, snap.Leases)
+	}
+	nl.Release(ctx)
 }
