@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -21,6 +22,10 @@ import (
 // keys, each with a Store and pool of its own, while the server is killed, paused or cut off,
 // and a holder stalls past its TTL. PostgreSQL keeps its data through each, so every history
 // must be linearizable and fences never go back.
+//
+// The three that stop or cut off a server run on servers of their own, in parallel with the
+// package's other parallel tests: their length is the faults' own, waited out. TestMain's leak
+// check covers their goroutines (a check of their own could not tell them from the others').
 
 // noLeaks checks, after everything t started has been cleaned up, that no goroutine outlives it.
 func noLeaks(t *testing.T) {
@@ -41,7 +46,8 @@ func faultStores(t *testing.T, url string) func() core.Store {
 // data. Leases survive (committed before the kill), fences never go back, calls fail only while
 // it is down, and a lease held across it, refreshed in time, is kept.
 func TestFaultServerKilledAndRestarted(t *testing.T) {
-	noLeaks(t)
+	testenv.SkipShort(t, "kills and restarts a server")
+	t.Parallel()
 	srv := pgtest.StartServer(t)
 	history.Fault{
 		NewStore: faultStores(t, srv.URL),
@@ -59,7 +65,8 @@ func TestFaultServerKilledAndRestarted(t *testing.T) {
 // the lease held across it is reported lost by its deadline; calls return within their budget;
 // the history is linearizable.
 func TestFaultServerPausedPastTTL(t *testing.T) {
-	noLeaks(t)
+	testenv.SkipShort(t, "pauses a server past its TTLs")
+	t.Parallel()
 	srv := pgtest.StartServer(t)
 	const ttl = 400 * time.Millisecond
 	history.Fault{
@@ -79,7 +86,8 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 // proxy that adds latency, cuts every connection, then holds all traffic for three TTLs (a
 // partition) before cutting and healing.
 func TestFaultNetwork(t *testing.T) {
-	noLeaks(t)
+	testenv.SkipShort(t, "cuts and holds a server's connections")
+	t.Parallel()
 	srv := pgtest.StartServer(t)
 	px := faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", srv.Port))
 	const ttl = 400 * time.Millisecond
