@@ -23,9 +23,8 @@ import (
 // and a holder stalls past its TTL. PostgreSQL keeps its data through each, so every history
 // must be linearizable and fences never go back.
 //
-// The three that stop or cut off a server run on servers of their own, in parallel with the
-// package's other parallel tests: their length is the faults' own, waited out. TestMain's leak
-// check covers their goroutines (a check of their own could not tell them from the others').
+// They run serially, before the parallel tests: their checks bound how late calls return and
+// losses are reported, which CPUs busy with the conformance runs would stretch.
 
 // noLeaks checks, after everything t started has been cleaned up, that no goroutine outlives it.
 func noLeaks(t *testing.T) {
@@ -47,7 +46,7 @@ func faultStores(t *testing.T, url string) func() core.Store {
 // it is down, and a lease held across it, refreshed in time, is kept.
 func TestFaultServerKilledAndRestarted(t *testing.T) {
 	testenv.SkipShort(t, "kills and restarts a server")
-	t.Parallel()
+	noLeaks(t)
 	srv := pgtest.StartServer(t)
 	history.Fault{
 		NewStore: faultStores(t, srv.URL),
@@ -66,7 +65,7 @@ func TestFaultServerKilledAndRestarted(t *testing.T) {
 // the history is linearizable.
 func TestFaultServerPausedPastTTL(t *testing.T) {
 	testenv.SkipShort(t, "pauses a server past its TTLs")
-	t.Parallel()
+	noLeaks(t)
 	srv := pgtest.StartServer(t)
 	const ttl = 400 * time.Millisecond
 	history.Fault{
@@ -87,7 +86,7 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 // partition) before cutting and healing.
 func TestFaultNetwork(t *testing.T) {
 	testenv.SkipShort(t, "cuts and holds a server's connections")
-	t.Parallel()
+	noLeaks(t)
 	srv := pgtest.StartServer(t)
 	px := faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", srv.Port))
 	const ttl = 400 * time.Millisecond

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"os"
 	"sync"
 	"testing"
@@ -16,9 +17,19 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// TestMain stops the shared server after the tests and checks that no goroutine outlives them:
-// every Store's listener, renewer and leaves end with its Close.
+// TestMain runs the package's tests, up to 4 parallel ones at once, stops the shared server
+// after them and checks that no goroutine outlives them: every Store's listener, renewer and
+// leaves end with its Close.
 func TestMain(m *testing.M) {
+	// Most parallel tests wait (a fault's length, a TTL, a self-check's timeout) beside the
+	// conformance runs, which keep the CPUs busy: unless -parallel says otherwise, more of them
+	// run at once than the machine has CPUs, go test's default.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "4")
+	}
 	code := m.Run()
 	if shared.srv != nil {
 		shared.srv.Close()
@@ -77,7 +88,8 @@ func storeOn(t testing.TB, cfg *pgxpool.Config, opts ...postgres.Option) *postgr
 // (t.Parallel) when it shares nothing but the server with the others. Tests that run serially,
 // before every parallel one starts: those that make rows dead by hand and sweep them (another
 // test's sweep would take them first), end every listening session (TestListenerReconnects),
-// count the server's lock waits, or check for leaked goroutines of their own.
+// count the server's lock waits, check for leaked goroutines of their own, or bound how late
+// calls return under a fault (faults_test.go).
 var shared struct {
 	once sync.Once
 	srv  *pgtest.Server
