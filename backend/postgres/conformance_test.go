@@ -1,11 +1,7 @@
 package postgres_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,116 +12,55 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // harness connects the conformance suite to one PostgreSQL database: every Store it makes has a
 // pool of its own, as separate processes would.
 type harness struct{ url string }
 
-func (h harness) NewStore(t *testing.T) core.Store { return newStore(t, h.url) }
+func (h harness) NewStore(t *testing.T) core.Store {
+	skipRepeats(t, true)
+	return newStore(t, h.url)
+}
 
 func (harness) Advance(time.Duration) bool { return false }
 
-// newStore returns a Store over a new pool to url; both are closed when t ends.
-func newStore(t testing.TB, url string, opts ...postgres.Option) *postgres.Store {
-	t.Helper()
-	return storeOn(t, poolConfig(t, url, nil), opts...)
-}
+// repeats are the conformance subtests that send the statements the others send, many times
+// over: random histories, and a stress of eight workers.
+var repeats = []string{"/StateMachine", "/ConcurrentHoldersNeverExceedLimit"}
 
-// poolConfig returns the configuration of a pool to url, changed by change when it is not nil.
-func poolConfig(t testing.TB, url string, change func(*pgxpool.Config)) *pgxpool.Config {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
+// skipRepeats skips the subtest t, the first time it makes a Store, when it is one of repeats
+// and they do not run here: under -short, and, unless LEASEHOLD_SOAK=1, where main is false
+// (the exec modes, PgBouncer), through which the suite's other subtests send every kind of
+// statement already.
+func skipRepeats(t *testing.T, main bool) {
+	if !testing.Short() && (main || testenv.Soak()) {
+		return
 	}
-	if change != nil {
-		change(cfg)
-	}
-	return cfg
-}
-
-// storeOn returns a Store over a new pool of cfg; both are closed when t ends.
-func storeOn(t testing.TB, cfg *pgxpool.Config, opts ...postgres.Option) *postgres.Store {
-	t.Helper()
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := postgres.New(pool, opts...)
-	if err != nil {
-		pool.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		pool.Close()
-	})
-	return s
-}
-
-// shared is the server of the package's tests that leave it running; each test uses keys of its
-// own (uniqueKey). The fault tests start servers of their own.
-var shared struct {
-	once sync.Once
-	srv  *pgtest.Server
-	err  error
-}
-
-// server returns the package's shared server, started on first use and stopped by TestMain.
-// Without PostgreSQL the test is skipped, or fails under CI=true.
-func server(t testing.TB) *pgtest.Server {
-	t.Helper()
-	if url := os.Getenv("LEASEHOLD_POSTGRES_URL"); url != "" {
-		return &pgtest.Server{URL: url} // a server of the developer's; the fault tests still start their own
-	}
-	shared.once.Do(func() { shared.srv, shared.err = pgtest.Launch() })
-	if shared.err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(shared.err)
+	for _, r := range repeats {
+		if strings.HasSuffix(t.Name(), r) {
+			t.Skip("repeats what the other subtests send: TestConformance runs it, without -short; here with LEASEHOLD_SOAK=1")
 		}
-		t.Skip(shared.err)
 	}
-	return shared.srv
 }
-
-func serverURL(t testing.TB) string { return server(t).URL }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, harness{url: serverURL(t)})
-}
-
-// newPool returns a pool to url, closed when t ends.
-func newPool(t testing.TB, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
-// waitFor waits up to 10s for cond, failing t with what it waited for.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestConformanceInEveryExecMode: the suite passes whichever way pgx sends statements — the
 // modes a pool behind PgBouncer in transaction mode needs (unnamed statements, or the simple
 // protocol) as well as the default cache of prepared statements.
 func TestConformanceInEveryExecMode(t *testing.T) {
+	testenv.SkipShort(t, "the suite three more times")
+	t.Parallel()
 	url := serverURL(t)
 	for name, mode := range map[string]pgx.QueryExecMode{"exec": pgx.QueryExecModeExec, "simple": pgx.QueryExecModeSimpleProtocol,
 		"describe": pgx.QueryExecModeCacheDescribe} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			conformance.Run(t, modeHarness{url: url, mode: mode})
 		})
 	}
@@ -137,33 +72,28 @@ type modeHarness struct {
 }
 
 func (h modeHarness) NewStore(t *testing.T) core.Store {
+	skipRepeats(t, false)
 	return storeOn(t, poolConfig(t, h.url, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = h.mode }))
 }
 
 func (modeHarness) Advance(time.Duration) bool { return false }
 
-// uniqueKey returns a key for t alone: its name and a random suffix, so that runs of the test
-// against one server (-count) do not meet each other's leases and lines.
-func uniqueKey(t testing.TB) string {
-	var b [4]byte
-	rand.Read(b[:])
-	return t.Name() + "-" + hex.EncodeToString(b[:])
+// TestConformanceThroughPgBouncer: the suite passes with every operation going through PgBouncer
+// in transaction mode (PgBouncer 1.18 keeps no prepared statements, so the pool sends unnamed
+// ones: default_query_exec_mode=exec), and the listening connection reaching the server
+// directly (WithListenDSN), as the package doc says to set it up.
+func TestConformanceThroughPgBouncer(t *testing.T) {
+	testenv.SkipShort(t, "the suite once more")
+	t.Parallel()
+	srv := server(t)
+	conformance.Run(t, bouncerHarness{pooled: pgtest.StartPgBouncer(t, srv), direct: srv.URL})
 }
 
-// enroll makes req's try, which must be refused, and registers its waiter, closed when t ends.
-func enroll(t testing.TB, s interface {
-	core.Store
-	core.Notifier
-}, req core.AcquireRequest) core.Waiter {
-	t.Helper()
-	ctx := context.Background()
-	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
-		t.Fatalf("the try of %q: %+v, %v; want refused", req.Holder, res, err)
-	}
-	w, err := s.Register(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
-	return w
+type bouncerHarness struct{ pooled, direct string }
+
+func (h bouncerHarness) NewStore(t *testing.T) core.Store {
+	skipRepeats(t, false)
+	return newStore(t, h.pooled, postgres.WithListenDSN(h.direct))
 }
+
+func (bouncerHarness) Advance(time.Duration) bool { return false }

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // TestDeadWaiterBehindSessionPoolIsPassedOver: a Store whose listening connection goes through
@@ -45,7 +46,7 @@ func TestDeadWaiterBehindSessionPoolIsPassedOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Close() // the Store's process is gone: its connection to PgBouncer closes
-	waitFor(t, "PgBouncer to reset the dead listener's session", func() bool {
+	poll.Until(t, "PgBouncer to reset the dead listener's session", func() bool {
 		var q string
 		return pool.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", placePid).Scan(&q) == nil && q == "DISCARD ALL"
 	})

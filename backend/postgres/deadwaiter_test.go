@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
 // TestDeadWaitersArePassedOver: a process with 10 goroutines waiting in line (TTL 30s, acquire
-// timeout 10 min) is killed; the holder releases; a live waiter behind them has the lock within
-// 2s, not after the dead waiters' TTLs: the line finds their Store's listening backend gone.
+// timeout 10 min) is killed; the holder releases; a live waiter behind them has the lock at once
+// (within 10s, however loaded the machine), not after the dead waiters' TTLs of 30s: the line
+// finds their Store's listening backend gone.
 func TestDeadWaitersArePassedOver(t *testing.T) {
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
@@ -40,7 +42,7 @@ func TestDeadWaitersArePassedOver(t *testing.T) {
 		}
 		return len(snap.Waiters)
 	}
-	waitFor(t, "the child's ten waiters in line", func() bool { return lineLen() == 10 })
+	poll.Until(t, "the child's ten waiters in line", func() bool { return lineLen() == 10 })
 	live, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(30*time.Second), primitives.WithAcquireTimeout(10*time.Minute))
 	got := make(chan core.Lease, 1)
 	go func() {
@@ -50,11 +52,11 @@ func TestDeadWaitersArePassedOver(t *testing.T) {
 		}
 		got <- l
 	}()
-	waitFor(t, "the live waiter in line behind them", func() bool { return lineLen() == 11 })
+	poll.Until(t, "the live waiter in line behind them", func() bool { return lineLen() == 11 })
 	child.Process.Kill()
 	<-exited
 	admin := newPool(t, url)
-	waitFor(t, "the server to see the dead process's listening connection close", func() bool {
+	poll.Until(t, "the server to see the dead process's listening connection close", func() bool {
 		var n int
 		err := admin.QueryRow(ctx, `SELECT count(*) FROM leasehold_waiters w JOIN pg_stat_activity a ON a.pid = w.pid
 			WHERE w.kh = sha256($1)`, []byte(key)).Scan(&n)
@@ -70,8 +72,8 @@ func TestDeadWaitersArePassedOver(t *testing.T) {
 		if l != nil {
 			l.Release(ctx)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatalf("the live waiter did not have the lock within 2s of the release; line %d", lineLen())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the live waiter did not have the lock within 10s of the release; line %d", lineLen())
 	}
 }
 

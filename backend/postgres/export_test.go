@@ -1,6 +1,10 @@
 package postgres
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // SetTries makes the Store name its tries that wait with next (tests: a try given up in flight).
 func (s *Store) SetTries(next func() int64) { s.newTry = next }
@@ -27,3 +31,9 @@ func SchemaSQLFrom(src, schema string) string {
 
 // Retryable reports whether setup tries again after err.
 func Retryable(err error) bool { return retryable(err) }
+
+// SetupOnce runs setup's transaction once, without its retries, for a Store in schema with
+// prefix.
+func SetupOnce(ctx context.Context, pool *pgxpool.Pool, schema, prefix string) error {
+	return createSchema(ctx, pool, newNames(schema, prefix))
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // write runs, in one transaction, AcceptFence(resource, fence) and then an insert of the fence
@@ -100,7 +101,7 @@ func TestAcceptFenceSerializesWriters(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- write(ctx, s, pool, res, 19) }()
-	waitFor(t, "the second writer to wait on the first one's lock", func() bool {
+	poll.Until(t, "the second writer to wait on the first one's lock", func() bool {
 		var n int
 		pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&n)
 		return n > 0
@@ -127,6 +128,46 @@ func TestAcceptFenceArguments(t *testing.T) {
 	}{{nil, 1}, {tx, 0}, {tx, 1 << 63}} {
 		if err := s.AcceptFence(ctx, c.tx, "r", c.fence); !errors.Is(err, core.ErrInvalid) {
 			t.Errorf("AcceptFence(tx %v, fence %d): %v, want ErrInvalid", c.tx != nil, c.fence, err)
+		}
+	}
+}
+
+// TestAcceptFenceOnANewResourceConcurrently: two transactions check fences on a resource never
+// seen before; the second waits on the first's uncommitted row. A lower fence is refused once the
+// first commits, an equal one passes, and after the first rolls back the second is accepted.
+func TestAcceptFenceOnANewResourceConcurrently(t *testing.T) {
+	s, pool := fencePool(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		first, second uint64
+		commit        bool
+		stale         bool
+	}{{5, 3, true, true}, {5, 5, true, false}, {5, 3, false, false}, {5, 7, true, false}} {
+		res := uniqueKey(t)
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AcceptFence(ctx, tx, res, c.first); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- write(ctx, s, pool, res, c.second) }()
+		poll.Until(t, "the second writer to wait on the first one's row", func() bool {
+			var n int
+			pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&n)
+			return n > 0
+		})
+		if c.commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; errors.Is(err, postgres.ErrStaleFence) != c.stale || (err != nil && !c.stale) {
+			t.Errorf("fence %d after %d (committed %v): %v, want stale %v", c.second, c.first, c.commit, err, c.stale)
 		}
 	}
 }

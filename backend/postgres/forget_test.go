@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -125,13 +126,13 @@ func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { child.Wait(); close(exited) }()
 	t.Cleanup(func() { child.Process.Kill(); <-exited })
-	waitFor(t, "the child's ten waiters in line", func() bool {
+	poll.Until(t, "the child's ten waiters in line", func() bool {
 		snap, err := s.Inspect(ctx, dead)
 		return err == nil && len(snap.Waiters) == 10
 	})
 	child.Process.Kill()
 	<-exited
-	waitFor(t, "the server to see the child's listening connection close", func() bool {
+	poll.Until(t, "the server to see the child's listening connection close", func() bool {
 		var n int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM leasehold_waiters w JOIN pg_stat_activity a ON a.pid = w.pid
 			WHERE w.kh = sha256($1)`, []byte(dead)).Scan(&n)
@@ -170,7 +171,7 @@ func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the short leases to expire", func() bool {
+	poll.Until(t, "the short leases to expire", func() bool {
 		for _, key := range []string{expired, dead, silent, waiting} {
 			if snap, err := s.Inspect(ctx, key); err != nil || len(snap.Leases) != 0 {
 				return false
@@ -201,6 +202,7 @@ func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
 // Redlock node's) keeps its row after its release, so the next grant's fence is above it; once
 // the clock passes the fence the row goes, and a grant after that still gets a higher fence.
 func TestRaisedFenceKeepsTheKeyRow(t *testing.T) {
+	t.Parallel() // it waits for the clock to pass the fence
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
@@ -234,7 +236,7 @@ func TestRaisedFenceKeepsTheKeyRow(t *testing.T) {
 		t.Fatalf("a released key whose fence is above the clock: rows\n%s\nwant its row kept", got)
 	}
 	grantAndRelease("the grant after the raised fence's release")
-	waitFor(t, "the database's clock to pass the raised fence", func() bool {
+	poll.Until(t, "the database's clock to pass the raised fence", func() bool {
 		var passed bool
 		err := pool.QueryRow(ctx, "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint > $1", int64(last)).Scan(&passed)
 		return err == nil && passed

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // TestKeyRowDeletedUnderWaitingOperationsIsMadeAgain: a release or a sweep that deletes a key's
@@ -59,7 +60,7 @@ func TestKeyRowDeletedUnderWaitingOperationsIsMadeAgain(t *testing.T) {
 				}
 				released <- err
 			}()
-			waitFor(t, "the operations to wait for the row's lock", func() bool {
+			poll.Until(t, "the operations to wait for the row's lock", func() bool {
 				var n int
 				err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%leasehold_%'").Scan(&n)
 				return err == nil && n >= 3
@@ -107,7 +108,7 @@ func deleteUncommitted(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, by s
 		t.Fatalf("Acquire(a): %+v, %v", res, err)
 	}
 	if by == "sweep" {
-		waitFor(t, "a's lease to expire", func() bool {
+		poll.Until(t, "a's lease to expire", func() bool {
 			snap, err := s.Inspect(ctx, key)
 			return err == nil && len(snap.Leases) == 0
 		})

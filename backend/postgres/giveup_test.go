@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -16,6 +17,8 @@ import (
 // gives up (ctx canceled) before the answer; when the server resumes, the try and the Store's
 // leave arrive in either order, and neither leaves a place in the line that nobody would take.
 func TestTryCanceledInFlightLeavesNoPlace(t *testing.T) {
+	testenv.SkipShort(t, "pauses a server")
+	t.Parallel() // on a server of its own
 	srv := pgtest.StartServer(t)
 	key := uniqueKey(t)
 	ctx := context.Background()
@@ -55,6 +58,7 @@ func TestTryCanceledInFlightLeavesNoPlace(t *testing.T) {
 // stayed each have the lock in turn, none stranded behind a place or a grant left by those that
 // left.
 func TestWaitersGivingUpPassTheLockOn(t *testing.T) {
+	t.Parallel() // it waits out the acquire timeouts
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	hm, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(time.Minute))

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // keyRows returns every row of key in the default tables, each with the transaction that wrote
@@ -60,7 +61,7 @@ func TestLimitOfALineWithoutLeases(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE leasehold_leases SET expires = 0 WHERE kh = sha256($1)", []byte(key)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the holder's lease to expire", func() bool {
+	poll.Until(t, "the holder's lease to expire", func() bool {
 		snap, err := s.Inspect(ctx, key)
 		return err == nil && len(snap.Leases) == 0
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // TestOperationsPlanIndexScansOnly: every function a Store calls runs with sequential and bitmap
@@ -72,7 +73,7 @@ func TestOperationsNeverScanWholeTables(t *testing.T) {
 		s.Close()
 	}
 	create.Close()
-	waitFor(t, "the index builds' scans to be reported", func() bool { seq, _ := scans(); return seq >= 4 })
+	poll.Until(t, "the index builds' scans to be reported", func() bool { seq, _ := scans(); return seq >= 4 })
 	built, _ := scans()
 
 	pool, err := pgxpool.New(ctx, url)
@@ -111,7 +112,7 @@ func TestOperationsNeverScanWholeTables(t *testing.T) {
 	}
 	s.Close()
 	pool.Close() // the backends' counters reach pg_stat_user_tables as they exit
-	waitFor(t, "the Store's backends to report their scans", func() bool { _, idx := scans(); return idx >= 300 })
+	poll.Until(t, "the Store's backends to report their scans", func() bool { _, idx := scans(); return idx >= 300 })
 	if seq, idx := scans(); seq != built {
 		t.Errorf("%d sequential scans of the keys, leases and waiters tables (and %d index scans), want none", seq-built, idx)
 	}

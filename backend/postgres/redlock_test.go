@@ -1,10 +1,13 @@
 package postgres_test
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/backend/postgres/pgtest"
+	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/conformance/scenario"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -12,19 +15,24 @@ import (
 )
 
 // The Store is a core.FenceRaiser, so it can be a Redlock node like the memory and Redis stores:
-// Redlocks over three PostgreSQL servers, each primitive with Stores of its own, elect one leader
+// Redlocks over three PostgreSQL nodes, each primitive with Stores of its own, elect one leader
 // at a time and keep a read-write lock's exclusion.
 
-// overThreeServers returns a maker of Redlocks over three PostgreSQL servers of the test's own.
-func overThreeServers(t *testing.T) func() core.Store {
-	var urls []string
-	for range 3 {
-		urls = append(urls, pgtest.StartServer(t).URL)
+// overThreeNodes returns a maker of Redlocks over three nodes of the test's own: three table
+// prefixes on the package's server, whose Stores share no table and no channel, as three servers'
+// would not (no node fails in these tests; the fault tests stop servers of their own).
+func overThreeNodes(t *testing.T) func() core.Store {
+	url := serverURL(t)
+	var b [4]byte
+	rand.Read(b[:])
+	var prefixes []string
+	for i := range 3 {
+		prefixes = append(prefixes, fmt.Sprintf("node%d_%s_", i, hex.EncodeToString(b[:])))
 	}
 	return func() core.Store {
 		var nodes []core.Store
-		for _, u := range urls {
-			nodes = append(nodes, newStore(t, u))
+		for _, p := range prefixes {
+			nodes = append(nodes, newStore(t, url, postgres.WithTablePrefix(p)))
 		}
 		rl, err := redlock.New(nodes, redlock.WithNodeTimeout(2*time.Second))
 		if err != nil {
@@ -35,7 +43,8 @@ func overThreeServers(t *testing.T) func() core.Store {
 }
 
 func TestRedlockOverPostgres(t *testing.T) {
-	mk := overThreeServers(t)
+	t.Parallel()
+	mk := overThreeNodes(t)
 	key := uniqueKey(t)
 	t.Run("OneLeaderAtATime", func(t *testing.T) {
 		var els []*primitives.Election

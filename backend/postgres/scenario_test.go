@@ -14,6 +14,7 @@ import (
 // named after it, on the package's one server.
 
 func TestRWMutexOnPostgres(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	mk := func(opts ...primitives.Option) *primitives.RWMutex {
 		return scenario.MustRWMutex(t, newStore(t, url), key, opts...)
@@ -47,6 +48,7 @@ func TestRWMutexOnPostgres(t *testing.T) {
 }
 
 func TestElectionOnPostgres(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	mk := func(k string, opts ...primitives.Option) *primitives.Election {
 		return scenario.MustElection(t, newStore(t, url), k, opts...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -132,6 +133,12 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n names, create bool) error 
 
 func createSchema(ctx context.Context, pool *pgxpool.Pool, n names) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Setups of one schema and prefix take turns from the start: CREATE TABLE IF NOT
+		// EXISTS is not atomic against a concurrent creator, which would fail this one.
+		lock := sha256.Sum256([]byte("leasehold setup\x00" + n.schema + "\x00" + n.prefix))
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(binary.BigEndian.Uint64(lock[:8]))); err != nil {
+			return err
+		}
 		t := pgx.Identifier{n.schema, n.prefix + "schema"}.Sanitize()
 		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+t+" (version text NOT NULL)"); err != nil {
 			return err

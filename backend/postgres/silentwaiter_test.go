@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // TestLineGrantsNoPlaceTheLimitRuleCountsDead: a place taken while its Store could not listen,
@@ -34,7 +35,7 @@ func TestLineGrantsNoPlaceTheLimitRuleCountsDead(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE leasehold_leases SET expires = 0 WHERE kh = sha256($1)`, []byte(key)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a's lease to expire", func() bool {
+	poll.Until(t, "a's lease to expire", func() bool {
 		snap, err := s.Inspect(ctx, key)
 		return err == nil && len(snap.Leases) == 0
 	})

@@ -4,19 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/core"
-	"github.com/leasehold/leasehold/primitives"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // counter is a pgx.QueryTracer that counts the statements a pool sends, but for the Store's
@@ -72,115 +74,6 @@ func TestOneStatementPerOperation(t *testing.T) {
 	}
 }
 
-// TestIdleWaitersSendNothing: eight waiters, each with a Store of its own and a retry interval of
-// a second, wait behind a holder of a long lease; while they wait, none of their Stores sends a
-// statement (the listening connection has sent its LISTEN before). Then the holder releases and
-// each in turn is granted.
-func TestIdleWaitersSendNothing(t *testing.T) {
-	url, key := serverURL(t), uniqueKey(t)
-	holder, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(time.Minute))
-	ctx := context.Background()
-	l, err := holder.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 8
-	var counters []*counter
-	got := make(chan core.Lease, n)
-	for range n {
-		s, c := countedStore(t, url)
-		counters = append(counters, c)
-		m, _ := primitives.NewMutex(s, key, primitives.WithTTL(time.Minute), primitives.WithRetryInterval(time.Second))
-		go func() {
-			l, err := m.Acquire(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-	}
-	inspector := newStore(t, url)
-	waitFor(t, "every waiter in line", func() bool {
-		snap, err := inspector.Inspect(ctx, key)
-		return err == nil && len(snap.Waiters) == n
-	})
-	sent := func() (total int64) {
-		for _, c := range counters {
-			total += c.n.Load()
-		}
-		return total
-	}
-	before := sent()
-	// A window of three retry intervals: a waiter that polled would have sent at least 24.
-	window := time.NewTimer(3 * time.Second)
-	<-window.C
-	if d := sent() - before; d != 0 {
-		t.Errorf("idle waiters sent %d statements in 3s, want 0", d)
-	}
-	l.Release(ctx)
-	for range n {
-		select {
-		case l := <-got:
-			if l != nil {
-				l.Release(ctx)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a waiter was not granted the lock after the one before released it")
-		}
-	}
-}
-
-// TestListenerReconnects: the listening backend is terminated; waiters see their wakes become
-// unreliable, then reliable again once the Store has listened anew, and a release after that
-// still hands the lock over at once (a retry interval of an hour rules out polling).
-func TestListenerReconnects(t *testing.T) {
-	url, key := serverURL(t), uniqueKey(t)
-	ctx := context.Background()
-	admin := newPool(t, url)
-	holder, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(time.Minute))
-	l, err := holder.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := newStore(t, url)
-	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-	w := enroll(t, ws, req)
-	if !w.Reliable() {
-		t.Fatal("a waiter of a Store that listens is not reliable")
-	}
-	var terminated int
-	if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'leasehold listener %'").Scan(&terminated); err != nil || terminated == 0 {
-		t.Fatalf("terminate the listeners: %d, %v", terminated, err)
-	}
-	waitFor(t, "the waiter to be told its wakes are unreliable", func() bool { return !w.Reliable() })
-	waitFor(t, "the Store to listen again", w.Reliable)
-	// Woken on each change of reliability, the waiter tries again: its place now names the
-	// new listening connection.
-	drain(w.C())
-	if res, err := ws.Acquire(ctx, req); err != nil || res.Granted {
-		t.Fatalf("the waiter's try after the reconnection: %+v, %v; want refused", res, err)
-	}
-	l.Release(ctx)
-	select {
-	case <-w.C():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the release after the reconnection did not wake the waiter")
-	}
-	if res, err := ws.Acquire(ctx, req); err != nil || !res.Granted {
-		t.Fatalf("the woken waiter's try: %+v, %v; want granted", res, err)
-	}
-}
-
-func drain(c <-chan struct{}) {
-	for {
-		select {
-		case <-c:
-		default:
-			return
-		}
-	}
-}
-
 // TestHostileInput: keys, holders and values of any bytes — SQL metacharacters, NUL, invalid
 // UTF-8, a key of a megabyte — travel only as bind parameters and come back as they went; keys
 // that differ in one byte are independent.
@@ -226,58 +119,6 @@ func TestNewArguments(t *testing.T) {
 		postgres.WithSchema(""), postgres.WithSchema("a$$b"), postgres.WithListenDSN("postgres://%zz")} {
 		if _, err := postgres.New(pool, opt); !errors.Is(err, core.ErrInvalid) {
 			t.Errorf("New with a bad option: %v, want ErrInvalid", err)
-		}
-	}
-}
-
-// TestSetupOptions: a Store in a schema of its own with a prefix of its own shares nothing with
-// the default one; WithoutSetup refuses tables that are not there, naming SchemaSQL, and takes
-// them once SchemaSQL's output has run; Stores starting together on a new prefix all start.
-func TestSetupOptions(t *testing.T) {
-	url := serverURL(t)
-	ctx := context.Background()
-	pool := newPool(t, url)
-	schema := "s" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	opts := []postgres.Option{postgres.WithSchema(schema), postgres.WithTablePrefix("locks_")}
-	if _, err := postgres.New(pool, append(opts, postgres.WithoutSetup())...); err == nil || !strings.Contains(err.Error(), "SchemaSQL") {
-		t.Errorf("WithoutSetup on an empty schema: %v, want an error naming SchemaSQL", err)
-	}
-	ddl, err := postgres.SchemaSQL(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		t.Fatalf("SchemaSQL's output: %v", err)
-	}
-	own, err := postgres.New(pool, append(opts, postgres.WithoutSetup())...)
-	if err != nil {
-		t.Fatalf("WithoutSetup after SchemaSQL: %v", err)
-	}
-	defer own.Close()
-	def := newStore(t, url)
-	req := core.AcquireRequest{Key: uniqueKey(t), Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
-	for _, s := range []*postgres.Store{own, def} {
-		if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
-			t.Fatalf("Acquire: %+v, %v: the stores share a key", res, err)
-		}
-	}
-	// Stores starting together on a prefix nobody has set up yet.
-	errs := make(chan error, 5)
-	for range 5 {
-		go func() {
-			s, err := postgres.New(pool, postgres.WithSchema(schema), postgres.WithTablePrefix("fresh_"))
-			if err == nil {
-				s.Close()
-			}
-			errs <- err
-		}()
-	}
-	for range 5 {
-		if err := <-errs; err != nil {
-			t.Errorf("a Store starting beside others: %v", err)
 		}
 	}
 }
@@ -330,87 +171,193 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 }
 
-// TestGrantedWaiterSendsNoLeave: a waiter that took its grant owes the line nothing, so closing
-// its Waiter sends no statement: a handoff costs the waiter two (the refused try and the one
-// that takes the grant).
-func TestGrantedWaiterSendsNoLeave(t *testing.T) {
-	url, key := serverURL(t), uniqueKey(t)
-	ctx := context.Background()
-	holder := newStore(t, url)
-	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	s, c := countedStore(t, url)
-	before := c.n.Load() // setting up and listening
-	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-	w := enroll(t, s, req)
-	holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"})
-	<-w.C()
-	if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
-		t.Fatalf("the woken waiter's try: %+v, %v; want granted", res, err)
-	}
-	w.Close()
-	s.Close() // waits for any leave
-	if n := c.n.Load() - before; n != 2 {
-		t.Errorf("the waiter's Store sent %d statements, want 2 (no leave after its grant)", n)
-	}
-}
-
-// TestListenerOnAnotherDatabaseIsNotTrusted: a listening connection that reaches another server
-// than the pool (a wrong WithListenDSN; LISTEN through a transaction pooler is the same: nothing
-// is delivered) would hear no grant. It fails its self-check, so waiters know their wakes are
-// unreliable, and poll, instead of waiting for wakes that cannot come.
-func TestListenerOnAnotherDatabaseIsNotTrusted(t *testing.T) {
-	other := pgtest.StartServer(t)
-	url, key := serverURL(t), uniqueKey(t)
-	s := newStore(t, url, postgres.WithListenDSN(other.URL))
-	ctx := context.Background()
-	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-	w, err := s.Register(ctx, req)
+// deadListenDSN returns a DSN on which nothing listens: a Store given it as WithListenDSN has
+// no listening connection, so its waiters' places name none.
+func deadListenDSN(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	if w.Reliable() {
-		t.Error("a waiter whose Store listens on another server says its wakes are reliable")
+	addr := ln.Addr().String()
+	ln.Close()
+	return "postgres://postgres@" + addr + "/postgres?sslmode=disable&connect_timeout=1"
+}
+
+// TestCloseLeavesItsWaitersPlaces: a Store closed while one of its callers waits in line (its
+// Waiter still open: the caller is woken by Close and only then closes it) leaves that place
+// itself, as Close says ("it first sends the leaves of the line its waiters owe"). Otherwise the
+// place outlives the Store: when its listener was down at the try, nothing tells the line that
+// the waiter is gone, the next release grants it the lock, and the lock sits untaken for its TTL
+// while a live waiter behind it waits.
+func TestCloseLeavesItsWaitersPlaces(t *testing.T) {
+	for _, down := range []bool{true, false} {
+		t.Run(map[bool]string{true: "listener down", false: "listener up"}[down], func(t *testing.T) {
+			url, key := serverURL(t), uniqueKey(t)
+			ctx := context.Background()
+			var opts []postgres.Option
+			if down {
+				opts = append(opts, postgres.WithListenDSN(deadListenDSN(t)))
+			}
+			holder := newStore(t, url)
+			if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			s := newStore(t, url, opts...)
+			req := core.AcquireRequest{Key: key, Holder: "closed", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Hour}
+			w := enroll(t, s, req)
+			live := req
+			live.Holder = "live"
+			if res, err := holder.Acquire(ctx, live); err != nil || res.Granted {
+				t.Fatalf("the live waiter's try: %+v, %v; want refused", res, err)
+			}
+			s.Close()
+			w.Close() // the caller, woken by Close, stops waiting
+			if ok, err := holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"}); err != nil || !ok {
+				t.Fatalf("Release: %v, %v", ok, err)
+			}
+			snap, err := holder.Inspect(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Leases) != 1 || snap.Leases[0].Holder != "live" {
+				t.Errorf("after the closed Store's waiter and a release: leases %+v, line %+v; want the live waiter granted",
+					snap.Leases, snap.Waiters)
+			}
+		})
 	}
 }
 
-// TestSetupRetriesWhenConcurrentDDLCollides: the errors two CREATE TABLE IF NOT EXISTS of one
-// table, racing in two transactions, end with are retried: the other Store made the table.
-func TestSetupRetriesWhenConcurrentDDLCollides(t *testing.T) {
-	for _, code := range []string{"23505", "42P07", "42710"} {
-		if !postgres.Retryable(&pgconn.PgError{Code: code}) {
-			t.Errorf("setup gives up on SQLSTATE %s, which a Store starting beside another meets", code)
-		}
-	}
-}
-
-// TestStoresStartingTogetherOnFreshPrefixes: Stores that start at once on a prefix nobody has set
-// up all start, though their CREATE TABLE IF NOT EXISTS statements run into each other.
-func TestStoresStartingTogetherOnFreshPrefixes(t *testing.T) {
-	url := serverURL(t)
+// TestCloseLeavesThePlaceOfATryInFlight: a waiting try is in flight (on a paused server) when its
+// Store closes; the server resumes and refuses it with a place in line. Its caller cannot
+// Register (the Store is closed), so nobody would close a Waiter for it: the Store leaves that
+// place itself. With the listener down at the try, nothing else would: the place names no
+// listening backend for the dead-waiter pass to find gone.
+func TestCloseLeavesThePlaceOfATryInFlight(t *testing.T) {
+	testenv.SkipShort(t, "pauses a server")
+	t.Parallel() // on a server of its own
+	srv := pgtest.StartServer(t)
+	key := uniqueKey(t)
 	ctx := context.Background()
-	pool := newPool(t, url)
-	schema := "s" + strings.ToLower(t.Name())
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+	holder := newStore(t, srv.URL)
+	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	for round := range 6 {
-		errs := make(chan error, 6)
-		for range 6 {
-			go func() {
-				s, err := postgres.New(pool, postgres.WithSchema(schema), postgres.WithTablePrefix(fmt.Sprintf("fresh%d_", round)))
-				if err == nil {
-					s.Close()
-				}
-				errs <- err
-			}()
+	pool := newPool(t, srv.URL)
+	s, err := postgres.New(pool, postgres.WithListenDSN(deadListenDSN(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Inspect(ctx, key); err != nil { // warm the pool's connection and statements
+		t.Fatal(err)
+	}
+	srv.Pause()
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Hour}
+	type result struct {
+		res core.AcquireResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := s.Acquire(ctx, req)
+		done <- result{res, err}
+	}()
+	poll.Until(t, "the try to be in flight", func() bool { return pool.Stat().AcquiredConns() > 0 })
+	s.Close()
+	srv.Resume()
+	r := <-done
+	if r.err == nil && !r.res.Granted {
+		if _, err := s.Register(ctx, req); err == nil {
+			t.Fatal("Register after Close succeeded")
 		}
-		for range 6 {
-			if err := <-errs; err != nil {
-				t.Errorf("round %d: a Store starting beside others: %v", round, err)
-			}
+	}
+	if ok, err := holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	snap, err := holder.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Waiters) != 0 || len(snap.Leases) != 0 {
+		t.Errorf("after a try in flight at Close (%+v, %v) and a release: leases %+v, line %+v; want the lock free",
+			r.res, r.err, snap.Leases, snap.Waiters)
+	}
+}
+
+// TestNumbersAtTheirLimits: TTL and Wait of core.MaxDuration, limits and permits of core.MaxLimit
+// summed past 2^31, and fence floors at the driver's maxFloor keep every computation exact in
+// SQL: nothing overflows a bigint or an integer, RetryAfter and Inspect's TTL come back near 100
+// years, and fences still strictly increase above the highest floor.
+func TestNumbersAtTheirLimits(t *testing.T) {
+	s := newStore(t, serverURL(t))
+	ctx, key := context.Background(), uniqueKey(t)
+	const top = core.MaxLimit
+	big := core.AcquireRequest{Key: key, Holder: "big", Permits: top - 1, Limit: top, TTL: core.MaxDuration, Wait: core.MaxDuration}
+	res, err := s.Acquire(ctx, big)
+	if err != nil || !res.Granted {
+		t.Fatalf("MaxLimit−1 permits for MaxDuration: %+v, %v", res, err)
+	}
+	two := core.AcquireRequest{Key: key, Holder: "two", Permits: 2, Limit: top, TTL: core.MaxDuration, Wait: core.MaxDuration}
+	res, err = s.Acquire(ctx, two)
+	if err != nil || res.Granted {
+		t.Fatalf("2 more permits (2^31 in all): %+v, %v; want refused", res, err)
+	}
+	if res.RetryAfter < core.MaxDuration-time.Hour || res.RetryAfter > core.MaxDuration {
+		t.Errorf("RetryAfter %v, want about core.MaxDuration", res.RetryAfter)
+	}
+	all := core.AcquireRequest{Key: key, Holder: "all", Permits: top, Limit: top, TTL: core.MaxDuration, Wait: core.MaxDuration}
+	if res, err := s.Acquire(ctx, all); err != nil || res.Granted {
+		t.Fatalf("MaxLimit permits behind: %+v, %v; want refused", res, err)
+	}
+	snap, err := s.Inspect(ctx, key)
+	if err != nil || len(snap.Leases) != 1 || len(snap.Waiters) != 2 || snap.Limit != top {
+		t.Fatalf("Inspect: %+v, %v", snap, err)
+	}
+	if ttl := snap.Leases[0].TTL; ttl < core.MaxDuration-time.Hour || ttl > core.MaxDuration {
+		t.Errorf("Inspect's TTL %v, want about core.MaxDuration", ttl)
+	}
+	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "big", Fence: 0}); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	// The line grants "two" (2 permits), then stops at "all", which needs every permit.
+	if res, err := s.Acquire(ctx, two); err != nil || !res.Granted {
+		t.Fatalf("the head of the line: %+v, %v; want granted", res, err)
+	}
+	s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "two"})
+	if res, err := s.Acquire(ctx, all); err != nil || !res.Granted {
+		t.Fatalf("MaxLimit permits at once: %+v, %v; want granted", res, err)
+	}
+	s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "all"})
+
+	// Fences at the top of the range the driver takes.
+	const maxFloor = math.MaxInt64 - 1<<32
+	fr := core.AcquireRequest{Key: key, Holder: "f", Permits: 1, Limit: 2, TTL: time.Minute}
+	if _, err := s.AcquireAbove(ctx, fr, maxFloor+1); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("a floor above maxFloor: %v, want ErrInvalid", err)
+	}
+	if _, err := s.RaiseFence(ctx, fr, math.MaxUint64); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("a raise to 2^64−1: %v, want ErrInvalid", err)
+	}
+	if snap, _ := s.Inspect(ctx, key); len(snap.Leases) != 0 {
+		t.Fatalf("a refused floor changed the key: %+v", snap.Leases)
+	}
+	res, err = s.AcquireAbove(ctx, fr, maxFloor)
+	if err != nil || !res.Granted || res.Fence != maxFloor {
+		t.Fatalf("AcquireAbove(maxFloor): %+v, %v; want fence %d", res, err, uint64(maxFloor))
+	}
+	last := res.Fence
+	for i := range 3 {
+		h := fr
+		h.Holder = fmt.Sprint("next", i)
+		res, err := s.Acquire(ctx, h)
+		if err != nil || !res.Granted || res.Fence <= last {
+			t.Fatalf("a grant after the highest floor: %+v, %v; want a fence above %d", res, err, last)
 		}
+		last = res.Fence
+		s.Release(ctx, core.ReleaseRequest{Key: key, Holder: h.Holder, Fence: res.Fence})
+	}
+	// A release with a fence beyond a bigint matches nothing.
+	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "f", Fence: math.MaxUint64}); err != nil || ok {
+		t.Errorf("Release with fence 2^64−1: %v, %v; want false", ok, err)
 	}
 }

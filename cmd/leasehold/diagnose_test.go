@@ -11,13 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // storeFailureCase is a command line that must fail to use its store, and the start of the one
@@ -106,12 +106,14 @@ func httpServer(t *testing.T) string {
 // with a plain server, a server that is not Redis (HTTP, PostgreSQL, silent, hanging up), or
 // nothing there at all (unreachable).
 func TestRedisFailuresSayWhatFailed(t *testing.T) {
+	testenv.SkipShort(t, "waits out the CLI's timeouts for servers that do not answer")
+	t.Parallel()
 	locked := redistest.StartServer(t)
 	if _, err := redistest.Do(locked.Addr, "CONFIG", "SET", "requirepass", "secret"); err != nil {
 		t.Fatal(err)
 	}
 	plain := redistest.StartServer(t)
-	pg := fmt.Sprintf("127.0.0.1:%d", pgtest.StartServer(t).Port)
+	pg := fmt.Sprintf("127.0.0.1:%d", pgServer(t).Port)
 	web, quiet, rude := httpServer(t), listen(t, silent), listen(t, hangUp)
 
 	var cases []storeFailureCase
@@ -140,6 +142,7 @@ func TestRedisFailuresSayWhatFailed(t *testing.T) {
 // TestRedlockNamesWhatFailedOnEachServer: over Redlock, a server that cannot be used is named
 // in one line that says what failed, and the command goes on with a quorum.
 func TestRedlockNamesWhatFailedOnEachServer(t *testing.T) {
+	t.Parallel()
 	a, b := redistest.StartServer(t), redistest.StartServer(t)
 	web := httpServer(t)
 	code, _, errOut := runArgs(t, t.Context(), "run", "-redis", a.Addr, "-redis", b.Addr+"/99", "-redis", web, "-key", "k", "--", "true")
@@ -157,7 +160,9 @@ func TestRedlockNamesWhatFailedOnEachServer(t *testing.T) {
 // 28000), no such database (3D000), a server that is not PostgreSQL (Redis, HTTP), or nothing
 // there at all (unreachable).
 func TestPostgresFailuresSayWhatFailed(t *testing.T) {
-	srv := pgtest.StartServer(t)
+	testenv.SkipShort(t, "waits out the CLI's timeouts for servers that do not answer")
+	t.Parallel()
+	srv := pgServer(t)
 	pg := fmt.Sprintf("127.0.0.1:%d", srv.Port)
 	redisAddr := redistest.StartServer(t).Addr
 	web := httpServer(t)
@@ -170,9 +175,9 @@ func TestPostgresFailuresSayWhatFailed(t *testing.T) {
 		{"postgres://postgres@" + web + "/postgres", "postgres " + web + `: not a PostgreSQL server: it answers HTTP ("HTTP/1.0 404 Not Found")`},
 		{"postgres://postgres@127.0.0.1:1/postgres", "postgres 127.0.0.1:1 unreachable: "},
 	}
-	if requirePassword(t, srv.URL, "pwuser", "secret") {
-		tests = append(tests, struct{ url, want string }{"postgres://pwuser:wrong@" + pg + "/postgres",
-			"postgres " + pg + `: authentication failed: password authentication failed for user "pwuser" (SQLSTATE 28P01)`})
+	if role := unique("pwuser"); requirePassword(t, srv.URL, role, "secret") {
+		tests = append(tests, struct{ url, want string }{"postgres://" + role + ":wrong@" + pg + "/postgres",
+			"postgres " + pg + `: authentication failed: password authentication failed for user "` + role + `" (SQLSTATE 28P01)`})
 	}
 	var cases []storeFailureCase
 	for _, tc := range tests {
@@ -213,19 +218,13 @@ func requirePassword(t *testing.T, url, role, password string) bool {
 		t.Fatalf("pg_reload_conf: %v %v", ok, err)
 	}
 	// The server reloads its configuration after the call returns: wait until it asks.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.For(t, "the server to ask "+role+" for a password", func() (error, bool) {
 		var pe *pgconn.PgError
 		c, err := pgx.Connect(t.Context(), strings.Replace(url, "postgres@", role+":wrong@", 1))
 		if err == nil {
 			c.Close(context.Background())
 		}
-		if errors.As(err, &pe) && pe.Code == "28P01" {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server never asked %s for a password: %v", role, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err, errors.As(err, &pe) && pe.Code == "28P01"
+	})
+	return true
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 func TestBadElectCommandLines(t *testing.T) {
@@ -89,19 +90,11 @@ func parseObserved(t *testing.T, out string) []observed {
 	return got
 }
 
-// untilOutput polls out until cond holds of it, for up to 20s.
-func untilOutput(t *testing.T, what string, out fmt.Stringer, cond func(string) bool) string {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+// outputOf returns a condition for poll.For: out so far, and whether cond holds of it.
+func outputOf(out fmt.Stringer, cond func(string) bool) func() (string, bool) {
+	return func() (string, bool) {
 		s := out.String()
-		if cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20s, still not %s:\n%s", what, s)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return s, cond(s)
 	}
 }
 
@@ -113,18 +106,18 @@ func lines(n int) func(string) bool {
 func TestElectObserveSeesLeadersComeAndGo(t *testing.T) {
 	useMemoryStore(t)
 	observer := start(t, "elect", "-redis", memoryRedis, "-observe", "job")
-	untilOutput(t, "no leader at first", &observer.out, lines(1))
+	poll.For(t, "no leader at first", outputOf(&observer.out, lines(1)))
 
 	cmd1, open1 := gate(t)
 	first := start(t, append([]string{"elect", "-redis", memoryRedis, "job", "host-a: deploy", "--"}, cmd1...)...)
-	untilOutput(t, "the first leader", &observer.out, lines(2))
+	poll.For(t, "the first leader", outputOf(&observer.out, lines(2)))
 	cmd2, open2 := gate(t)
 	second := start(t, append([]string{"elect", "-redis", memoryRedis, "job", "host-b\nforged", "--"}, cmd2...)...)
 	inspectUntil(t, "job", "1 waiting")
 	open1()
-	untilOutput(t, "the second leader", &observer.out, lines(3))
+	poll.For(t, "the second leader", outputOf(&observer.out, lines(3)))
 	open2()
-	out := untilOutput(t, "no leader after the second resigned", &observer.out, lines(4))
+	out := poll.For(t, "no leader after the second resigned", outputOf(&observer.out, lines(4)))
 
 	got := parseObserved(t, out)
 	want := []observed{{}, {value: `"host-a: deploy"`}, {value: `"host-b\nforged"`}, {}}
@@ -181,11 +174,12 @@ type cliProcess struct {
 }
 
 func TestElectRunsTheCommandAsLeaderAndHandsOver(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	var out1, out2 syncBuffer
 	first, stdin1 := startCLI(t, &out1, "elect", "-redis", url, "job", "one", "--", "sh", "-c", `echo "one $LEASEHOLD_FENCE"; read x; exit 0`)
-	untilOutput(t, "the first leading", &out1, lines(1))
+	poll.For(t, "the first leading", outputOf(&out1, lines(1)))
 	second, _ := startCLI(t, &out2, "elect", "-redis", url, "job", "two", "--", "sh", "-c", `echo "two $LEASEHOLD_FENCE"`)
 	waitForWaiters(t, srv.Addr, 1)
 	if s := out2.String(); s != "" {
@@ -213,15 +207,16 @@ func TestElectRunsTheCommandAsLeaderAndHandsOver(t *testing.T) {
 }
 
 func TestElectObserveOnRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	var obs, out syncBuffer
 	observer, _ := startCLI(t, &obs, "elect", "-redis", url, "-observe", "job")
-	untilOutput(t, "no leader at first", &obs, lines(1))
+	poll.For(t, "no leader at first", outputOf(&obs, lines(1)))
 	_, stdin := startCLI(t, &out, "elect", "-redis", url, "job", "v", "--", "sh", "-c", "read x")
-	untilOutput(t, "a leader", &obs, lines(2))
+	poll.For(t, "a leader", outputOf(&obs, lines(2)))
 	stdin.Close()
-	got := parseObserved(t, untilOutput(t, "no leader after the resignation", &obs, lines(3)))
+	got := parseObserved(t, poll.For(t, "no leader after the resignation", outputOf(&obs, lines(3))))
 	if got[0].term != 0 || got[1].term == 0 || got[2].term != 0 {
 		t.Errorf("observed %+v, want no leader, a leader, no leader", got)
 	}
@@ -234,6 +229,7 @@ func TestElectObserveOnRedis(t *testing.T) {
 }
 
 func TestElectStopsTheCommandWhenLeadershipIsLost(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	var out syncBuffer
@@ -247,12 +243,13 @@ func TestElectStopsTheCommandWhenLeadershipIsLost(t *testing.T) {
 		if code != exitLost || !strings.Contains(out.String(), "lost") {
 			t.Errorf("exit %d, output %q; want %d and a line saying the leadership was lost", code, out.String(), exitLost)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the command still runs 10s after its leadership was lost: %q", out.String())
+	case <-time.After(20 * time.Second): // -ttl 1s, -grace 1s: not its sleep's 30s
+		t.Fatalf("the command still runs 20s after its leadership was lost: %q", out.String())
 	}
 }
 
 func TestElectWithALeaderAndNoWaitIsBusy(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	var out syncBuffer

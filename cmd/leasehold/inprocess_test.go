@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // useMemoryStore makes the commands run in this process use a fresh memory store instead of
@@ -89,24 +91,17 @@ func gate(t *testing.T) (command []string, open func()) {
 	return []string{"sh", "-c", `until [ -e "$1" ]; do sleep 0.01; done`, "sh", file}, open
 }
 
-// inspectUntil runs inspect of key in this process until its output contains every one of want,
-// for up to 20s, and returns that output.
+// inspectUntil polls inspect of key in this process until its output contains every one of
+// want, and returns that output.
 func inspectUntil(t *testing.T, key string, want ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	return poll.For(t, fmt.Sprintf("inspect %s showing %q", key, want), func() (string, bool) {
 		code, out, errOut := runArgs(t, t.Context(), "inspect", "-redis", memoryRedis, key)
 		if code != exitOK {
 			t.Fatalf("inspect %s: exit %d, stderr %q", key, code, errOut)
 		}
-		if containsAll(out, want) {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("inspect %s never showed %q:\n%s", key, want, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return out, containsAll(out, want)
+	})
 }
 
 // containsAll reports whether s contains every one of subs.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -10,13 +12,33 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the package's tests if any goroutine outlives them. Run with
-// LEASEHOLD_AS_CLI=1, the test binary is the leasehold command, for end-to-end tests.
+// TestMain runs the package's tests, up to 8 parallel ones at once, stops its PostgreSQL server
+// after them, and fails them if any goroutine outlives them. Run with LEASEHOLD_AS_CLI=1, the test binary is the leasehold
+// command, for end-to-end tests.
 func TestMain(m *testing.M) {
 	if os.Getenv("LEASEHOLD_AS_CLI") == "1" {
 		main()
 	}
-	goleak.VerifyTestMain(m)
+	// The parallel tests mostly wait, not compute: for the CLI's timeouts on servers that do not
+	// answer, and for the processes they start. Unless -parallel says otherwise, more of them
+	// run at once than the machine has CPUs, go test's default.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "8")
+	}
+	code := m.Run()
+	if pgShared.srv != nil {
+		pgShared.srv.Close()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // runArgs runs the command line args and returns its exit status, stdout and stderr.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -71,6 +72,7 @@ func TestEmptyPrefixesAreUsageErrors(t *testing.T) {
 }
 
 func TestRedisTakesHostPort(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for _, driver := range []string{"goredis", "valkey"} {
 		code, out, errOut := runArgs(t, t.Context(), "run", "-redis", srv.Addr, "-driver", driver, "-key", "hostport", "--", "true")
@@ -85,6 +87,7 @@ func TestRedisTakesHostPort(t *testing.T) {
 }
 
 func TestInspectCountsAgainstTheKeysLimit(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { client.Close() })
@@ -140,6 +143,7 @@ func inspectFromRun(runArgs []string, inspects ...[]string) []string {
 }
 
 func TestPrefixAndDriverReachTheSameLease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	args := inspectFromRun([]string{"run", "-redis", url, "-driver", "valkey", "-prefix", "p:", "-key", "job"},
@@ -175,6 +179,8 @@ func TestPrefixAndDriverReachTheSameLease(t *testing.T) {
 }
 
 func TestRedlockGoesOnWithAQuorum(t *testing.T) {
+	testenv.SkipShort(t, "stops servers, and waits out the drivers' retries of them")
+	t.Parallel()
 	servers := []*redistest.Server{redistest.StartServer(t), redistest.StartServer(t), redistest.StartServer(t)}
 	var redisFlags []string
 	for _, s := range servers {

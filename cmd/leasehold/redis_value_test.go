@@ -13,15 +13,16 @@ import (
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
 // The TestRedisValue tests check lease values and the line of waiters end to end on a real
-// redis-server. They need the Redis driver to keep values and report its line in Inspect; until
-// it does, they skip saying so (see redisWithValues).
+// redis-server (see redisWithValues).
 
-// redisWithValues returns a goredis store on the server at addr, closed when the test ends, or
-// skips the test when the driver does not yet keep lease values or report waiters in Inspect.
+// redisWithValues returns a goredis store on the server at addr, closed when the test ends,
+// once it has checked that the driver keeps lease values and reports waiters in Inspect: the
+// tests' failures then point at the command, not the driver.
 func redisWithValues(t *testing.T, addr string) core.Store {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr})
@@ -41,7 +42,7 @@ func redisWithValues(t *testing.T, addr string) core.Store {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	waiting := make(chan struct{})
 	go func() {
@@ -51,22 +52,18 @@ func redisWithValues(t *testing.T, addr string) core.Store {
 		}
 	}()
 	defer func() { cancel(); <-waiting }()
-	for {
+	snap := poll.For(t, "the probe's waiter in line", func() (core.Snapshot, bool) {
 		snap, err := store.Inspect(ctx, key)
-		if err == nil && len(snap.Leases) == 1 && snap.Leases[0].Value != "probe" {
-			t.Skip("the Redis driver keeps no lease values yet: run this test once it does")
-		}
-		if err == nil && len(snap.Waiters) == 1 && snap.Waiters[0].Value == "probe" {
-			return store
-		}
-		if ctx.Err() != nil {
-			t.Skip("the Redis driver reports no line of waiters yet: run this test once it does")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return snap, err == nil && len(snap.Waiters) == 1
+	})
+	if len(snap.Leases) != 1 || snap.Leases[0].Value != "probe" || snap.Waiters[0].Value != "probe" {
+		t.Fatalf("the Redis driver does not keep the probe's values: %+v", snap)
 	}
+	return store
 }
 
 func TestRedisValueRunDefaultAndWaitersShownByInspect(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	store := redisWithValues(t, srv.Addr)
 	url := "redis://" + srv.Addr
@@ -92,14 +89,15 @@ func TestRedisValueRunDefaultAndWaitersShownByInspect(t *testing.T) {
 }
 
 func TestRedisValueObservedByElect(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	redisWithValues(t, srv.Addr)
 	url := "redis://" + srv.Addr
 	var obs, out syncBuffer
 	startCLI(t, &obs, "elect", "-redis", url, "-observe", "job")
-	untilOutput(t, "no leader at first", &obs, lines(1))
+	poll.For(t, "no leader at first", outputOf(&obs, lines(1)))
 	_, stdin := startCLI(t, &out, "elect", "-redis", url, "job", "host-a: deploy", "--", "sh", "-c", "read x")
-	got := parseObserved(t, untilOutput(t, "a leader", &obs, lines(2)))
+	got := parseObserved(t, poll.For(t, "a leader", outputOf(&obs, lines(2))))
 	if got[1].value != `"host-a: deploy"` {
 		t.Errorf("observed %+v, want the leader's value \"host-a: deploy\"", got)
 	}
@@ -107,6 +105,7 @@ func TestRedisValueObservedByElect(t *testing.T) {
 }
 
 func TestInspectSaysRedlockKeepsNoLine(t *testing.T) {
+	t.Parallel()
 	var flags []string
 	for range 3 {
 		flags = append(flags, "-redis", redistest.StartServer(t).Addr)

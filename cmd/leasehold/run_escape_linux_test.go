@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // alive reports whether pid is a process that has not ended.
@@ -29,7 +31,7 @@ func alive(t *testing.T, pid int) bool {
 func readPid(t *testing.T, file string) int {
 	t.Helper()
 	var pid int
-	eventually(t, "a pid in "+file, func() bool {
+	poll.Until(t, "a pid in "+file, func() bool {
 		data, err := os.ReadFile(file)
 		if err != nil || !strings.HasSuffix(string(data), "\n") {
 			return false
@@ -41,6 +43,7 @@ func readPid(t *testing.T, file string) int {
 }
 
 func TestRunNestedRunWithAnotherKey(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	out, err := cli(t.Context(), "run", "-redis", url, "-key", "outer", "--",
@@ -62,6 +65,7 @@ func exitCodeOf(err error) int {
 }
 
 func TestRunPassesTheCommandsOwnStatuses(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	for _, code := range []int{exitBusy, exitLost, exitInterrupted, exitCannotStart, 0, 1, 2} {
@@ -73,6 +77,7 @@ func TestRunPassesTheCommandsOwnStatuses(t *testing.T) {
 }
 
 func TestRunHugeWait(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	for _, w := range []string{"2562047h", "2562047h47m16.854775807s"} {
@@ -88,6 +93,7 @@ func TestRunHugeWait(t *testing.T) {
 }
 
 func TestRunSupervisorKilled(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	pidFile := filepath.Join(t.TempDir(), "pid")
@@ -123,6 +129,7 @@ func TestRunSupervisorKilled(t *testing.T) {
 // A command that leaves a nested run behind: when the outer run has exited (and released its
 // lease), nothing the outer command started may be alive, the inner run's command included.
 func TestRunNestedRunLeftBehindDiesBeforeRelease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	for i := range 5 {
@@ -137,12 +144,13 @@ func TestRunNestedRunLeftBehindDiesBeforeRelease(t *testing.T) {
 		if alive(t, pid) {
 			t.Errorf("round %d: the outer run exited, its lease released, while the inner command %d was alive", i, pid)
 		}
-		eventually(t, "the inner command dies", func() bool { return !alive(t, pid) })
+		poll.Until(t, "the inner command dies", func() bool { return !alive(t, pid) })
 	}
 }
 
 // A command that leaves its process group (setsid) must still not outlive run.
 func TestRunSetsidEscape(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	out, err := cli(t.Context(), "run", "-redis", "redis://"+srv.Addr, "-key", "esc", "--", "sh", "-c",
@@ -160,6 +168,7 @@ func TestRunSetsidEscape(t *testing.T) {
 // When run is killed, or its lease is lost and the command outlives -grace, what the command
 // started in another session dies too.
 func TestRunSetsidEscapeKilledOnLossAndWithTheCLI(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	for _, how := range []string{"lost", "SIGKILL"} {
@@ -186,13 +195,14 @@ func TestRunSetsidEscapeKilledOnLossAndWithTheCLI(t *testing.T) {
 				t.Errorf("lost: run exited while the command's setsid child %d was alive", pid)
 			}
 		}
-		eventually(t, how+": the setsid child dies", func() bool { return !alive(t, pid) })
+		poll.Until(t, how+": the setsid child dies", func() bool { return !alive(t, pid) })
 	}
 }
 
 // Orphans that come to the supervisor (a subreaper) are reaped as they end, not left as
 // zombies while the command runs on.
 func TestRunSupervisorReapsOrphansWhileTheCommandRuns(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	done := filepath.Join(t.TempDir(), "done")
 	cmd := cli(t.Context(), "run", "-redis", "redis://"+srv.Addr, "-key", "orphans", "--", "sh", "-c",
@@ -203,9 +213,9 @@ func TestRunSupervisorReapsOrphansWhileTheCommandRuns(t *testing.T) {
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	readPidOrEmpty := func() bool { _, err := os.Stat(done); return err == nil }
-	eventually(t, "the orphans are started", readPidOrEmpty)
+	poll.Until(t, "the orphans are started", readPidOrEmpty)
 	var sup int
-	eventually(t, "the supervisor has no zombie child and only the command left", func() bool {
+	poll.Until(t, "the supervisor has no zombie child and only the command left", func() bool {
 		kids, zombies := 0, 0
 		for _, p := range procs(t) {
 			if p.ppid == cmd.Process.Pid {
@@ -230,13 +240,15 @@ func TestRunSupervisorReapsOrphansWhileTheCommandRuns(t *testing.T) {
 // before the command started (143, no command), or came before the command existed and was lost
 // (the command ran on to its end).
 func TestRunSignalAroundTheGrant(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	dir := t.TempDir()
-	for i := range 40 {
+	// Forty moments across the startup under LEASEHOLD_SOAK=1, every fourth of them otherwise.
+	for i := 0; i < 40; i += testenv.Pick(4, 1) {
 		started := filepath.Join(dir, "started"+strconv.Itoa(i))
 		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-		cmd := cli(ctx, "run", "-redis", url, "-key", "race", "--", "sh", "-c", "echo $$ > "+started+"; exec sleep 300")
+		cmd := cli(ctx, "run", "-redis", url, "-key", "race", "-ttl", "1s", "--", "sh", "-c", "echo $$ > "+started+"; exec sleep 300")
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -262,12 +274,13 @@ func TestRunSignalAroundTheGrant(t *testing.T) {
 			t.Errorf("round %d: exit %d (%v), command started: %v, output %q", i, code, err, len(data) > 0, out.String())
 		}
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
-			eventually(t, "the command is dead", func() bool { return !alive(t, pid) })
+			poll.Until(t, "the command is dead", func() bool { return !alive(t, pid) })
 		}
 		// Rarely (about 1 run in 10 of this test under -race) a lease granted as the signal
-		// cancelled Acquire is left held until its TTL (10s) runs out rather than released: a
-		// liveness gap, not an overlap, left open by this review. So: the key is free within 20s.
-		eventually(t, "the key is free", func() bool {
+		// cancelled Acquire is left held until its TTL runs out rather than released: a
+		// liveness gap, not an overlap, still open. So: the key is free once its TTL (-ttl 1s)
+		// is over, well within poll's 20s.
+		poll.Until(t, "the key is free", func() bool {
 			code, iout, _ := runArgs(t, t.Context(), "inspect", "-redis", url, "race")
 			return code == 0 && strings.HasPrefix(iout, "race: 0 holder(s)")
 		})

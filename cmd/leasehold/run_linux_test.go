@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // proc is a process as /proc/PID/stat shows it.
@@ -58,19 +59,8 @@ func liveInGroup(t *testing.T, pgid int) []proc {
 	return live
 }
 
-// eventually polls cond until it holds, failing the test after 20s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20s, still not: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestRunCommandGroupDiesWithKilledCLI(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	cmd := cli(t.Context(), "run", "-redis", "redis://"+srv.Addr, "-key", "k9", "--", "sh", "-c", "sleep 300 & sleep 300; wait")
 	if err := cmd.Start(); err != nil {
@@ -79,7 +69,7 @@ func TestRunCommandGroupDiesWithKilledCLI(t *testing.T) {
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	var pgid int
-	eventually(t, "the command's group has its supervisor, sh and two sleeps", func() bool {
+	poll.Until(t, "the command's group has its supervisor, sh and two sleeps", func() bool {
 		for _, p := range procs(t) {
 			if p.ppid == cmd.Process.Pid {
 				pgid = p.pgrp
@@ -94,10 +84,11 @@ func TestRunCommandGroupDiesWithKilledCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	eventually(t, "no process of the command's group is left", func() bool { return len(liveInGroup(t, pgid)) == 0 })
+	poll.Until(t, "no process of the command's group is left", func() bool { return len(liveInGroup(t, pgid)) == 0 })
 }
 
 func TestRunKillsWhatTheCommandLeavesBehind(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	out, err := cli(t.Context(), "run", "-redis", "redis://"+srv.Addr, "-key", "left", "--", "sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $! > "+pidFile).CombinedOutput()
@@ -112,7 +103,7 @@ func TestRunKillsWhatTheCommandLeavesBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the sleep the command left running has been killed", func() bool {
+	poll.Until(t, "the sleep the command left running has been killed", func() bool {
 		for _, p := range procs(t) {
 			if p.pid == pid && p.state != 'Z' && p.state != 'X' {
 				return false
@@ -123,6 +114,7 @@ func TestRunKillsWhatTheCommandLeavesBehind(t *testing.T) {
 }
 
 func TestRunSignalsReachTheWholeGroup(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	// sh's trap waits for the background sleep: it ends only if SIGTERM reached the sleep too.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -133,7 +125,7 @@ func TestRunSignalsReachTheWholeGroup(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the command's group has its supervisor, sh and a sleep", func() bool {
+	poll.Until(t, "the command's group has its supervisor, sh and a sleep", func() bool {
 		for _, p := range procs(t) {
 			if p.ppid == cmd.Process.Pid {
 				return len(liveInGroup(t, p.pgrp)) == 3

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // storeFlag returns the flag that names the store at url: -postgres for a postgres:// URL, else
@@ -35,20 +35,27 @@ func cli(ctx context.Context, args ...string) *exec.Cmd {
 }
 
 func TestRunNeverOverlapsOnOneKey(t *testing.T) {
-	t.Run("redis", func(t *testing.T) { runNeverOverlaps(t, "redis://"+redistest.StartServer(t).Addr) })
-	t.Run("postgres", func(t *testing.T) { runNeverOverlaps(t, pgtest.StartServer(t).URL) })
+	t.Parallel() // its runs are waited out
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		runNeverOverlaps(t, "redis://"+redistest.StartServer(t).Addr, "e2e")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		runNeverOverlaps(t, pgServer(t).URL, unique("e2e"))
+	})
 }
 
-// runNeverOverlaps runs two processes, each running leasehold run four times on one key of the
-// store at url with a command that logs its start and end, and checks that no two runs overlap.
-func runNeverOverlaps(t *testing.T, url string) {
+// runNeverOverlaps runs two processes, each running leasehold run four times on key of the store
+// at url with a command that logs its start and end, and checks that no two runs overlap.
+func runNeverOverlaps(t *testing.T, url, key string) {
 	log := filepath.Join(t.TempDir(), "intervals")
 	script := fmt.Sprintf(`echo start $(date +%%s%%N) >> %s; sleep 0.1; echo end $(date +%%s%%N) >> %s`, log, log)
 	var wg sync.WaitGroup
 	for p := range 2 {
 		wg.Go(func() {
 			for i := range 4 {
-				args := append(append([]string{"run"}, storeFlag(url)...), "-key", "e2e", "-wait", "30s", "--", "sh", "-c", script)
+				args := append(append([]string{"run"}, storeFlag(url)...), "-key", key, "-wait", "30s", "--", "sh", "-c", script)
 				out, err := cli(t.Context(), args...).CombinedOutput()
 				if err != nil {
 					t.Errorf("process %d run %d: %v\n%s", p, i, err, out)
@@ -90,6 +97,7 @@ func runNeverOverlaps(t *testing.T, url string) {
 }
 
 func TestRunExitStatuses(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	status := func(cmd *exec.Cmd) (int, string) {
@@ -111,19 +119,12 @@ func TestRunExitStatuses(t *testing.T) {
 	}
 	defer holder.Wait()
 	defer stop()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	busy := poll.For(t, "run -n to find the key busy", func() (string, bool) {
 		code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", "-n", "--", "true"))
-		if code == exitBusy {
-			if !strings.Contains(out, `"busy" is busy`) || strings.Count(out, "\n") != 1 {
-				t.Errorf("busy: %q, want one clear line", out)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never busy: %d %s; holder said %q", code, out, hout.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return fmt.Sprintf("exit %d: %s", code, out), code == exitBusy
+	})
+	if !strings.Contains(busy, `"busy" is busy`) || strings.Count(busy, "\n") != 1 {
+		t.Errorf("busy: %q, want one clear line", busy)
 	}
 	for _, flag := range []string{"-nowait", "-wait=0"} {
 		if code, out := status(cli(t.Context(), "run", "-redis", url, "-key", "busy", flag, "--", "true")); code != exitBusy || strings.Count(out, "\n") != 1 {
@@ -145,6 +146,7 @@ func TestRunExitStatuses(t *testing.T) {
 }
 
 func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	cmd := cli(t.Context(), "run", "-redis", url, "-key", "lost", "-ttl", "1s", "-grace", "1s", "--", "sleep", "30")
@@ -160,7 +162,7 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 	}
 	start := time.Now()
 	cmd.Wait()
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > 15*time.Second { // -ttl 1s, -grace 1s: not its sleep's 30s
 		t.Errorf("the command ran %v after its lease was lost", d)
 	}
 	if code := cmd.ProcessState.ExitCode(); code != exitLost || !strings.Contains(out.String(), "lost") {
@@ -169,6 +171,7 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 }
 
 func TestInspectShowsHolders(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	hctx, stop := context.WithCancel(t.Context())
@@ -181,27 +184,21 @@ func TestInspectShowsHolders(t *testing.T) {
 	waitInspect(t, url, "shown", "3", "1 holder(s), 2 permit(s) in use, 1 free of 3")
 }
 
-// waitInspect runs inspect of key with limit until its output contains want, for up to 20s.
+// waitInspect polls `leasehold inspect` of key with limit until its output contains want.
 func waitInspect(t *testing.T, url, key, limit, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.For(t, fmt.Sprintf("inspect %s showing %q", key, want), func() (string, bool) {
 		args := append(append([]string{"inspect"}, storeFlag(url)...), "-limit", limit, key)
 		out, err := cli(t.Context(), args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("inspect: %v\n%s", err, out)
 		}
-		if strings.Contains(string(out), want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("inspect %s never showed %q:\n%s", key, want, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return string(out), strings.Contains(string(out), want)
+	})
 }
 
 func TestRunStopsCommandIgnoringTermAfterGrace(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	cmd := cli(t.Context(), "run", "-redis", url, "-key", "stubborn", "-ttl", "1s", "-grace", "300ms", "--", "sh", "-c", "trap '' TERM; sleep 30")
@@ -241,28 +238,22 @@ func holdKey(t *testing.T, url, key string) (release func()) {
 	return release
 }
 
-// waitForWaiters waits until n processes wait on the server at addr: subscribed to a key's
+// waitForWaiters polls until n processes wait on the server at addr: subscribed to a key's
 // release channel, which a waiter does after its first refused try.
 func waitForWaiters(t *testing.T, addr string, n int) {
 	t.Helper()
 	want := fmt.Sprintf("*%d", n)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.For(t, fmt.Sprintf("%d waiter(s) subscribed: PUBSUB CHANNELS %s", n, want), func() (string, bool) {
 		got, err := redistest.Do(addr, "PUBSUB", "CHANNELS")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.TrimSpace(got) == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PUBSUB CHANNELS: %q, want %s", got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got, strings.TrimSpace(got) == want
+	})
 }
 
 func TestRunWaitsForTheLeaseByDefault(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	release := holdKey(t, url, "queue")
@@ -281,6 +272,7 @@ func TestRunWaitsForTheLeaseByDefault(t *testing.T) {
 }
 
 func TestRunWaitGivesUpAfterItsBound(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	holdKey(t, url, "bounded")
@@ -296,6 +288,7 @@ func TestRunWaitGivesUpAfterItsBound(t *testing.T) {
 }
 
 func TestRunInterruptedWhileWaitingExits130(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	holdKey(t, url, "interrupted")

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 func TestVersionLine(t *testing.T) {
@@ -66,9 +68,8 @@ func TestVersionCommand(t *testing.T) {
 // and then with a change not committed, and checks that `leasehold version` names the commit,
 // "(devel)" and, the second time only, "dirty".
 func TestVersionFromACheckout(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the command twice")
-	}
+	testenv.SkipShort(t, "builds the command twice")
+	t.Parallel()
 	for _, tool := range []string{"go", "git"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not on PATH", tool)

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 func TestServerKeepsCommittedDataAcrossKill(t *testing.T) {
+	testenv.SkipShort(t, "kills and restarts a server")
 	s := pgtest.StartServer(t)
 	ctx := context.Background()
 	pool := s.Pool(t)
@@ -31,6 +33,7 @@ func TestServerKeepsCommittedDataAcrossKill(t *testing.T) {
 }
 
 func TestServerPauses(t *testing.T) {
+	testenv.SkipShort(t, "pauses a server")
 	s := pgtest.StartServer(t)
 	pool := s.Pool(t)
 	ctx := context.Background()
