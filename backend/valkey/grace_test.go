@@ -12,11 +12,11 @@ import (
 	"github.com/leasehold/leasehold/backend/valkey"
 )
 
-// TestGraceCtxDoneErrRaceEndReview16l: Done, Err and Deadline called from several goroutines
+// TestGraceCtxDoneErrAndEndRace: Done, Err and Deadline called from several goroutines
 // while the caller's ctx is canceled and end runs, with a grace short enough that the timer
 // fires in the middle: no data race (-race), no panic, Err non-nil whenever Done is seen
 // closed, and nothing left running afterwards.
-func TestGraceCtxDoneErrRaceEndReview16l(t *testing.T) {
+func TestGraceCtxDoneErrAndEndRace(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	defer valkey.SetCancelGrace(time.Microsecond)()
 	for i := range 2000 {
@@ -55,10 +55,10 @@ func TestGraceCtxDoneErrRaceEndReview16l(t *testing.T) {
 	}
 }
 
-// TestGraceCtxErrNilUntilDoneClosesReview16l: a goroutine that sees Done close always sees Err
+// TestGraceCtxErrNilUntilDoneCloses: a goroutine that sees Done close always sees Err
 // non-nil, and Err is the caller's ctx's error; before the grace ends Err is nil and
 // context.Cause is nil (so a child made with WithCancelCause is not canceled early).
-func TestGraceCtxErrNilUntilDoneClosesReview16l(t *testing.T) {
+func TestGraceCtxErrNilUntilDoneCloses(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	cause := errors.New("caller's cause")
 	for _, grace := range []time.Duration{time.Nanosecond, 200 * time.Millisecond} {
@@ -101,22 +101,22 @@ func TestGraceCtxErrNilUntilDoneClosesReview16l(t *testing.T) {
 	}
 }
 
-type keyReview16l struct{}
+type ctxKey struct{}
 
-// TestGraceCtxValueReview16l: the graceCtx carries the caller's values.
-func TestGraceCtxValueReview16l(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), keyReview16l{}, "v"))
+// TestGraceCtxCarriesTheCallersValues: the graceCtx carries the caller's values.
+func TestGraceCtxCarriesTheCallersValues(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
 	defer cancel()
 	g, end := valkey.NewGraceCtx(ctx)
 	defer end()
-	if v := g.Value(keyReview16l{}); v != "v" {
+	if v := g.Value(ctxKey{}); v != "v" {
 		t.Fatalf("Value = %v, want the caller's", v)
 	}
 }
 
-// TestGraceCtxAlreadyEndedReview16l: when Done is first asked after the caller's ctx has ended,
+// TestGraceCtxAlreadyEnded: when Done is first asked after the caller's ctx has ended,
 // the channel still closes (the grace counts from that first Done), and Err is nil until then.
-func TestGraceCtxAlreadyEndedReview16l(t *testing.T) {
+func TestGraceCtxAlreadyEnded(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	defer valkey.SetCancelGrace(200 * time.Millisecond)()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -143,9 +143,9 @@ func TestGraceCtxAlreadyEndedReview16l(t *testing.T) {
 	}
 }
 
-// TestGraceCtxDoneAfterEndReview16l: Done asked after end (Run has returned) starts no watch and
+// TestGraceCtxDoneAfterEnd: Done asked after end (Run has returned) starts no watch and
 // no timer: nothing left running, Err stays nil; end after a started grace stops its timer.
-func TestGraceCtxDoneAfterEndReview16l(t *testing.T) {
+func TestGraceCtxDoneAfterEnd(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	defer valkey.SetCancelGrace(50 * time.Millisecond)()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -192,9 +192,9 @@ func (c *customCtx) Err() error {
 	}
 }
 
-// TestGraceCtxEndStopsWatchOfCustomCtxReview16l: with a caller's ctx that never ends and is not
+// TestGraceCtxEndStopsWatchOfCustomCtx: with a caller's ctx that never ends and is not
 // package context's own, end stops the watch Done set up: no goroutine stays behind.
-func TestGraceCtxEndStopsWatchOfCustomCtxReview16l(t *testing.T) {
+func TestGraceCtxEndStopsWatchOfCustomCtx(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx := &customCtx{Context: context.Background(), done: make(chan struct{})}
 	for range 100 {

@@ -26,7 +26,7 @@ func TestRingWaiterGetsTheLock(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	m, _ := primitives.NewMutex(s, "ring16e", primitives.WithTTL(time.Minute), primitives.WithRetryInterval(20*time.Millisecond))
+	m, _ := primitives.NewMutex(s, "ring", primitives.WithTTL(time.Minute), primitives.WithRetryInterval(20*time.Millisecond))
 	l, err := m.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestRingWaiterGetsTheLock(t *testing.T) {
 	}()
 	// The waiter holds a place in the line before the release, so that it waits.
 	for {
-		snap, err := s.Inspect(ctx, "ring16e")
+		snap, err := s.Inspect(ctx, "ring")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func TestRingWaiterGetsTheLock(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	w, err := s.Watch(ctx, "ring16e")
+	w, err := s.Watch(ctx, "ring")
 	if err != nil {
 		t.Fatal(err)
 	}
