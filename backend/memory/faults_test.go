@@ -33,6 +33,7 @@ func (c *jumpClock) jump(d time.Duration) {
 // jumpRun runs the fault workload on a memory store whose clock jumps by jump half a second in,
 // and checks it (linearizable when the jump cannot make leases end early).
 func jumpRun(t *testing.T, jump time.Duration, linearizable bool) {
+	t.Parallel() // a store and a clock of its own; most of its 1.5 s is waiting
 	clock := &jumpClock{}
 	st := memory.New(memory.WithClock(clock))
 	w := &history.Workload{Keys: 2, Workers: 6, TTL: 200 * time.Millisecond, Duration: 1500 * time.Millisecond, CallBudget: time.Second,
