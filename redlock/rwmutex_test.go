@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/conformance/scenario"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 	"github.com/leasehold/leasehold/redlock"
 )
@@ -158,16 +159,14 @@ func TestRWMutexOverRedlockReaderWaitsWithANodeDownAndOneSlow(t *testing.T) {
 		}
 		got <- l
 	})
-	for deadline := time.Now().Add(10 * time.Second); rl.n.Load() < 2; time.Sleep(time.Millisecond) {
+	poll.Until(t, "the reader refused twice", func() bool {
 		select {
 		case <-got:
 			t.Fatal("the reader's Acquire returned while the writer held")
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reader was not refused twice within 10s")
-		}
-	}
+		return rl.n.Load() >= 2
+	})
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +227,7 @@ func waitingWriter(t *testing.T, s core.Store, opts ...primitives.Option) (giveU
 		gaveUp <- err
 	})
 	t.Cleanup(cancel) // before GoBackground's: the writer must end for it to be waited for
-	pollUntilT(t, func() bool { return intentHeld(s, "rw")(ctx) })
+	poll.Until(t, "the writer's intent held", func() bool { return intentHeld(s, "rw")(ctx) })
 	return sync.OnceFunc(func() {
 		cancel()
 		<-gaveUp
@@ -245,16 +244,6 @@ func readOverRedlock(t *testing.T) (*redlock.Store, core.Lease) {
 		t.Fatal(err)
 	}
 	return s, r
-}
-
-// pollUntilT polls cond every millisecond until it holds, and fails t if it does not within 10s.
-func pollUntilT(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-	}
 }
 
 // TestRWMutexOverRedlockWriterTimeoutNamesTheKey: a writer that gives up while another writer
