@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -40,16 +41,13 @@ func TestRingWaiterGetsTheLock(t *testing.T) {
 		got <- err
 	}()
 	// The waiter holds a place in the line before the release, so that it waits.
-	for {
+	poll.Until(t, "the waiter in line", func() bool {
 		snap, err := s.Inspect(ctx, "ring")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(snap.Waiters) == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return len(snap.Waiters) == 1
+	})
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
