@@ -120,6 +120,21 @@ func (s *suite) elapse(d time.Duration) {
 	}
 }
 
+// realTimeTTL is the shortest TTL the suite grants on real time. A lease meant to expire is
+// granted for d on a harness whose clock the suite moves, and for at least this long on real
+// time: a store's grant must come while its TTL lasts (Redlock refuses one whose nodes answered
+// after it), and on a loaded machine, with the suite's tests running at once, a 50 ms TTL could
+// end before the reply. The tests that wait out such a TTL run at once, so they wait 2 s in all.
+const realTimeTTL = time.Second
+
+// shortTTL returns the TTL for a lease the test means to expire: d, or realTimeTTL on real time.
+func (s *suite) shortTTL(d time.Duration) time.Duration {
+	if s.manual {
+		return d
+	}
+	return max(d, realTimeTTL)
+}
+
 // newKey returns a key no other test uses, on any run against the same backend.
 func newKey(t *testing.T) string {
 	var b [8]byte
