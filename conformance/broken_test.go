@@ -228,7 +228,10 @@ func TestBrokenStore(t *testing.T) {
 		t.Skip("run by TestSuiteCatchesBrokenStores")
 	}
 	c := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	var opts []conformance.Option
+	// The memory store wakes its waiters at once: a short wait is enough to tell a store that
+	// does not (forgetsToNotify would otherwise spend the whole default wait in each notification
+	// test).
+	opts := []conformance.Option{conformance.WithWakeTimeout(500 * time.Millisecond)}
 	if fault == "claimsNoNotifier" {
 		opts = append(opts, conformance.WithoutNotifier())
 	}

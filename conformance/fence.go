@@ -29,8 +29,9 @@ func (s *suite) testFencesStrictlyIncrease(t *testing.T) {
 			at(t, st, key).release("b")
 		}
 	}
-	check(at(t, st, key).grant("a", 1, 1, 20*time.Millisecond), "a release")
-	s.elapse(40 * time.Millisecond)
+	ttl := s.shortTTL(20 * time.Millisecond)
+	check(at(t, st, key).grant("a", 1, 1, ttl), "a release")
+	s.elapse(2 * ttl)
 	check(at(t, st, key).grant("b", 1, 1, time.Minute), "an expiry")
 }
 

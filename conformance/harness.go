@@ -30,12 +30,14 @@ type Harness interface {
 	// reach the same backend state, as two processes sharing one server do; a backend that lives
 	// in its Store (like the memory store) returns the same Store each time. The harness closes
 	// what it opens, for example with t.Cleanup. The suite uses fresh random keys in every test,
-	// so the backend need not be emptied between tests.
+	// so the backend need not be emptied between tests. The suite runs its tests at once, so
+	// NewStore is called from several goroutines at a time.
 	NewStore(t *testing.T) core.Store
 
 	// Advance moves the backend's clock forward by d and reports true, or reports false if the
-	// backend runs on real time only. The suite probes it with Advance(0). On real time the
-	// suite waits where a test needs time to pass (a few hundred milliseconds in all) and the
-	// state machine uses TTLs long enough that nothing expires.
+	// backend runs on real time only. The suite probes it with Advance(0), and moves the clock
+	// only from a test that runs alone. On real time the suite waits where a test needs time to
+	// pass (about two seconds in all, the tests that wait running at once) and the state
+	// machine uses TTLs long enough that nothing expires.
 	Advance(d time.Duration) bool
 }

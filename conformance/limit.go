@@ -77,7 +77,7 @@ func withWait(req core.AcquireRequest, wait time.Duration) core.AcquireRequest {
 func (s *suite) testExpiryFreesTheKeysLimit(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	k := at(t, st, key)
-	const ttl = 100 * time.Millisecond
+	ttl := s.shortTTL(100 * time.Millisecond)
 	k.grant("a", 1, 2, ttl)
 	k.grant("b", 1, 2, ttl)
 	s.elapse(2 * ttl)

@@ -1,10 +1,12 @@
 package conformance
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // joinLine makes holder a waiter the way the primitives do: an Acquire refused with a Wait, then
@@ -31,13 +33,7 @@ func (s *suite) joinLineWith(k keyAt, req core.AcquireRequest) core.Waiter {
 	t.Cleanup(func() { w.Close() })
 	// A store may need a moment to confirm a subscription; its waiters are woken then. Wait
 	// for that, and clear the wake, so that the test sees only the wakes it causes.
-	deadline := time.Now().Add(wakeTimeout)
-	for !w.Reliable() {
-		if time.Now().After(deadline) {
-			t.Fatalf("a waiter on %q did not become Reliable within %v", key, wakeTimeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Within(t, s.wake, fmt.Sprintf("a waiter on %q Reliable", key), func() (struct{}, bool) { return struct{}{}, w.Reliable() })
 	select {
 	case <-w.C():
 	default:
@@ -74,10 +70,10 @@ func (s *suite) testStoreIsNotifier(t *testing.T) {
 // be observed over a window; the wakes a test expects are waited for, not timed.
 const strayWindow = 50 * time.Millisecond
 
-// woken waits up to wakeTimeout until want of ws are woken, and returns which were. When some of
-// ws should stay asleep (want < len(ws)), it then gives stray wakes strayWindow to arrive. A
-// store that wakes too few costs the whole wakeTimeout; one that wakes the right ones, none.
-func woken(want int, ws ...core.Waiter) []bool {
+// woken waits up to s.wake until want of ws are woken, and returns which were. When some of ws
+// should stay asleep (want < len(ws)), it then gives stray wakes strayWindow to arrive. A store
+// that wakes too few costs the whole wait; one that wakes the right ones, none.
+func (s *suite) woken(want int, ws ...core.Waiter) []bool {
 	got := make([]bool, len(ws))
 	take := func() {
 		for i, w := range ws {
@@ -88,7 +84,7 @@ func woken(want int, ws ...core.Waiter) []bool {
 			}
 		}
 	}
-	deadline := time.Now().Add(wakeTimeout)
+	deadline := time.Now().Add(s.wake)
 	for take(); count(got) < want && time.Now().Before(deadline); take() {
 		time.Sleep(time.Millisecond) // a bounded poll: the waiters' channels are many
 	}
@@ -114,8 +110,8 @@ func (s *suite) testReleaseWakesWaiter(t *testing.T) {
 	at(t, st, key).grant("a", 1, 1, time.Minute)
 	w := s.joinLine(at(t, other, key), "b", 1, 1)
 	at(t, st, key).release("a")
-	if !woken(1, w)[0] {
-		t.Fatalf("a waiter registered on one Store was not woken within %v of a release through another", wakeTimeout)
+	if !s.woken(1, w)[0] {
+		t.Fatalf("a waiter registered on one Store was not woken within %v of a release through another", s.wake)
 	}
 	at(t, other, key).grant("b", 1, 1, time.Minute)
 }
@@ -126,14 +122,14 @@ func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 	at(t, st, key).grant("b", 2, 3, time.Minute)
 	ws := []core.Waiter{s.joinLine(at(t, st, key), "w0", 1, 3), s.joinLine(at(t, st, key), "w1", 1, 3), s.joinLine(at(t, st, key), "w2", 1, 3), s.joinLine(at(t, st, key), "w3", 1, 3)}
 	at(t, st, key).release("a")
-	got := woken(1, ws...)
+	got := s.woken(1, ws...)
 	if count(got) != 1 || !got[0] {
 		t.Fatalf("releasing 1 permit woke waiters %v, want only the first in line", got)
 	}
 	at(t, st, key).grant("w0", 1, 3, time.Minute) // the woken waiter takes the permit and leaves
 	ws[0].Close()
 	at(t, st, key).release("b")
-	got = woken(2, ws[1:]...)
+	got = s.woken(2, ws[1:]...)
 	if count(got) != 2 || !got[0] || !got[1] {
 		t.Fatalf("releasing 2 permits woke waiters %v of those still waiting, want the first two in line", got)
 	}
@@ -145,11 +141,11 @@ func (s *suite) testUnusedWakeIsPassedOn(t *testing.T) {
 	first := s.joinLine(at(t, st, key), "w0", 1, 1)
 	second := s.joinLine(at(t, st, key), "w1", 1, 1)
 	at(t, st, key).release("a")
-	if got := woken(1, first, second); !got[0] || got[1] {
+	if got := s.woken(1, first, second); !got[0] || got[1] {
 		t.Fatalf("release woke %v, want the first waiter alone", got)
 	}
 	first.Close() // gave up without trying
-	if !woken(1, second)[0] {
+	if !s.woken(1, second)[0] {
 		t.Fatalf("a wake given up unused was not passed on to the next waiter")
 	}
 	at(t, st, key).grant("w1", 1, 1, time.Minute)
@@ -173,7 +169,7 @@ func (s *suite) testLineIsStrictlyFIFO(t *testing.T) {
 	big := s.joinLine(at(t, st, key), "big", 3, 3)
 	small := s.joinLine(at(t, st, key), "small", 1, 3)
 	at(t, st, key).release("a")
-	if got := woken(0, big, small); got[0] || got[1] {
+	if got := s.woken(0, big, small); got[0] || got[1] {
 		t.Fatalf("releasing 1 permit with a head asking 3 woke %v, want nobody", got)
 	}
 	if _, ok := holders(inspect(t, st, key))["small"]; ok {
@@ -182,12 +178,12 @@ func (s *suite) testLineIsStrictlyFIFO(t *testing.T) {
 	at(t, st, key).refuse("newcomer", 1, 3, time.Minute) // a single attempt: no Wait
 	at(t, st, key).refuse("small", 1, 3, time.Minute)
 	at(t, st, key).release("b")
-	if got := woken(1, big, small); !got[0] || got[1] {
+	if got := s.woken(1, big, small); !got[0] || got[1] {
 		t.Fatalf("freeing every permit woke %v, want the head alone (it takes all 3)", got)
 	}
 	at(t, st, key).grant("big", 3, 3, time.Minute)
 	at(t, st, key).release("big")
-	if !woken(1, small)[0] {
+	if !s.woken(1, small)[0] {
 		t.Fatal("the waiter behind the head was not woken when its turn came")
 	}
 	at(t, st, key).grant("small", 1, 3, time.Minute)

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -8,17 +9,19 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // testConcurrentHoldersNeverExceedLimit runs workers on Stores of their own (processes, in
 // effect) that acquire and release on two keys, a semaphore and a mutex, and counts the holders
-// actually inside at once with an Occupancy of each.
+// actually inside at once with an Occupancy of each. Each worker makes 20 rounds, or 40 under
+// LEASEHOLD_SOAK=1.
 func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 	const (
 		workers = 8
 		limit   = 3
-		rounds  = 40
 	)
+	rounds := testenv.Pick(20, 40)
 	semKey, muKey := newKey(t), newKey(t)
 	var (
 		sem     = NewOccupancy(limit)
@@ -35,6 +38,11 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 			dropped.Add(1)
 		}
 	}
+	// failed says the test has failed already: a worker waiting on a store that stranded its
+	// permits (a broken one) then stops, instead of waiting out its 20 s.
+	failed := func() bool {
+		return len(fails) > 0 || len(sem.Violations()) > 0 || len(mu.Violations()) > 0
+	}
 	for w := range workers {
 		st := s.h.NewStore(t)
 		wg.Add(1)
@@ -43,15 +51,19 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 			for r := range rounds {
 				holder := fmt.Sprintf("w%d-r%d", w, r)
 				n := 1 + (w+r)%2
-				if err := at(t, st, semKey).acquireWait(holder, n, limit); err != nil {
-					fail(err.Error())
+				if err := at(t, st, semKey).acquireWait(holder, n, limit, failed); err != nil {
+					if err != errStopped {
+						fail(err.Error())
+					}
 					return
 				}
 				leaveSem := sem.Enter(n)
 				time.Sleep(time.Millisecond) // hold a moment, so that holders overlap
 				if r%2 == 0 {
-					if err := at(t, st, muKey).acquireWait(holder, 1, 1); err != nil {
-						fail(err.Error())
+					if err := at(t, st, muKey).acquireWait(holder, 1, 1, failed); err != nil {
+						if err != errStopped {
+							fail(err.Error())
+						}
 						return
 					}
 					leaveMu := mu.Enter(1)
@@ -94,14 +106,23 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 	}
 }
 
-// acquireWait acquires, waiting by notification when the store has it and by the store's
-// RetryAfter capped at a millisecond otherwise.
-func (k keyAt) acquireWait(holder string, n, limit int) error {
+// errStopped is acquireWait's error when stop told it to give up.
+var errStopped = errors.New("stopped: the test has failed")
+
+// acquireWait acquires, waiting by notification when the store has it (and the store's
+// RetryAfter capped at 20 ms) and by the RetryAfter capped at a millisecond otherwise, for up to
+// 20 s or until stop reports true.
+func (k keyAt) acquireWait(holder string, n, limit int, stop func() bool) error {
 	t, st, key := k.t, k.st, k.key
 	req := k.request(holder, n, limit, time.Minute)
 	req.Wait = 20 * time.Second
+	// With notifications a worker waits to be woken; its polling every 20 ms only bounds a missed
+	// wake (the notification tests check wakes), and spares a slow backend (miniredis runs its
+	// scripts in the test's process) eight workers' tries every millisecond.
 	var w core.Waiter
+	every := time.Millisecond
 	if nt, ok := st.(core.Notifier); ok {
+		every = 20 * time.Millisecond
 		var err error
 		if w, err = nt.Register(ctxFor(t), req); err != nil {
 			return fmt.Errorf("Register(%q): %v", key, err)
@@ -110,6 +131,9 @@ func (k keyAt) acquireWait(holder string, n, limit int) error {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
+		if stop() {
+			return errStopped
+		}
 		res, err := st.Acquire(ctxFor(t), req)
 		if err != nil {
 			return fmt.Errorf("Acquire(%q): %v", key, err)
@@ -123,7 +147,7 @@ func (k keyAt) acquireWait(holder string, n, limit int) error {
 		}
 		select {
 		case <-wake:
-		case <-time.After(min(max(res.RetryAfter, 0), time.Millisecond)):
+		case <-time.After(min(max(res.RetryAfter, 0), every)):
 		}
 	}
 	return fmt.Errorf("holder %s waited 20s for %d permits of %q", holder, n, key)

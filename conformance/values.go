@@ -2,11 +2,13 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // testLeasesKeepTheirValues: a lease keeps the value of the request that granted or renewed it;
@@ -67,7 +69,7 @@ func (s *suite) testInspectListsTheLine(t *testing.T) {
 	}
 	ws[1].Close() // the middle one gives up
 	at(t, st, key).release("a")
-	if !woken(1, ws[0])[0] {
+	if !s.woken(1, ws[0])[0] {
 		t.Fatal("the head was not woken by the release")
 	}
 	if got, rest := inspect(t, st, key).Waiters, []core.WaiterInfo{want[2]}; !equalWaiters(got, rest) {
@@ -96,7 +98,7 @@ func (s *suite) testLineGrantsCarryTheWaitersValue(t *testing.T) {
 	req.Value = "waiter w"
 	w := s.joinLineWith(at(t, st, key), req)
 	at(t, st, key).release("a")
-	if !woken(1, w)[0] {
+	if !s.woken(1, w)[0] {
 		t.Fatal("the waiter was not woken by the release")
 	}
 	if got := holders(inspect(t, st, key))["w"].Value; got != "waiter w" {
@@ -126,13 +128,7 @@ func (s *suite) testWatchSeesGrantsAndReleases(t *testing.T) {
 		t.Fatalf("Watch(%q): %v", key, err)
 	}
 	defer w.Close()
-	reliable := time.Now().Add(wakeTimeout)
-	for !w.Reliable() {
-		if time.Now().After(reliable) {
-			t.Fatalf("a watch on %q did not become Reliable within %v", key, wakeTimeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Within(t, s.wake, fmt.Sprintf("a watch on %q Reliable", key), func() (struct{}, bool) { return struct{}{}, w.Reliable() })
 	drain := func() {
 		for {
 			select {
@@ -146,8 +142,8 @@ func (s *suite) testWatchSeesGrantsAndReleases(t *testing.T) {
 		t.Helper()
 		select {
 		case <-w.C():
-		case <-time.After(wakeTimeout):
-			t.Fatalf("the watch heard nothing within %v of %s", wakeTimeout, what)
+		case <-time.After(s.wake):
+			t.Fatalf("the watch heard nothing within %v of %s", s.wake, what)
 		}
 		drain()
 	}
@@ -204,15 +200,10 @@ func (s *suite) testValuesThatLookLikeAFormat(t *testing.T) {
 			t.Fatalf("value %d %.40q: after the release, Inspect = %+v; want b's grant from the line, with its value", i, v, snap)
 		}
 		w.Close() // gives the untaken grant back (a driver may tell its server in the background)
-		for deadline := time.Now().Add(wakeTimeout); ; time.Sleep(time.Millisecond) {
-			snap = inspect(t, st, key)
-			if len(snap.Leases) == 0 && len(snap.Waiters) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("value %d: %v after the waiter gave its grant back, Inspect = %+v; want nothing", i, wakeTimeout, snap)
-			}
-		}
+		poll.Within(t, s.wake, fmt.Sprintf("value %d: nothing left once the waiter gave its grant back", i), func() (core.Snapshot, bool) {
+			snap := inspect(t, st, key)
+			return snap, len(snap.Leases) == 0 && len(snap.Waiters) == 0
+		})
 		at(t, st, key).grant("c", 1, 1, time.Minute) // nothing of b's is left to count
 		at(t, st, key).release("c")
 	}

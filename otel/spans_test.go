@@ -265,3 +265,40 @@ func TestLeaseLostAfterFailedRefreshesIsRecorded(t *testing.T) {
 		l.Release(t.Context())
 	})
 }
+
+// failingRelease is a Store whose Release fails, as a store that is down would.
+type failingRelease struct{ core.Store }
+
+var errDown = errors.New("store down")
+
+func (failingRelease) Release(context.Context, core.ReleaseRequest) (bool, error) {
+	return false, errDown
+}
+
+// TestFailedReleaseIsRecordedAsLost: a lease whose Release failed is not refreshed, ends at its
+// deadline, and is then recorded as lost: one hold span, not none and not two.
+func TestFailedReleaseIsRecordedAsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t)
+		m, err := primitives.NewMutex(failingRelease{memory.New()}, "job", r.tel.Option(), primitives.WithTTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); !errors.Is(err, errDown) {
+			t.Fatalf("Release = %v, want the store's error", err)
+		}
+		<-l.Done()
+		synctest.Wait()
+		if got := r.counts(t); got["leasehold.outcome=lost"] != 1 || got["leasehold.outcome=released"] != 0 {
+			t.Errorf("events %v, want one lost and no released", got)
+		}
+		hold := r.span(t, leaseotel.HoldSpan)
+		if hold.Status.Code != codes.Error || hold.EndTime.Sub(hold.StartTime) <= 0 {
+			t.Errorf("hold span %v lasting %v, want an Error of positive extent", hold.Status, hold.EndTime.Sub(hold.StartTime))
+		}
+	})
+}

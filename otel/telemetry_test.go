@@ -317,3 +317,29 @@ func TestWaitAndHoldTimesAreTheEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyAttributeAlsoHidesTheKeyInStatus: a lost lease's status description names the key; with
+// WithKeyAttribute the raw key must not reach the span by that way either.
+func TestKeyAttributeAlsoHidesTheKeyInStatus(t *testing.T) {
+	r := newRecorder(t, leaseotel.WithKeyAttribute(func(string) string { return "" }))
+	store := memory.New()
+	m, err := primitives.NewMutex(store, "invoice:1234", r.tel.Option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Release(t.Context(), core.ReleaseRequest{Key: l.Key(), Holder: l.Holder(), Fence: l.Fence()})
+	if err := l.Release(t.Context()); !errors.Is(err, core.ErrLost) {
+		t.Fatalf("Release = %v, want ErrLost", err)
+	}
+	hold := r.span(t, leaseotel.HoldSpan)
+	if strings.Contains(fmt.Sprint(hold.Status, hold.Attributes, hold.Events), "1234") {
+		t.Errorf("hold span records the raw key: status %v, attributes %v", hold.Status, hold.Attributes)
+	}
+	if hold.Status.Description == "" {
+		t.Error("hold span of a lost lease has no description")
+	}
+}

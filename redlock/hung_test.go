@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 	"github.com/leasehold/leasehold/redlock"
 )
@@ -45,13 +46,15 @@ func stop(t *testing.T, srv *redistest.Server) {
 }
 
 // TestMutexOverRedlockWithOneNodeHung: with one redis-server of three SIGSTOPped, a Mutex with
-// a 1s TTL keeps its lease through 3s of refreshes, and acquire+release pairs return as soon as
+// a 2s TTL keeps its lease through three refreshes, and acquire+release pairs return as soon as
 // the two live nodes answer, far below the node timeout.
 func TestMutexOverRedlockWithOneNodeHung(t *testing.T) {
+	testenv.SkipShort(t, "SIGSTOPs a redis-server")
 	srvs, ss := redisNodes(t, 3)
 	rl := mustNew(t, ss)
 	stop(t, srvs[2])
-	const ttl = time.Second
+	// A TTL long enough that a loaded machine's stall does not end the lease between refreshes.
+	const ttl = 2 * time.Second
 	nodeTimeout := min(500*time.Millisecond, ttl/10) // the documented default for this TTL
 	ctx := context.Background()
 
@@ -72,26 +75,27 @@ func TestMutexOverRedlockWithOneNodeHung(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := time.Now()
-	for n := 0; time.Since(held) < 3*time.Second; {
+	for n := 0; n < 3; {
 		select {
 		case <-refreshed:
 			n++
 		case <-l.Done():
 			t.Fatalf("lease lost after %v and %d refreshes with two of three nodes answering: %v", time.Since(held).Round(time.Millisecond), n, l.Err())
-		case <-time.After(ttl):
-			t.Fatalf("no refresh for a TTL after %d refreshes", n)
 		}
 	}
 	if ok, err := l.Held(ctx); err != nil || !ok {
-		t.Errorf("Held = %v, %v after 3s; want true", ok, err)
+		t.Errorf("Held = %v, %v after three refreshes; want true", ok, err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 
+	// A call that waited for the hung node would take the node timeout; a pair, twice that. The
+	// fastest of ten pairs is compared, so that a stall of the machine in one cannot fail it.
 	const pairs = 10
-	begin := time.Now()
+	fastest := time.Hour
 	for range pairs {
+		begin := time.Now()
 		l, err := m.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -99,11 +103,11 @@ func TestMutexOverRedlockWithOneNodeHung(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+		fastest = min(fastest, time.Since(begin))
 	}
-	took := time.Since(begin)
-	t.Logf("%d acquire+release pairs with one node of three hung: %v (%v a pair; node timeout %v)", pairs, took.Round(time.Millisecond), (took / pairs).Round(time.Microsecond), nodeTimeout)
-	if limit := pairs * nodeTimeout / 2; took >= limit {
-		t.Errorf("%d pairs took %v, want < %v: a call waits for the hung node instead of returning on a quorum", pairs, took, limit)
+	t.Logf("the fastest of %d acquire+release pairs with one node of three hung: %v (node timeout %v)", pairs, fastest.Round(time.Microsecond), nodeTimeout)
+	if fastest >= nodeTimeout {
+		t.Errorf("the fastest acquire+release pair took %v, want < the node timeout %v: a call waits for the hung node instead of returning on a quorum", fastest, nodeTimeout)
 	}
 }
 

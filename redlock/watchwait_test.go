@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -52,11 +53,9 @@ func TestRedlockWaiterWakesOnRelease(t *testing.T) {
 	}()
 	// Wait until the waiter has made its refused try, its retry, and its try after watching (3
 	// per node), then make sure it sends nothing more while the lock is held.
-	for deadline := time.Now().Add(10 * time.Second); cs[0].n.Load() < 4; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("node 0 saw %d acquires, want 4: the holder's, the waiter's refused try, its retry and its try after watching", cs[0].n.Load())
-		}
-	}
+	// Node 0 sees four: the holder's, the waiter's refused try, its retry and its try after
+	// watching.
+	poll.For(t, "node 0 to see 4 acquires", func() (int64, bool) { n := cs[0].n.Load(); return n, n >= 4 })
 	before := cs[0].n.Load()
 	select {
 	case err := <-got:

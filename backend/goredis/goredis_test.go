@@ -16,15 +16,20 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// The three conformance runs each start a backend of their own, and run beside each other: a
+// cluster takes seconds to form.
 func TestConformanceMiniredis(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, redisharness.Miniredis(t, redisharness.GoRedis))
 }
 
 func TestConformanceRedisServer(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, redisharness.Server(t, redisharness.GoRedis))
 }
 
 func TestConformanceRedisCluster(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, redisharness.Cluster(t, redisharness.GoRedis))
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -59,6 +60,7 @@ func storeOver(t *testing.T, c vk.Client) *valkey.Store {
 // through valkey-go's background pipeline, it returned Canceled at once, the script still on its
 // way to the server: whether the lock was released was left unknown.
 func TestReleaseCanceledInFlightReportsWhatTheServerDid(t *testing.T) {
+	testenv.SkipShort(t, "delays replies through a fault proxy")
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	s := storeVia(t, proxy.Addr, vk.ClientOption{})
@@ -122,6 +124,7 @@ func TestCanceledCallIsNotSent(t *testing.T) {
 // TestCanceledCallEndsByConnWriteTimeout: a call canceled while the server does not answer
 // returns once valkey-go's ConnWriteTimeout ends it, with an error.
 func TestCanceledCallEndsByConnWriteTimeout(t *testing.T) {
+	testenv.SkipShort(t, "holds replies back in a fault proxy")
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	s := storeVia(t, proxy.Addr, vk.ClientOption{ConnWriteTimeout: 300 * time.Millisecond})

@@ -15,14 +15,19 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"))
 }
 
+// The three conformance runs each start a backend of their own, and run beside each other: a
+// cluster takes seconds to form.
 func TestConformanceMiniredis(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, redisharness.Miniredis(t, redisharness.Valkey))
 }
 
 func TestConformanceRedisServer(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, redisharness.Server(t, redisharness.Valkey))
 }
 
 func TestConformanceRedisCluster(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, redisharness.Cluster(t, redisharness.Valkey))
 }

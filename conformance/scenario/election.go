@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -73,11 +74,7 @@ func ResignHandsOver(t testing.TB, a, b *primitives.Election, inLine func() bool
 		}
 		got <- lb
 	})
-	for deadline := time.Now().Add(10 * time.Second); !inLine(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the second campaigner is not in line after 10s")
-		}
-	}
+	poll.Until(t, "the second campaigner in line", inLine)
 	resigned := time.Now()
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -60,11 +61,7 @@ func ObserveSeesHandovers(t testing.TB, els []*primitives.Election, obs *primiti
 			}
 			got <- next
 		})
-		for deadline := time.Now().Add(10 * time.Second); waiters() != 1; time.Sleep(2 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s is not in line after 10s", v)
-			}
-		}
+		poll.Until(t, v+" in line", func() bool { return waiters() == 1 })
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -3,11 +3,13 @@ package scenario
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -22,19 +24,13 @@ func RWLineIsFIFO(t testing.TB, newRW func(value string) *primitives.RWMutex) {
 	insp := newRW("inspect")
 	waiters := func(n int) primitives.RWStatus {
 		t.Helper()
-		var st primitives.RWStatus
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-			var err error
-			if st, err = insp.Inspect(ctx); err != nil {
+		return poll.For(t, fmt.Sprintf("%d waiters in line", n), func() (primitives.RWStatus, bool) {
+			st, err := insp.Inspect(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if len(st.Waiters) == n {
-				return st
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d waiters in line after 10s, want %d: %+v", len(st.Waiters), n, st)
-			}
-		}
+			return st, len(st.Waiters) == n
+		})
 	}
 	start := func(value string, write bool) <-chan core.Lease {
 		rw := newRW(value)
@@ -169,11 +165,13 @@ func RWInspect(t testing.TB, newRW func(value string) *primitives.RWMutex, line 
 	})
 	var waiter primitives.RWWaiter
 	if line {
-		for deadline := time.Now().Add(10 * time.Second); len(st.Waiters) == 0; time.Sleep(2 * time.Millisecond) {
-			if st, err = ra.Inspect(ctx); err != nil || time.Now().After(deadline) {
-				t.Fatalf("no writer in line within 10s: %+v, %v", st, err)
+		st = poll.For(t, "a writer in line", func() (primitives.RWStatus, bool) {
+			st, err := ra.Inspect(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			return st, len(st.Waiters) > 0
+		})
 		waiter = st.Waiters[0]
 		if len(st.Waiters) != 1 || !waiter.Write || waiter.Value != "w" || waiter.Holder == "" || len(st.Readers) != 2 || st.Writing {
 			t.Fatalf("a writer waiting for two readers: %+v", st)
@@ -228,11 +226,7 @@ func WaitingWriterHoldsBackTries(t testing.TB, newRW func() *primitives.RWMutex,
 		}
 		gaveUp <- err
 	})
-	for deadline := time.Now().Add(10 * time.Second); !waiting(ctx); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the writer was not seen waiting within 10s")
-		}
-	}
+	poll.Until(t, "the writer seen waiting", func() bool { return waiting(ctx) })
 	try := newRW()
 	if l, err := try.TryAcquireRead(ctx); !errors.Is(err, core.ErrNotAcquired) {
 		if l != nil {
@@ -255,14 +249,15 @@ func WaitingWriterHoldsBackTries(t testing.TB, newRW func() *primitives.RWMutex,
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting writer did not give up within 10s of its ctx's end")
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	poll.Until(t, "TryAcquireRead to succeed after the writer gave up", func() bool {
 		l, err := try.TryAcquireRead(ctx)
 		if err == nil {
 			l.Release(ctx)
-			break
+			return true
 		}
-		if !errors.Is(err, core.ErrNotAcquired) || time.Now().After(deadline) {
+		if !errors.Is(err, core.ErrNotAcquired) {
 			t.Fatalf("TryAcquireRead after the writer gave up: %v", err)
 		}
-	}
+		return false
+	})
 }

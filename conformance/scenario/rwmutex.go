@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -143,11 +144,7 @@ func writerNotStarvedOnce(t testing.TB, rd, wr *primitives.RWMutex, waiting func
 		spawning.Wait()
 	})
 	defer halt()
-	for deadline := time.Now().Add(10 * time.Second); granted.Load() < 10; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the readers' stream did not start within 10s")
-		}
-	}
+	poll.Until(t, "the readers' stream started", func() bool { return granted.Load() >= 10 })
 
 	got := make(chan core.Lease, 1)
 	begin := time.Now()
@@ -188,11 +185,7 @@ func writerNotStarvedOnce(t testing.TB, rd, wr *primitives.RWMutex, waiting func
 		t.Error(err)
 	}
 	// Readers come again after the writer.
-	for deadline := time.Now().Add(10 * time.Second); granted.Load() < before+3; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no reads granted within 10s of the writer's release")
-		}
-	}
+	poll.Until(t, "reads granted after the writer's release", func() bool { return granted.Load() >= before+3 })
 	halt()
 	late := 0
 	for _, r := range reads {

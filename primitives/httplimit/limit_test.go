@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -294,29 +295,33 @@ func TestStoreFailureFailsClosed(t *testing.T) {
 	}
 }
 
+// TestLostLeaseCancelsRequest runs in a bubble: fake time, so that a loaded machine's stall
+// cannot end the 60 ms lease before the handler has seen it.
 func TestLostLeaseCancelsRequest(t *testing.T) {
-	store := memory.New()
-	cause := make(chan error, 1)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		snap, err := store.Inspect(r.Context(), defaultKey)
-		if err != nil || len(snap.Leases) != 1 {
-			t.Errorf("Inspect %q inside the handler: %+v, %v; want one lease", defaultKey, snap, err)
-			cause <- nil
-			return
-		}
-		store.Release(r.Context(), core.ReleaseRequest{Key: defaultKey, Holder: snap.Leases[0].Holder}) // taken behind its back
-		select {
-		case <-r.Context().Done():
-			cause <- context.Cause(r.Context())
-		case <-time.After(10 * time.Second):
-			cause <- errors.New("request context still live 10s after its lease was removed (TTL 60ms)")
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		cause := make(chan error, 1)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			snap, err := store.Inspect(r.Context(), defaultKey)
+			if err != nil || len(snap.Leases) != 1 {
+				t.Errorf("Inspect %q inside the handler: %+v, %v; want one lease", defaultKey, snap, err)
+				cause <- nil
+				return
+			}
+			store.Release(r.Context(), core.ReleaseRequest{Key: defaultKey, Holder: snap.Leases[0].Holder}) // taken behind its back
+			select {
+			case <-r.Context().Done():
+				cause <- context.Cause(r.Context())
+			case <-time.After(10 * time.Second):
+				cause <- errors.New("request context still live 10s after its lease was removed (TTL 60ms)")
+			}
+		})
+		mw := mustNew(t, store, 1, httplimit.WithTTL(60*time.Millisecond)) // refreshed every 20ms
+		mw(h).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+		if c := recv(t, cause, "cause"); !errors.Is(c, core.ErrLost) {
+			t.Errorf("request context cause = %v, want one wrapping ErrLost", c)
 		}
 	})
-	mw := mustNew(t, store, 1, httplimit.WithTTL(60*time.Millisecond)) // refreshed every 20ms
-	mw(h).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	if c := recv(t, cause, "cause"); !errors.Is(c, core.ErrLost) {
-		t.Errorf("request context cause = %v, want one wrapping ErrLost", c)
-	}
 }
 
 func TestPanicReleasesSlot(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives/httplimit"
 )
 
@@ -59,9 +60,9 @@ func TestCanceledWaitingRequestGivesUpItsPlace(t *testing.T) {
 	<-running
 	gone, cancel := context.WithCancel(context.Background())
 	r2 := serve(gone)
-	waitUntil(t, func() bool { return store.n.Load() >= 1 }) // r2 has its place
+	poll.Until(t, "the second request in line", func() bool { return store.n.Load() >= 1 })
 	r3 := serve(context.Background())
-	waitUntil(t, func() bool { return store.n.Load() >= 2 }) // r3 behind it
+	poll.Until(t, "the third request in line behind it", func() bool { return store.n.Load() >= 2 })
 	cancel()
 	if code := <-r2; code != http.StatusServiceUnavailable {
 		t.Fatalf("canceled request: %d", code)
@@ -75,18 +76,7 @@ func TestCanceledWaitingRequestGivesUpItsPlace(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("request behind the canceled one: %d", code)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the request behind a canceled waiter did not get the freed slot within 5s (TTL is a minute)")
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
+	case <-time.After(poll.Timeout):
+		t.Fatalf("the request behind a canceled waiter did not get the freed slot within %v (TTL is a minute)", poll.Timeout)
 	}
 }

@@ -2,15 +2,22 @@ package valkey_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
+	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // backgroundStore returns a Store over a client of addr with one pipelined connection, that
@@ -61,23 +68,25 @@ func canceledReleaseReturns(t *testing.T, s *valkey.Store, proxy *redistest.Prox
 	}
 }
 
-// TestCanceledCallInBackgroundPipelineEndsReview16k: on a connection in valkey-go's background
+// TestCanceledCallInBackgroundPipelineEnds: on a connection in valkey-go's background
 // pipeline, a canceled call against a server that does not answer still ends, with the default
 // keep-alive (valkey-go's background PING every Dialer.KeepAlive, failing after ConnWriteTimeout,
 // ends the connection).
-func TestCanceledCallInBackgroundPipelineEndsReview16k(t *testing.T) {
+func TestCanceledCallInBackgroundPipelineEnds(t *testing.T) {
+	testenv.SkipShort(t, "holds replies back in a fault proxy")
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	s := backgroundStore(t, proxy.Addr, vk.ClientOption{ConnWriteTimeout: 300 * time.Millisecond})
 	canceledReleaseReturns(t, s, proxy, 10*time.Second)
 }
 
-// TestCanceledCallInBackgroundPipelineWithoutKeepAliveEndsReview16k: the same with TCP
+// TestCanceledCallInBackgroundPipelineWithoutKeepAliveEnds: the same with TCP
 // keep-alive off (Dialer.KeepAlive < 0, ConnWriteTimeout 300 ms): valkey-go then sends no
 // background PING and sets no deadline on a pipelined connection, so only ctx can end the wait.
 // A call sent as context.WithoutCancel(ctx) waited for as long as the server stayed silent; it
 // ends cancelGrace (here 500 ms) after ctx.
-func TestCanceledCallInBackgroundPipelineWithoutKeepAliveEndsReview16k(t *testing.T) {
+func TestCanceledCallInBackgroundPipelineWithoutKeepAliveEnds(t *testing.T) {
+	testenv.SkipShort(t, "holds replies back in a fault proxy")
 	defer valkey.SetCancelGrace(500 * time.Millisecond)()
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
@@ -86,10 +95,10 @@ func TestCanceledCallInBackgroundPipelineWithoutKeepAliveEndsReview16k(t *testin
 	canceledReleaseReturns(t, s, proxy, 10*time.Second)
 }
 
-// TestCancelableCallWithoutWriteTimeoutReview16k: a call whose ctx can be canceled but has no
+// TestCancelableCallWorksWithoutWriteTimeout: a call whose ctx can be canceled but has no
 // deadline, on a client with no ConnWriteTimeout (negative) and so a connection deadline that is
 // the call's own, works: the far deadline it is sent with is one the conn can take.
-func TestCancelableCallWithoutWriteTimeoutReview16k(t *testing.T) {
+func TestCancelableCallWorksWithoutWriteTimeout(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := storeVia(t, srv.Addr, vk.ClientOption{ConnWriteTimeout: -1})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -106,10 +115,11 @@ func TestCancelableCallWithoutWriteTimeoutReview16k(t *testing.T) {
 	}
 }
 
-// TestCanceledReleaseInBackgroundPipelineReportsWhatTheServerDidReview16k: on a connection in
+// TestCanceledReleaseInBackgroundPipelineReportsWhatTheServerDid: on a connection in
 // valkey-go's background pipeline, a Release canceled while its script is on the wire still
 // reports the reply (released) when the reply comes within cancelGrace.
-func TestCanceledReleaseInBackgroundPipelineReportsWhatTheServerDidReview16k(t *testing.T) {
+func TestCanceledReleaseInBackgroundPipelineReportsWhatTheServerDid(t *testing.T) {
+	testenv.SkipShort(t, "delays replies through a fault proxy")
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	s := backgroundStore(t, proxy.Addr, vk.ClientOption{})
@@ -128,12 +138,13 @@ func TestCanceledReleaseInBackgroundPipelineReportsWhatTheServerDidReview16k(t *
 	proxy.SetLatency(0)
 }
 
-// TestCancelableCallStaysSynchronousReview16k: calls whose ctx can be canceled but has no
+// TestCancelableCallStaysSynchronous: calls whose ctx can be canceled but has no
 // deadline leave an idle connection out of valkey-go's background pipeline (the point of
 // b18f66f): with keep-alive off there, a canceled call to a silent server ends by the
 // synchronous call's ConnWriteTimeout (300 ms), not by the 10 s cancelGrace that bounds a
 // pipelined one.
-func TestCancelableCallStaysSynchronousReview16k(t *testing.T) {
+func TestCancelableCallStaysSynchronous(t *testing.T) {
+	testenv.SkipShort(t, "holds replies back in a fault proxy")
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	s := storeVia(t, proxy.Addr, vk.ClientOption{PipelineMultiplex: -1, ConnWriteTimeout: 300 * time.Millisecond,
@@ -151,4 +162,72 @@ func TestCancelableCallStaysSynchronousReview16k(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("the canceled Release took %v: it went through the background pipeline", d)
 	}
+}
+
+// TestCanceledCallsInBackgroundPipelineAllReturn: many calls on a connection in
+// valkey-go's background pipeline (where valkey-go asks the graceCtx for Done), their ctx
+// canceled at random moments, a grace of 1 µs so that the grace's timer closes Done while
+// valkey-go waits on it: every call returns, with nil or context.Canceled (never a nil error on
+// abort, which would surface as a malformed reply), and under -race no data race.
+func TestCanceledCallsInBackgroundPipelineAllReturn(t *testing.T) {
+	defer valkey.SetCancelGrace(time.Microsecond)()
+	srv := redistest.StartServer(t)
+	s := backgroundStore(t, srv.Addr, vk.ClientOption{})
+	var wg sync.WaitGroup
+	var ok, canceled atomic.Int32
+	for w := range 8 {
+		wg.Go(func() {
+			key := fmt.Sprint("stress-", w)
+			for range 100 {
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(time.Duration(rand.IntN(300))*time.Microsecond, cancel)
+				done := make(chan error, 1)
+				go func() {
+					req := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
+					res, err := s.Acquire(ctx, req)
+					if err == nil && res.Granted {
+						_, err = s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h", Fence: res.Fence})
+					}
+					done <- err
+				}()
+				select {
+				case err := <-done:
+					if err == nil {
+						ok.Add(1)
+					} else if errors.Is(err, context.Canceled) {
+						canceled.Add(1)
+					} else {
+						t.Errorf("a call canceled in the background pipeline: %v, want nil or Canceled", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Error("a call canceled in the background pipeline has not returned in 10 s")
+					return
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d pairs done, %d canceled", ok.Load(), canceled.Load())
+}
+
+// TestBackgroundCallsUnderLiveCustomCtxLeaveNothing: calls in valkey-go's background
+// pipeline under a cancelable ctx that never ends and is not one of package context's (watched
+// by a goroutine of context.AfterFunc's): once they return, no goroutine of theirs is left.
+func TestBackgroundCallsUnderLiveCustomCtxLeaveNothing(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := backgroundStore(t, srv.Addr, vk.ClientOption{})
+	ctx := &customCtx{Context: context.Background(), done: make(chan struct{})}
+	req := core.AcquireRequest{Key: "custom", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
+	if _, err := s.Acquire(ctx, req); err != nil { // the connection's goroutines are up
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	ignore := goleak.IgnoreCurrent()
+	for range 50 {
+		if _, err := s.Acquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goleak.VerifyNone(t, ignore)
 }

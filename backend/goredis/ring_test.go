@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -26,7 +27,7 @@ func TestRingWaiterGetsTheLock(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	m, _ := primitives.NewMutex(s, "ring16e", primitives.WithTTL(time.Minute), primitives.WithRetryInterval(20*time.Millisecond))
+	m, _ := primitives.NewMutex(s, "ring", primitives.WithTTL(time.Minute), primitives.WithRetryInterval(20*time.Millisecond))
 	l, err := m.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -40,23 +41,20 @@ func TestRingWaiterGetsTheLock(t *testing.T) {
 		got <- err
 	}()
 	// The waiter holds a place in the line before the release, so that it waits.
-	for {
-		snap, err := s.Inspect(ctx, "ring16e")
+	poll.Until(t, "the waiter in line", func() bool {
+		snap, err := s.Inspect(ctx, "ring")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(snap.Waiters) == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return len(snap.Waiters) == 1
+	})
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	w, err := s.Watch(ctx, "ring16e")
+	w, err := s.Watch(ctx, "ring")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,13 @@ package redlock_test
 
 import (
 	"context"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/redlock"
 )
 
 // raiseKeepsValue puts node 0's fence on key far ahead, then acquires through s (over the
@@ -54,7 +57,7 @@ func raiseKeepsValue(t *testing.T, s core.Store, ns []core.Store, above func(req
 	}
 }
 
-func TestRaiseRoundKeepsTheValue_review17(t *testing.T) {
+func TestRaiseRoundKeepsTheValue(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		ns, ss := nodes(core.SystemClock{}, 3)
 		raiseKeepsValue(t, mustNew(t, ss), ss, func(req core.AcquireRequest) error {
@@ -71,5 +74,62 @@ func TestRaiseRoundKeepsTheValue_review17(t *testing.T) {
 			_, err := fr.AcquireAbove(context.Background(), req, uint64(time.Now().Add(time.Hour).UnixMicro()))
 			return err
 		})
+	})
+}
+
+// TestRaiseRoundHasItsOwnDeadline: the first round's answers come 90ms into a 100ms
+// node timeout, with different fences; the raise round that follows must get a whole node
+// timeout of its own, not what is left of the first round's.
+func TestRaiseRoundHasItsOwnDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		var mu sync.Mutex
+		var raiseLeft []time.Duration
+		before := func(ctx context.Context, i int, op string) error {
+			switch op {
+			case "acquire":
+				time.Sleep(90 * time.Millisecond)
+			case "raise":
+				d, ok := ctx.Deadline()
+				mu.Lock()
+				if ok {
+					raiseLeft = append(raiseLeft, time.Until(d))
+				} else {
+					raiseLeft = append(raiseLeft, -1)
+				}
+				mu.Unlock()
+				time.Sleep(50 * time.Millisecond) // more than the first round's deadline leaves
+			}
+			return ctx.Err()
+		}
+		ns, ss := scriptedNodes(3, before, nil)
+		s := mustNew(t, ss, redlock.WithNodeTimeout(timeout))
+		ctx := context.Background()
+		bump := core.AcquireRequest{Key: "k", Holder: "bump", Permits: 1, Limit: 1, TTL: time.Minute}
+		if _, err := ns[0].Store.AcquireAbove(ctx, bump, uint64(time.Now().Add(time.Hour).UnixMicro())); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ns[0].Store.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "bump"}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute})
+		if err != nil || !res.Granted {
+			t.Fatalf("Acquire: %+v, %v; want granted after a raise", res, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(raiseLeft) == 0 {
+			t.Fatal("no raise round: the nodes' fences did not differ")
+		}
+		for _, left := range raiseLeft {
+			if left != timeout {
+				t.Errorf("a raise call started with %v to its deadline, want a whole node timeout (%v)", left, timeout)
+			}
+		}
+		for i, n := range ns {
+			if snap, err := n.Store.Inspect(ctx, "k"); err != nil || len(snap.Leases) != 1 || snap.Leases[0].Fence != res.Fence {
+				t.Errorf("node %d: %+v, %v; want a's lease at fence %d", i, snap, err, res.Fence)
+			}
+		}
 	})
 }

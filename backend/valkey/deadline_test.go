@@ -3,6 +3,8 @@ package valkey_test
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -54,7 +56,7 @@ func (c lateCtx) Deadline() (time.Time, bool) { return c.dl, true }
 // TestOwnDeadlineAfterSendIsNotRetried: a script call whose reply its own deadline cut off may
 // have run; Run must not make it again even while ctx.Err() is still nil. Before the fix the
 // Release ran twice and reported a lease it had just released as not held.
-func TestOwnDeadlineAfterSendIsNotRetriedReview16j(t *testing.T) {
+func TestOwnDeadlineAfterSendIsNotRetried(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := &lostReplyClient{Client: newClient(t, srv.Addr, vk.ClientOption{})}
 	s := storeOver(t, c)
@@ -71,5 +73,42 @@ func TestOwnDeadlineAfterSendIsNotRetriedReview16j(t *testing.T) {
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Release = %v, %v; want context.DeadlineExceeded", held, err)
+	}
+}
+
+// failingClient answers every script call (FCALL, EVALSHA, EVAL) with err, sending nothing.
+type failingClient struct {
+	vk.Client
+	err error
+}
+
+func (c failingClient) Do(ctx context.Context, cmd vk.Completed) vk.ValkeyResult {
+	switch strings.ToUpper(cmd.Commands()[0]) {
+	case "FCALL", "EVALSHA", "EVAL":
+		return vk.NewErrorResult(c.err)
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// TestDialCutByOwnDeadlineReportsTheDeadline: a call whose dial its own deadline cut off reports
+// context.DeadlineExceeded (with the dial's words), even when net's dial returned its poller's
+// "i/o timeout" before ctx's timer set Err: a caller that gave its Acquire a deadline is told
+// that the deadline ended it, as with every other cut of its call. Before the fix the Acquire
+// returned the bare dial error (a busy-key handoff test failed on it in CI, one run).
+func TestDialCutByOwnDeadlineReportsTheDeadline(t *testing.T) {
+	srv := redistest.StartServer(t)
+	real := newClient(t, srv.Addr, vk.ClientOption{})
+	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	if errors.Is(dialErr, context.DeadlineExceeded) {
+		t.Fatal("the premise is gone: net's poller timeout now matches context.DeadlineExceeded")
+	}
+	s := storeOver(t, failingClient{Client: real, err: dialErr})
+	ctx := lateCtx{Context: context.Background(), dl: time.Now().Add(-time.Millisecond)}
+	_, err := s.Acquire(ctx, core.AcquireRequest{Key: "dial-deadline", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire whose dial its own deadline cut = %v; want an error matching context.DeadlineExceeded", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "dial tcp") {
+		t.Errorf("Acquire's error %v does not say the dial failed", err)
 	}
 }
