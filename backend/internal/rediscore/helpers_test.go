@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,20 +19,6 @@ import (
 
 // Helpers of the tests that run both drivers: the conditions a test waits for (with poll.Until)
 // instead of sleeping, what they read from the server, and the setups several tests share.
-
-// pollUntil polls cond every 5ms until it holds, and fails t if it does not within 10s. New
-// tests use poll.Until, which names what it waits for; this is left for the files that still
-// call it.
-func pollUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // acquireInBackground starts m.Acquire on a goroutine of its own and returns where its lease
 // will come (nil, with t failed, if the Acquire fails).
