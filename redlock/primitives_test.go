@@ -154,6 +154,7 @@ func startRedisHarness(t *testing.T) redisHarness {
 }
 
 func TestConformanceRedlockRedisServers(t *testing.T) {
+	t.Parallel() // servers of its own: runs beside the other real-server tests
 	conformance.Run(t, startRedisHarness(t), conformance.WithoutNotifier())
 }
 
