@@ -17,6 +17,7 @@ import (
 // releasing 4 times each (8 under LEASEHOLD_SOAK=1), and a Mutex with 16 workers, finish:
 // waiters make progress under contention, and never exceed the limit.
 func TestContendedRedlockMakesProgress(t *testing.T) {
+	t.Parallel() // servers of its own: runs beside the other real-server tests
 	var addrs []string
 	for range 3 {
 		addrs = append(addrs, redistest.StartServer(t).Addr)

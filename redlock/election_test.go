@@ -29,6 +29,7 @@ func TestElectionOverRedlockOneLeaderAtATime(t *testing.T) {
 }
 
 func TestElectionOverRedlockRedisServersOneLeaderAtATime(t *testing.T) {
+	t.Parallel() // servers of its own: runs beside the other real-server tests
 	h := startRedisHarness(t)
 	var els []*primitives.Election
 	for range 3 {

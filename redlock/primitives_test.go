@@ -153,6 +153,10 @@ func startRedisHarness(t *testing.T) redisHarness {
 	return redisHarness{addrs}
 }
 
+// TestConformanceRedlockRedisServers runs alone, not beside the other real-server tests: the
+// suite expects a release to have freed the key when the next call comes, and Redlock finishes
+// a decided release on a late node in the background; with the machine loaded by other tests
+// (under -race) a late node still held a released lease and refused the next grant.
 func TestConformanceRedlockRedisServers(t *testing.T) {
 	conformance.Run(t, startRedisHarness(t), conformance.WithoutNotifier())
 }

@@ -49,6 +49,7 @@ func TestRWMutexOverRedlockExcludesAndShares(t *testing.T) {
 }
 
 func TestRWMutexOverRedlockRedisServersExcludesAndShares(t *testing.T) {
+	t.Parallel() // servers of its own: runs beside the other real-server tests
 	h := startRedisHarness(t)
 	var rws []*primitives.RWMutex
 	for range 3 {
