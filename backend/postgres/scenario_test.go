@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/conformance/scenario"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -48,6 +49,7 @@ func TestRWMutexOnPostgres(t *testing.T) {
 }
 
 func TestElectionOnPostgres(t *testing.T) {
+	testenv.SkipShort(t, "waits out a leader's 2s TTL")
 	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	mk := func(k string, opts ...primitives.Option) *primitives.Election {
