@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -202,6 +203,7 @@ func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
 // Redlock node's) keeps its row after its release, so the next grant's fence is above it; once
 // the clock passes the fence the row goes, and a grant after that still gets a higher fence.
 func TestRaisedFenceKeepsTheKeyRow(t *testing.T) {
+	testenv.SkipShort(t, "waits 2s for the clock to pass the fence")
 	t.Parallel() // it waits for the clock to pass the fence
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -158,6 +159,7 @@ func TestGrantedWaiterSendsNoLeave(t *testing.T) {
 // transaction pooler is the same: nothing is delivered) would hear no grant. It fails its self-check, so waiters know their wakes are
 // unreliable, and poll, instead of waiting for wakes that cannot come.
 func TestListenerOnAnotherDatabaseIsNotTrusted(t *testing.T) {
+	testenv.SkipShort(t, "waits out the listener's 3s self-check")
 	t.Parallel() // New waits out the listener's self-check
 	url, key := serverURL(t), uniqueKey(t)
 	s := newStore(t, url, postgres.WithListenDSN(otherDatabase(t, url)))

@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/conformance/scenario"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 	"github.com/leasehold/leasehold/redlock"
 )
@@ -43,6 +44,7 @@ func overThreeNodes(t *testing.T) func() core.Store {
 }
 
 func TestRedlockOverPostgres(t *testing.T) {
+	testenv.SkipShort(t, "sets up three nodes' tables and runs two scenarios over them")
 	t.Parallel()
 	mk := overThreeNodes(t)
 	key := uniqueKey(t)
