@@ -4,6 +4,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/primitives"
 )
 
 // TestLossIsDueAtTheDeadlineOrWhenAnInFlightReleaseReturns: a loss reported more than the
@@ -42,4 +45,32 @@ func TestLossIsDueAtTheDeadlineOrWhenAnInFlightReleaseReturns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deadlineLease is a lease that knows only its deadline, which is all a loss event needs here.
+type deadlineLease struct {
+	core.Lease
+	deadline time.Time
+}
+
+func (l deadlineLease) Deadline() time.Time { return l.deadline }
+
+// TestCheckIsSafeBesideAReportStillComingIn: a lease's timer may report its loss, and a call its
+// return, after Run has returned, while Check reads the figures (a data race under -race
+// otherwise).
+func TestCheckIsSafeBesideAReportStillComingIn(t *testing.T) {
+	w := &Workload{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			now := time.Now()
+			w.late(now)
+			w.event(primitives.Event{Kind: primitives.EventLost, Key: "k", Holder: "h", Lease: deadlineLease{deadline: now}})
+		}
+	}()
+	for range 5 {
+		w.Check(t, false)
+	}
+	<-done
 }
