@@ -2,7 +2,6 @@ package rediscore_test
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -10,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
@@ -24,162 +21,6 @@ import (
 // The uncontended fast paths of acquire, extend and release against their general paths: for
 // every prepared state of a key, the same call made by the script as it is and by the script with
 // its fast path switched off must leave the same keys, expiries, messages and reply.
-
-// generalSource returns Sources[i] with the fast path of acquire, extend or release made ineligible:
-// the rest of the script, the general path, is what the call then runs.
-func generalSource(t *testing.T, i int) string {
-	t.Helper()
-	cut := map[int]string{srcAcquire: "if n <= limit then\n", srcExtend: "if entry and fast then\n",
-		srcRelease: "if entry and fast and not (alone and (tries or raised)) then\n"}[i]
-	src := rediscore.Sources[i]
-	if strings.Count(src, cut) != 1 {
-		t.Fatalf("script %d: the fast path's test %q is not there once", i, cut)
-	}
-	return strings.Replace(src, cut, "if false then\n", 1)
-}
-
-// twin is a server whose clock the test sets (miniredis: m; a real server: its scripts read a
-// clock of the test's, see clocked), with a pattern subscription that sees every message
-// published on it.
-type twin struct {
-	m  *miniredis.Miniredis
-	c  *redis.Client
-	ps *redis.PubSub
-}
-
-func newTwin(t *testing.T, real bool) *twin {
-	tw := &twin{}
-	if real {
-		tw.c = raw(t, redistest.StartServer(t).Addr)
-	} else {
-		tw.m = miniredis.RunT(t)
-		tw.c = raw(t, tw.m.Addr())
-	}
-	tw.ps = tw.c.PSubscribe(context.Background(), "*")
-	t.Cleanup(func() { tw.ps.Close() })
-	if _, err := tw.ps.Receive(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return tw
-}
-
-// clocked returns src with TIME answering now: a local redis that shadows the server's in the
-// whole script, and passes every other command on; but PEXPIRE sets an expiry an hour longer than
-// asked, so that no key (a lease hash kept a millisecond, for a fence just above now) expires by
-// the server's own clock, which the test does not move, while a test compares twins.
-func clocked(src string, now time.Time) string {
-	return fmt.Sprintf("local server = redis\nlocal redis = setmetatable({call = function(cmd, ...)\n"+
-		"  if cmd == 'TIME' then return {'%d', '%d'} end\n"+
-		"  if cmd == 'PEXPIRE' then local k, ms = ...; return server.call(cmd, k, ms + 3600000) end\n"+
-		"  return server.call(cmd, ...)\nend}, {__index = server})\n",
-		now.Unix(), now.Nanosecond()/1000) + src
-}
-
-// twinServers are the servers the tables of states run their twins on: redis-server, and under
-// LEASEHOLD_SOAK=1 miniredis too, whose Lua (gopher-lua) is a second reading of the scripts, and
-// slow.
-func twinServers() map[string]bool {
-	if testenv.Soak() {
-		return map[string]bool{"miniredis": false, "redis-server": true}
-	}
-	return map[string]bool{"redis-server": true}
-}
-
-// fastState is a key's state: its lease hash (nil: none), and the line and left when set.
-type fastState struct {
-	hash        map[string]string
-	queue, left map[string]float64
-	waiting     map[string]string
-}
-
-// snapshot is everything a call may change, printed: each of the key's Redis keys with its
-// type, expiry and content, and the messages the call published.
-func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
-	t.Helper()
-	ctx := context.Background()
-	var b strings.Builder
-	b.WriteString("reply " + reply + "\n")
-	// Two round trips: each key's type and expiry, then the contents of those that have any and
-	// a sentinel message: every message the call published came before it, on this one
-	// subscription.
-	keys := rediscore.Keys(key)
-	types, pttls := make([]*redis.StatusCmd, len(keys)), make([]*redis.Cmd, len(keys))
-	if _, err := tw.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			types[i] = p.Type(ctx, k)
-			// The server counts an expiry down on its own clock, not the test's, from the call
-			// to this read, so two twins' expiries differ by the time between their reads:
-			// compare snapshots with sameSnapshots. Read as ms: 2^50 ms overflows a
-			// time.Duration.
-			pttls[i] = p.Do(ctx, "pttl", k)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	hashes, zsets := make([]*redis.MapStringStringCmd, len(keys)), make([]*redis.ZSliceCmd, len(keys))
-	if _, err := tw.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			switch types[i].Val() {
-			case "hash":
-				hashes[i] = p.HGetAll(ctx, k)
-			case "zset":
-				zsets[i] = p.ZRangeWithScores(ctx, k, 0, -1)
-			}
-		}
-		p.Publish(ctx, "sentinel", "end")
-		return nil
-	}); err != nil && err != redis.Nil {
-		t.Fatal(err)
-	}
-	for i, k := range keys {
-		pttl, err := pttls[i].Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s %s pttl %dms\n", k, types[i].Val(), pttl)
-		switch {
-		case hashes[i] != nil:
-			m := hashes[i].Val()
-			for _, f := range slices.Sorted(maps.Keys(m)) {
-				fmt.Fprintf(&b, "  %q = %q\n", f, m[f])
-			}
-		case zsets[i] != nil:
-			for _, z := range zsets[i].Val() {
-				fmt.Fprintf(&b, "  %q %v\n", z.Member, z.Score)
-			}
-		}
-	}
-	for {
-		msg, err := tw.ps.ReceiveMessage(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if msg.Channel == "sentinel" {
-			break
-		}
-		fmt.Fprintf(&b, "published %q on %q\n", msg.Payload, msg.Channel)
-	}
-	return b.String()
-}
-
-// run sets tw's clock to now and key's state to st, runs src with args and the key's changed
-// channel, and returns the snapshot.
-func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src string, args []any) string {
-	t.Helper()
-	line := func(ctx context.Context, p redis.Pipeliner, ks []string) {
-		for h, sc := range st.queue {
-			p.ZAdd(ctx, ks[1], redis.Z{Score: sc, Member: h})
-		}
-		for h, v := range st.waiting {
-			p.HSet(ctx, ks[2], h, v)
-		}
-		for id, sc := range st.left {
-			p.ZAdd(ctx, ks[3], redis.Z{Score: sc, Member: id})
-		}
-	}
-	return tw.runState(t, now, key, keyState{hash: st.hash, setup: line}, src, append(args, rediscore.Keys(key)[0]+":changed"))
-}
 
 // TestFastPathsDoWhatTheGeneralPathsDo: on two miniredis servers at the same clock,
 // the same acquire, extend or release, by the script and by the script without its fast path, for
