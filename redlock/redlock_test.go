@@ -44,10 +44,10 @@ func (h *harness) Advance(d time.Duration) bool {
 }
 
 func TestConformanceRedlock3(t *testing.T) {
-	conformance.Run(t, newHarness(t, 3), conformance.WithoutNotifier())
+	conformance.Run(t, newHarness(t, 3), conformance.WithoutNotifier(), conformance.WithLateReleases())
 }
 func TestConformanceRedlock5(t *testing.T) {
-	conformance.Run(t, newHarness(t, 5), conformance.WithoutNotifier())
+	conformance.Run(t, newHarness(t, 5), conformance.WithoutNotifier(), conformance.WithLateReleases())
 }
 
 func TestNewRefusesBadInput(t *testing.T) {
