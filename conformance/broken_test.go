@@ -24,11 +24,27 @@ type broken struct {
 	mu        sync.Mutex
 	lastFence uint64
 	grants    int
-	limits    map[string]int // "keepsLimitPastExpiry": each key's limit, until a release frees it
+	limits    map[string]int        // "keepsLimitPastExpiry": each key's limit, until a release frees it
+	freed     map[string]freedLimit // "freesLimitLate": the limit of a key its releases freed
+}
+
+// freedLimit is the limit a "freesLimitLate" store still holds a freed key to, until when.
+type freedLimit struct {
+	limit int
+	until time.Time
 }
 
 func (b *broken) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	switch b.fault {
+	case "freesLimitLate":
+		// A single store that keeps a key's limit for 2 s after the releases that left the key
+		// free, as if it finished them in the background: it did not say WithLateReleases.
+		b.mu.Lock()
+		f, ok := b.freed[req.Key]
+		b.mu.Unlock()
+		if ok && time.Now().Before(f.until) && f.limit != req.Limit {
+			return core.AcquireResult{}, &core.LimitMismatchError{Held: f.limit, Requested: req.Limit}
+		}
 	case "keepsLimitPastExpiry":
 		// A store that records the key's limit with its grants and forgets it only when a
 		// release leaves the key free: leases that expire unreleased hold it for ever.
@@ -104,6 +120,19 @@ func (b *broken) Release(ctx context.Context, req core.ReleaseRequest) (bool, er
 	}
 	if b.fault == "releasesByHolder" {
 		req.Fence = 0
+	}
+	if b.fault == "freesLimitLate" {
+		before, _ := b.Store.Inspect(ctx, req.Key)
+		ok, err := b.Store.Release(ctx, req)
+		if after, _ := b.Store.Inspect(ctx, req.Key); ok && len(after.Leases) == 0 && len(after.Waiters) == 0 {
+			b.mu.Lock()
+			if b.freed == nil {
+				b.freed = map[string]freedLimit{}
+			}
+			b.freed[req.Key] = freedLimit{limit: before.Limit, until: time.Now().Add(2 * time.Second)}
+			b.mu.Unlock()
+		}
+		return ok, err
 	}
 	if b.fault == "keepsLimitPastExpiry" {
 		b.mu.Lock()
@@ -215,6 +244,7 @@ var faults = map[string][]string{
 	"watchesNothing":        {"WatchSeesGrantsAndReleases"},
 	"admitsAgainstOwnLimit": {"KeyHasOneLimit"},
 	"keepsLimitPastExpiry":  {"ExpiryFreesTheKeysLimit"},
+	"freesLimitLate":        {"KeyHasOneLimit"},
 	// Not a broken store but a wrong hookup: Run told WithoutNotifier about a store that has
 	// notifications, which would skip their tests.
 	"claimsNoNotifier": {"StoreIsNotifier"},

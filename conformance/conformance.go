@@ -107,11 +107,20 @@ func WithoutNotifier() Option {
 	return func(s *suite) { s.noNotifier = true }
 }
 
+// WithLateReleases tells Run that the Store may finish a release it has decided after Release
+// returns (as Redlock does on the nodes that answer after its quorum): a request under a new
+// limit on a key whose leases were all released may meet the old limit until then, and
+// KeyHasOneLimit asks again. Without it the first such request must be granted.
+func WithLateReleases() Option {
+	return func(s *suite) { s.lateReleases = true }
+}
+
 type suite struct {
-	h          Harness
-	manual     bool          // the backend's time can be moved
-	noNotifier bool          // WithoutNotifier: the Store is meant to have no notifications
-	wake       time.Duration // how long to wait for a notification: wakeTimeout but in the suite's own tests
+	h            Harness
+	manual       bool          // the backend's time can be moved
+	noNotifier   bool          // WithoutNotifier: the Store is meant to have no notifications
+	lateReleases bool          // WithLateReleases: a decided release may end after Release returns
+	wake         time.Duration // how long to wait for a notification: wakeTimeout but in the suite's own tests
 }
 
 // elapse lets d pass on the backend's clock: moved if the harness can, waited for if not.

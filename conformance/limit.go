@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,27 +58,39 @@ func (s *suite) testKeyHasOneLimit(t *testing.T) {
 		t.Errorf("after refused requests: %+v, want a's and b's leases as they were, limit 2", after)
 	}
 
-	// Once nobody holds the key, the next request's limit is the key's. A store may finish a
-	// release it has decided in the background (Redlock's nodes that answer after the quorum
-	// do): a request under the new limit can meet the old one until then, and is asked again.
-	// Any other answer than a grant or that refusal fails the test.
+	// Once nobody holds the key, the next request's limit is the key's (at once, unless
+	// WithLateReleases).
 	k.release("a")
 	k.release("b")
-	poll.Until(t, "a grant of limit 5 once the key's leases of limit 2 are released", func() bool {
-		res, err := st.Acquire(ctxFor(t), k.request("c", 1, 5, time.Minute))
-		switch {
-		case errors.Is(err, core.ErrLimitMismatch):
-			return false
-		case err != nil || !res.Granted || res.Fence == 0:
-			t.Fatalf("Acquire(%q, holder \"c\", limit 5) on the released key = %+v, %v; want granted", key, res, err)
-		}
-		return true
-	})
+	s.grantUnderNewLimit(k, "c", 1, 5, time.Minute)
 	if snap := inspect(t, st, key); snap.Limit != 5 {
 		t.Errorf("Inspect after a grant of limit 5 on a free key: limit %d, want 5", snap.Limit)
 	}
 	ko.mismatch(ko.request("a", 1, 2, time.Minute), 5)
 	k.grant("d", 4, 5, time.Minute)
+}
+
+// grantUnderNewLimit is k.grant for a request whose limit differs from that of the key's leases,
+// all of which were just released: granted at once, unless the store finishes a release it has
+// decided in the background (WithLateReleases: Redlock's nodes that answer after the quorum
+// do). Then a request under the new limit can meet the old one until it has, and is asked
+// again; any other answer than a grant or that refusal fails the test.
+func (s *suite) grantUnderNewLimit(k keyAt, holder string, permits, limit int, ttl time.Duration) uint64 {
+	k.t.Helper()
+	if !s.lateReleases {
+		return k.grant(holder, permits, limit, ttl)
+	}
+	return poll.For(k.t, fmt.Sprintf("a grant of limit %d once the key's leases of another are released", limit), func() (uint64, bool) {
+		res, err := k.st.Acquire(ctxFor(k.t), k.request(holder, permits, limit, ttl))
+		switch {
+		case errors.Is(err, core.ErrLimitMismatch):
+			return 0, false
+		case err != nil || !res.Granted || res.Fence == 0:
+			k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) on the released key = %+v, %v; want granted",
+				k.key, holder, permits, limit, res, err)
+		}
+		return res.Fence, true
+	})
 }
 
 func withWait(req core.AcquireRequest, wait time.Duration) core.AcquireRequest {

@@ -13,8 +13,9 @@
 // prepared it): SELECT … FROM leasehold_acquire($1, …). The function first locks the key's row in
 // leasehold_keys (SELECT … FOR UPDATE; the row is made when the key is taken into use, and
 // deleted once nothing is left in it: see below), so the operations on one key are serial and
-// atomic, and those on different keys never wait for each other. There are no advisory locks and no session state: every operation is a transaction of
-// its own, and works through PgBouncer in transaction mode.
+// atomic, and those on different keys never wait for each other. Operations take no advisory
+// lock and keep no session state: every operation is a transaction of its own, and works through
+// PgBouncer in transaction mode.
 //
 // Time is the database's: clock_timestamp(), read once per operation after the key's lock is
 // taken, in microseconds. A lease expires when that time passes its expiry; an expired lease
@@ -104,7 +105,9 @@
 // "leasehold_", WithTablePrefix) in the schema (default "public", WithSchema). The tables are
 // keys, leases, waiters, left, fences and schema (the functions' version and the last sweep's
 // time); SchemaSQL returns the SQL. New upgrades the tables and functions of an earlier version
-// in place (adding columns, replacing functions) in one transaction. In a rolling deploy the
+// in place (adding columns, replacing functions) in one transaction, which first takes a
+// transaction-scoped advisory lock (pg_advisory_xact_lock, on a key hashed from the schema and
+// prefix) so that Stores starting together take turns. In a rolling deploy the
 // functions in place are those of the Store that started last, and every Store calls them; a
 // Store sweeps only while they are its own. Creating them needs CREATE on the schema; afterwards the
 // Store needs SELECT, INSERT, UPDATE and DELETE on the tables, EXECUTE on the functions

@@ -99,9 +99,9 @@ func (n names) recordVersion() string {
 
 // setup makes sure the tables and functions of n exist at this version. When the version row
 // says so already it costs one query; otherwise it runs the DDL in one transaction that first
-// takes a transaction-scoped advisory lock on the schema and prefix, so that Stores starting
-// together take turns (CREATE ... IF NOT EXISTS is not atomic against a concurrent creator).
-// With create false it only checks.
+// takes a transaction-scoped advisory lock on the schema and prefix and locks the version
+// table, so that Stores starting together take turns (CREATE ... IF NOT EXISTS is not atomic
+// against a concurrent creator). With create false it only checks.
 func setup(ctx context.Context, pool *pgxpool.Pool, n names, create bool) error {
 	var v string
 	err := pool.QueryRow(ctx, n.readVersion).Scan(&v)
