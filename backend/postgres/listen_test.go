@@ -23,6 +23,7 @@ import (
 // statement (the listening connection has sent its LISTEN before). Then the holder releases and
 // each in turn is granted.
 func TestIdleWaitersSendNothing(t *testing.T) {
+	testenv.SkipShort(t, "its silence is watched for a second")
 	t.Parallel() // its window is waited out
 	url, key := serverURL(t), uniqueKey(t)
 	holder, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(time.Minute))

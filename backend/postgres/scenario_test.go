@@ -15,6 +15,7 @@ import (
 // named after it, on the package's one server.
 
 func TestRWMutexOnPostgres(t *testing.T) {
+	testenv.SkipShort(t, "the RWMutex scenarios run for seconds")
 	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	mk := func(opts ...primitives.Option) *primitives.RWMutex {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestSetupsStartingTogetherTakeTurns: setups of one schema and prefix that start at once each
@@ -109,6 +110,7 @@ func TestSetupRetriesWhenConcurrentDDLCollides(t *testing.T) {
 // TestStoresStartingTogetherOnFreshPrefixes: Stores that start at once on a prefix nobody has set
 // up all start, though their CREATE TABLE IF NOT EXISTS statements run into each other.
 func TestStoresStartingTogetherOnFreshPrefixes(t *testing.T) {
+	testenv.SkipShort(t, "seconds of DDL on fresh prefixes")
 	t.Parallel() // in a schema of its own
 	url := serverURL(t)
 	ctx := context.Background()
