@@ -29,7 +29,7 @@ func (s *suite) testWeightedAcquiresShareKeySpace(t *testing.T) {
 	at(t, st, key).grant("c", 1, 4, time.Minute)
 	at(t, st, key).refuse("d", 1, 4, time.Minute)
 	at(t, st, key).release("a")
-	at(t, st, key).grant("b", 2, 4, time.Minute)
+	s.grantAfterReleases(at(t, st, key), "b", 2, 4, time.Minute)
 	at(t, st, key).grant("d", 1, 4, time.Minute)
 	if got := inspect(t, st, key).InUse(); got != 4 {
 		t.Errorf("Inspect: %d permits in use, want 4", got)

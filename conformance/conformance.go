@@ -108,9 +108,10 @@ func WithoutNotifier() Option {
 }
 
 // WithLateReleases tells Run that the Store may finish a release it has decided after Release
-// returns (as Redlock does on the nodes that answer after its quorum): a request under a new
-// limit on a key whose leases were all released may meet the old limit until then, and
-// KeyHasOneLimit asks again. Without it the first such request must be granted.
+// returns (as Redlock does on the nodes that answer after its quorum): a request on a key whose
+// leases in its way were just released may meet them until then (refused, or refused their
+// limit), and the tests that acquire right after a release ask again. Without it the first
+// such request must be granted.
 func WithLateReleases() Option {
 	return func(s *suite) { s.lateReleases = true }
 }

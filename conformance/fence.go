@@ -30,7 +30,7 @@ func (s *suite) testFencesStrictlyIncrease(t *testing.T) {
 		}
 	}
 	ttl := s.shortTTL(20 * time.Millisecond)
-	check(s.grantUnderNewLimit(at(t, st, key), "a", 1, 1, ttl), "a release")
+	check(s.grantAfterReleases(at(t, st, key), "a", 1, 1, ttl), "a release")
 	s.elapse(2 * ttl)
 	check(at(t, st, key).grant("b", 1, 1, time.Minute), "an expiry")
 }

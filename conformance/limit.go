@@ -62,7 +62,7 @@ func (s *suite) testKeyHasOneLimit(t *testing.T) {
 	// WithLateReleases).
 	k.release("a")
 	k.release("b")
-	s.grantUnderNewLimit(k, "c", 1, 5, time.Minute)
+	s.grantAfterReleases(k, "c", 1, 5, time.Minute)
 	if snap := inspect(t, st, key); snap.Limit != 5 {
 		t.Errorf("Inspect after a grant of limit 5 on a free key: limit %d, want 5", snap.Limit)
 	}
@@ -70,22 +70,22 @@ func (s *suite) testKeyHasOneLimit(t *testing.T) {
 	k.grant("d", 4, 5, time.Minute)
 }
 
-// grantUnderNewLimit is k.grant for a request whose limit differs from that of the key's leases,
-// all of which were just released: granted at once, unless the store finishes a release it has
-// decided in the background (WithLateReleases: Redlock's nodes that answer after the quorum
-// do). Then a request under the new limit can meet the old one until it has, and is asked
-// again; any other answer than a grant or that refusal fails the test.
-func (s *suite) grantUnderNewLimit(k keyAt, holder string, permits, limit int, ttl time.Duration) uint64 {
+// grantAfterReleases is k.grant for a request on a key whose leases in its way were just
+// released: granted at once, unless the store finishes a release it has decided in the
+// background (WithLateReleases: Redlock's nodes that answer after the quorum do). Then the
+// request can meet the released leases (a refusal, or their limit: ErrLimitMismatch) until
+// the store has, and is asked again; any other answer fails the test.
+func (s *suite) grantAfterReleases(k keyAt, holder string, permits, limit int, ttl time.Duration) uint64 {
 	k.t.Helper()
 	if !s.lateReleases {
 		return k.grant(holder, permits, limit, ttl)
 	}
-	return poll.For(k.t, fmt.Sprintf("a grant of limit %d once the key's leases of another are released", limit), func() (uint64, bool) {
+	return poll.For(k.t, fmt.Sprintf("a grant to %q once the leases in its way are released", holder), func() (uint64, bool) {
 		res, err := k.st.Acquire(ctxFor(k.t), k.request(holder, permits, limit, ttl))
 		switch {
-		case errors.Is(err, core.ErrLimitMismatch):
+		case errors.Is(err, core.ErrLimitMismatch), err == nil && !res.Granted:
 			return 0, false
-		case err != nil || !res.Granted || res.Fence == 0:
+		case err != nil || res.Fence == 0:
 			k.t.Fatalf("Acquire(%q, holder %q, permits %d, limit %d) on the released key = %+v, %v; want granted",
 				k.key, holder, permits, limit, res, err)
 		}
