@@ -7,6 +7,14 @@
 //
 //	cd bench && go run ./cmd/peerbench
 //
+// Its floor scenario sets Leasehold's uncontended lock/unlock pair beside the least a lock can
+// cost — a bare SET NX PX with a compare-and-delete script, and a minimal fenced lease with
+// server time in one Redis function — and beside bsm/redislock and redsync, all in one process
+// on one shared client per library, with the client's and the server's CPU per pair, as medians
+// of interleaved rounds:
+//
+//	cd bench && go run ./cmd/peerbench -scenarios floor -duration 3s -rounds 3
+//
 // The hot paths of Leasehold's own packages have go test benchmarks beside their code:
 //
 //	go test -run '^$' -bench . -benchmem ./primitives/ ./backend/memory/ ./backend/internal/rediscore/

@@ -43,6 +43,7 @@ func Redis() Backend {
 		Deps:    []string{"github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/valkey-io/valkey-go"},
 		Command: "cd bench && go run ./cmd/peerbench",
 		Stats:   redisStats,
+		Floor:   lockers.FloorLibs(),
 	}
 }
 

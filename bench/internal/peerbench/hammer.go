@@ -92,8 +92,9 @@ type hammered struct {
 // pairs whose acquire returned within d and times each handoff, from the moment the holder
 // starts its release to the moment another worker's acquire returns. When d is up
 // the workers finish the acquire they are in and stop; any still waiting after grace are
-// counted as stranded and cancelled. Commands sent through c are counted over d.
-func hammer(ctx context.Context, ls []lockers.Locker, d time.Duration, c *wire.Counter) *hammered {
+// counted as stranded and cancelled. Commands sent through c are counted over d, and m (when
+// not nil) reads its gauges at the start of d and at its end.
+func hammer(ctx context.Context, ls []lockers.Locker, d time.Duration, c *wire.Counter, m *meter) *hammered {
 	h := &hammered{}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -146,6 +147,7 @@ func hammer(ctx context.Context, ls []lockers.Locker, d time.Duration, c *wire.C
 		})
 	}
 	before := c.Snapshot()
+	m.start()
 	start := time.Now()
 	end = start.Add(d)
 	close(begin)
@@ -153,8 +155,9 @@ func hammer(ctx context.Context, ls []lockers.Locker, d time.Duration, c *wire.C
 	case <-time.After(d):
 	case <-ctx.Done():
 	}
-	h.cmds = c.Snapshot().Since(before)
 	h.elapsed = time.Since(start)
+	m.stop()
+	h.cmds = c.Snapshot().Since(before)
 	stop.Store(true)
 	h.stranded = cancelStragglers(&wg, &running, cancel)
 	h.pairs, h.other = pairs.Load(), other.Load()
@@ -216,7 +219,7 @@ func hammerLockers(ctx context.Context, e *env, f fleet) (*hammered, error) {
 	if err := warm(ctx, ls); err != nil {
 		return nil, err
 	}
-	h := hammer(ctx, ls, e.duration, c)
+	h := hammer(ctx, ls, e.duration, c, nil)
 	if err := h.check(); err != nil {
 		return nil, err
 	}

@@ -43,6 +43,8 @@ type Backend struct {
 	Command string
 	// Stats, when not nil, reads the server's counters (for the server CPU and script columns).
 	Stats func(addr string) (serverStats, error)
+	// Floor, when not nil, is the libraries of the floor scenario (it needs Stats).
+	Floor []lockers.Shared
 }
 
 // Main runs b's benchmark with the command line's flags, prints the report, and exits non-zero
@@ -70,24 +72,54 @@ func run(b Backend) error {
 			scenarioNames = append(scenarioNames, s.name)
 		}
 	}
+	onlyHelp := "comma-separated libraries to run; also: " + strings.Join(hidden, ",")
+	scenariosHelp := "comma-separated scenarios to run"
+	if b.Floor != nil {
+		var floorNames []string
+		for _, l := range b.Floor {
+			floorNames = append(floorNames, l.Name)
+		}
+		onlyHelp += "; the floor's (all unless named): " + strings.Join(floorNames, ",")
+		scenariosHelp += "; also: floor (the uncontended pair on a shared client, with client and server CPU)"
+	}
 	e := &env{}
 	flag.DurationVar(&e.duration, "duration", 3*time.Second, "how long each throughput scenario runs")
 	flag.DurationVar(&e.hold, "hold", 2*time.Second, "how long the holder keeps the lock in the idle scenario")
-	flag.IntVar(&e.workers, "workers", 16, "workers in the contended, idle and semaphore scenarios")
-	only := flag.String("only", strings.Join(names, ","), "comma-separated libraries to run; also: "+strings.Join(hidden, ","))
-	which := flag.String("scenarios", strings.Join(scenarioNames, ","), "comma-separated scenarios to run")
+	flag.IntVar(&e.workers, "workers", 16, "workers in the contended, idle and semaphore scenarios, and the floor's second group")
+	rounds := flag.Int("rounds", 3, "rounds of the floor scenario, every library once a round; its table gives the medians")
+	only := flag.String("only", strings.Join(names, ","), onlyHelp)
+	which := flag.String("scenarios", strings.Join(scenarioNames, ","), scenariosHelp)
 	flag.Parse()
-	if flag.NArg() > 0 || e.duration <= 0 || e.hold <= 0 || e.workers < 2 {
+	if flag.NArg() > 0 || e.duration <= 0 || e.hold <= 0 || e.workers < 2 || *rounds < 1 {
 		flag.Usage()
 		return errors.New("bad arguments")
 	}
-	chosen, err := pickLibs(b.Libs, *only)
+	explicitOnly := false
+	flag.Visit(func(f *flag.Flag) { explicitOnly = explicitOnly || f.Name == "only" })
+	list, floor := cutFloor(*which)
+	if floor && b.Floor == nil {
+		return errors.New("-scenarios: no floor on " + b.Name)
+	}
+	libNames, floorNames, err := splitOnly(b, *only, explicitOnly && floor)
 	if err != nil {
 		return err
 	}
-	chosenScenarios, err := pickScenarios(*which)
-	if err != nil {
-		return err
+	var chosen []lockers.Lib
+	var chosenScenarios []scenario
+	if list != "" || !floor {
+		if chosen, err = pickLibs(b.Libs, libNames); err != nil {
+			return err
+		}
+		if chosenScenarios, err = pickScenarios(list); err != nil {
+			return err
+		}
+	}
+	var floorGs []floorGroup
+	if floor {
+		floorGs = floorGroups(pickFloor(b.Floor, floorNames), e.workers)
+		if len(floorGs) == 0 {
+			return errors.New("-only: no floor libraries")
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -101,7 +133,9 @@ func run(b Backend) error {
 	defer stopServer()
 	e.addr = addr
 	e.stats = b.Stats
-	if slices.ContainsFunc(chosenScenarios, func(s scenario) bool { return s.name == "redlock" }) {
+	needRedlock := slices.ContainsFunc(chosenScenarios, func(s scenario) bool { return s.name == "redlock" }) ||
+		slices.ContainsFunc(floorGs, func(g floorGroup) bool { return g.rows[0].lib.Redlock })
+	if needRedlock {
 		if b.LaunchRedlock == nil {
 			return errors.New("-scenarios: no redlock on " + b.Name)
 		}
@@ -139,9 +173,69 @@ func run(b Backend) error {
 			runtime.GC()
 		}
 	}
+	if floor {
+		if err := runFloor(ctx, e, floorGs, *rounds); err != nil {
+			return err
+		}
+	}
 
-	fmt.Print(report(rows, cols, e, b, runFacts{version: version, took: time.Since(began)}))
+	facts := runFacts{version: version, took: time.Since(began)}
+	if len(chosenScenarios) > 0 {
+		fmt.Print(report(rows, cols, e, b, facts))
+	} else {
+		fmt.Print(header(b, facts))
+	}
+	if floor {
+		if len(chosenScenarios) > 0 {
+			fmt.Print("\n")
+		}
+		fmt.Print(floorReport(floorGs, e, *rounds))
+	}
 	return nil
+}
+
+// cutFloor takes "floor" out of a -scenarios list, and says whether it was there.
+func cutFloor(list string) (rest string, floor bool) {
+	var keep []string
+	for _, name := range strings.Split(list, ",") {
+		if strings.TrimSpace(name) == "floor" {
+			floor = true
+		} else {
+			keep = append(keep, name)
+		}
+	}
+	return strings.Join(keep, ","), floor
+}
+
+// splitOnly splits the -only list into the names of b's libraries and those of its floor's.
+// Unless shared (-only named with the floor chosen), the whole list is the libraries' and the
+// floor runs all of its own. A shared name neither knows is an error.
+func splitOnly(b Backend, list string, shared bool) (libs string, floor []string, err error) {
+	if !shared {
+		return list, nil, nil
+	}
+	var keep []string
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		isLib := slices.ContainsFunc(b.Libs, func(l lockers.Lib) bool { return l.Name == name })
+		isFloor := slices.ContainsFunc(b.Floor, func(l lockers.Shared) bool { return l.Name == name })
+		if !isLib && !isFloor {
+			return "", nil, fmt.Errorf("-only: no library %q", name)
+		}
+		if isLib {
+			keep = append(keep, name)
+		}
+		if isFloor {
+			floor = append(floor, name)
+		}
+	}
+	if len(floor) == 0 {
+		return "", nil, errors.New("-only: no floor libraries")
+	}
+	return strings.Join(keep, ","), floor, nil
 }
 
 var errTimeout = errors.New("timeout")
@@ -170,11 +264,11 @@ func (r *row) record(s scenario, res result, err error, limit time.Duration) {
 }
 
 // bounded runs f with ctx and gives up on it after limit, leaving it running.
-func bounded(ctx context.Context, limit time.Duration, f func(context.Context) (result, error)) (result, error) {
+func bounded[T any](ctx context.Context, limit time.Duration, f func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type outcome struct {
-		r   result
+		r   T
 		err error
 	}
 	ch := make(chan outcome, 1)
@@ -193,9 +287,11 @@ func bounded(ctx context.Context, limit time.Duration, f func(context.Context) (
 	case o := <-ch:
 		return o.r, o.err
 	case <-t.C:
-		return result{}, errTimeout
+		var zero T
+		return zero, errTimeout
 	case <-ctx.Done():
-		return result{}, ctx.Err()
+		var zero T
+		return zero, ctx.Err()
 	}
 }
 
@@ -261,13 +357,19 @@ type runFacts struct {
 	took    time.Duration
 }
 
-func report(rows []*row, cols []column, e *env, be Backend, run runFacts) string {
-	version, took := run.version, run.took
+// header is the report's opening: the machine, the command and the libraries' versions.
+func header(be Backend, run runFacts) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Machine: %s, %d cores (GOMAXPROCS %d), %s/%s, %s, %s %s on loopback\n\n",
-		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), be.Name, version)
-	fmt.Fprintf(&b, "Command: `%s` (took %s)\n\n", commandLine(be.Command), took.Round(time.Second))
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), be.Name, run.version)
+	fmt.Fprintf(&b, "Command: `%s` (took %s)\n\n", commandLine(be.Command), run.took.Round(time.Second))
 	fmt.Fprintf(&b, "Libraries: Leasehold from this tree (%s); %s\n\n", treeState(), depVersions(be.Deps))
+	return b.String()
+}
+
+func report(rows []*row, cols []column, e *env, be Backend, run runFacts) string {
+	var b strings.Builder
+	b.WriteString(header(be, run))
 	b.WriteString(table(rows, e.workers, cols))
 	fmt.Fprintf(&b, "\nEach figure is followed by its ratio to the best peer in its column (figure ÷ best peer; "+
 		"↑ higher is better, ↓ lower is better). Throughput scenarios run %v each; every worker has its own client "+

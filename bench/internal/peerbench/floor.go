@@ -1,0 +1,334 @@
+package peerbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/bench/internal/lockers"
+)
+
+// The floor scenario measures the uncontended lock/unlock pair of each Shared library in this
+// one process, every worker of a library on one client shared by all of them, with 1 worker
+// and with e.workers workers on a key each (Redlock libraries: 1 worker). It runs every library
+// once per round, all of them in turn, for the rounds asked, and reports the medians over the
+// rounds with their ratios to the group's base library, so a swing of the machine's speed hits
+// every library alike. Per pair it reports this process's CPU (getrusage) and the servers' (INFO
+// cpu): the libraries run one after another, never at once, so each one's window is its own.
+
+// floorSample is one library's figures in one round.
+type floorSample struct {
+	rate   float64 // pairs/s
+	client float64 // this process's CPU, µs per pair
+	server float64 // the servers' CPU, µs per pair
+}
+
+// floorRow is one library at one worker count, over the rounds.
+type floorRow struct {
+	lib     lockers.Shared
+	workers int
+	samples []floorSample
+	notes   []string
+}
+
+// floorGroup is the rows measured against one base row.
+type floorGroup struct {
+	title string
+	rows  []*floorRow
+}
+
+// floorGroups lays out libs: on one server with 1 worker and with workers workers, then the
+// Redlock libraries with 1 worker. Groups with no rows are left out.
+func floorGroups(libs []lockers.Shared, workers int) []floorGroup {
+	gs := []floorGroup{
+		{title: "1 worker, one key"},
+		{title: fmt.Sprintf("%d workers, a key each", workers)},
+		{title: "Redlock(3), 1 worker, one key"},
+	}
+	for _, l := range libs {
+		if l.Redlock {
+			gs[2].rows = append(gs[2].rows, &floorRow{lib: l, workers: 1})
+			continue
+		}
+		gs[0].rows = append(gs[0].rows, &floorRow{lib: l, workers: 1})
+		gs[1].rows = append(gs[1].rows, &floorRow{lib: l, workers: workers})
+	}
+	return slices.DeleteFunc(gs, func(g floorGroup) bool { return len(g.rows) == 0 })
+}
+
+// meter reads, at the start and the end of a measured window, this process's CPU and the CPU of
+// the servers at addrs; the first error is kept.
+type meter struct {
+	addrs   []string
+	stats   func(addr string) (serverStats, error)
+	client0 time.Duration
+	server0 time.Duration
+	client  time.Duration // this process's CPU over the window
+	server  time.Duration // the servers' CPU over the window, summed
+	err     error
+}
+
+func (m *meter) start() {
+	if m == nil {
+		return
+	}
+	// The servers first: the round trips to read them are then outside this process's window.
+	m.server0 = m.servers()
+	m.client0 = m.process()
+}
+
+func (m *meter) stop() {
+	if m == nil {
+		return
+	}
+	m.client = m.process() - m.client0
+	m.server = m.servers() - m.server0
+}
+
+func (m *meter) process() time.Duration {
+	cpu, err := processCPU()
+	m.fail(err)
+	return cpu
+}
+
+func (m *meter) servers() time.Duration {
+	var sum time.Duration
+	for _, a := range m.addrs {
+		st, err := m.stats(a)
+		m.fail(err)
+		sum += st.cpu
+	}
+	return sum
+}
+
+func (m *meter) fail(err error) {
+	if err != nil && m.err == nil {
+		m.err = err
+	}
+}
+
+// floorOnce measures row's library once: opens its shared client, makes a Locker per worker on
+// a key of its own, warms them up, collects garbage, and hammers them for e.duration. Set-up and
+// warm-up are outside the measured window.
+func floorOnce(ctx context.Context, e *env, r *floorRow) (floorSample, []string, error) {
+	addrs := []string{e.addr}
+	if r.lib.Redlock {
+		addrs = e.redlock
+	}
+	newLocker, closeClient, err := r.lib.Open(addrs)
+	if err != nil {
+		return floorSample{}, nil, err
+	}
+	defer closeClient()
+	i := 0
+	ls, err := open(r.workers, func() (lockers.Locker, error) {
+		i++
+		return newLocker(fmt.Sprintf("peerbench:floor:%s:%d", r.lib.Name, i))
+	})
+	if err != nil {
+		return floorSample{}, nil, err
+	}
+	defer closeAll(ls)
+	if err := warm(ctx, ls); err != nil {
+		return floorSample{}, nil, err
+	}
+	runtime.GC()
+	m := &meter{addrs: addrs, stats: e.stats}
+	h := hammer(ctx, ls, e.duration, nil, m)
+	if m.err != nil {
+		return floorSample{}, nil, m.err
+	}
+	if err := h.check(); err != nil {
+		return floorSample{}, nil, err
+	}
+	var notes []string
+	if n := h.fails.note("pairs"); n != "" {
+		notes = append(notes, n)
+	}
+	if h.stranded > 0 {
+		notes = append(notes, fmt.Sprintf("%d of %d workers were still in an acquire %v after the run ended; cancelled then",
+			h.stranded, r.workers, grace))
+	}
+	p := float64(h.pairs)
+	return floorSample{rate: h.rate(), client: micros(m.client) / p, server: micros(m.server) / p}, notes, nil
+}
+
+// runFloor measures every row of gs once per round, all rows in turn, rounds times, printing
+// each round's figures to stderr as it goes.
+func runFloor(ctx context.Context, e *env, gs []floorGroup, rounds int) error {
+	for round := 1; round <= rounds; round++ {
+		for _, g := range gs {
+			for _, r := range g.rows {
+				t := time.Now()
+				fmt.Fprintf(os.Stderr, "floor %d/%d %-18s %-10s ", round, rounds, r.lib.Name, plural(r.workers, "worker"))
+				limit := e.duration + 2*grace + 20*time.Second
+				type out struct {
+					s     floorSample
+					notes []string
+				}
+				o, err := bounded(ctx, limit, func(ctx context.Context) (out, error) {
+					s, notes, err := floorOnce(ctx, e, r)
+					return out{s, notes}, err
+				})
+				if ctx.Err() != nil {
+					fmt.Fprintln(os.Stderr)
+					return errors.New("interrupted")
+				}
+				for _, n := range o.notes {
+					r.notes = append(r.notes, fmt.Sprintf("round %d: %s", round, n))
+				}
+				if err != nil {
+					if errors.Is(err, errTimeout) {
+						err = fmt.Errorf("did not finish within %v; abandoned", limit)
+					}
+					r.notes = append(r.notes, fmt.Sprintf("round %d: %v", round, err))
+					fmt.Fprintf(os.Stderr, "%6.1fs error: %v\n", time.Since(t).Seconds(), err)
+					continue
+				}
+				r.samples = append(r.samples, o.s)
+				fmt.Fprintf(os.Stderr, "%6.1fs %s pairs/s, client %s, server %s µs/pair\n", time.Since(t).Seconds(),
+					integer(o.s.rate), small(o.s.client), small(o.s.server))
+				runtime.GC()
+			}
+		}
+	}
+	return nil
+}
+
+// median returns the median of xs (the mean of the middle two for an even count), or 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// medians returns the medians of r's samples, each figure on its own, and whether it has any.
+func (r *floorRow) medians() (floorSample, bool) {
+	if len(r.samples) == 0 {
+		return floorSample{}, false
+	}
+	pick := func(f func(floorSample) float64) float64 {
+		xs := make([]float64, len(r.samples))
+		for i, s := range r.samples {
+			xs[i] = f(s)
+		}
+		return median(xs)
+	}
+	return floorSample{
+		rate:   pick(func(s floorSample) float64 { return s.rate }),
+		client: pick(func(s floorSample) float64 { return s.client }),
+		server: pick(func(s floorSample) float64 { return s.server }),
+	}, true
+}
+
+// floorTables renders each group as a markdown table of medians over rounds, each figure
+// followed by its ratio to the group's base row's (figure ÷ base).
+func floorTables(gs []floorGroup, rounds int) string {
+	var b strings.Builder
+	for i, g := range gs {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		var base floorSample
+		baseOK := false
+		baseLabel := "its base"
+		for _, r := range g.rows {
+			if r.lib.Base {
+				baseLabel = r.lib.Label
+				base, baseOK = r.medians()
+			}
+		}
+		fmt.Fprintf(&b, "%s (medians of %s; ratios to %s):\n\n", g.title, plural(rounds, "round"), baseLabel)
+		b.WriteString("| Library | pairs/s ↑ | client CPU µs/pair ↓ | server CPU µs/pair ↓ |\n|:---|---:|---:|---:|\n")
+		for _, r := range g.rows {
+			b.WriteString("| " + r.lib.Label + " |")
+			m, ok := r.medians()
+			if !ok {
+				b.WriteString(" error | error | error |\n")
+				continue
+			}
+			for _, f := range []struct {
+				v, base float64
+				format  func(float64) string
+			}{{m.rate, base.rate, integer}, {m.client, base.client, small}, {m.server, base.server, small}} {
+				b.WriteString(" " + f.format(f.v))
+				if baseOK && f.base > 0 {
+					b.WriteString(" (" + ratio(f.v, f.base) + ")")
+				}
+				if len(r.samples) < rounds {
+					fmt.Fprintf(&b, " ‡%d", len(r.samples))
+				}
+				b.WriteString(" |")
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// floorReport is the floor scenario's section of the report: its tables, how they were
+// measured, the libraries' configurations, and the notes of failed rounds and errors.
+func floorReport(gs []floorGroup, e *env, rounds int) string {
+	var b strings.Builder
+	b.WriteString("The floor: the uncontended lock/unlock pair in this one process, every worker of a library on one " +
+		"client shared by all of them (one client per server for Redlock).\n\n")
+	b.WriteString(floorTables(gs, rounds))
+	fmt.Fprintf(&b, "\nEvery library runs once per round, all of them in turn, %s of %v each; a figure is the "+
+		"median over the rounds, and its ratio is that median ÷ the base library's (↑ higher is better, ↓ lower is "+
+		"better; ‡n: only n rounds measured, see the notes). Pairs/s counts the pairs whose acquire returned within "+
+		"the window. Client CPU is this process's user + system CPU over the window (getrusage RUSAGE_SELF, after a "+
+		"GC; connecting, loading scripts and a warm-up pair per worker come before it) ÷ pairs: the libraries never "+
+		"run at once, and the harness's own loop, the same for all, is in it. Server CPU is redis-server's "+
+		"used_cpu_user + used_cpu_sys (INFO cpu) over the window ÷ pairs, summed over the three servers for "+
+		"Redlock.\n", plural(rounds, "round"), e.duration)
+	b.WriteString("\nConfigurations:\n\n")
+	seen := map[string]bool{}
+	for _, g := range gs {
+		for _, r := range g.rows {
+			if !seen[r.lib.Name] {
+				seen[r.lib.Name] = true
+				fmt.Fprintf(&b, "- %s: %s\n", r.lib.Label, r.lib.Config)
+			}
+		}
+	}
+	var notes []string
+	for _, g := range gs {
+		for _, r := range g.rows {
+			for _, n := range r.notes {
+				notes = append(notes, fmt.Sprintf("- %s, %s, %s", r.lib.Label, plural(r.workers, "worker"), n))
+			}
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\nNotes:\n\n" + strings.Join(notes, "\n") + "\n")
+	}
+	return b.String()
+}
+
+// pickFloor returns the libraries of libs named in list, or all of them when list is empty.
+func pickFloor(libs []lockers.Shared, names []string) []lockers.Shared {
+	if len(names) == 0 {
+		return libs
+	}
+	return slices.DeleteFunc(slices.Clone(libs), func(l lockers.Shared) bool { return !slices.Contains(names, l.Name) })
+}
+
+// plural says n things: "1 round", "3 rounds".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}

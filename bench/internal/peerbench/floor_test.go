@@ -1,0 +1,117 @@
+package peerbench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/bench/internal/lockers"
+)
+
+func TestMedianOfOddAndEvenCounts(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{7}, 7},
+		{[]float64{9, 1, 5}, 5},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{10, 10, 1, 100, 10}, 10},
+	} {
+		in := append([]float64(nil), c.xs...)
+		if got := median(c.xs); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.xs, got, c.want)
+		}
+		for i := range in {
+			if in[i] != c.xs[i] {
+				t.Fatalf("median reordered its input: %v, was %v", c.xs, in)
+			}
+		}
+	}
+}
+
+func TestFloorRowMediansEachFigureOnItsOwn(t *testing.T) {
+	r := &floorRow{samples: []floorSample{{rate: 100, client: 9, server: 1}, {rate: 300, client: 1, server: 3}, {rate: 200, client: 5, server: 9}}}
+	got, ok := r.medians()
+	if want := (floorSample{rate: 200, client: 5, server: 3}); !ok || got != want {
+		t.Fatalf("medians = %+v, %v; want %+v, true", got, ok, want)
+	}
+	if _, ok := (&floorRow{}).medians(); ok {
+		t.Fatal("a row with no samples has medians")
+	}
+}
+
+func TestFloorTablesRatiosAgainstTheBaseOfEachGroup(t *testing.T) {
+	libs := []lockers.Shared{
+		{Name: "floor", Label: "floor"},
+		{Name: "base", Label: "base", Base: true},
+		{Name: "ours", Label: "ours"},
+		{Name: "rlbase", Label: "rlbase", Base: true, Redlock: true},
+		{Name: "rl", Label: "rl", Redlock: true},
+	}
+	gs := floorGroups(libs, 16)
+	if len(gs) != 3 || len(gs[0].rows) != 3 || gs[1].rows[0].workers != 16 || len(gs[2].rows) != 2 || gs[2].rows[1].workers != 1 {
+		t.Fatalf("groups laid out wrong: %+v", gs)
+	}
+	set := func(g, i int, ss ...floorSample) { gs[g].rows[i].samples = ss }
+	set(0, 0, floorSample{rate: 15000, client: 40, server: 20}, floorSample{rate: 13000, client: 30, server: 28}, floorSample{rate: 14000, client: 35, server: 24})
+	set(0, 1, floorSample{rate: 10000, client: 50, server: 40}, floorSample{rate: 10000, client: 50, server: 40}, floorSample{rate: 10000, client: 50, server: 40})
+	set(0, 2, floorSample{rate: 8000, client: 65, server: 60}, floorSample{rate: 9000, client: 60, server: 60})
+	set(1, 0, floorSample{rate: 20000, client: 30, server: 20}, floorSample{rate: 20000, client: 30, server: 20}, floorSample{rate: 20000, client: 30, server: 20})
+	set(2, 0, floorSample{rate: 2000, client: 300, server: 200}, floorSample{rate: 2000, client: 300, server: 200}, floorSample{rate: 2000, client: 300, server: 200})
+	set(2, 1, floorSample{rate: 1800, client: 330, server: 500}, floorSample{rate: 1800, client: 330, server: 500}, floorSample{rate: 1800, client: 330, server: 500})
+	got := floorTables(gs, 3)
+	for _, want := range []string{
+		"1 worker, one key (medians of 3 rounds; ratios to base):",
+		"| floor | 14 000 (1.40×) | 35.0 (0.70×) | 24.0 (0.60×) |",
+		"| base | 10 000 (1.00×) | 50.0 (1.00×) | 40.0 (1.00×) |",
+		"| ours | 8 500 (0.85×) ‡2 | 62.5 (1.25×) ‡2 | 60.0 (1.50×) ‡2 |",
+		"16 workers, a key each (medians of 3 rounds; ratios to base):",
+		"| floor | 20 000 |",               // no base figures in this group: no ratios
+		"| base | error | error | error |", // no round measured
+		"Redlock(3), 1 worker, one key (medians of 3 rounds; ratios to rlbase):",
+		"| rl | 1 800 (0.90×) | 330 (1.10×) | 500 (2.50×) |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("tables lack %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestFloorIsCutFromTheScenarioList(t *testing.T) {
+	if rest, floor := cutFloor("uncontended, floor,redlock"); !floor || rest != "uncontended,redlock" {
+		t.Fatalf("cutFloor = %q, %v", rest, floor)
+	}
+	if rest, floor := cutFloor("idle"); floor || rest != "idle" {
+		t.Fatalf("cutFloor = %q, %v", rest, floor)
+	}
+	if rest, floor := cutFloor("floor"); !floor || rest != "" {
+		t.Fatalf("cutFloor = %q, %v", rest, floor)
+	}
+}
+
+func TestOnlyNamesFloorLibrariesWhenTheFloorRuns(t *testing.T) {
+	b := Backend{
+		Libs:  []lockers.Lib{{Name: "leasehold-goredis"}, {Name: "redsync"}, {Name: "valkeylock"}},
+		Floor: []lockers.Shared{{Name: "setnx"}, {Name: "redislock"}, {Name: "leasehold-goredis"}, {Name: "redsync"}},
+	}
+	libs, floor, err := splitOnly(b, "leasehold-goredis,setnx,valkeylock", true)
+	if err != nil || libs != "leasehold-goredis,valkeylock" || strings.Join(floor, ",") != "leasehold-goredis,setnx" {
+		t.Fatalf("splitOnly = %q, %v, %v", libs, floor, err)
+	}
+	if got := pickFloor(b.Floor, floor); len(got) != 2 || got[0].Name != "setnx" || got[1].Name != "leasehold-goredis" {
+		t.Fatalf("pickFloor = %+v", got)
+	}
+	if got := pickFloor(b.Floor, nil); len(got) != 4 {
+		t.Fatalf("pickFloor with no names = %+v, want all", got)
+	}
+	if _, _, err := splitOnly(b, "setnx,nosuch", true); err == nil {
+		t.Fatal("an unknown name was accepted")
+	}
+	if _, _, err := splitOnly(b, "valkeylock", true); err == nil {
+		t.Fatal("an -only naming no floor library was accepted with the floor chosen")
+	}
+	if libs, floor, err := splitOnly(b, "anything", false); err != nil || libs != "anything" || floor != nil {
+		t.Fatalf("without the floor, splitOnly = %q, %v, %v; want the list untouched", libs, floor, err)
+	}
+}
