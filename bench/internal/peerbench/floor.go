@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -17,12 +18,13 @@ import (
 // one process, every worker of a library on one client shared by all of them, with 1 worker
 // and with e.workers workers on a key each (Redlock libraries: 1 worker). It runs every library
 // once per round, all of them in turn, for the rounds asked, and reports the medians over the
-// rounds with their ratios to the group's base library, so a swing of the machine's speed hits
-// every library alike. Per pair it reports this process's CPU (getrusage) and the servers' (INFO
+// rounds, and the median over the rounds of each figure's ratio to the group's base library's in
+// the same round, so a swing of the machine's speed hits every library alike. Per pair it reports this process's CPU (getrusage) and the servers' (INFO
 // cpu): the libraries run one after another, never at once, so each one's window is its own.
 
 // floorSample is one library's figures in one round.
 type floorSample struct {
+	round  int
 	rate   float64 // pairs/s
 	client float64 // this process's CPU, µs per pair
 	server float64 // the servers' CPU, µs per pair
@@ -190,14 +192,49 @@ func runFloor(ctx context.Context, e *env, gs []floorGroup, rounds int) error {
 					fmt.Fprintf(os.Stderr, "%6.1fs error: %v\n", time.Since(t).Seconds(), err)
 					continue
 				}
+				o.s.round = round
 				r.samples = append(r.samples, o.s)
 				fmt.Fprintf(os.Stderr, "%6.1fs %s pairs/s, client %s, server %s µs/pair\n", time.Since(t).Seconds(),
 					integer(o.s.rate), small(o.s.client), small(o.s.server))
 				runtime.GC()
 			}
 		}
+		for _, g := range gs {
+			if line := roundRatios(g, round); line != "" {
+				fmt.Fprintf(os.Stderr, "floor %d/%d ratios to %s (pairs/s, client, server): %s\n", round, rounds, g.base().lib.Name, line)
+			}
+		}
 	}
 	return nil
+}
+
+// base returns g's base row, or nil.
+func (g floorGroup) base() *floorRow {
+	for _, r := range g.rows {
+		if r.lib.Base {
+			return r
+		}
+	}
+	return nil
+}
+
+// roundRatios says each row's ratios to g's base in round, for the progress lines.
+func roundRatios(g floorGroup, round int) string {
+	base := g.base()
+	if base == nil {
+		return ""
+	}
+	var parts []string
+	for _, r := range g.rows {
+		if r == base {
+			continue
+		}
+		one := &floorRow{samples: slices.DeleteFunc(slices.Clone(r.samples), func(s floorSample) bool { return s.round != round })}
+		if q, ok := one.ratios(base); ok {
+			parts = append(parts, fmt.Sprintf("%s %s %s %s", r.lib.Name, fixed2(q.rate), fixed2(q.client), fixed2(q.server)))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // median returns the median of xs (the mean of the middle two for an even count), or 0 for none.
@@ -233,22 +270,48 @@ func (r *floorRow) medians() (floorSample, bool) {
 	}, true
 }
 
+// ratios returns, figure by figure, the median over the rounds that both r and base measured of
+// r's figure ÷ base's in that round, and whether there was such a round (NaN for a figure whose
+// base was 0 in every such round).
+func (r *floorRow) ratios(base *floorRow) (floorSample, bool) {
+	var rate, client, server []float64
+	add := func(xs *[]float64, v, b float64) {
+		if b > 0 {
+			*xs = append(*xs, v/b)
+		}
+	}
+	found := false
+	for _, s := range r.samples {
+		for _, bs := range base.samples {
+			if bs.round == s.round {
+				found = true
+				add(&rate, s.rate, bs.rate)
+				add(&client, s.client, bs.client)
+				add(&server, s.server, bs.server)
+			}
+		}
+	}
+	m := func(xs []float64) float64 {
+		if len(xs) == 0 {
+			return math.NaN()
+		}
+		return median(xs)
+	}
+	return floorSample{rate: m(rate), client: m(client), server: m(server)}, found
+}
+
 // floorTables renders each group as a markdown table of medians over rounds, each figure
-// followed by its ratio to the group's base row's (figure ÷ base).
+// followed by the median of its per-round ratios to the group's base row's.
 func floorTables(gs []floorGroup, rounds int) string {
 	var b strings.Builder
 	for i, g := range gs {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		var base floorSample
-		baseOK := false
+		base := g.base()
 		baseLabel := "its base"
-		for _, r := range g.rows {
-			if r.lib.Base {
-				baseLabel = r.lib.Label
-				base, baseOK = r.medians()
-			}
+		if base != nil {
+			baseLabel = base.lib.Label
 		}
 		fmt.Fprintf(&b, "%s (medians of %s; ratios to %s):\n\n", g.title, plural(rounds, "round"), baseLabel)
 		b.WriteString("| Library | pairs/s ↑ | client CPU µs/pair ↓ | server CPU µs/pair ↓ |\n|:---|---:|---:|---:|\n")
@@ -259,13 +322,18 @@ func floorTables(gs []floorGroup, rounds int) string {
 				b.WriteString(" error | error | error |\n")
 				continue
 			}
+			var q floorSample
+			qOK := false
+			if base != nil {
+				q, qOK = r.ratios(base)
+			}
 			for _, f := range []struct {
-				v, base float64
-				format  func(float64) string
-			}{{m.rate, base.rate, integer}, {m.client, base.client, small}, {m.server, base.server, small}} {
+				v, q   float64
+				format func(float64) string
+			}{{m.rate, q.rate, integer}, {m.client, q.client, small}, {m.server, q.server, small}} {
 				b.WriteString(" " + f.format(f.v))
-				if baseOK && f.base > 0 {
-					b.WriteString(" (" + ratio(f.v, f.base) + ")")
+				if qOK && !math.IsNaN(f.q) {
+					b.WriteString(" (" + ratio(f.q, 1) + ")")
 				}
 				if len(r.samples) < rounds {
 					fmt.Fprintf(&b, " ‡%d", len(r.samples))
@@ -286,8 +354,8 @@ func floorReport(gs []floorGroup, e *env, rounds int) string {
 		"client shared by all of them (one client per server for Redlock).\n\n")
 	b.WriteString(floorTables(gs, rounds))
 	fmt.Fprintf(&b, "\nEvery library runs once per round, all of them in turn, %s of %v each; a figure is the "+
-		"median over the rounds, and its ratio is that median ÷ the base library's (↑ higher is better, ↓ lower is "+
-		"better; ‡n: only n rounds measured, see the notes). Pairs/s counts the pairs whose acquire returned within "+
+		"median over the rounds, and its ratio the median over the rounds of the figure ÷ the base library's in the "+
+		"same round (↑ higher is better, ↓ lower is better; ‡n: only n rounds measured, see the notes). Pairs/s counts the pairs whose acquire returned within "+
 		"the window. Client CPU is this process's user + system CPU over the window (getrusage RUSAGE_SELF, after a "+
 		"GC; connecting, loading scripts and a warm-up pair per worker come before it) ÷ pairs: the libraries never "+
 		"run at once, and the harness's own loop, the same for all, is in it. Server CPU is redis-server's "+

@@ -53,28 +53,54 @@ func TestFloorTablesRatiosAgainstTheBaseOfEachGroup(t *testing.T) {
 	if len(gs) != 3 || len(gs[0].rows) != 3 || gs[1].rows[0].workers != 16 || len(gs[2].rows) != 2 || gs[2].rows[1].workers != 1 {
 		t.Fatalf("groups laid out wrong: %+v", gs)
 	}
-	set := func(g, i int, ss ...floorSample) { gs[g].rows[i].samples = ss }
+	// set gives row i of group g its samples, numbering their rounds from 1; a zero sample is a
+	// round that failed.
+	set := func(g, i int, ss ...floorSample) {
+		for n, x := range ss {
+			if x != (floorSample{}) {
+				x.round = n + 1
+				gs[g].rows[i].samples = append(gs[g].rows[i].samples, x)
+			}
+		}
+	}
 	set(0, 0, floorSample{rate: 15000, client: 40, server: 20}, floorSample{rate: 13000, client: 30, server: 28}, floorSample{rate: 14000, client: 35, server: 24})
 	set(0, 1, floorSample{rate: 10000, client: 50, server: 40}, floorSample{rate: 10000, client: 50, server: 40}, floorSample{rate: 10000, client: 50, server: 40})
-	set(0, 2, floorSample{rate: 8000, client: 65, server: 60}, floorSample{rate: 9000, client: 60, server: 60})
+	set(0, 2, floorSample{rate: 8000, client: 65, server: 60}, floorSample{}, floorSample{rate: 9000, client: 60, server: 60})
 	set(1, 0, floorSample{rate: 20000, client: 30, server: 20}, floorSample{rate: 20000, client: 30, server: 20}, floorSample{rate: 20000, client: 30, server: 20})
-	set(2, 0, floorSample{rate: 2000, client: 300, server: 200}, floorSample{rate: 2000, client: 300, server: 200}, floorSample{rate: 2000, client: 300, server: 200})
-	set(2, 1, floorSample{rate: 1800, client: 330, server: 500}, floorSample{rate: 1800, client: 330, server: 500}, floorSample{rate: 1800, client: 330, server: 500})
+	// The Redlock base swings from round to round; the ratios follow it round by round: rl's
+	// figures are 0.8×, 0.75× and 1.1× the base's, so its ratio is 0.80×, not the 0.82× of
+	// its median figure (9 000) over the base's (11 000).
+	set(2, 0, floorSample{rate: 10000, client: 300, server: 200}, floorSample{rate: 12000, client: 200, server: 100}, floorSample{rate: 11000, client: 250, server: 150})
+	set(2, 1, floorSample{rate: 8000, client: 330, server: 500}, floorSample{rate: 9000, client: 240, server: 300}, floorSample{rate: 12100, client: 250, server: 300})
 	got := floorTables(gs, 3)
 	for _, want := range []string{
 		"1 worker, one key (medians of 3 rounds; ratios to base):",
 		"| floor | 14 000 (1.40×) | 35.0 (0.70×) | 24.0 (0.60×) |",
 		"| base | 10 000 (1.00×) | 50.0 (1.00×) | 40.0 (1.00×) |",
-		"| ours | 8 500 (0.85×) ‡2 | 62.5 (1.25×) ‡2 | 60.0 (1.50×) ‡2 |",
+		"| ours | 8 500 (0.85×) ‡2 | 62.5 (1.25×) ‡2 | 60.0 (1.50×) ‡2 |", // over rounds 1 and 3
 		"16 workers, a key each (medians of 3 rounds; ratios to base):",
 		"| floor | 20 000 |",               // no base figures in this group: no ratios
 		"| base | error | error | error |", // no round measured
 		"Redlock(3), 1 worker, one key (medians of 3 rounds; ratios to rlbase):",
-		"| rl | 1 800 (0.90×) | 330 (1.10×) | 500 (2.50×) |",
+		"| rl | 9 000 (0.80×) | 250 (1.10×) | 300 (2.50×) |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("tables lack %q:\n%s", want, got)
 		}
+	}
+}
+
+func TestRoundRatiosAreThoseOfTheRound(t *testing.T) {
+	g := floorGroup{rows: []*floorRow{
+		{lib: lockers.Shared{Name: "base", Base: true}, samples: []floorSample{{round: 1, rate: 100, client: 10, server: 10}, {round: 2, rate: 200, client: 20, server: 10}}},
+		{lib: lockers.Shared{Name: "ours"}, samples: []floorSample{{round: 1, rate: 50, client: 20, server: 30}, {round: 2, rate: 150, client: 24, server: 25}}},
+		{lib: lockers.Shared{Name: "failed"}, samples: []floorSample{{round: 1, rate: 90, client: 10, server: 10}}},
+	}}
+	if got, want := roundRatios(g, 2), "ours 0.75 1.20 2.50"; got != want {
+		t.Fatalf("roundRatios = %q, want %q", got, want)
+	}
+	if got := roundRatios(floorGroup{rows: g.rows[1:]}, 1); got != "" {
+		t.Fatalf("roundRatios with no base = %q, want none", got)
 	}
 }
 
