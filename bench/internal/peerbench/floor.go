@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/bench/internal/lockers"
@@ -117,6 +118,9 @@ func (m *meter) fail(err error) {
 // floorOnce measures row's library once: opens its shared client, makes a Locker per worker on
 // a key of its own, warms them up, collects garbage, and hammers them for e.duration. Set-up and
 // warm-up are outside the measured window.
+//
+// The warm-up runs every worker at once, so the shared client has dialled the connections the
+// run will use before it starts.
 func floorOnce(ctx context.Context, e *env, r *floorRow) (floorSample, []string, error) {
 	addrs := []string{e.addr}
 	if r.lib.Redlock {
@@ -136,7 +140,7 @@ func floorOnce(ctx context.Context, e *env, r *floorRow) (floorSample, []string,
 		return floorSample{}, nil, err
 	}
 	defer closeAll(ls)
-	if err := warm(ctx, ls); err != nil {
+	if err := warmAtOnce(ctx, ls); err != nil {
 		return floorSample{}, nil, err
 	}
 	runtime.GC()
@@ -158,6 +162,33 @@ func floorOnce(ctx context.Context, e *env, r *floorRow) (floorSample, []string,
 	}
 	p := float64(h.pairs)
 	return floorSample{rate: h.rate(), client: micros(m.client) / p, server: micros(m.server) / p}, notes, nil
+}
+
+// warmAtOnce has every Locker take and release its lock a few times, all at once.
+func warmAtOnce(ctx context.Context, ls []lockers.Locker) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	errs := make([]error, len(ls))
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() {
+			for range 5 {
+				unlock, err := l.Lock(ctx)
+				if err == nil {
+					err = unlock()
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	return nil
 }
 
 // runFloor measures every row of gs once per round, all rows in turn, rounds times, printing
@@ -201,7 +232,7 @@ func runFloor(ctx context.Context, e *env, gs []floorGroup, rounds int) error {
 		}
 		for _, g := range gs {
 			if line := roundRatios(g, round); line != "" {
-				fmt.Fprintf(os.Stderr, "floor %d/%d ratios to %s (pairs/s, client, server): %s\n", round, rounds, g.base().lib.Name, line)
+				fmt.Fprintf(os.Stderr, "floor %d/%d %s, ratios to %s (pairs/s, client, server): %s\n", round, rounds, g.title, g.base().lib.Name, line)
 			}
 		}
 	}
