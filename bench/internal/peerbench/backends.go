@@ -52,6 +52,7 @@ type serverStats struct {
 	cpu         time.Duration // the server process's CPU, user and system, since it started
 	scriptCalls int64         // calls of scripts and functions (EVAL, EVALSHA, FCALL and their _RO forms)
 	scriptUsec  int64         // the time the server spent in them, in µs
+	calls       wire.Counts   // calls by upper-case command name (a subcommand's under its command's), scripts' inner commands included
 }
 
 // redisStats reads INFO cpu and INFO commandstats of the server at addr.
@@ -60,7 +61,12 @@ func redisStats(addr string) (serverStats, error) {
 	if err != nil {
 		return serverStats{}, err
 	}
-	var st serverStats
+	return parseInfo(info), nil
+}
+
+// parseInfo reads the counters of serverStats from the text of INFO.
+func parseInfo(info string) serverStats {
+	st := serverStats{calls: wire.Counts{}}
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
@@ -69,6 +75,12 @@ func redisStats(addr string) (serverStats, error) {
 			st.cpu += seconds(v)
 		}
 		name, rest, ok := strings.Cut(line, ":")
+		if cmd, isCmd := strings.CutPrefix(name, "cmdstat_"); ok && isCmd {
+			cmd, _, _ = strings.Cut(cmd, "|")
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			st.calls[strings.ToUpper(cmd)] += n
+		}
 		if !ok || !scriptStat[name] {
 			continue
 		}
@@ -83,7 +95,7 @@ func redisStats(addr string) (serverStats, error) {
 			}
 		}
 	}
-	return st, nil
+	return st
 }
 
 // scriptStat names the commandstats lines of scripts and functions.

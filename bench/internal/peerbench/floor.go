@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/bench/internal/lockers"
+	"github.com/leasehold/leasehold/bench/internal/wire"
 )
 
 // The floor scenario measures the uncontended lock/unlock pair of each Shared library in this
@@ -37,6 +40,8 @@ type floorRow struct {
 	workers int
 	samples []floorSample
 	notes   []string
+	cmds    wire.Counts // the servers' commands over every round's window (INFO commandstats)
+	pairs   int64       // the pairs of those windows
 }
 
 // floorGroup is the rows measured against one base row.
@@ -73,6 +78,10 @@ type meter struct {
 	server0 time.Duration
 	client  time.Duration // this process's CPU over the window
 	server  time.Duration // the servers' CPU over the window, summed
+	calls0  []wire.Counts
+	calls   wire.Counts // the servers' commands over the window, summed
+	profile string      // when not "", the file the window's CPU profile goes to
+	pprofOn bool
 	err     error
 }
 
@@ -81,7 +90,15 @@ func (m *meter) start() {
 		return
 	}
 	// The servers first: the round trips to read them are then outside this process's window.
-	m.server0 = m.servers()
+	m.server0, m.calls0 = m.servers()
+	if m.profile != "" {
+		f, err := os.Create(m.profile)
+		m.fail(err)
+		if err == nil {
+			m.fail(pprof.StartCPUProfile(f))
+			m.pprofOn = m.err == nil
+		}
+	}
 	m.client0 = m.process()
 }
 
@@ -90,7 +107,19 @@ func (m *meter) stop() {
 		return
 	}
 	m.client = m.process() - m.client0
-	m.server = m.servers() - m.server0
+	if m.pprofOn {
+		pprof.StopCPUProfile()
+	}
+	server, calls := m.servers()
+	m.server = server - m.server0
+	m.calls = wire.Counts{}
+	for i, c := range calls {
+		if i < len(m.calls0) {
+			for k, v := range c.Since(m.calls0[i]) {
+				m.calls[k] += v
+			}
+		}
+	}
 }
 
 func (m *meter) process() time.Duration {
@@ -99,14 +128,17 @@ func (m *meter) process() time.Duration {
 	return cpu
 }
 
-func (m *meter) servers() time.Duration {
+// servers returns the servers' CPU, summed, and each one's command calls.
+func (m *meter) servers() (time.Duration, []wire.Counts) {
 	var sum time.Duration
+	var calls []wire.Counts
 	for _, a := range m.addrs {
 		st, err := m.stats(a)
 		m.fail(err)
 		sum += st.cpu
+		calls = append(calls, st.calls)
 	}
-	return sum
+	return sum, calls
 }
 
 func (m *meter) fail(err error) {
@@ -115,20 +147,28 @@ func (m *meter) fail(err error) {
 	}
 }
 
+// floorOutcome is what floorOnce measured.
+type floorOutcome struct {
+	sample floorSample
+	notes  []string
+	cmds   wire.Counts
+	pairs  int64
+}
+
 // floorOnce measures row's library once: opens its shared client, makes a Locker per worker on
 // a key of its own, warms them up, collects garbage, and hammers them for e.duration. Set-up and
 // warm-up are outside the measured window.
 //
 // The warm-up runs every worker at once, so the shared client has dialled the connections the
 // run will use before it starts.
-func floorOnce(ctx context.Context, e *env, r *floorRow) (floorSample, []string, error) {
+func floorOnce(ctx context.Context, e *env, r *floorRow, profile string) (floorOutcome, error) {
 	addrs := []string{e.addr}
 	if r.lib.Redlock {
 		addrs = e.redlock
 	}
 	newLocker, closeClient, err := r.lib.Open(addrs)
 	if err != nil {
-		return floorSample{}, nil, err
+		return floorOutcome{}, err
 	}
 	defer closeClient()
 	i := 0
@@ -137,20 +177,20 @@ func floorOnce(ctx context.Context, e *env, r *floorRow) (floorSample, []string,
 		return newLocker(fmt.Sprintf("peerbench:floor:%s:%d", r.lib.Name, i))
 	})
 	if err != nil {
-		return floorSample{}, nil, err
+		return floorOutcome{}, err
 	}
 	defer closeAll(ls)
 	if err := warmAtOnce(ctx, ls); err != nil {
-		return floorSample{}, nil, err
+		return floorOutcome{}, err
 	}
 	runtime.GC()
-	m := &meter{addrs: addrs, stats: e.stats}
+	m := &meter{addrs: addrs, stats: e.stats, profile: profile}
 	h := hammer(ctx, ls, e.duration, nil, m)
 	if m.err != nil {
-		return floorSample{}, nil, m.err
+		return floorOutcome{}, m.err
 	}
 	if err := h.check(); err != nil {
-		return floorSample{}, nil, err
+		return floorOutcome{}, err
 	}
 	var notes []string
 	if n := h.fails.note("pairs"); n != "" {
@@ -161,7 +201,10 @@ func floorOnce(ctx context.Context, e *env, r *floorRow) (floorSample, []string,
 			h.stranded, r.workers, grace))
 	}
 	p := float64(h.pairs)
-	return floorSample{rate: h.rate(), client: micros(m.client) / p, server: micros(m.server) / p}, notes, nil
+	return floorOutcome{
+		sample: floorSample{rate: h.rate(), client: micros(m.client) / p, server: micros(m.server) / p},
+		notes:  notes, cmds: m.calls, pairs: h.pairs,
+	}, nil
 }
 
 // warmAtOnce has every Locker take and release its lock a few times, all at once.
@@ -192,21 +235,21 @@ func warmAtOnce(ctx context.Context, ls []lockers.Locker) error {
 }
 
 // runFloor measures every row of gs once per round, all rows in turn, rounds times, printing
-// each round's figures to stderr as it goes.
-func runFloor(ctx context.Context, e *env, gs []floorGroup, rounds int) error {
+// each round's figures to stderr as it goes. When profiles is not "", each window's CPU profile
+// is written there.
+func runFloor(ctx context.Context, e *env, gs []floorGroup, rounds int, profiles string) error {
 	for round := 1; round <= rounds; round++ {
 		for _, g := range gs {
 			for _, r := range g.rows {
 				t := time.Now()
 				fmt.Fprintf(os.Stderr, "floor %d/%d %-18s %-10s ", round, rounds, r.lib.Name, plural(r.workers, "worker"))
 				limit := e.duration + 2*grace + 20*time.Second
-				type out struct {
-					s     floorSample
-					notes []string
+				profile := ""
+				if profiles != "" {
+					profile = filepath.Join(profiles, fmt.Sprintf("%s-%dw-r%d.pprof", r.lib.Name, r.workers, round))
 				}
-				o, err := bounded(ctx, limit, func(ctx context.Context) (out, error) {
-					s, notes, err := floorOnce(ctx, e, r)
-					return out{s, notes}, err
+				o, err := bounded(ctx, limit, func(ctx context.Context) (floorOutcome, error) {
+					return floorOnce(ctx, e, r, profile)
 				})
 				if ctx.Err() != nil {
 					fmt.Fprintln(os.Stderr)
@@ -223,10 +266,17 @@ func runFloor(ctx context.Context, e *env, gs []floorGroup, rounds int) error {
 					fmt.Fprintf(os.Stderr, "%6.1fs error: %v\n", time.Since(t).Seconds(), err)
 					continue
 				}
-				o.s.round = round
-				r.samples = append(r.samples, o.s)
+				o.sample.round = round
+				r.samples = append(r.samples, o.sample)
+				if r.cmds == nil {
+					r.cmds = wire.Counts{}
+				}
+				for k, v := range o.cmds {
+					r.cmds[k] += v
+				}
+				r.pairs += o.pairs
 				fmt.Fprintf(os.Stderr, "%6.1fs %s pairs/s, client %s, server %s µs/pair\n", time.Since(t).Seconds(),
-					integer(o.s.rate), small(o.s.client), small(o.s.server))
+					integer(o.sample.rate), small(o.sample.client), small(o.sample.server))
 				runtime.GC()
 			}
 		}
@@ -388,7 +438,7 @@ func floorReport(gs []floorGroup, e *env, rounds int) string {
 		"median over the rounds, and its ratio the median over the rounds of the figure ÷ the base library's in the "+
 		"same round (↑ higher is better, ↓ lower is better; ‡n: only n rounds measured, see the notes). Pairs/s counts the pairs whose acquire returned within "+
 		"the window. Client CPU is this process's user + system CPU over the window (getrusage RUSAGE_SELF, after a "+
-		"GC; connecting, loading scripts and a warm-up pair per worker come before it) ÷ pairs: the libraries never "+
+		"GC; connecting, loading scripts and five warm-up pairs per worker, all workers at once, come before it) ÷ pairs: the libraries never "+
 		"run at once, and the harness's own loop, the same for all, is in it. Server CPU is redis-server's "+
 		"used_cpu_user + used_cpu_sys (INFO cpu) over the window ÷ pairs, summed over the three servers for "+
 		"Redlock.\n", plural(rounds, "round"), e.duration)
@@ -400,6 +450,14 @@ func floorReport(gs []floorGroup, e *env, rounds int) string {
 				seen[r.lib.Name] = true
 				fmt.Fprintf(&b, "- %s: %s\n", r.lib.Label, r.lib.Config)
 			}
+		}
+	}
+	b.WriteString("\nServer commands per pair, all rounds (INFO commandstats: a script's or function's own commands " +
+		"are counted beside the EVALSHA or FCALL that ran them; a subcommand under its command):\n\n")
+	for _, g := range gs {
+		for _, r := range g.rows {
+			fmt.Fprintf(&b, "- %s, %s: %s\n", r.lib.Label, plural(r.workers, "worker"),
+				commandMix(breakdown{cmds: r.cmds, per: float64(r.pairs)}))
 		}
 	}
 	var notes []string

@@ -3,8 +3,10 @@ package peerbench
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/bench/internal/lockers"
+	"github.com/leasehold/leasehold/bench/internal/wire"
 )
 
 func TestMedianOfOddAndEvenCounts(t *testing.T) {
@@ -139,5 +141,30 @@ func TestOnlyNamesFloorLibrariesWhenTheFloorRuns(t *testing.T) {
 	}
 	if libs, floor, err := splitOnly(b, "anything", false); err != nil || libs != "anything" || floor != nil {
 		t.Fatalf("without the floor, splitOnly = %q, %v, %v; want the list untouched", libs, floor, err)
+	}
+}
+
+func TestInfoGivesCPUScriptsAndCallsByCommand(t *testing.T) {
+	st := parseInfo("# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\n# Commandstats\r\n" +
+		"cmdstat_fcall:calls=10,usec=200,usec_per_call=20.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha:calls=4,usec=40,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_hset:calls=10,usec=30,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_client|setinfo:calls=2,usec=1,usec_per_call=0.50,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_client|id:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n")
+	if st.cpu != 3750*time.Millisecond {
+		t.Errorf("cpu = %v, want 3.75s", st.cpu)
+	}
+	if st.scriptCalls != 14 || st.scriptUsec != 240 {
+		t.Errorf("scripts = %d calls, %d µs; want 14, 240", st.scriptCalls, st.scriptUsec)
+	}
+	want := wire.Counts{"FCALL": 10, "EVALSHA": 4, "HSET": 10, "CLIENT": 3}
+	if len(st.calls) != len(want) {
+		t.Errorf("calls = %v, want %v", st.calls, want)
+	}
+	for k, v := range want {
+		if st.calls[k] != v {
+			t.Errorf("calls = %v, want %v", st.calls, want)
+			break
+		}
 	}
 }

@@ -87,6 +87,7 @@ func run(b Backend) error {
 	flag.DurationVar(&e.hold, "hold", 2*time.Second, "how long the holder keeps the lock in the idle scenario")
 	flag.IntVar(&e.workers, "workers", 16, "workers in the contended, idle and semaphore scenarios, and the floor's second group")
 	rounds := flag.Int("rounds", 3, "rounds of the floor scenario, every library once a round; its table gives the medians")
+	profiles := flag.String("floor-profiles", "", "a directory to write a CPU profile of each of the floor's measured windows to, as <library>-<workers>w-r<round>.pprof")
 	only := flag.String("only", strings.Join(names, ","), onlyHelp)
 	which := flag.String("scenarios", strings.Join(scenarioNames, ","), scenariosHelp)
 	flag.Parse()
@@ -174,7 +175,7 @@ func run(b Backend) error {
 		}
 	}
 	if floor {
-		if err := runFloor(ctx, e, floorGs, *rounds); err != nil {
+		if err := runFloor(ctx, e, floorGs, *rounds, *profiles); err != nil {
 			return err
 		}
 	}
