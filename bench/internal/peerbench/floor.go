@@ -162,6 +162,7 @@ type floorOutcome struct {
 // The warm-up runs every worker at once, so the shared client has dialled the connections the
 // run will use before it starts.
 func floorOnce(ctx context.Context, e *env, r *floorRow, profile string) (floorOutcome, error) {
+	defer settle(runtime.NumGoroutine(), 2*time.Second)
 	addrs := []string{e.addr}
 	if r.lib.Redlock {
 		addrs = e.redlock
@@ -207,6 +208,26 @@ func floorOnce(ctx context.Context, e *env, r *floorRow, profile string) (floorO
 	}, nil
 }
 
+// settle waits up to limit for the goroutines to fall back to n, so a library's clients have
+// wound down before the next one is measured.
+func settle(n int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for runtime.NumGoroutine() > n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rotate returns xs started at its k-th element (modulo its length), the rest in order after
+// it: round r measures a group's rows from the r-th on, so over as many rounds as rows every
+// library has every place in the order once.
+func rotate[T any](xs []T, k int) []T {
+	if len(xs) == 0 {
+		return nil
+	}
+	k %= len(xs)
+	return append(slices.Clone(xs[k:]), xs[:k]...)
+}
+
 // warmAtOnce has every Locker take and release its lock a few times, all at once.
 func warmAtOnce(ctx context.Context, ls []lockers.Locker) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -234,13 +255,15 @@ func warmAtOnce(ctx context.Context, ls []lockers.Locker) error {
 	return nil
 }
 
-// runFloor measures every row of gs once per round, all rows in turn, rounds times, printing
+// runFloor measures every row of gs once per round, all rows in turn (each group's order
+// rotated by one row a round, so no library always runs first, or right after another), rounds
+// times, printing
 // each round's figures to stderr as it goes. When profiles is not "", each window's CPU profile
 // is written there.
 func runFloor(ctx context.Context, e *env, gs []floorGroup, rounds int, profiles string) error {
 	for round := 1; round <= rounds; round++ {
 		for _, g := range gs {
-			for _, r := range g.rows {
+			for _, r := range rotate(g.rows, round-1) {
 				t := time.Now()
 				fmt.Fprintf(os.Stderr, "floor %d/%d %-18s %-10s ", round, rounds, r.lib.Name, plural(r.workers, "worker"))
 				limit := e.duration + 2*grace + 20*time.Second
@@ -434,7 +457,8 @@ func floorReport(gs []floorGroup, e *env, rounds int) string {
 	b.WriteString("The floor: the uncontended lock/unlock pair in this one process, every worker of a library on one " +
 		"client shared by all of them (one client per server for Redlock).\n\n")
 	b.WriteString(floorTables(gs, rounds))
-	fmt.Fprintf(&b, "\nEvery library runs once per round, all of them in turn, %s of %v each; a figure is the "+
+	fmt.Fprintf(&b, "\nEvery library runs once per round, all of them in turn (each round starts a table one row "+
+		"further down, so every library takes every place in the order), %s of %v each; a figure is the "+
 		"median over the rounds, and its ratio the median over the rounds of the figure ÷ the base library's in the "+
 		"same round (↑ higher is better, ↓ lower is better; ‡n: only n rounds measured, see the notes). Pairs/s counts the pairs whose acquire returned within "+
 		"the window. Client CPU is this process's user + system CPU over the window (getrusage RUSAGE_SELF, after a "+

@@ -106,6 +106,21 @@ func TestRoundRatiosAreThoseOfTheRound(t *testing.T) {
 	}
 }
 
+func TestRotateGivesEveryRowEveryPlace(t *testing.T) {
+	xs := []string{"a", "b", "c"}
+	for k, want := range []string{"abc", "bca", "cab", "abc"} {
+		if got := strings.Join(rotate(xs, k), ""); got != want {
+			t.Errorf("rotate(abc, %d) = %s, want %s", k, got, want)
+		}
+	}
+	if strings.Join(xs, "") != "abc" {
+		t.Fatalf("rotate changed its input: %v", xs)
+	}
+	if got := rotate([]string(nil), 2); len(got) != 0 {
+		t.Fatalf("rotate(nil) = %v", got)
+	}
+}
+
 func TestFloorIsCutFromTheScenarioList(t *testing.T) {
 	if rest, floor := cutFloor("uncontended, floor,redlock"); !floor || rest != "uncontended,redlock" {
 		t.Fatalf("cutFloor = %q, %v", rest, floor)
