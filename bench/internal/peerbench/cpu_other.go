@@ -11,3 +11,6 @@ import (
 func processCPU() (time.Duration, error) {
 	return 0, errors.New("process CPU: getrusage is unix-only")
 }
+
+// machineCPU is unix-only: /proc/stat.
+func machineCPU() (time.Duration, bool) { return 0, false }

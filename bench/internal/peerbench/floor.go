@@ -32,6 +32,7 @@ type floorSample struct {
 	rate   float64 // pairs/s
 	client float64 // this process's CPU, µs per pair
 	server float64 // the servers' CPU, µs per pair
+	others float64 // the cores other processes used over the window, on average; -1: unknown
 }
 
 // floorRow is one library at one worker count, over the rounds.
@@ -81,22 +82,34 @@ type meter struct {
 	calls0  []wire.Counts
 	calls   wire.Counts // the servers' commands over the window, summed
 	profile string      // when not "", the file the window's CPU profile goes to
-	pprofOn bool
-	err     error
+	pprofTo *os.File
+	// The machine's CPU, every process's, over the window, and the window's wall time; ok
+	// false where /proc/stat cannot be read.
+	machine0, machine time.Duration
+	machineOK         bool
+	t0                time.Time
+	wall              time.Duration
+	err               error
 }
 
 func (m *meter) start() {
 	if m == nil {
 		return
 	}
+	m.t0 = time.Now()
+	m.machine0, m.machineOK = machineCPU()
 	// The servers first: the round trips to read them are then outside this process's window.
 	m.server0, m.calls0 = m.servers()
 	if m.profile != "" {
 		f, err := os.Create(m.profile)
 		m.fail(err)
 		if err == nil {
-			m.fail(pprof.StartCPUProfile(f))
-			m.pprofOn = m.err == nil
+			if err := pprof.StartCPUProfile(f); err != nil {
+				m.fail(err)
+				f.Close()
+			} else {
+				m.pprofTo = f
+			}
 		}
 	}
 	m.client0 = m.process()
@@ -107,8 +120,9 @@ func (m *meter) stop() {
 		return
 	}
 	m.client = m.process() - m.client0
-	if m.pprofOn {
+	if m.pprofTo != nil {
 		pprof.StopCPUProfile()
+		m.fail(m.pprofTo.Close())
 	}
 	server, calls := m.servers()
 	m.server = server - m.server0
@@ -120,6 +134,18 @@ func (m *meter) stop() {
 			}
 		}
 	}
+	machine, ok := machineCPU()
+	m.machine, m.machineOK = machine-m.machine0, m.machineOK && ok
+	m.wall = time.Since(m.t0)
+}
+
+// others returns the cores the machine's other processes used on average over the window (its
+// CPU less this process's and the servers'), or -1 where it cannot tell.
+func (m *meter) others() float64 {
+	if !m.machineOK || m.wall <= 0 {
+		return -1
+	}
+	return max(0, (m.machine-m.client-m.server).Seconds()/m.wall.Seconds())
 }
 
 func (m *meter) process() time.Duration {
@@ -203,7 +229,7 @@ func floorOnce(ctx context.Context, e *env, r *floorRow, profile string) (floorO
 	}
 	p := float64(h.pairs)
 	return floorOutcome{
-		sample: floorSample{rate: h.rate(), client: micros(m.client) / p, server: micros(m.server) / p},
+		sample: floorSample{rate: h.rate(), client: micros(m.client) / p, server: micros(m.server) / p, others: m.others()},
 		notes:  notes, cmds: m.calls, pairs: h.pairs,
 	}, nil
 }
@@ -298,8 +324,8 @@ func runFloor(ctx context.Context, e *env, gs []floorGroup, rounds int, profiles
 					r.cmds[k] += v
 				}
 				r.pairs += o.pairs
-				fmt.Fprintf(os.Stderr, "%6.1fs %s pairs/s, client %s, server %s µs/pair\n", time.Since(t).Seconds(),
-					integer(o.sample.rate), small(o.sample.client), small(o.sample.server))
+				fmt.Fprintf(os.Stderr, "%6.1fs %s pairs/s, client %s, server %s µs/pair; other processes %s cores\n",
+					time.Since(t).Seconds(), integer(o.sample.rate), small(o.sample.client), small(o.sample.server), fixed2(o.sample.others))
 				runtime.GC()
 			}
 		}
@@ -476,6 +502,9 @@ func floorReport(gs []floorGroup, e *env, rounds int) string {
 			}
 		}
 	}
+	if line := othersLine(gs); line != "" {
+		b.WriteString("\n" + line + "\n")
+	}
 	b.WriteString("\nServer commands per pair, all rounds (INFO commandstats: a script's or function's own commands " +
 		"are counted beside the EVALSHA or FCALL that ran them; a subcommand under its command):\n\n")
 	for _, g := range gs {
@@ -496,6 +525,27 @@ func floorReport(gs []floorGroup, e *env, rounds int) string {
 		b.WriteString("\nNotes:\n\n" + strings.Join(notes, "\n") + "\n")
 	}
 	return b.String()
+}
+
+// othersLine says how busy the machine's other processes kept it during the windows: a figure
+// measured beside them is noisy, a 1-worker one most (its pairs wait on the scheduler).
+func othersLine(gs []floorGroup) string {
+	var xs []float64
+	for _, g := range gs {
+		for _, r := range g.rows {
+			for _, s := range r.samples {
+				if s.others >= 0 {
+					xs = append(xs, s.others)
+				}
+			}
+		}
+	}
+	if len(xs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Other processes on the machine (its CPU in /proc/stat, less this process's and the servers') "+
+		"used %s cores in the median window, %s in the busiest, of %d: a figure measured beside them is noisy, a "+
+		"1-worker one most, and its ratios are worth more than its level.", fixed2(median(xs)), fixed2(slices.Max(xs)), runtime.NumCPU())
 }
 
 // pickFloor returns the libraries of libs named in list, or all of them when list is empty.

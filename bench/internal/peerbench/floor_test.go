@@ -183,3 +183,16 @@ func TestInfoGivesCPUScriptsAndCallsByCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestOthersLineGivesTheMedianAndBusiestWindow(t *testing.T) {
+	gs := []floorGroup{{rows: []*floorRow{
+		{samples: []floorSample{{others: 0.5}, {others: -1}, {others: 1.5}}},
+		{samples: []floorSample{{others: 1}}},
+	}}}
+	if got := othersLine(gs); !strings.Contains(got, "used 1.00 cores in the median window, 1.50 in the busiest") {
+		t.Fatalf("othersLine = %q", got)
+	}
+	if got := othersLine([]floorGroup{{rows: []*floorRow{{samples: []floorSample{{others: -1}}}}}}); got != "" {
+		t.Fatalf("othersLine with nothing known = %q, want none", got)
+	}
+}
