@@ -64,6 +64,7 @@ import (
 // go-redis. Make one with New; its methods are safe for concurrent use.
 type Store struct {
 	rs *rediscore.Store
+	d  *driver
 }
 
 var (
@@ -113,6 +114,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			d.honoursCtx, d.timesOut = o.ContextTimeoutEnabled, o.ReadTimeout >= 0 && o.WriteTimeout >= 0
 		}
 	}
+	if d.timesOut {
+		d.batch = &batcher{c: client}
+	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
@@ -121,7 +125,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{rs: rs}, nil
+	return &Store{rs: rs, d: d}, nil
 }
 
 // Acquire implements core.Store.Acquire in one script call. A request refused with req.Wait > 0
