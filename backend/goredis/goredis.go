@@ -49,8 +49,7 @@
 //
 // # Concurrent callers
 //
-// A Store has at most two calls out at once on its own goroutines' behalf; a call made while two
-// are out waits, and when one of them ends, every waiting call goes as one pipeline (up to 128),
+// A Store has at most two sends out at once; a call made while two are out waits, and when one of them ends, every waiting call goes as one pipeline (up to 128),
 // on a goroutine of its own: many callers on one client share round trips and system calls, and
 // the server reads and answers them together, while a lone caller sends at once, as before. A
 // waiting call returns when its ctx ends; one that had not left the queue then is never sent.
