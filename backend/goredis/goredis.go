@@ -49,12 +49,12 @@
 //
 // # Concurrent callers
 //
-// A Store has at most two sends out at once; a call made while two are out waits, and when one of them ends, every waiting call goes as one pipeline (up to 128),
-// on a goroutine of its own: many callers on one client share round trips and system calls, and
-// the server reads and answers them together, while a lone caller sends at once, as before. A
-// waiting call returns when its ctx ends; one that had not left the queue then is never sent.
-// Over a client without read and write timeouts every call goes alone, as a pipeline would be
-// bounded by nothing.
+// A Store has at most two sends out at once. A call made while two are out waits; when a send
+// ends, every waiting call goes in one pipeline (up to 128), on a goroutine of its own. So many
+// callers on one client share round trips and system calls, and the server reads and answers them
+// together, while a lone caller still sends at once. A waiting call returns when its ctx ends; one
+// that had not left the queue then is never sent. Over a client without read and write timeouts
+// every call goes alone: nothing would bound a pipeline.
 //
 // A *redis.Ring has no connection that hears every shard's messages: over one, the Store subscribes
 // to nothing, and its waiters and watches are never Reliable: they poll.
