@@ -24,6 +24,9 @@ type driver struct {
 	honoursCtx bool // the client bounds calls by ctx's deadline itself
 	timesOut   bool // the client gives up on a call after its own read and write timeouts
 	fn         *rediscore.Functions
+	// batch sends concurrent calls together; nil when the client has no timeouts of its own
+	// (a pipeline is bounded by them, not by its callers' contexts).
+	batch *batcher
 }
 
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
@@ -78,7 +81,11 @@ func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call
 	if c.Keys > 0 {
 		cmd.SetFirstKeyPos(rediscore.Head)
 	}
-	_ = d.c.Process(ctx, cmd)
+	if d.batch != nil {
+		_ = d.batch.do(ctx, cmd)
+	} else {
+		_ = d.c.Process(ctx, cmd)
+	}
 	return cmd.Result()
 }
 

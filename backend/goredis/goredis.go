@@ -47,6 +47,15 @@
 // goroutine and returns when ctx ends. The waits between calls (for a grant, a retry, a refresh)
 // always end when ctx does.
 //
+// # Concurrent callers
+//
+// A Store has at most two sends out at once. A call made while two are out waits; when a send
+// ends, every waiting call goes in one pipeline (up to 128), on a goroutine of its own. So many
+// callers on one client share round trips and system calls, and the server reads and answers them
+// together, while a lone caller still sends at once. A waiting call returns when its ctx ends; one
+// that had not left the queue then is never sent. Over a client without read and write timeouts
+// every call goes alone: nothing would bound a pipeline.
+//
 // A *redis.Ring has no connection that hears every shard's messages: over one, the Store subscribes
 // to nothing, and its waiters and watches are never Reliable: they poll.
 package goredis
@@ -64,6 +73,7 @@ import (
 // go-redis. Make one with New; its methods are safe for concurrent use.
 type Store struct {
 	rs *rediscore.Store
+	d  *driver
 }
 
 var (
@@ -113,6 +123,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			d.honoursCtx, d.timesOut = o.ContextTimeoutEnabled, o.ReadTimeout >= 0 && o.WriteTimeout >= 0
 		}
 	}
+	if d.timesOut {
+		d.batch = &batcher{c: client}
+	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
@@ -121,7 +134,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{rs: rs}, nil
+	return &Store{rs: rs, d: d}, nil
 }
 
 // Acquire implements core.Store.Acquire in one script call. A request refused with req.Wait > 0

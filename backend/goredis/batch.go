@@ -1,0 +1,115 @@
+package goredis
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the script calls of concurrent callers together. A call made while fewer than
+// maxInFlight sends are out goes at once, on its caller's goroutine, as one command; a call made
+// while that many are out waits in a queue, and when a send ends, everything queued goes as one
+// pipeline (at most maxBatch calls) on a goroutine of its own. So a lone caller pays nothing, and
+// many callers on one client share round trips, system calls and the server's reads and writes.
+// Safe for concurrent use.
+type batcher struct {
+	c redis.UniversalClient
+
+	mu       sync.Mutex
+	inFlight int
+	queue    []*queued
+}
+
+// maxInFlight is how many sends (single calls or pipelines) a Store has out at once before calls
+// queue: two, so that the server works on one while the reply of the other travels.
+const maxInFlight = 2
+
+// maxBatch is the most calls one pipeline carries; the rest wait for the next.
+const maxBatch = 128
+
+// queued is a call waiting in the queue, then in a pipeline.
+type queued struct {
+	cmd  *redis.Cmd
+	done chan struct{} // closed when cmd has its reply or error
+	// state is queuedWaiting until the pipeline takes the call (queuedSent) or its caller
+	// gives up first (queuedLeft): a call whose caller left is not sent.
+	state atomic.Int32
+}
+
+const (
+	queuedWaiting int32 = iota
+	queuedSent
+	queuedLeft
+)
+
+// do sends cmd, alone or in a pipeline with others, and returns when its reply has come, or with
+// ctx's error when ctx ends first while it waits in the queue or in a pipeline: a call that had
+// not left the queue then is never sent, one that had goes on and its reply is dropped.
+func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
+	b.mu.Lock()
+	if b.inFlight < maxInFlight {
+		b.inFlight++
+		b.mu.Unlock()
+		err := b.c.Process(ctx, cmd)
+		b.sent()
+		return err
+	}
+	q := &queued{cmd: cmd, done: make(chan struct{})}
+	b.queue = append(b.queue, q)
+	b.mu.Unlock()
+	select {
+	case <-q.done:
+		return cmd.Err()
+	case <-ctx.Done():
+		if q.state.CompareAndSwap(queuedWaiting, queuedLeft) {
+			return ctx.Err()
+		}
+		select {
+		case <-q.done: // sent: its reply may have come as ctx ended
+			return cmd.Err()
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// sent ends a send: when calls are queued, they go now, as one pipeline.
+func (b *batcher) sent() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.inFlight--
+		b.mu.Unlock()
+		return
+	}
+	n := min(len(b.queue), maxBatch)
+	batch := b.queue[:n:n]
+	b.queue = b.queue[n:]
+	if len(b.queue) == 0 {
+		b.queue = nil
+	}
+	b.mu.Unlock()
+	go b.pipeline(batch)
+}
+
+// pipeline sends the calls of batch whose callers still wait as one pipeline, bounded by the
+// client's own timeouts (the callers' contexts are theirs: each returns when its own ends), and
+// then ends the send.
+func (b *batcher) pipeline(batch []*queued) {
+	pipe := b.c.Pipeline()
+	var taken []*queued
+	for _, q := range batch {
+		if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
+			pipe.Process(context.Background(), q.cmd)
+			taken = append(taken, q)
+		}
+	}
+	if len(taken) > 0 {
+		_, _ = pipe.Exec(context.Background()) // each command keeps its own error
+	}
+	for _, q := range taken {
+		close(q.done)
+	}
+	b.sent()
+}

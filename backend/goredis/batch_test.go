@@ -1,0 +1,219 @@
+package goredis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+)
+
+// gateHook holds every single FCALL until the gate opens, and records the size of each
+// pipeline of FCALLs.
+type gateHook struct {
+	gate chan struct{}
+
+	mu        sync.Mutex
+	held      int
+	pipelines []int
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), "fcall") {
+			h.mu.Lock()
+			h.held++
+			h.mu.Unlock()
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, c := range cmds {
+			if strings.EqualFold(c.Name(), "fcall") {
+				n++
+			}
+		}
+		if n > 0 { // go-redis sends a new connection's handshake as a pipeline too
+			h.mu.Lock()
+			h.pipelines = append(h.pipelines, n)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *gateHook) heldCalls() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held
+}
+
+func (h *gateHook) sizes() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.pipelines...)
+}
+
+// gatedStore returns a Store over a fresh client of srv whose single FCALLs wait for h's gate,
+// with the library already loaded.
+func gatedStore(t *testing.T, srv *redistest.Server, h *gateHook) *goredis.Store {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	// Load the library (and warm the pool) before the gate goes up.
+	if _, err := s.Inspect(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	c.AddHook(h)
+	return s
+}
+
+func acquireReq(key, holder string) core.AcquireRequest {
+	return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute}
+}
+
+// TestCallsMadeWhileTwoAreOutGoTogether: while two calls are out, the calls of other callers
+// queue, and go as one pipeline when a send ends; each caller gets its own reply.
+func TestCallsMadeWhileTwoAreOutGoTogether(t *testing.T) {
+	srv := redistest.StartServer(t)
+	h := &gateHook{gate: make(chan struct{})}
+	s := gatedStore(t, srv, h)
+	ctx := context.Background()
+
+	type answer struct {
+		key string
+		res core.AcquireResult
+		err error
+	}
+	answers := make(chan answer, 10)
+	acquire := func(key string) {
+		res, err := s.Acquire(ctx, acquireReq(key, "h-"+key))
+		answers <- answer{key, res, err}
+	}
+	go acquire("first")
+	go acquire("second")
+	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
+	for i := range 6 {
+		go acquire(fmt.Sprint("queued-", i))
+	}
+	poll.Until(t, "six calls queued", func() bool { return goredis.Queued(s) == 6 })
+	close(h.gate)
+	for range 8 {
+		a := <-answers
+		if a.err != nil || !a.res.Granted || a.res.Fence == 0 {
+			t.Fatalf("acquire %s: %+v, %v; want granted with a fence", a.key, a.res, a.err)
+		}
+	}
+	sizes := h.sizes()
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	if total != 6 || len(sizes) > 2 {
+		t.Fatalf("pipelines of %v calls; want the six queued calls in one or two pipelines", sizes)
+	}
+	for i := range 6 {
+		snap, err := s.Inspect(ctx, fmt.Sprint("queued-", i))
+		if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != fmt.Sprint("h-queued-", i) {
+			t.Fatalf("queued-%d: %+v, %v; want its holder's lease", i, snap, err)
+		}
+	}
+}
+
+// TestCallWhoseCtxEndsInTheQueueIsNotSent: a caller whose ctx ends while its call waits in the
+// queue gets ctx's error at once, and its call never reaches the server.
+func TestCallWhoseCtxEndsInTheQueueIsNotSent(t *testing.T) {
+	srv := redistest.StartServer(t)
+	h := &gateHook{gate: make(chan struct{})}
+	s := gatedStore(t, srv, h)
+	ctx := context.Background()
+
+	done := make(chan error, 2)
+	for _, key := range []string{"a", "b"} {
+		go func() {
+			_, err := s.Acquire(ctx, acquireReq(key, "h"))
+			done <- err
+		}()
+	}
+	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
+	qctx, cancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(qctx, acquireReq("queued", "h"))
+		left <- err
+	}()
+	poll.Until(t, "a call queued", func() bool { return goredis.Queued(s) == 1 })
+	cancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("queued acquire: %v; want context.Canceled while the gate is still shut", err)
+	}
+	close(h.gate)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The try left the queue unsent: nothing of it reached the server (the leave its Store sends
+	// after a failed try that could have been granted finds nothing).
+	snap, err := s.Inspect(ctx, "queued")
+	if err != nil || len(snap.Leases) != 0 || len(snap.Waiters) != 0 {
+		t.Fatalf("queued key: %+v, %v; want nothing", snap, err)
+	}
+	if sizes := h.sizes(); len(sizes) != 0 {
+		t.Fatalf("pipelines of %v calls; want none: the only queued call left", sizes)
+	}
+}
+
+// TestClientWithoutTimeoutsSendsEveryCallAlone: over a client with no read or write timeout a
+// pipeline could wait forever on a server that never answers, holding up the calls behind it: such
+// a client's calls are never queued.
+func TestClientWithoutTimeoutsSendsEveryCallAlone(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: -1, WriteTimeout: -1})
+	defer c.Close()
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := &gateHook{gate: make(chan struct{})}
+	if _, err := s.Inspect(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	c.AddHook(h)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			if _, err := s.Acquire(context.Background(), acquireReq(fmt.Sprint("k", i), "h")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	poll.Until(t, "four calls held at the gate", func() bool { return h.heldCalls() == 4 })
+	close(h.gate)
+	wg.Wait()
+	if sizes := h.sizes(); len(sizes) != 0 {
+		t.Fatalf("pipelines of %v calls; want none", sizes)
+	}
+}
