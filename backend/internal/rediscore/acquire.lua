@@ -1,9 +1,12 @@
 -- ARGV: holder, permits, limit (both whole decimals as strconv writes them: they are stored as
--- sent), ttl_ms, min_fence, wait_ms, channel (of the holder's Store), fence_floor (a least fence
--- for a new grant only), listens (1 when a PUBLISH on channel counts the holder's Store while it
--- listens), try id (names this try to a leave that may overtake it; '' for none), value (kept
--- with the lease, and with the place in the line), changed channel
--- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
+-- sent), ttl_ms, then, each absent when it and all after it are their default: wait_ms (0), try
+-- id ('': none; names this try to a leave that may overtake it, and, when the try waits, its
+-- Store, whose channel hears of a grant from the line: see granted_channel), listens ('0'; '1'
+-- when a PUBLISH on that channel counts the holder's Store while it listens), value ('': kept
+-- with the lease, and with the place in the line), min_fence (0), fence_floor (0: a least fence
+-- for a new grant only). So an uncontended try sends the server only what it needs.
+-- Returns the fence granted (a number: a reply of one integer costs the server less than an
+-- array); {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits; {-2, the key's limit} when limit is
 -- not the key's (that of its unexpired leases, or of its waiters when it has none), and then it
 -- writes nothing. The line is strictly FIFO: free permits go to the waiters in line first, and a
@@ -11,7 +14,8 @@
 -- the holder's place in the line (or gives it the last one), where a release may grant it the
 -- lease.
 local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local min_fence, wait_ms, value = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[11]
+local wait_ms, try, value = tonumber(ARGV[5] or 0), ARGV[6] or '', ARGV[8] or ''
+local min_fence, floor = tonumber(ARGV[9] or 0), tonumber(ARGV[10] or 0)
 -- The uncontended path: a hash of counters alone, or none (no lease, expired or not), none of
 -- them saying that the line, a watch or a left try lives: the grant the general path below would
 -- make, written with one HSET, without decoding the state; a hash whose expiry is not far enough
@@ -35,7 +39,7 @@ if n <= limit then
     if not fast then break end
   end
   if fast then
-    local fence = math.max(last + 1, now_us, min_fence, tonumber(ARGV[8]) or 0)
+    local fence = math.max(last + 1, now_us, min_fence, floor)
     local ft, entry = int(fence), ''
     if value ~= '' then entry = '\n' .. value end
     entry = ARGV[2] .. ' ' .. ft .. ' ' .. int(now_ms + ttl) .. entry
@@ -47,11 +51,11 @@ if n <= limit then
       redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', ARGV[3], 'keep', int(now_ms + life))
       redis.call('PEXPIRE', state, life)
     end
-    return {1, fence}
+    return fence
   end
 end
 load(all)
-if ARGV[10] ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, ARGV[10]) then
+if try ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, try) then
   -- Its caller gave up on this try before it arrived, and left: nothing to grant, no place.
   return {0, 0, 0}
 end
@@ -75,12 +79,12 @@ if cur then
   setm('limit', limit, ARGV[3])
   keep(fenced(ttl, cur.fence))
   put(me, cur)
-  return {1, cur.fence}
+  return cur.fence
 end
 if used + n > limit or not line_empty then
   if wait_ms > 0 then
-    enqueue(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), wait_ms, ARGV[9] or '0',
-      {value = value, channel = ARGV[7]})
+    enqueue(holder, n, limit, ttl, math.max(min_fence, floor), wait_ms, ARGV[7] or '0',
+      {value = value, channel = granted_channel(try)})
   end
   -- With room but others ahead, the first expiry is the next change that expiry alone brings.
   local need, by_expiry = math.max(used + n - limit, 1), {}
@@ -92,6 +96,6 @@ if used + n > limit or not line_empty then
   end
   return {0, 0, meta.fence}
 end
-local fence = grant(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), false, value, false, ARGV[2], ARGV[3])
+local fence = grant(holder, n, limit, ttl, math.max(min_fence, floor), false, value, false, ARGV[2], ARGV[3])
 changed()
-return {1, fence}
+return fence

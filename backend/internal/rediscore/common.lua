@@ -40,7 +40,8 @@
 --   KEYS[4] left:    sorted set, try id -> server ms until which a try of that id, whose caller
 --                    gave up on it before its reply came, takes no place in the line: a leave
 --                    that overtook its try on another connection
--- ARGV[#ARGV] is the key's changed channel in every script that can change leases.
+-- The key's channels are named after KEYS[1] (see layout.go), so no call sends them: its changed
+-- channel, and the channel of each Store that waits (see granted_channel).
 -- Every number that goes into a stored string is a whole decimal number below 2^53, as int()
 -- writes it: written by int(), or copied as it is from an argument (strconv writes them alike)
 -- or from an entry that reads so. Lua's formatting, matching and tables cost the server about as
@@ -94,6 +95,13 @@ local function begin(keys, args)
   now_ms, now_us = s * 1000 + math.floor(us / 1000), s * 1000000 + us
   leases, used, meta, read = nil, 0, nil, nil
   writes, expire, tell = nil, false, false
+end
+
+-- granted_channel returns the channel of the Store that sent the try id try ("<store id>:<n>"),
+-- where it hears of a grant to its waiter on this key: the key's tag (KEYS[1] without "lease"),
+-- "granted:" and the store id.
+local function granted_channel(try)
+  return string.sub(state, 1, -6) .. 'granted:' .. (string.match(try, '^(.*):') or try)
 end
 
 -- foreign stops the call: the lease hash holds an entry that is not ours.

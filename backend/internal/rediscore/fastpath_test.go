@@ -138,7 +138,7 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"counter named like lease": counters(map[string]string{":": "1"}),
 	}
 	acq := func(holder string, n, limit int, ttl int64, minFence int64, wait int64, floor int64, try, value string) []any {
-		return []any{holder, n, limit, ttl, minFence, wait, "hchan", floor, "0", try, value}
+		return trimmedAcquireArgv(fullAcquireArgv(holder, n, limit, ttl, wait, try, "0", value, minFence, floor))
 	}
 	calls := map[string]struct {
 		src  int
@@ -307,11 +307,16 @@ func TestFastPathsMatchOnDrawnStates(t *testing.T) {
 			src, args = srcExtend, []any{holder, ttl}
 		default:
 			n := rapid.IntRange(1, 2).Draw(rt, "n")
-			src, args = srcAcquire, []any{holder, n, rapid.IntRange(1, 3).Draw(rt, "limit"), ttl,
-				rapid.SampledFrom([]int64{0, 7, now.UnixMicro() + 1}).Draw(rt, "min fence"),
-				rapid.SampledFrom([]int64{0, 60000}).Draw(rt, "wait"), "hchan",
-				rapid.SampledFrom([]int64{0, now.UnixMicro() + 2}).Draw(rt, "floor"), "0",
-				rapid.SampledFrom([]string{"", "t"}).Draw(rt, "try"), rapid.SampledFrom([]string{"", "v\n q"}).Draw(rt, "value")}
+			minFence := rapid.SampledFrom([]int64{0, 7, now.UnixMicro() + 1}).Draw(rt, "min fence")
+			wait := rapid.SampledFrom([]int64{0, 60000}).Draw(rt, "wait")
+			floor := rapid.SampledFrom([]int64{0, now.UnixMicro() + 2}).Draw(rt, "floor")
+			try := rapid.SampledFrom([]string{"", "t"}).Draw(rt, "try")
+			value := rapid.SampledFrom([]string{"", "v\n q"}).Draw(rt, "value")
+			args = fullAcquireArgv(holder, n, rapid.IntRange(1, 3).Draw(rt, "limit"), ttl, wait, try, "0", value, minFence, floor)
+			if rapid.Bool().Draw(rt, "trimmed") {
+				args = trimmedAcquireArgv(args)
+			}
+			src = srcAcquire
 		}
 		got := fast.run(t, now, "k", st, srcs[src][0], slices.Clone(args))
 		want := general.run(t, now, "k", st, srcs[src][1], slices.Clone(args))

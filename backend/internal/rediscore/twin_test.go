@@ -20,8 +20,9 @@ import (
 // The twin: two servers at one clock, one running a script as it is and the other with its fast
 // path switched off, and the snapshot of a key that the two must agree on.
 
-// generalSource returns Sources[i] with the fast path of acquire, extend or release made ineligible:
-// the rest of the script, the general path, is what the call then runs.
+// generalSource returns Sources[i] with the fast path of acquire, extend or release made ineligible,
+// and its quick path (see quick.lua) not tried: the rest of the script, the general path, is what
+// the call then runs.
 func generalSource(t *testing.T, i int) string {
 	t.Helper()
 	cut := map[int]string{srcAcquire: "if n <= limit then\n", srcExtend: "if entry and fast then\n",
@@ -30,7 +31,15 @@ func generalSource(t *testing.T, i int) string {
 	if strings.Count(src, cut) != 1 {
 		t.Fatalf("script %d: the fast path's test %q is not there once", i, cut)
 	}
-	return strings.Replace(src, cut, "if false then\n", 1)
+	src = strings.Replace(src, cut, "if false then\n", 1)
+	if quick := map[int]string{srcAcquire: "quick_acquire", srcRelease: "quick_release"}[i]; quick != "" {
+		call := ", " + quick + ")\n"
+		if strings.Count(src, call) != 1 {
+			t.Fatalf("script %d: the quick path %q is not passed to guarded once", i, quick)
+		}
+		src = strings.Replace(src, call, ", nil)\n", 1)
+	}
+	return src
 }
 
 // twin is a server whose clock the test sets (miniredis: m; a real server: its scripts read a
@@ -158,8 +167,8 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 	return b.String()
 }
 
-// run sets tw's clock to now and key's state to st, runs src with args and the key's changed
-// channel, and returns the snapshot.
+// run sets tw's clock to now and key's state to st, runs src with args, and returns the
+// snapshot.
 func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src string, args []any) string {
 	t.Helper()
 	line := func(ctx context.Context, p redis.Pipeliner, ks []string) {
@@ -173,5 +182,5 @@ func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src s
 			p.ZAdd(ctx, ks[3], redis.Z{Score: sc, Member: id})
 		}
 	}
-	return tw.runState(t, now, key, keyState{hash: st.hash, setup: line}, src, append(args, rediscore.Keys(key)[0]+":changed"))
+	return tw.runState(t, now, key, keyState{hash: st.hash, setup: line}, src, args)
 }

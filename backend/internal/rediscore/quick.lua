@@ -1,0 +1,58 @@
+-- The quick paths: the uncontended acquire and release of a lock, which guarded tries first,
+-- with the lease hash as HGETALL read it (all), before it sets up the general machinery. Each
+-- takes only a state it can read without decoding anything else, and does there exactly what
+-- the operation's general path (and its fast path) would; on any other state it returns nil,
+-- and the call goes on with what it read. Lua's operations cost the server about as much as a
+-- command's argument each, so they do as few as they can.
+
+-- quick_acquire grants a key whose lease hash is gone (never used, or left idle and deleted):
+-- no lease, line, watch, left try or raised fence can be there, so the fence is the clock's
+-- (max(0 + 1, now_us), with no fence floor sent), any limit is the key's, and the hash is new:
+-- one HSET of the lease and the counters, and its expiry (see keep, fenced and kept).
+local function quick_acquire(all)
+  if #all == 0 and #ARGV <= 8 and (ARGV[2] == ARGV[3] or tonumber(ARGV[2]) <= tonumber(ARGV[3])) then
+    local ttl = tonumber(ARGV[4])
+    local value, ft = ARGV[8], int(now_us)
+    local entry = ARGV[2] .. ' ' .. ft .. ' ' .. int(now_ms + ttl)
+    if value and value ~= '' then entry = entry .. '\n' .. value end
+    local life = kept(math.max(ttl, 1))
+    redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', ARGV[3], 'keep', int(now_ms + life))
+    redis.call('PEXPIRE', state, life)
+    return now_us
+  end
+end
+
+-- quick_release ends the holder's lease when it is the hash's only entry besides the counters
+-- fence, limit and keep (each a whole decimal of ours, the fence below the clock), unexpired,
+-- and at the fence asked for, if any: the key is left idle, and its hash deleted (an HDEL of its
+-- four entries, as settle's HDEL of every entry would; HDEL, not DEL, which an ACL that lets
+-- Leasehold's commands through need not allow).
+local function quick_release(all)
+  if #all ~= 8 then return nil end
+  local me, entry, fence, limit, keep = ':' .. ARGV[1], nil, nil, nil, nil
+  for i = 1, 7, 2 do
+    local f = all[i]
+    if f == me then
+      entry = all[i + 1]
+    elseif f == 'fence' then
+      fence = all[i + 1]
+    elseif f == 'limit' then
+      limit = all[i + 1]
+    elseif f == 'keep' then
+      keep = all[i + 1]
+    else
+      return nil
+    end
+  end
+  if not (entry and fence and limit and keep) or #fence > 16 or #limit > 15 or #keep > 15 or limit == '' or keep == '' or
+    string.find(fence .. limit .. keep, '%D') then
+    return nil
+  end
+  local n, ft, exp = string.match(entry, '^(%d+) (%d+) (%d+)')
+  local want = ARGV[2]
+  if not n or (want and want ~= '0' and want ~= ft) or tonumber(exp) <= now_ms or tonumber(fence) >= now_us then
+    return nil
+  end
+  redis.call('HDEL', state, me, 'fence', 'limit', 'keep')
+  return tonumber(n)
+end
