@@ -23,32 +23,22 @@ local function quick_acquire(all)
 end
 
 -- quick_release ends the holder's lease when it is the hash's only entry besides the counters
--- fence, limit and keep (each a whole decimal of ours, the fence below the clock), unexpired,
+-- fence, limit and keep (each digits only, below 2^53, the fence below the clock: any other
+-- counter, ours or not, goes the general way, which reports one not ours), unexpired,
 -- and at the fence asked for, if any: the key is left idle, and its hash deleted (an HDEL of its
 -- four entries, as settle's HDEL of every entry would; HDEL, not DEL, which an ACL that lets
 -- Leasehold's commands through need not allow).
 local function quick_release(all)
-  if #all ~= 8 then return nil end
-  local me, entry, fence, limit, keep = ':' .. ARGV[1], nil, nil, nil, nil
-  for i = 1, 7, 2 do
-    local f = all[i]
-    if f == me then
-      entry = all[i + 1]
-    elseif f == 'fence' then
-      fence = all[i + 1]
-    elseif f == 'limit' then
-      limit = all[i + 1]
-    elseif f == 'keep' then
-      keep = all[i + 1]
-    else
-      return nil
-    end
-  end
-  if not (entry and fence and limit and keep) or #fence > 16 or #limit > 15 or #keep > 15 or limit == '' or keep == '' or
+  -- In the order a grant on a new hash writes them (HGETALL of a small hash keeps it): any other
+  -- order goes the general way.
+  local me = ':' .. ARGV[1]
+  if #all ~= 8 or all[1] ~= me or all[3] ~= 'fence' or all[5] ~= 'limit' or all[7] ~= 'keep' then return nil end
+  local fence, limit, keep = all[4], all[6], all[8]
+  if #fence > 16 or #limit > 15 or #keep > 15 or fence == '' or limit == '' or keep == '' or
     string.find(fence .. limit .. keep, '%D') then
     return nil
   end
-  local n, ft, exp = string.match(entry, '^(%d+) (%d+) (%d+)')
+  local n, ft, exp = string.match(all[2], '^(%d+) (%d+) (%d+)')
   local want = ARGV[2]
   if not n or (want and want ~= '0' and want ~= ft) or tonumber(exp) <= now_ms or tonumber(fence) >= now_us then
     return nil
