@@ -1,5 +1,5 @@
--- The quick paths: the uncontended acquire and release of a lock, which guarded tries first,
--- with the lease hash as HGETALL read it (all), before it sets up the general machinery. Each
+-- The quick paths: the uncontended acquire, extend and release of a lock, which guarded tries
+-- first, with the lease hash as HGETALL read it (all), before it sets up the general machinery. Each
 -- takes only a state it can read without decoding anything else, and does there exactly what
 -- the operation's general path (and its fast path) would; on any other state it returns nil,
 -- and the call goes on with what it read. Lua's operations cost the server about as much as a
@@ -45,4 +45,37 @@ local function quick_release(all)
   end
   redis.call('HDEL', state, me, 'fence', 'limit', 'keep')
   return tonumber(n)
+end
+
+-- quick_extend renews the holder's lease for ttl ms from now when it is the hash's only entry
+-- besides the counters fence, limit and keep, laid out and checked as quick_release's, and
+-- unexpired: the entry written back as the general path writes it (a grant from the line taken:
+-- no q mark), and the hash's keep and expiry when it would not last (see keep).
+local function quick_extend(all)
+  local me = ':' .. ARGV[1]
+  if #all ~= 8 or all[1] ~= me or all[3] ~= 'fence' or all[5] ~= 'limit' or all[7] ~= 'keep' then return nil end
+  local fence, limit, keep = all[4], all[6], all[8]
+  if #fence > 16 or #limit > 15 or #keep > 15 or fence == '' or limit == '' or keep == '' or
+    string.find(fence .. limit .. keep, '%D') or tonumber(fence) >= 9007199254740992 then
+    return nil
+  end
+  -- Permits and fence are written back as they are when they are whole decimals the general
+  -- path's encode would print the same (no leading zero, below 2^53).
+  local nt, ft, exp, _, value = string.match(all[2], '^(%d+) (%d+) (%d+)( ?q?)\n?(.*)$')
+  if not nt or #nt > 15 or #ft > 16 or string.byte(nt) == 48 or string.byte(ft) == 48 or tonumber(exp) <= now_ms then
+    return nil
+  end
+  local f = tonumber(ft)
+  if f >= 9007199254740992 then return nil end
+  local ttl = tonumber(ARGV[2])
+  local e = nt .. ' ' .. ft .. ' ' .. int(now_ms + ttl)
+  if value ~= '' then e = e .. '\n' .. value end
+  if lasts(tonumber(keep), ttl) then
+    redis.call('HSET', state, me, e)
+  else
+    local life = kept(ttl)
+    redis.call('HSET', state, me, e, 'keep', int(now_ms + life))
+    redis.call('PEXPIRE', state, life)
+  end
+  return {1, tonumber(nt), f, tonumber(limit), value}
 end

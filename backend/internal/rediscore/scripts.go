@@ -33,7 +33,7 @@ var (
 
 // common is the Lua every script shares: the prelude (the layout, a call's state, the lease
 // hash's codec), the line (its places, grants and serving, and settle, a writing call's end) and
-// the quick paths of the uncontended acquire and release.
+// the quick paths of the uncontended acquire, extend and release.
 var common = commonPrelude + "\n" + commonLine + "\n" + quick
 
 // Script names one of the scripts a Client runs: an index into Sources and functionNames.
@@ -59,7 +59,7 @@ var bodies = [...]struct {
 	quick string
 }{
 	acquireScript: {"acquire", acquireBody, "{}", true, "quick_acquire"},
-	extendScript:  {"extend", extendBody, "{}", true, "nil"},
+	extendScript:  {"extend", extendBody, "{}", true, "quick_extend"},
 	// Ending a lease and leaving the line mostly delete, and must work when the server is out
 	// of memory, as the same commands do in a script (EVALSHA refuses only the commands that
 	// may grow memory).

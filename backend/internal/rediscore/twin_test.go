@@ -32,7 +32,7 @@ func generalSource(t *testing.T, i int) string {
 		t.Fatalf("script %d: the fast path's test %q is not there once", i, cut)
 	}
 	src = strings.Replace(src, cut, "if false then\n", 1)
-	if quick := map[int]string{srcAcquire: "quick_acquire", srcRelease: "quick_release"}[i]; quick != "" {
+	if quick := map[int]string{srcAcquire: "quick_acquire", srcExtend: "quick_extend", srcRelease: "quick_release"}[i]; quick != "" {
 		call := ", " + quick + ")\n"
 		if strings.Count(src, call) != 1 {
 			t.Fatalf("script %d: the quick path %q is not passed to guarded once", i, quick)
@@ -94,6 +94,10 @@ type fastState struct {
 	hash        map[string]string
 	queue, left map[string]float64
 	waiting     map[string]string
+	// order is the order in which the hash's entries are written (nil: sorted), which a small
+	// hash's HGETALL keeps: the quick paths read a lone lease's entries in the order a grant on a
+	// new hash writes them.
+	order []string
 }
 
 // snapshot is everything a call may change, printed: each of the key's Redis keys with its
@@ -182,5 +186,5 @@ func (tw *twin) run(t *testing.T, now time.Time, key string, st fastState, src s
 			p.ZAdd(ctx, ks[3], redis.Z{Score: sc, Member: id})
 		}
 	}
-	return tw.runState(t, now, key, keyState{hash: st.hash, setup: line}, src, args)
+	return tw.runState(t, now, key, keyState{hash: st.hash, order: st.order, setup: line}, src, args)
 }
