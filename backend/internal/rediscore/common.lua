@@ -66,7 +66,10 @@
 -- before it writes to that key or deletes it.
 local KEYS, ARGV
 local state, queue, waiting, left
-local now_ms, now_us
+-- clock is the server's time as TIME returned it ({seconds, µs} as text), and now_ms and now_us
+-- the same as numbers, which tick sets: every path but the quick release's, which compares
+-- texts, needs them (a conversion costs the server about as much as a command's argument).
+local clock, now_ms, now_us
 
 -- read is the lease hash as load read it (HGETALL's reply).
 local read
@@ -86,15 +89,21 @@ local tell
 
 local function int(x) return string.format('%d', x) end
 
--- begin sets up one call: its keys and arguments, and the server's time.
+-- begin sets up one call: its keys and arguments, and the server's time (see tick).
 local function begin(keys, args)
   KEYS, ARGV = keys, args
   state, queue, waiting, left = keys[1], keys[2], keys[3], keys[4]
-  local clock = redis.call('TIME')
-  local s, us = tonumber(clock[1]), tonumber(clock[2])
-  now_ms, now_us = s * 1000 + math.floor(us / 1000), s * 1000000 + us
+  clock, now_ms, now_us = redis.call('TIME'), nil, nil
   leases, used, meta, read = nil, 0, nil, nil
   writes, expire, tell = nil, false, false
+end
+
+-- tick sets now_ms and now_us from the clock begin read, once per call.
+local function tick()
+  if not now_ms then
+    local s, us = tonumber(clock[1]), tonumber(clock[2])
+    now_ms, now_us = s * 1000 + math.floor(us / 1000), s * 1000000 + us
+  end
 end
 
 -- granted_channel returns the channel of the Store that sent the try id try ("<store id>:<n>"),

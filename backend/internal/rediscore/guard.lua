@@ -27,6 +27,7 @@ local function guarded(main, keys, args, writes_back, quick)
       if r then return r end
     end
   end
+  tick()
   local ok, res = pcall(call, main, writes_back, all)
   if ok then return res end
   local msg = type(res) == 'table' and res.err or tostring(res)

@@ -11,6 +11,7 @@
 -- one HSET of the lease and the counters, and its expiry (see keep, fenced and kept).
 local function quick_acquire(all)
   if #all == 0 and #ARGV <= 8 and (ARGV[2] == ARGV[3] or tonumber(ARGV[2]) <= tonumber(ARGV[3])) then
+    tick()
     local ttl = tonumber(ARGV[4])
     local value, ft = ARGV[8], int(now_us)
     local entry = ARGV[2] .. ' ' .. ft .. ' ' .. int(now_ms + ttl)
@@ -23,27 +24,31 @@ local function quick_acquire(all)
 end
 
 -- quick_release ends the holder's lease when it is the hash's only entry besides the counters
--- fence, limit and keep (each digits only, below 2^53, the fence below the clock: any other
--- counter, ours or not, goes the general way, which reports one not ours), unexpired,
--- and at the fence asked for, if any: the key is left idle, and its hash deleted (an HDEL of its
--- four entries, as settle's HDEL of every entry would; HDEL, not DEL, which an ACL that lets
--- Leasehold's commands through need not allow).
+-- fence, limit and keep (each digits with no leading zero, limit and keep below 10^15, the fence
+-- below the clock: any other counter, ours or not, goes the general way, which reports one not
+-- ours), unexpired, and at the fence asked for, if any: the key is left idle, and its hash
+-- deleted (an HDEL of its four entries, as settle's HDEL of every entry would; HDEL, not DEL,
+-- which an ACL that lets Leasehold's commands through need not allow). It compares the expiry
+-- and the fence with the clock as texts: decimals with no leading zero compare as their numbers
+-- do when one is longer, or, of one length, as texts (digits collate in order in every locale).
 local function quick_release(all)
   -- In the order a grant on a new hash writes them (HGETALL of a small hash keeps it): any other
   -- order goes the general way.
   local me = ':' .. ARGV[1]
   if #all ~= 8 or all[1] ~= me or all[3] ~= 'fence' or all[5] ~= 'limit' or all[7] ~= 'keep' then return nil end
   local fence, limit, keep = all[4], all[6], all[8]
-  if #fence > 16 or #limit > 15 or #keep > 15 or fence == '' or limit == '' or keep == '' or
-    string.find(fence .. limit .. keep, '%D') then
+  if #limit > 15 or #keep > 15 or not string.find(fence .. ' ' .. limit .. ' ' .. keep, '^[1-9]%d* [1-9]%d* [1-9]%d*$') then
     return nil
   end
   local n, ft, exp = string.match(all[2], '^(%d+) (%d+) (%d+)')
   local want = ARGV[2]
-  if not n or (want and want ~= '0' and want ~= ft) or tonumber(exp) <= now_ms or tonumber(fence) >= now_us then
-    return nil
-  end
+  if not n or (want and want ~= '0' and want ~= ft) or string.byte(exp) == 48 then return nil end
+  local us = string.sub('00000' .. clock[2], -6)
+  local ms = clock[1] .. string.sub(us, 1, 3)
+  us = clock[1] .. us
+  if #exp < #ms or (#exp == #ms and exp <= ms) or #fence > #us or (#fence == #us and fence >= us) then return nil end
   redis.call('HDEL', state, me, 'fence', 'limit', 'keep')
+  if n == '1' then return 1 end
   return tonumber(n)
 end
 
@@ -55,10 +60,11 @@ local function quick_extend(all)
   local me = ':' .. ARGV[1]
   if #all ~= 8 or all[1] ~= me or all[3] ~= 'fence' or all[5] ~= 'limit' or all[7] ~= 'keep' then return nil end
   local fence, limit, keep = all[4], all[6], all[8]
-  if #fence > 16 or #limit > 15 or #keep > 15 or fence == '' or limit == '' or keep == '' or
-    string.find(fence .. limit .. keep, '%D') or tonumber(fence) >= 9007199254740992 then
+  if #limit > 15 or #keep > 15 or #fence > 16 or (#fence == 16 and fence >= '9007199254740992') or
+    not string.find(fence .. ' ' .. limit .. ' ' .. keep, '^[1-9]%d* [1-9]%d* [1-9]%d*$') then
     return nil
   end
+  tick()
   -- Permits and fence are written back as they are when they are whole decimals the general
   -- path's encode would print the same (no leading zero, below 2^53).
   local nt, ft, exp, _, value = string.match(all[2], '^(%d+) (%d+) (%d+)( ?q?)\n?(.*)$')
