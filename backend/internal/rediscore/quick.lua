@@ -12,12 +12,14 @@
 local function quick_acquire(all)
   if #all == 0 and #ARGV <= 8 and (ARGV[2] == ARGV[3] or tonumber(ARGV[2]) <= tonumber(ARGV[3])) then
     tick()
-    local ttl = tonumber(ARGV[4])
-    local value, ft = ARGV[8], int(now_us)
-    local entry = ARGV[2] .. ' ' .. ft .. ' ' .. int(now_ms + ttl)
+    local ttl, value = tonumber(ARGV[4]), ARGV[8]
+    local ft = string.format('%d', now_us)
+    local entry = ARGV[2] .. ' ' .. ft .. ' ' .. string.format('%d', now_ms + ttl)
     if value and value ~= '' then entry = entry .. '\n' .. value end
-    local life = kept(math.max(ttl, 1))
-    redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', ARGV[3], 'keep', int(now_ms + life))
+    -- kept(fenced(ttl, now_us)), inlined: fenced is max(ttl, 1) at a fence of now_us.
+    local life = ttl > 1 and ttl or 1
+    life = life + (life > 1000 and life or 1000)
+    redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', ARGV[3], 'keep', string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
     return now_us
   end
@@ -74,13 +76,13 @@ local function quick_extend(all)
   local f = tonumber(ft)
   if f >= 9007199254740992 then return nil end
   local ttl = tonumber(ARGV[2])
-  local e = nt .. ' ' .. ft .. ' ' .. int(now_ms + ttl)
+  local e = nt .. ' ' .. ft .. ' ' .. string.format('%d', now_ms + ttl)
   if value ~= '' then e = e .. '\n' .. value end
-  if lasts(tonumber(keep), ttl) then
+  if tonumber(keep) > now_ms + ttl then -- lasts(keep, ttl), inlined
     redis.call('HSET', state, me, e)
   else
-    local life = kept(ttl)
-    redis.call('HSET', state, me, e, 'keep', int(now_ms + life))
+    local life = ttl + (ttl > 1000 and ttl or 1000) -- kept(ttl)
+    redis.call('HSET', state, me, e, 'keep', string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end
   return {1, tonumber(nt), f, tonumber(limit), value}
