@@ -47,12 +47,13 @@ func newArgs(vs ...any) (a argList) {
 func (a *argList) values() []any { return a.v[:a.n] }
 
 // acquireArgs returns the ARGV of the acquire script (see acquire.lua), with its durations boxed
-// by d: holder, permits, limit and TTL, then wait, try id, listens, value and the two fence
+// by d: holder and TTL, then wait, try id, listens, permits, limit, value and the two fence
 // floors, but only up to the last that is not its default. Each value the server reads costs it
-// about as much as a hash write, so an uncontended try that does not wait sends four.
+// about as much as a hash write, so an uncontended try of a lock sends two, four when it would
+// wait.
 func acquireArgs(c acquireCall, d *durations) argList {
 	req := c.req
-	a := newArgs(req.Holder, req.Permits, req.Limit, d.box(req.TTL, true))
+	a := newArgs(req.Holder, d.box(req.TTL, true))
 	switch {
 	case c.fences.grant != 0:
 		a.n = 10
@@ -60,12 +61,16 @@ func acquireArgs(c acquireCall, d *durations) argList {
 		a.n = 9
 	case req.Value != "":
 		a.n = 8
-	case c.listens:
+	case req.Limit != 1:
 		a.n = 7
-	case c.try != nil:
+	case req.Permits != 1:
 		a.n = 6
-	case req.Wait > 0:
+	case c.listens:
 		a.n = 5
+	case c.try != nil:
+		a.n = 4
+	case req.Wait > 0:
+		a.n = 3
 	default:
 		return a
 	}
@@ -73,7 +78,8 @@ func acquireArgs(c acquireCall, d *durations) argList {
 	if c.listens {
 		listens = one
 	}
-	copy(a.v[4:], []any{d.box(req.Wait, false), orEmpty(c.try), listens, req.Value, decimal(c.fences.held), decimal(c.fences.grant)})
+	copy(a.v[2:], []any{d.box(req.Wait, false), orEmpty(c.try), listens, req.Permits, req.Limit, req.Value,
+		decimal(c.fences.held), decimal(c.fences.grant)})
 	return a
 }
 

@@ -152,7 +152,7 @@ func (r *recorder) check(s Script, c Call, key, spec string) error {
 	}
 	argv := c.ARGV()
 	want := map[Script][]any{
-		acquireScript: {c.ARGV()[0], 1, 1, ttl, wait, "", zero, "v"},
+		acquireScript: {c.ARGV()[0], ttl, wait, "", zero, 1, 1, "v"},
 		extendScript:  {c.ARGV()[0], ttl},
 		releaseScript: {c.ARGV()[0], fence},
 	}[s]
@@ -160,9 +160,9 @@ func (r *recorder) check(s Script, c Call, key, spec string) error {
 		want = want[:1]
 	}
 	if s == acquireScript && wait > 0 {
-		want[5] = argv[5] // the try's id, which names the Store (its channel)
-		if !strings.HasPrefix(argv[5].(string), r.id()+":") {
-			return fmt.Errorf("acquire on %q: try %q", key, argv[5])
+		want[3] = argv[3] // the try's id, which names the Store (its channel)
+		if !strings.HasPrefix(argv[3].(string), r.id()+":") {
+			return fmt.Errorf("acquire on %q: try %q", key, argv[3])
 		}
 	}
 	if len(argv) != len(want) {

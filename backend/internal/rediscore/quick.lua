@@ -10,16 +10,17 @@
 -- (max(0 + 1, now_us), with no fence floor sent), any limit is the key's, and the hash is new:
 -- one HSET of the lease and the counters, and its expiry (see keep, fenced and kept).
 local function quick_acquire(all)
-  if #all == 0 and #ARGV <= 8 and (ARGV[2] == ARGV[3] or tonumber(ARGV[2]) <= tonumber(ARGV[3])) then
+  local nt, lt = ARGV[6] or '1', ARGV[7] or '1'
+  if #all == 0 and #ARGV <= 8 and (nt == lt or tonumber(nt) <= tonumber(lt)) then
     tick()
-    local ttl, value = tonumber(ARGV[4]), ARGV[8]
+    local ttl, value = tonumber(ARGV[2]), ARGV[8]
     local ft = string.format('%d', now_us)
-    local entry = ARGV[2] .. ' ' .. ft .. ' ' .. string.format('%d', now_ms + ttl)
+    local entry = nt .. ' ' .. ft .. ' ' .. string.format('%d', now_ms + ttl)
     if value and value ~= '' then entry = entry .. '\n' .. value end
     -- kept(fenced(ttl, now_us)), inlined: fenced is max(ttl, 1) at a fence of now_us.
     local life = ttl > 1 and ttl or 1
     life = life + (life > 1000 and life or 1000)
-    redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', ARGV[3], 'keep', string.format('%d', now_ms + life))
+    redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt, 'keep', string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
     return now_us
   end

@@ -54,7 +54,7 @@ func acquireArgv(holder string, permits, limit int, ttl, wait time.Duration, lis
 	if listens {
 		l = "1"
 	}
-	return []any{holder, permits, limit, ttl.Milliseconds(), wait.Milliseconds(), try, l, value}
+	return []any{holder, ttl.Milliseconds(), wait.Milliseconds(), try, l, permits, limit, value}
 }
 
 // asArray is a reply of the acquire or release script as an array: a grant (the fence alone)
@@ -71,15 +71,15 @@ func asArray(src int, r any) []any {
 
 // fullAcquireArgv is the acquire script's whole ARGV, every value sent, defaults included.
 func fullAcquireArgv(holder string, n, limit int, ttl, wait int64, try, listens, value string, minFence, floor int64) []any {
-	return []any{holder, n, limit, ttl, wait, try, listens, value, minFence, floor}
+	return []any{holder, ttl, wait, try, listens, n, limit, value, minFence, floor}
 }
 
 // trimmedAcquireArgv is full (see fullAcquireArgv) as a Store sends it: without the values at its
-// end that are their defaults (0, "", "0", "", 0, 0 from the fifth on).
+// end that are their defaults (0, "", "0", 1, 1, "", 0, 0 from the third on).
 func trimmedAcquireArgv(full []any) []any {
-	defaults := []any{int64(0), "", "0", "", int64(0), int64(0)}
+	defaults := []any{int64(0), "", "0", 1, 1, "", int64(0), int64(0)}
 	n := len(full)
-	for n > 4 && full[n-1] == defaults[n-5] {
+	for n > 2 && full[n-1] == defaults[n-3] {
 		n--
 	}
 	return full[:n]
