@@ -1,9 +1,11 @@
 -- The quick paths: the uncontended acquire, extend and release of a lock, which guarded tries
--- first, with the lease hash as HGETALL read it (all), before it sets up the general machinery. Each
--- takes only a state it can read without decoding anything else, and does there exactly what
--- the operation's general path (and its fast path) would; on any other state it returns nil,
--- and the call goes on with what it read. Lua's operations cost the server about as much as a
--- command's argument each, so they do as few as they can.
+-- first, with the lease hash as HGETALL read it (all), before it sets up the general machinery.
+-- Each takes only a state it can read without decoding anything else, and does there exactly
+-- what the operation's general path (and its fast path) would; on any other state it returns
+-- nil, and the call goes on with what it read. Lua's operations cost the server about as much as
+-- a command's argument each, so they do as few as they can. They run outside guarded's pcall:
+-- a write Redis refuses here (out of memory under EVALSHA, an ACL) fails the call with Redis's
+-- own error, which names the script, before anything is written.
 
 -- quick_acquire grants a key whose lease hash is gone (never used, or left idle and deleted):
 -- no lease, line, watch, left try or raised fence can be there, so the fence is the clock's
