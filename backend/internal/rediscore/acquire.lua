@@ -1,17 +1,23 @@
--- ARGV: holder, permits, limit (both whole decimals as strconv writes them: they are stored as
--- sent), ttl_ms, min_fence, wait_ms, channel (of the holder's Store), fence_floor (a least fence
--- for a new grant only), listens (1 when a PUBLISH on channel counts the holder's Store while it
--- listens), try id (names this try to a leave that may overtake it; '' for none), value (kept
--- with the lease, and with the place in the line), changed channel
--- Returns {1, fence} granted; {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
+-- ARGV: holder, ttl_ms, then, each absent when it and all after it are their default: wait_ms
+-- (0), try id ('': none; names this try to a leave that may overtake it, and, when the try
+-- waits, its Store, whose channel hears of a grant from the line: see granted_channel), listens
+-- ('0'; '1' when a PUBLISH on that channel counts the holder's Store while it listens), permits
+-- and limit ('1' each; whole decimals as strconv writes them: they are stored as sent), value
+-- ('': kept with the lease, and with the place in the line), min_fence (0), fence_floor (0: a
+-- least fence for a new grant only). So an uncontended try of a lock sends the server only what
+-- it needs: two values, four when it would wait.
+-- Returns the fence granted (a number: a reply of one integer costs the server less than an
+-- array); {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits; {-2, the key's limit} when limit is
 -- not the key's (that of its unexpired leases, or of its waiters when it has none), and then it
 -- writes nothing. The line is strictly FIFO: free permits go to the waiters in line first, and a
 -- caller not served from it is granted only when nobody waits. A refusal with wait_ms > 0 keeps
 -- the holder's place in the line (or gives it the last one), where a release may grant it the
 -- lease.
-local holder, n, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local min_fence, wait_ms, value = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[11]
+local holder, ttl, wait_ms, try = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3] or 0), ARGV[4] or ''
+local nt, lt, value = ARGV[6] or '1', ARGV[7] or '1', ARGV[8] or ''
+local n, limit = tonumber(nt), tonumber(lt)
+local min_fence, floor = tonumber(ARGV[9] or 0), tonumber(ARGV[10] or 0)
 -- The uncontended path: a hash of counters alone, or none (no lease, expired or not), none of
 -- them saying that the line, a watch or a left try lives: the grant the general path below would
 -- make, written with one HSET, without decoding the state; a hash whose expiry is not far enough
@@ -35,23 +41,23 @@ if n <= limit then
     if not fast then break end
   end
   if fast then
-    local fence = math.max(last + 1, now_us, min_fence, tonumber(ARGV[8]) or 0)
+    local fence = math.max(last + 1, now_us, min_fence, floor)
     local ft, entry = int(fence), ''
     if value ~= '' then entry = '\n' .. value end
-    entry = ARGV[2] .. ' ' .. ft .. ' ' .. int(now_ms + ttl) .. entry
+    entry = nt .. ' ' .. ft .. ' ' .. int(now_ms + ttl) .. entry
     local life = fenced(ttl, fence)
     if lasts(until_ms, life) then
-      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', ARGV[3])
+      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', lt)
     else
       life = kept(life)
-      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', ARGV[3], 'keep', int(now_ms + life))
+      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', lt, 'keep', int(now_ms + life))
       redis.call('PEXPIRE', state, life)
     end
-    return {1, fence}
+    return fence
   end
 end
 load(all)
-if ARGV[10] ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, ARGV[10]) then
+if try ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, try) then
   -- Its caller gave up on this try before it arrived, and left: nothing to grant, no place.
   return {0, 0, 0}
 end
@@ -72,15 +78,15 @@ if cur then
     if min_fence > meta.fence then setm('fence', min_fence) end
   end
   cur.exp, cur.q, cur.value = now_ms + ttl, false, value
-  setm('limit', limit, ARGV[3])
+  setm('limit', limit, lt)
   keep(fenced(ttl, cur.fence))
   put(me, cur)
-  return {1, cur.fence}
+  return cur.fence
 end
 if used + n > limit or not line_empty then
   if wait_ms > 0 then
-    enqueue(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), wait_ms, ARGV[9] or '0',
-      {value = value, channel = ARGV[7]})
+    enqueue(holder, n, limit, ttl, math.max(min_fence, floor), wait_ms, ARGV[5] or '0',
+      {value = value, channel = granted_channel(try)})
   end
   -- With room but others ahead, the first expiry is the next change that expiry alone brings.
   local need, by_expiry = math.max(used + n - limit, 1), {}
@@ -92,6 +98,6 @@ if used + n > limit or not line_empty then
   end
   return {0, 0, meta.fence}
 end
-local fence = grant(holder, n, limit, ttl, math.max(min_fence, tonumber(ARGV[8]) or 0), false, value, false, ARGV[2], ARGV[3])
+local fence = grant(holder, n, limit, ttl, math.max(min_fence, floor), false, value, false, nt, lt)
 changed()
-return {1, fence}
+return fence

@@ -13,14 +13,13 @@ import (
 type acquireCall struct {
 	req    core.AcquireRequest
 	fences fences
-	// channel is where a grant from the line to the holder is to be published (a string).
-	channel any
-	// listens says a PUBLISH on channel counts the Store while it listens (not on a Cluster, and
-	// only once its subscription was confirmed before the try): a release then passes over the
-	// place when the PUBLISH reaches nobody.
+	// listens says a PUBLISH on the Store's channel for the key counts the Store while it listens
+	// (not on a Cluster, and only once its subscription was confirmed before the try): a release
+	// then passes over the place when the PUBLISH reaches nobody.
 	listens bool
-	// try names the try (a string), so that a leave sent after it gave up keeps it out of the
-	// line should it arrive later.
+	// try names the try (a string: see tryID), so that a leave sent after it gave up keeps it out
+	// of the line should it arrive later; a try that waits always has one, and the script takes
+	// the Store's channel, where a grant from the line to the holder is published, from it.
 	try any
 }
 
@@ -36,7 +35,7 @@ type argList struct {
 }
 
 // maxArgs is the most values an argList holds.
-const maxArgs = 12
+const maxArgs = 10
 
 // newArgs returns an argList of vs.
 func newArgs(vs ...any) (a argList) {
@@ -47,14 +46,41 @@ func newArgs(vs ...any) (a argList) {
 // values returns the values of a.
 func (a *argList) values() []any { return a.v[:a.n] }
 
-// acquireArgs returns the ARGV of the acquire script, with its durations boxed by d.
+// acquireArgs returns the ARGV of the acquire script (see acquire.lua), with its durations boxed
+// by d: holder and TTL, then wait, try id, listens, permits, limit, value and the two fence
+// floors, but only up to the last that is not its default. Each value the server reads costs it
+// about as much as a hash write, so an uncontended try of a lock sends two, four when it would
+// wait.
 func acquireArgs(c acquireCall, d *durations) argList {
-	req, listens := c.req, zero
+	req := c.req
+	a := newArgs(req.Holder, d.box(req.TTL, true))
+	switch {
+	case c.fences.grant != 0:
+		a.n = 10
+	case c.fences.held != 0:
+		a.n = 9
+	case req.Value != "":
+		a.n = 8
+	case req.Limit != 1:
+		a.n = 7
+	case req.Permits != 1:
+		a.n = 6
+	case c.listens:
+		a.n = 5
+	case c.try != nil:
+		a.n = 4
+	case req.Wait > 0:
+		a.n = 3
+	default:
+		return a
+	}
+	listens := zero
 	if c.listens {
 		listens = one
 	}
-	return newArgs(req.Holder, req.Permits, req.Limit, d.box(req.TTL, true), decimal(c.fences.held), d.box(req.Wait, false),
-		orEmpty(c.channel), decimal(c.fences.grant), listens, orEmpty(c.try), req.Value)
+	copy(a.v[2:], []any{d.box(req.Wait, false), orEmpty(c.try), listens, req.Permits, req.Limit, req.Value,
+		decimal(c.fences.held), decimal(c.fences.grant)})
+	return a
 }
 
 // orEmpty returns v, or "" for nil.
@@ -104,27 +130,18 @@ func (c *durations) box(d time.Duration, keep bool) any {
 	return b.box
 }
 
-// changes says which scripts can change a key's leases: their last ARGV is the key's changed
-// channel (see layout.changed), on which they publish while someone watches the key.
-var changes = [...]bool{acquireScript: true, releaseScript: true, leaveScript: true, watchScript: false}
-
-// argv returns the ARGV of script: args, then the key's changed channel for a script that can
-// change leases.
-func argv(script Script, changed any, args []any) []any {
-	if int(script) < len(changes) && changes[script] {
-		return append(args, changed)
-	}
-	return args
-}
-
 // extendArgs returns the ARGV of the extend script, with its TTL boxed by d.
 func extendArgs(req core.ExtendRequest, d *durations) argList {
 	return newArgs(req.Holder, d.box(req.TTL, true))
 }
 
-// releaseArgs returns the ARGV of the release script.
+// releaseArgs returns the ARGV of the release script: the holder, and the fence when it is not
+// 0 (any).
 func releaseArgs(req core.ReleaseRequest) argList {
-	return newArgs(req.Holder, decimal(req.Fence))
+	if req.Fence == 0 {
+		return newArgs(req.Holder)
+	}
+	return newArgs(req.Holder, req.Fence)
 }
 
 // watchArgs returns the ARGV of the watch script: how long the key is watched from now.

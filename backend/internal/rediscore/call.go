@@ -29,18 +29,15 @@ func (c Call) ARGV() []any { return c.Args[Head+c.Keys:] }
 
 // call returns the Call of script on the key that n names, with ARGV a.
 func call(script Script, n *keyNames, a *argList) Call {
-	args := make([]any, Head, Head+len(n.keys)+a.n+1)
+	args := make([]any, Head, Head+len(n.keys)+a.n)
 	args = append(args, n.keys...)
-	return Call{Args: argv(script, n.changed, append(args, a.values()...)), Keys: len(n.keys)}
+	return Call{Args: append(args, a.values()...), Keys: len(n.keys)}
 }
 
-// keyNames are a resource key's Redis keys, its changed channel and the Store's channel for it,
-// boxed once for the calls that send them.
+// keyNames are a resource key's Redis keys, boxed once for the calls that send them.
 type keyNames struct {
-	key     string
-	keys    []any // the Redis keys (strings), in the order the scripts take them
-	changed any   // see layout.changed
-	channel any   // see layout.channel
+	key  string
+	keys []any // the Redis keys (strings), in the order the scripts take them
 }
 
 // nameSlots is how many keys' names a Store keeps.
@@ -54,14 +51,14 @@ type nameCache struct {
 	slots [nameSlots]atomic.Pointer[keyNames]
 }
 
-// get returns key's names in layout l, for the Store whose id is store.
-func (c *nameCache) get(l layout, key, store string) *keyNames {
+// get returns key's names in layout l.
+func (c *nameCache) get(l layout, key string) *keyNames {
 	slot := &c.slots[maphash.String(c.seed, key)%nameSlots]
 	if n := slot.Load(); n != nil && n.key == key {
 		return n
 	}
-	keys, changed := l.names(key)
-	n := &keyNames{key: key, keys: make([]any, len(keys)), changed: changed, channel: l.channel(key, store)}
+	keys := l.keys(key)
+	n := &keyNames{key: key, keys: make([]any, len(keys))}
 	for i, k := range keys {
 		n.keys[i] = k
 	}

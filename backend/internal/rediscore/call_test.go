@@ -45,8 +45,8 @@ func TestNameCacheGivesEachKeyItsOwnNames(t *testing.T) {
 		wg.Go(func() {
 			for i := range 2000 {
 				key := keys[(g+i*7)%len(keys)]
-				n := c.get(l, key, "store")
-				if n.key != key || n.changed != l.changed(key) || n.channel != l.channel(key, "store") || len(n.keys) != 4 {
+				n := c.get(l, key)
+				if n.key != key || len(n.keys) != 4 || n.keys[0] != l.keys(key)[0] {
 					t.Errorf("names of %q: %+v", key, n)
 					return
 				}
@@ -126,11 +126,11 @@ func (r *recorder) Run(_ context.Context, s Script, c Call) (any, error) {
 	})
 	switch s {
 	case acquireScript:
-		return []any{int64(1), int64(7)}, nil
+		return int64(7), nil
 	case extendScript:
 		return []any{int64(1), int64(1), int64(7), int64(1)}, nil
 	case releaseScript:
-		return []any{int64(1)}, nil
+		return int64(1), nil
 	default:
 		return []any{int64(1), int64(0)}, nil
 	}
@@ -152,15 +152,17 @@ func (r *recorder) check(s Script, c Call, key, spec string) error {
 	}
 	argv := c.ARGV()
 	want := map[Script][]any{
-		acquireScript: {c.ARGV()[0], 1, 1, ttl, zero, wait, "", zero, zero, "", "v", r.l.changed(key)},
+		acquireScript: {c.ARGV()[0], ttl, wait, "", zero, 1, 1, "v"},
 		extendScript:  {c.ARGV()[0], ttl},
-		releaseScript: {c.ARGV()[0], decimal(fence), r.l.changed(key)},
+		releaseScript: {c.ARGV()[0], fence},
 	}[s]
+	if s == releaseScript && fence == 0 {
+		want = want[:1]
+	}
 	if s == acquireScript && wait > 0 {
-		want[6] = r.l.channel(key, r.id())
-		want[9] = argv[9] // the try's id
-		if !strings.HasPrefix(argv[9].(string), r.id()+":") {
-			return fmt.Errorf("acquire on %q: try %q", key, argv[9])
+		want[3] = argv[3] // the try's id, which names the Store (its channel)
+		if !strings.HasPrefix(argv[3].(string), r.id()+":") {
+			return fmt.Errorf("acquire on %q: try %q", key, argv[3])
 		}
 	}
 	if len(argv) != len(want) {
@@ -237,7 +239,7 @@ func TestConcurrentCallsNameTheirOwnKeys(t *testing.T) {
 func TestCallsShareNoSlices(t *testing.T) {
 	l, _ := newLayout("")
 	c := &nameCache{seed: maphash.MakeSeed()}
-	n := c.get(l, "k", "s")
+	n := c.get(l, "k")
 	a1, a2 := newArgs("h", "0"), newArgs("h", "0")
 	x, y := call(releaseScript, n, &a1), call(releaseScript, n, &a2)
 	x.Args[0], x.Args[Head] = "fcall", "mutated"

@@ -40,7 +40,8 @@
 --   KEYS[4] left:    sorted set, try id -> server ms until which a try of that id, whose caller
 --                    gave up on it before its reply came, takes no place in the line: a leave
 --                    that overtook its try on another connection
--- ARGV[#ARGV] is the key's changed channel in every script that can change leases.
+-- The key's channels are named after KEYS[1] (see layout.go), so no call sends them: its changed
+-- channel, and the channel of each Store that waits (see granted_channel).
 -- Every number that goes into a stored string is a whole decimal number below 2^53, as int()
 -- writes it: written by int(), or copied as it is from an argument (strconv writes them alike)
 -- or from an entry that reads so. Lua's formatting, matching and tables cost the server about as
@@ -65,7 +66,10 @@
 -- before it writes to that key or deletes it.
 local KEYS, ARGV
 local state, queue, waiting, left
-local now_ms, now_us
+-- clock is the server's time as TIME returned it ({seconds, µs} as text), and now_ms and now_us
+-- the same as numbers, which tick sets: every path but the quick release's, which compares
+-- texts, needs them (a conversion costs the server about as much as a command's argument).
+local clock, now_ms, now_us
 
 -- read is the lease hash as load read it (HGETALL's reply).
 local read
@@ -85,15 +89,28 @@ local tell
 
 local function int(x) return string.format('%d', x) end
 
--- begin sets up one call: its keys and arguments, and the server's time.
+-- begin sets up one call: its keys and arguments, and the server's time (see tick).
 local function begin(keys, args)
   KEYS, ARGV = keys, args
   state, queue, waiting, left = keys[1], keys[2], keys[3], keys[4]
-  local clock = redis.call('TIME')
-  local s, us = tonumber(clock[1]), tonumber(clock[2])
-  now_ms, now_us = s * 1000 + math.floor(us / 1000), s * 1000000 + us
+  clock, now_ms, now_us = redis.call('TIME'), nil, nil
   leases, used, meta, read = nil, 0, nil, nil
   writes, expire, tell = nil, false, false
+end
+
+-- tick sets now_ms and now_us from the clock begin read, once per call.
+local function tick()
+  if not now_ms then
+    local s, us = tonumber(clock[1]), tonumber(clock[2])
+    now_ms, now_us = s * 1000 + math.floor(us / 1000), s * 1000000 + us
+  end
+end
+
+-- granted_channel returns the channel of the Store that sent the try id try ("<store id>:<n>"),
+-- where it hears of a grant to its waiter on this key: the key's tag (KEYS[1] without "lease"),
+-- "granted:" and the store id.
+local function granted_channel(try)
+  return string.sub(state, 1, -6) .. 'granted:' .. (string.match(try, '^(.*):') or try)
 end
 
 -- foreign stops the call: the lease hash holds an entry that is not ours.

@@ -22,11 +22,14 @@
 // as every key is again after its last release), a release TIME, HGETALL and HDEL, and an extend
 // TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE);
 // in the common case each writes straight from the HGETALL's reply, without decoding the rest of
-// the state (the fast paths: acquire.lua, release.lua and extend.lua say when they apply). K' is K
+// the state (the fast paths: acquire.lua, release.lua and extend.lua say when they apply), and
+// the uncontended lock's acquire (on a key with no hash), extend and release (of the hash's lone
+// lease) do so before setting up anything else (the quick paths, quick.lua). K' is K
 // with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
 // the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed, which all share)
 // land in one Redis Cluster slot and one script can touch them all; the encoding keeps any user
-// key in one slot and distinct from every other.
+// key in one slot and distinct from every other. No call sends the channels: the scripts name them
+// after the lease hash's name, and a waiting try's Store after its try id.
 //
 // # Nothing left behind
 //

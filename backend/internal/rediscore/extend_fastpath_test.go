@@ -33,11 +33,12 @@ import (
 // keys, keys of other types, the hash's expiry), run in the same transaction after the hash.
 type keyState struct {
 	hash  map[string]string
+	order []string // of the hash's entries when written (nil: sorted), see fastState
 	setup func(ctx context.Context, p redis.Pipeliner, ks []string)
 }
 
-// runState sets tw's clock to now and key's state to st (the hash's entries in sorted order, then
-// setup), runs src with args exactly (an extend's ARGV is holder and ttl: no changed channel)
+// runState sets tw's clock to now and key's state to st (the hash's entries in st.order or sorted,
+// then setup), runs src with args exactly (an extend's ARGV is holder and ttl: no changed channel)
 // and returns the snapshot.
 func (tw *twin) runState(t *testing.T, now time.Time, key string, st keyState, src string, args []any) string {
 	t.Helper()
@@ -53,7 +54,11 @@ func (tw *twin) runState(t *testing.T, now time.Time, key string, st keyState, s
 	if st.hash != nil {
 		if len(st.hash) > 0 {
 			kv := make([]any, 0, 2*len(st.hash))
-			for _, f := range slices.Sorted(maps.Keys(st.hash)) {
+			order := st.order
+			if order == nil {
+				order = slices.Sorted(maps.Keys(st.hash))
+			}
+			for _, f := range order {
 				kv = append(kv, f, st.hash[f])
 			}
 			p.HSet(ctx, ks[0], kv...)

@@ -56,24 +56,46 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		st.waiting = map[string]string{"w": "1 " + s(nowMs+1) + " 1 60000 0 0 wchan"}
 		return st
 	}
+	// lone is the hash of one lease, at entry f, as a grant on a new hash writes it (the entry,
+	// fence, limit, keep, in that order: the quick paths' state), with the counters in extra.
+	lone := func(f, entry string, extra map[string]string) fastState {
+		h := map[string]string{f: entry, "fence": "7", "limit": "1", "keep": far}
+		maps.Copy(h, extra)
+		return fastState{hash: h, order: []string{f, "fence", "limit", "keep"}}
+	}
 	states := map[string]fastState{
-		"none":                {},
-		"counters":            counters(nil),
-		"counters, no fence":  counters(map[string]string{"fence": ""}),
-		"counters, keep only": {hash: map[string]string{"keep": far}},
-		"fence above now":     counters(map[string]string{"fence": s(nowUs + 5000)}),
-		"fence 2^53-2":        counters(map[string]string{"fence": "9007199254740990"}),
-		"keep at the edge":    counters(map[string]string{"keep": s(nowMs + ttl)}),
-		"keep a ms short":     counters(map[string]string{"keep": s(nowMs + ttl - 1)}),
-		"keep 0":              counters(map[string]string{"keep": "0"}),
-		"no keep":             counters(map[string]string{"keep": ""}),
-		"keep for 2^50":       counters(map[string]string{"keep": s(nowMs + 1<<50 + 2*halfWeek)}),
-		"line at now":         counters(map[string]string{"line": s(nowMs)}),
-		"line live":           liveLine(counters(nil)),
-		"line live, no place": counters(map[string]string{"line": s(nowMs + 1)}),
-		"watch at now":        counters(map[string]string{"watch": s(nowMs)}),
-		"watch live":          counters(map[string]string{"watch": s(nowMs + 1)}),
-		"left at now":         counters(map[string]string{"left": s(nowMs)}),
+		"lone":                        lone(":h", lease(1, 7, live, ""), nil),
+		"lone other":                  lone(":o", lease(1, 7, live, ""), nil),
+		"lone untaken with value":     lone(":h", lease(1, 7, live, " q\nv"), nil),
+		"lone, 2 of 3":                lone(":h", lease(2, 7, live, ""), map[string]string{"limit": "3"}),
+		"lone expired":                lone(":h", lease(1, 7, dead, ""), nil),
+		"lone, fence above now":       lone(":h", lease(1, nowUs+5000, live, ""), map[string]string{"fence": s(nowUs + 5000)}),
+		"lone, keep a ms short":       lone(":h", lease(1, 7, live, ""), map[string]string{"keep": s(nowMs + ttl - 1)}),
+		"lone, keep at the edge":      lone(":h", lease(1, 7, live, ""), map[string]string{"keep": s(nowMs + ttl)}),
+		"lone, keep not ours":         lone(":h", lease(1, 7, live, ""), map[string]string{"keep": "x"}),
+		"lone, empty limit":           lone(":h", lease(1, 7, live, ""), map[string]string{"limit": ""}),
+		"lone, fence 2^53":            lone(":h", lease(1, 7, live, ""), map[string]string{"fence": "9007199254740992"}),
+		"lone, entry fence 2^53":      lone(":h", lease(1, 1<<53, live, ""), map[string]string{"fence": "9007199254740992"}),
+		"lone, entry fence 0":         lone(":h", lease(1, 0, live, ""), nil),
+		"lone, entry not ours":        lone(":h", "garbage", nil),
+		"lone, counters not in order": {hash: map[string]string{":h": lease(1, 7, live, ""), "fence": "7", "limit": "1", "keep": far}, order: []string{":h", "fence", "keep", "limit"}},
+		"none":                        {},
+		"counters":                    counters(nil),
+		"counters, no fence":          counters(map[string]string{"fence": ""}),
+		"counters, keep only":         {hash: map[string]string{"keep": far}},
+		"fence above now":             counters(map[string]string{"fence": s(nowUs + 5000)}),
+		"fence 2^53-2":                counters(map[string]string{"fence": "9007199254740990"}),
+		"keep at the edge":            counters(map[string]string{"keep": s(nowMs + ttl)}),
+		"keep a ms short":             counters(map[string]string{"keep": s(nowMs + ttl - 1)}),
+		"keep 0":                      counters(map[string]string{"keep": "0"}),
+		"no keep":                     counters(map[string]string{"keep": ""}),
+		"keep for 2^50":               counters(map[string]string{"keep": s(nowMs + 1<<50 + 2*halfWeek)}),
+		"line at now":                 counters(map[string]string{"line": s(nowMs)}),
+		"line live":                   liveLine(counters(nil)),
+		"line live, no place":         counters(map[string]string{"line": s(nowMs + 1)}),
+		"watch at now":                counters(map[string]string{"watch": s(nowMs)}),
+		"watch live":                  counters(map[string]string{"watch": s(nowMs + 1)}),
+		"left at now":                 counters(map[string]string{"left": s(nowMs)}),
 		"left live": func() fastState {
 			st := counters(map[string]string{"left": s(nowMs + 1)})
 			st.left = map[string]float64{"t1": float64(nowMs + 1)}
@@ -138,7 +160,7 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"counter named like lease": counters(map[string]string{":": "1"}),
 	}
 	acq := func(holder string, n, limit int, ttl int64, minFence int64, wait int64, floor int64, try, value string) []any {
-		return []any{holder, n, limit, ttl, minFence, wait, "hchan", floor, "0", try, value}
+		return trimmedAcquireArgv(fullAcquireArgv(holder, n, limit, ttl, wait, try, "0", value, minFence, floor))
 	}
 	calls := map[string]struct {
 		src  int
@@ -307,11 +329,16 @@ func TestFastPathsMatchOnDrawnStates(t *testing.T) {
 			src, args = srcExtend, []any{holder, ttl}
 		default:
 			n := rapid.IntRange(1, 2).Draw(rt, "n")
-			src, args = srcAcquire, []any{holder, n, rapid.IntRange(1, 3).Draw(rt, "limit"), ttl,
-				rapid.SampledFrom([]int64{0, 7, now.UnixMicro() + 1}).Draw(rt, "min fence"),
-				rapid.SampledFrom([]int64{0, 60000}).Draw(rt, "wait"), "hchan",
-				rapid.SampledFrom([]int64{0, now.UnixMicro() + 2}).Draw(rt, "floor"), "0",
-				rapid.SampledFrom([]string{"", "t"}).Draw(rt, "try"), rapid.SampledFrom([]string{"", "v\n q"}).Draw(rt, "value")}
+			minFence := rapid.SampledFrom([]int64{0, 7, now.UnixMicro() + 1}).Draw(rt, "min fence")
+			wait := rapid.SampledFrom([]int64{0, 60000}).Draw(rt, "wait")
+			floor := rapid.SampledFrom([]int64{0, now.UnixMicro() + 2}).Draw(rt, "floor")
+			try := rapid.SampledFrom([]string{"", "t"}).Draw(rt, "try")
+			value := rapid.SampledFrom([]string{"", "v\n q"}).Draw(rt, "value")
+			args = fullAcquireArgv(holder, n, rapid.IntRange(1, 3).Draw(rt, "limit"), ttl, wait, try, "0", value, minFence, floor)
+			if rapid.Bool().Draw(rt, "trimmed") {
+				args = trimmedAcquireArgv(args)
+			}
+			src = srcAcquire
 		}
 		got := fast.run(t, now, "k", st, srcs[src][0], slices.Clone(args))
 		want := general.run(t, now, "k", st, srcs[src][1], slices.Clone(args))

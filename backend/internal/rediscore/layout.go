@@ -32,21 +32,15 @@ func (l layout) tag(key string) string {
 }
 
 // suffixes follow a resource key's tag: its four Redis keys, in the order the scripts take them
-// (see common.lua), then its changed channel. The lease hash is "lease", not the "leases" sorted
-// set of the layout before it, so that neither layout reads the other's leases as its own; the
-// line's keys kept their names (see doc.go: the two must not share a prefix).
-var suffixes = [...]string{"lease", "queue", "waiting", "left", "changed"}
+// (see common.lua). The lease hash is "lease", not the "leases" sorted set of the layout before
+// it, so that neither layout reads the other's leases as its own; the line's keys kept their
+// names (see doc.go: the two must not share a prefix). The scripts name the key's channels after
+// the lease hash's name (see changed and channel): the tag, then what follows "lease".
+var suffixes = [...]string{"lease", "queue", "waiting", "left"}
 
-// keys returns the Redis keys of a resource key, in the order the scripts take them.
+// keys returns the Redis keys of a resource key, in the order the scripts take them: slices of
+// one string, so that a script call allocates one value for them, not four.
 func (l layout) keys(key string) []string {
-	keys, _ := l.names(key)
-	return keys
-}
-
-// names returns the Redis keys of a resource key, in the order the scripts take them, and its
-// changed channel (see changed): slices of one string, so that a script call allocates two
-// values for them, not six.
-func (l layout) names(key string) (keys []string, changed string) {
 	esc := keyEscaper.Replace(key)
 	tag := len(l.prefix) + len(esc) + len("{}:")
 	size := 0
@@ -63,25 +57,23 @@ func (l layout) names(key string) (keys []string, changed string) {
 		b.WriteString(s)
 	}
 	all := b.String()
-	keys = make([]string, len(suffixes)-1)
+	keys := make([]string, len(suffixes))
 	for i, s := range suffixes {
 		n := tag + len(s)
-		if i < len(keys) {
-			keys[i] = all[:n]
-		} else {
-			changed = all[:n]
-		}
+		keys[i] = all[:n]
 		all = all[n:]
 	}
-	return keys, changed
+	return keys
 }
 
 // channel returns the channel on which the Store with id store hears of leases on key granted to
-// its waiters from the key's line.
+// its waiters from the key's line. The acquire script names it likewise from the lease hash's
+// name and the try's id (see tryID and granted_channel in common.lua).
 func (l layout) channel(key, store string) string { return l.tag(key) + "granted:" + store }
 
 // changed returns the channel on which the scripts announce, while some Store watches key, that
-// its leases changed: shared by every Store under the prefix.
+// its leases changed: shared by every Store under the prefix. The scripts name it likewise from
+// the lease hash's name (see call in common.lua).
 func (l layout) changed(key string) string { return l.tag(key) + "changed" }
 
 // maxMs bounds every duration sent to a script: far above any TTL or wait a caller means

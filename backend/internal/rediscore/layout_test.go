@@ -103,28 +103,27 @@ func TestLayoutNamesAreByteExact(t *testing.T) {
 	}
 }
 
-// TestNamesAreKeysAndChanged: names gives the keys and the changed channel that the
-// concatenations give, byte for byte, for any prefix and key.
-func TestNamesAreKeysAndChanged(t *testing.T) {
+// TestKeysAreTheConcatenations: keys gives the keys that the concatenations give, byte for
+// byte, for any prefix and key, and the channels the scripts name after the lease hash (its name
+// without "lease", then "changed", or "granted:" and a store id) are the layout's.
+func TestKeysAreTheConcatenations(t *testing.T) {
 	for _, prefix := range []string{"", "leasehold:", "p%:", "☃:", "\x00"} {
 		l, _ := newLayout(prefix)
 		for _, key := range []string{"", "a", "%", "{", "}", "{}%", "☃", "\xff", "a}:leases", string(make([]byte, 5000))} {
 			tag := l.tag(key)
-			keys, changed := l.names(key)
+			keys := l.keys(key)
 			want := []string{tag + "lease", tag + "queue", tag + "waiting", tag + "left"}
-			if len(keys) != len(want) || changed != tag+"changed" || changed != l.changed(key) {
-				t.Fatalf("prefix %q key %q: names %q, %q", prefix, key, keys, changed)
+			if len(keys) != len(want) {
+				t.Fatalf("prefix %q key %q: keys %q", prefix, key, keys)
 			}
 			for i := range want {
 				if keys[i] != want[i] {
 					t.Errorf("prefix %q key %q: key %d %q, want %q", prefix, key, i, keys[i], want[i])
 				}
 			}
-			if got := argv(acquireScript, changed, []any{"x"}); len(got) != 2 || got[1] != tag+"changed" {
-				t.Errorf("argv of acquire: %q", got)
-			}
-			if got := argv(watchScript, changed, []any{"x"}); len(got) != 1 {
-				t.Errorf("argv of watch: %q", got)
+			base := strings.TrimSuffix(keys[0], "lease")
+			if base+"changed" != l.changed(key) || base+"granted:s" != l.channel(key, "s") {
+				t.Errorf("prefix %q key %q: channels %q, %q not named after %q", prefix, key, l.changed(key), l.channel(key, "s"), keys[0])
 			}
 		}
 	}

@@ -1,4 +1,4 @@
--- ARGV: holder, floor, [try id, its hold in ms,] changed channel
+-- ARGV: holder, floor, [try id, its hold in ms]
 -- A waiter gives up: it leaves the line, and a lease the line granted it that it has not taken
 -- (with a fence above floor, the key's last fence at its refusal) passes to the next waiters.
 -- With a try id (a try whose caller gave up before its reply came), that try, should it arrive
@@ -6,7 +6,7 @@
 -- Returns {holder, fence, ...} as release does.
 load(all)
 local holder, floor = ARGV[1], tonumber(ARGV[2])
-if #ARGV >= 5 then
+if #ARGV >= 4 then
   local hold = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', left, '-inf', now_ms)
   redis.call('ZADD', left, now_ms + hold, ARGV[3])

@@ -26,7 +26,7 @@ func TestLeaveThatOvertookItsTryKeepsItOut(t *testing.T) {
 	c := raw(t, srv.Addr)
 	const key = "overtaken"
 	acq := func(holder, try string, wait time.Duration) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, try, "")...).([]any)
+		return asArray(srcAcquire, script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, false, try, "")...))
 	}
 	script(t, c, srcLeave, key, "w", 0, "t1", 60000)
 	if r := acq("w", "t1", time.Minute); r[0].(int64) != 0 {
@@ -73,7 +73,7 @@ func TestLeftTryOutlivesItsKeyGoingIdle(t *testing.T) {
 	const wait, ttl = 500 * time.Millisecond, 2 * time.Second
 	var key string
 	acq := func(holder, try string, wait time.Duration) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, ttl, wait, "ch", false, try, "")...).([]any)
+		return asArray(srcAcquire, script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, ttl, wait, false, try, "")...))
 	}
 	// The checks between the leave and the late try hold only while the leave's hold lasts: on
 	// a machine stalled for longer, start over once on a fresh key with twice the hold (the
@@ -89,7 +89,7 @@ func TestLeftTryOutlivesItsKeyGoingIdle(t *testing.T) {
 		}
 		left := time.Now()
 		script(t, c, srcLeave, key, "w", a[1], "t1", hold.Milliseconds())
-		if r := script(t, c, srcRelease, key, "a", a[1]).([]any); r[0].(int64) != 1 || len(r) != 1 {
+		if r := asArray(srcRelease, script(t, c, srcRelease, key, "a", a[1])); r[0].(int64) != 1 || len(r) != 1 {
 			t.Fatalf("release = %v; want 1 permit freed and nobody granted", r)
 		}
 		gone := len(keysMatching(t, c, key)) == 0

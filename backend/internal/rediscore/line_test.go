@@ -331,8 +331,8 @@ func TestLapsedPlaceIsNotRevivedBehindABlockedHead(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	acq := func(holder string, wait time.Duration) []any {
-		r := script(t, c, srcAcquire, "lapsed", acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...)
-		return r.([]any)
+		r := script(t, c, srcAcquire, "lapsed", acquireArgv(holder, 1, 1, time.Minute, wait, false, "", "")...)
+		return asArray(srcAcquire, r)
 	}
 	if r := acq("a", 0); r[0].(int64) != 1 {
 		t.Fatalf("a: %v", r)
@@ -360,7 +360,7 @@ func TestShorterWaitAfterALongerKeepsTheLine(t *testing.T) {
 	c := raw(t, srv.Addr)
 	const key = "shorter"
 	acq := func(holder string, wait time.Duration) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+		return asArray(srcAcquire, script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, false, "", "")...))
 	}
 	acq("a", 0)
 	acq("long", time.Minute)
@@ -370,7 +370,7 @@ func TestShorterWaitAfterALongerKeepsTheLine(t *testing.T) {
 	if r := acq("newcomer", 0); r[0].(int64) != 0 {
 		t.Fatalf("a newcomer while long waits = %v; want refused", r)
 	}
-	if r := script(t, c, srcRelease, key, "a", 0).([]any); len(r) != 3 || r[1] != "long" {
+	if r := asArray(srcRelease, script(t, c, srcRelease, key, "a", 0)); len(r) != 3 || r[1] != "long" {
 		t.Fatalf("release = %v; want long granted", r)
 	}
 }

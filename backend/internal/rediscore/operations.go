@@ -62,7 +62,6 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	}
 	call := acquireCall{req: req, fences: f}
 	if waits {
-		call.channel = s.keyNames(req.Key).channel
 		call.try = tryID(s.id, s.tries.Add(1))
 		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
 		// subscription was confirmed before the try: until then a waiter keeps its place unchecked.

@@ -1,8 +1,9 @@
--- ARGV: holder, fence (0: whatever the holder's lease's fence), changed channel
+-- ARGV: holder, [fence] (absent or 0: whatever the holder's lease's fence)
 -- Returns {permits freed (0 when the holder held no lease with that fence), holder, fence, ...}:
 -- the freed permits go to the waiters at the head of the line (holder, fence each), whose Stores
--- are told on their channels.
-local me, want = ':' .. ARGV[1], tonumber(ARGV[2])
+-- are told on their channels; when the line was granted nothing, the permits freed alone (a
+-- number, which costs the server less than an array).
+local me, want = ':' .. ARGV[1], tonumber(ARGV[2] or 0)
 -- The uncontended path: the holder's lease is there, with the fence asked for, every other
 -- lease is one of ours and unexpired, and no counter says that the line or a watch lives: one
 -- HDEL, without decoding the rest of the state; of all its entries, which deletes the hash, when
@@ -19,15 +20,15 @@ if entry and fast and not (alone and (tries or raised)) then
     else
       redis.call('HDEL', state, me)
     end
-    return {tonumber(n)}
+    return tonumber(n)
   end
 end
 load(all)
 local l = leases[me]
-if not l or (want ~= 0 and l.fence ~= want) then return {0} end
+if not l or (want ~= 0 and l.fence ~= want) then return 0 end
 drop(me)
 changed()
 local out = serve(2) -- a Mutex's release: the head it grants, and the next, who waits
-if not out then return {l.n} end
+if not out or #out == 0 then return l.n end
 table.insert(out, 1, l.n)
 return out

@@ -44,13 +44,18 @@ func ints(r any, least int) (v [maxInts]int64, n int, err error) {
 // holder afterwards has a higher one. A holder that holds another number of permits is an error
 // wrapping core.ErrInvalid; a limit that is not the key's, a *core.LimitMismatchError.
 func parseAcquire(r any, asked, limit int) (res core.AcquireResult, last uint64, err error) {
+	if fence, ok := r.(int64); ok {
+		// Granted: the script replies with the fence alone.
+		if fence < 1 {
+			return core.AcquireResult{}, 0, fmt.Errorf("%w: %v", errReply, r)
+		}
+		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, 0, nil
+	}
 	v, n, err := ints(r, 2)
 	if err != nil {
 		return core.AcquireResult{}, 0, err
 	}
 	switch v[0] {
-	case 1:
-		return core.AcquireResult{Granted: true, Fence: uint64(v[1])}, 0, nil
 	case 0:
 		if n > 2 {
 			last = uint64(v[2])
@@ -58,8 +63,10 @@ func parseAcquire(r any, asked, limit int) (res core.AcquireResult, last uint64,
 		return core.AcquireResult{RetryAfter: time.Duration(v[1]) * time.Millisecond}, last, nil
 	case -2:
 		return core.AcquireResult{}, 0, &core.LimitMismatchError{Held: int(v[1]), Requested: limit}
-	default:
+	case -1:
 		return core.AcquireResult{}, 0, fmt.Errorf("%w: holder already holds %d permits, asked for %d", core.ErrInvalid, v[1], asked)
+	default:
+		return core.AcquireResult{}, 0, fmt.Errorf("%w: %v", errReply, r)
 	}
 }
 
@@ -87,8 +94,12 @@ func parseExtend(r any) (core.ExtendResult, error) {
 }
 
 // parseRelease decodes the release script's reply: whether the holder held the lease, and the
-// leases the line of waiters was granted with the freed permits.
+// leases the line of waiters was granted with the freed permits (the permits freed alone, a
+// number, when it was granted none).
 func parseRelease(r any) (held bool, grants []grant, err error) {
+	if n, ok := r.(int64); ok {
+		return n > 0, nil, nil
+	}
 	arr, ok := r.([]any)
 	if !ok || len(arr) < 1 {
 		return false, nil, fmt.Errorf("%w: %v", errReply, r)

@@ -16,7 +16,9 @@ func TestParseAcquire(t *testing.T) {
 		reply any
 		want  string // the result and last fence, or the end of the error's text
 	}{
-		{[]any{int64(1), int64(42)}, "{Granted:true Fence:42 TTL:0s RetryAfter:0s} 0"},
+		{int64(42), "{Granted:true Fence:42 TTL:0s RetryAfter:0s} 0"},
+		{int64(0), "unexpected script reply: 0"},
+		{[]any{int64(1), int64(42)}, "unexpected script reply: [1 42]"},
 		{[]any{int64(0), int64(1500), int64(41)}, "{Granted:false Fence:0 TTL:0s RetryAfter:1.5s} 41"},
 		{[]any{int64(0), int64(0)}, "{Granted:false Fence:0 TTL:0s RetryAfter:0s} 0"},
 		{[]any{int64(-1), int64(2)}, ": holder already holds 2 permits, asked for 1"},
@@ -34,6 +36,30 @@ func TestParseAcquire(t *testing.T) {
 	}
 	if _, _, err := parseAcquire([]any{int64(-1), int64(2)}, 1, 1); !errors.Is(err, core.ErrInvalid) {
 		t.Errorf("a holder holding other permits: %v, want ErrInvalid", err)
+	}
+}
+
+// TestParseRelease: a release's reply is the permits freed alone, or with the grants the line was
+// given; anything else is an unexpected reply.
+func TestParseRelease(t *testing.T) {
+	for _, tc := range []struct {
+		reply any
+		want  string
+	}{
+		{int64(1), "true []"},
+		{int64(0), "false []"},
+		{[]any{int64(2), "w", int64(7)}, "true [{holder:w fence:7}]"},
+		{[]any{int64(1), "w"}, "error"},
+		{"OK", "error"},
+	} {
+		held, grants, err := parseRelease(tc.reply)
+		got := fmt.Sprintf("%v %+v", held, grants)
+		if err != nil {
+			got = "error"
+		}
+		if got != tc.want {
+			t.Errorf("parseRelease(%v) = %s, want %s", tc.reply, got, tc.want)
+		}
 	}
 }
 

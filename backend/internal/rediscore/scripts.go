@@ -27,11 +27,14 @@ var (
 	watchBody string
 	//go:embed guard.lua
 	guard string
+	//go:embed quick.lua
+	quick string
 )
 
 // common is the Lua every script shares: the prelude (the layout, a call's state, the lease
-// hash's codec) and the line (its places, grants and serving, and settle, a writing call's end).
-var common = commonPrelude + "\n" + commonLine
+// hash's codec), the line (its places, grants and serving, and settle, a writing call's end) and
+// the quick paths of the uncontended acquire, extend and release.
+var common = commonPrelude + "\n" + commonLine + "\n" + quick
 
 // Script names one of the scripts a Client runs: an index into Sources and functionNames.
 type Script int
@@ -52,16 +55,18 @@ var bodies = [...]struct {
 	// writes says the body may change the lease hash: its call writes back what it changed
 	// (see guard.lua). Only a read-only body has it false.
 	writes bool
+	// quick names the operation's quick path in quick.lua ("nil": none).
+	quick string
 }{
-	acquireScript: {"acquire", acquireBody, "{}", true},
-	extendScript:  {"extend", extendBody, "{}", true},
+	acquireScript: {"acquire", acquireBody, "{}", true, "quick_acquire"},
+	extendScript:  {"extend", extendBody, "{}", true, "quick_extend"},
 	// Ending a lease and leaving the line mostly delete, and must work when the server is out
 	// of memory, as the same commands do in a script (EVALSHA refuses only the commands that
 	// may grow memory).
-	releaseScript: {"release", releaseBody, "{'allow-oom'}", true},
-	inspectScript: {"inspect", inspectBody, "{'no-writes'}", false},
-	leaveScript:   {"leave", leaveBody, "{'allow-oom'}", true},
-	watchScript:   {"watch", watchBody, "{}", true},
+	releaseScript: {"release", releaseBody, "{'allow-oom'}", true, "quick_release"},
+	inspectScript: {"inspect", inspectBody, "{'no-writes'}", false, "nil"},
+	leaveScript:   {"leave", leaveBody, "{'allow-oom'}", true, "nil"},
+	watchScript:   {"watch", watchBody, "{}", true, "nil"},
 }
 
 // Sources are the scripts' full sources, indexed by Script, for EVALSHA (EVAL the first time on
@@ -71,7 +76,7 @@ var bodies = [...]struct {
 var Sources = func() (s [len(bodies)]string) {
 	for i, b := range bodies {
 		s[i] = "local eval_keys, eval_args = KEYS, ARGV\n" + common + guard +
-			"local function main(all)\n" + b.body + "\nend\nreturn guarded(main, eval_keys, eval_args, " + strconv.FormatBool(b.writes) + ")\n"
+			"local function main(all)\n" + b.body + "\nend\nreturn guarded(main, eval_keys, eval_args, " + strconv.FormatBool(b.writes) + ", " + b.quick + ")\n"
 	}
 	return s
 }()
@@ -104,7 +109,7 @@ func init() {
 		functionNames[i] = LibraryName + "_" + op.name
 		reg.WriteString("redis.register_function{function_name = '" + functionNames[i] + "', flags = " + op.flags +
 			", callback = function(keys, args) return guarded(" + op.name + ", keys, args, " +
-			strconv.FormatBool(op.writes) + ") end}\n")
+			strconv.FormatBool(op.writes) + ", " + op.quick + ") end}\n")
 	}
 	Library = "#!lua name=" + LibraryName + "\n" + code + reg.String()
 }

@@ -37,7 +37,6 @@ func TestFastPathsMatchAlongHistories(t *testing.T) {
 	}
 	const key = "k"
 	ks := rediscore.Keys(key)
-	changed := ks[0] + ":changed"
 	keys := ks
 	ctx := context.Background()
 	// Each history draws uniformly from a seed of its own, so that rare interleavings come up
@@ -83,10 +82,11 @@ func TestFastPathsMatchAlongHistories(t *testing.T) {
 					floor = 1<<53 - 1<<32
 				}
 				src = srcAcquire
-				args = []any{h, n, limit, oneOf(rnd, []int64{1, 1000, 60000}), above,
-					oneOf(rnd, []int64{0, 0, 20000, 60000}), "chan:" + h, floor,
-					oneOf(rnd, []string{"0", "1"}), try,
-					oneOf(rnd, []string{"", "v", "v\n q", " q", "7 8 9", "\n"})}
+				args = fullAcquireArgv(h, n, limit, oneOf(rnd, []int64{1, 1000, 60000}), oneOf(rnd, []int64{0, 0, 20000, 60000}),
+					try, oneOf(rnd, []string{"0", "1"}), oneOf(rnd, []string{"", "v", "v\n q", " q", "7 8 9", "\n"}), above, floor)
+				if rnd.IntN(2) == 0 {
+					args = trimmedAcquireArgv(args)
+				}
 			case 4, 5: // release
 				want := int64(0)
 				switch intIn(0, 2) {
@@ -109,7 +109,6 @@ func TestFastPathsMatchAlongHistories(t *testing.T) {
 				now = now.Add(time.Duration(oneOf(rnd, []int64{1, 999, 1000, 20000, 60001})) * time.Millisecond)
 				continue
 			}
-			args = append(args, changed)
 			var snaps [2]string
 			var replies [2]any
 			for j, tw := range []*twin{fast, general} {
@@ -162,6 +161,9 @@ func name(src int) string {
 // noteFences records the fences a reply reports granted, by holder.
 func noteFences(fences map[string]int64, src int, args []any, r any) {
 	a, _ := r.([]any)
+	if n, ok := r.(int64); ok && (src == srcAcquire || src == srcRelease) {
+		a = asArray(src, n)
+	}
 	switch {
 	case src == srcAcquire && len(a) >= 2 && a[0] == int64(1):
 		fences[args[0].(string)] = a[1].(int64)

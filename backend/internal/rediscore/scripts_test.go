@@ -36,13 +36,9 @@ const (
 // One more index of rediscore.Sources: watch.lua.
 const srcWatch = 5
 
-// script runs the script Sources[i] on key with args by EVAL (the changed channel appended for
-// every script but inspect), and fails t on an error.
+// script runs the script Sources[i] on key with args by EVAL, and fails t on an error.
 func script(t *testing.T, c *redis.Client, i int, key string, args ...any) any {
 	t.Helper()
-	if i != srcInspect {
-		args = append(args, rediscore.Keys(key)[0]+":changed-test")
-	}
 	r, err := c.Eval(context.Background(), rediscore.Sources[i], rediscore.Keys(key), args...).Result()
 	if err != nil {
 		t.Fatalf("script %d on %q %v: %v", i, key, args, err)
@@ -50,13 +46,43 @@ func script(t *testing.T, c *redis.Client, i int, key string, args ...any) any {
 	return r
 }
 
-// acquireArgv is the acquire script's ARGV before the changed channel.
-func acquireArgv(holder string, permits, limit int, ttl, wait time.Duration, channel string, listens bool, try, value string) []any {
+// acquireArgv is the acquire script's ARGV, up to the value (no fence floors). A try that waits
+// is told on the channel of the Store its try id names (rediscore.Channel(key, store) for
+// "<store>:<n>").
+func acquireArgv(holder string, permits, limit int, ttl, wait time.Duration, listens bool, try, value string) []any {
 	l := "0"
 	if listens {
 		l = "1"
 	}
-	return []any{holder, permits, limit, ttl.Milliseconds(), 0, wait.Milliseconds(), channel, 0, l, try, value}
+	return []any{holder, ttl.Milliseconds(), wait.Milliseconds(), try, l, permits, limit, value}
+}
+
+// asArray is a reply of the acquire or release script as an array: a grant (the fence alone)
+// as {1, fence}, a release that granted the line nothing (the permits freed alone) as {permits}.
+func asArray(src int, r any) []any {
+	if n, ok := r.(int64); ok {
+		if src == srcAcquire {
+			return []any{int64(1), n}
+		}
+		return []any{n}
+	}
+	return r.([]any)
+}
+
+// fullAcquireArgv is the acquire script's whole ARGV, every value sent, defaults included.
+func fullAcquireArgv(holder string, n, limit int, ttl, wait int64, try, listens, value string, minFence, floor int64) []any {
+	return []any{holder, ttl, wait, try, listens, n, limit, value, minFence, floor}
+}
+
+// trimmedAcquireArgv is full (see fullAcquireArgv) as a Store sends it: without the values at its
+// end that are their defaults (0, "", "0", 1, 1, "", 0, 0 from the third on).
+func trimmedAcquireArgv(full []any) []any {
+	defaults := []any{int64(0), "", "0", 1, 1, "", int64(0), int64(0)}
+	n := len(full)
+	for n > 2 && full[n-1] == defaults[n-3] {
+		n--
+	}
+	return full[:n]
 }
 
 // TestRequeueWithALongerWaitKeepsTheHash: a waiter whose retry keeps its place but waits longer
@@ -194,8 +220,9 @@ func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
 	const key = "unheard"
-	changed := rediscore.Keys(key)[0] + ":changed-test"
-	sub := c.Subscribe(ctx, changed, "heard")
+	changed := strings.TrimSuffix(rediscore.Keys(key)[0], "lease") + "changed"
+	heard := rediscore.Channel(key, "heard")
+	sub := c.Subscribe(ctx, changed, heard)
 	t.Cleanup(func() { sub.Close() })
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
@@ -203,8 +230,8 @@ func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	acq := func(holder string, wait time.Duration, channel string, listens bool) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, channel, listens, "", "v")...).([]any)
+	acq := func(holder string, wait time.Duration, store string, listens bool) []any {
+		return asArray(srcAcquire, script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, listens, store+":1", "v")...))
 	}
 	script(t, c, 5, key, time.Minute.Milliseconds()) // watch.lua
 	if r := acq("a", 0, "", false); r[0].(int64) != 1 {
@@ -217,7 +244,7 @@ func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
 	for len(msgs) > 0 {
 		<-msgs
 	}
-	r := script(t, c, srcRelease, key, "a", 0).([]any)
+	r := asArray(srcRelease, script(t, c, srcRelease, key, "a", 0))
 	if len(r) != 3 || r[0].(int64) != 1 || r[1] != "w" {
 		t.Fatalf("release = %v; want 1 permit freed and w granted", r)
 	}
@@ -226,7 +253,7 @@ func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
 		t.Errorf("inspect = %q; want w's lease alone and an empty line", snap)
 	}
 	got := map[string]bool{}
-	for !got["heard"] || !got[changed] {
+	for !got[heard] || !got[changed] {
 		select {
 		case m := <-msgs:
 			got[m.Channel] = true
@@ -246,7 +273,7 @@ func TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory(t *testing.T) {
 	ctx := context.Background()
 	const key = "oom-eval"
 	acq := func(holder string, wait time.Duration) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+		return asArray(srcAcquire, script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, false, "", "")...))
 	}
 	if r := acq("a", 0); r[0].(int64) != 1 {
 		t.Fatalf("a: %v", r)
@@ -257,18 +284,18 @@ func TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory(t *testing.T) {
 	do(t, srv.Addr, "CONFIG", "SET", "maxmemory-policy", "noeviction")
 	do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "1")
 	t.Cleanup(func() { redistest.Do(srv.Addr, "CONFIG", "SET", "maxmemory", "0") })
-	args := append(acquireArgv("x", 1, 1, time.Minute, 0, "", false, "", ""), "changed")
+	args := acquireArgv("x", 1, 1, time.Minute, 0, false, "", "")
 	if _, err := c.Eval(ctx, rediscore.Sources[srcAcquire], rediscore.Keys("oom-other"), args...).Result(); err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("a grant when out of memory: %v; want OOM", err)
 	}
 	if n, _ := c.Exists(ctx, rediscore.Keys("oom-other")...).Result(); n != 0 {
 		t.Fatalf("a refused grant left %d keys", n)
 	}
-	if r := script(t, c, srcRelease, key, "a", 0).([]any); len(r) != 3 || r[1] != "b" {
+	if r := asArray(srcRelease, script(t, c, srcRelease, key, "a", 0)); len(r) != 3 || r[1] != "b" {
 		t.Fatalf("release when out of memory = %v; want b granted", r)
 	}
 	script(t, c, srcLeave, key, "c", 0, "try-c", 60000)
-	if r := script(t, c, srcRelease, key, "b", 0).([]any); len(r) != 3 || r[1] != "d" {
+	if r := asArray(srcRelease, script(t, c, srcRelease, key, "b", 0)); len(r) != 3 || r[1] != "d" {
 		t.Fatalf("release of b when out of memory = %v; want d granted (c left)", r)
 	}
 	if h := holdersOf(t, c, key); len(h) != 1 || !strings.HasSuffix(h["d"], " q") {

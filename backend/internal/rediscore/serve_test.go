@@ -404,7 +404,7 @@ func TestServeEmptiesTheLineThenTheCallerTakesAPlace(t *testing.T) {
 	c := raw(t, srv.Addr)
 	const key = "emptied"
 	acq := func(holder string, ttl, wait time.Duration) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, ttl, wait, "ch", false, "", "")...).([]any)
+		return asArray(srcAcquire, script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, ttl, wait, false, "", "")...))
 	}
 	acq("a", 30*time.Millisecond, 0)
 	acq("w", time.Minute, time.Minute)
@@ -424,7 +424,7 @@ func TestServeEmptiesTheLineThenTheCallerTakesAPlace(t *testing.T) {
 			t.Errorf("%s PTTL %v; want about the minute n waits", rediscore.Keys(key)[i], p)
 		}
 	}
-	if r := script(t, c, srcRelease, key, "w", 0).([]any); len(r) != 3 || r[1] != "n" {
+	if r := asArray(srcRelease, script(t, c, srcRelease, key, "w", 0)); len(r) != 3 || r[1] != "n" {
 		t.Fatalf("release of w = %v; want n granted", r)
 	}
 }

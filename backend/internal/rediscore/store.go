@@ -131,7 +131,7 @@ func (s *Store) run(ctx context.Context, script Script, key string, args argList
 }
 
 // keyNames returns key's names.
-func (s *Store) keyNames(key string) *keyNames { return s.names.get(s.layout, key, s.id) }
+func (s *Store) keyNames(key string) *keyNames { return s.names.get(s.layout, key) }
 
 // check returns core.ErrClosed once the Store is closed, else ctx's error.
 func (s *Store) check(ctx context.Context) error {

@@ -270,7 +270,7 @@ func TestWatchedKeyTellsOfEveryChange(t *testing.T) {
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
 	const key = "told"
-	sub := c.Subscribe(ctx, rediscore.Keys(key)[0]+":changed-test")
+	sub := c.Subscribe(ctx, strings.TrimSuffix(rediscore.Keys(key)[0], "lease")+"changed")
 	t.Cleanup(func() { sub.Close() })
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestWatchedKeyTellsOfEveryChange(t *testing.T) {
 		}
 	}
 	acq := func(holder string, wait time.Duration) []any {
-		return script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, "ch", false, "", "")...).([]any)
+		return asArray(srcAcquire, script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, time.Minute, wait, false, "", "")...))
 	}
 	script(t, c, 5, key, time.Minute.Milliseconds()) // watch.lua
 	acq("a", 0)
