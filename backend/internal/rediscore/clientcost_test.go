@@ -16,9 +16,9 @@ type grantingClient struct{ fence int64 }
 func (c *grantingClient) Run(ctx context.Context, script rediscore.Script, call rediscore.Call) (any, error) {
 	c.fence++
 	if strings.HasSuffix(rediscore.FunctionName(script), "_acquire") {
-		return []any{int64(1), c.fence}, nil
+		return c.fence, nil // a grant: its fence
 	}
-	return []any{int64(1)}, nil
+	return int64(1), nil // a release that granted nobody: the permits it freed
 }
 
 func (c *grantingClient) Listen(ctx context.Context, l rediscore.Listener) (rediscore.PubSub, func()) {
