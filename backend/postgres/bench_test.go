@@ -3,11 +3,15 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
@@ -180,4 +184,80 @@ func BenchmarkPairBeforeAndAfterForgetting(b *testing.B) {
 	b.ReportMetric(float64(before.Nanoseconds())/float64(b.N), "before-ns/pair")
 	b.ReportMetric(float64(after.Nanoseconds())/float64(b.N), "after-ns/pair")
 	b.ReportMetric(float64(after)/float64(before), "after/before")
+}
+
+// BenchmarkMutexHandoff: 16 workers, each with a Store and pool of its own (16 processes, as
+// peerbench runs them), take turns on one Mutex: a worker releases and at once asks again, so
+// every grant goes down the line. It reports the handoffs per second, the share of grants made
+// to another worker than the last holder, and the median and 99th percentile of a handoff: from
+// the moment the holder starts its release to the moment the next holder's Acquire returns.
+// `go test -run '^$' -bench MutexHandoff -benchtime 3s ./backend/postgres/`.
+func BenchmarkMutexHandoff(b *testing.B) {
+	const workers = 16
+	url := serverURL(b)
+	key := uniqueKey(b)
+	ms := make([]*primitives.Mutex, workers)
+	for i := range ms {
+		cfg := poolConfig(b, url, func(c *pgxpool.Config) { c.MaxConns = 4 })
+		m, err := primitives.NewMutex(storeOn(b, cfg), key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms[i] = m
+	}
+	ctx := context.Background()
+	for _, m := range ms { // connections open, statements prepared
+		l, err := m.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release(ctx)
+	}
+	var (
+		mu        sync.Mutex
+		last      = -1
+		released  time.Time
+		handoffs  []time.Duration
+		grants    int
+		toAnother int
+		n         atomic.Int64
+	)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n.Add(1) <= int64(b.N) {
+				l, err := m.Acquire(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				grants++
+				if last != i && last >= 0 {
+					toAnother++
+					handoffs = append(handoffs, now.Sub(released))
+				}
+				last = i
+				released = time.Now()
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	slices.Sort(handoffs)
+	if len(handoffs) > 0 {
+		b.ReportMetric(float64(handoffs[len(handoffs)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(handoffs[len(handoffs)*99/100].Microseconds()), "p99-µs")
+	}
+	b.ReportMetric(float64(grants)/b.Elapsed().Seconds(), "pairs/s")
+	b.ReportMetric(100*float64(toAnother)/float64(max(grants-1, 1)), "%to-another")
 }
