@@ -23,8 +23,31 @@ DECLARE
     holds boolean;
     expired bigint;
     held integer;
+    f bigint;
 BEGIN
     granted := false; fence := 0; retry := 0;
+    -- The uncontended path: the key is not in use, so it has no row (a release deletes it).
+    -- The row made here is locked by this transaction, and has no lease, no line, no watch and
+    -- no limit: the lease is granted in one more statement, which also keeps out a try its
+    -- caller gave up on. The clock is read after the row is made (see tables.sql).
+    INSERT INTO @keys (kh, key) VALUES (v_kh, p_key) ON CONFLICT (kh) DO NOTHING;
+    IF FOUND THEN
+        now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+        f := greatest(1, now_, p_floor);
+        WITH gone AS (DELETE FROM @left x WHERE p_try IS NOT NULL AND x.kh = v_kh AND x.hh = v_hh AND x.try = p_try
+                      RETURNING 1),
+             made AS (UPDATE @keys x SET fence = f, lim = p_lim WHERE x.kh = v_kh AND NOT EXISTS (SELECT 1 FROM gone))
+        INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value)
+        SELECT v_kh, v_hh, p_holder, p_permits, f, now_ + p_ttl, false, p_value
+        WHERE NOT EXISTS (SELECT 1 FROM gone);
+        IF FOUND THEN
+            granted := true; fence := f;
+        ELSE
+            -- Its caller gave up on it: refused, and nothing kept of the key.
+            DELETE FROM @keys WHERE kh = v_kh;
+        END IF;
+        RETURN;
+    END IF;
     SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
     IF NOT FOUND THEN
         k := @lockkey(v_kh, p_key);

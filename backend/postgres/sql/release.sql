@@ -27,11 +27,19 @@ BEGIN
     END IF;
     IF k.watched_until > now_ THEN
         PERFORM pg_notify(@@changed, md5(k.key));
+    ELSIF k.fence < now_ THEN
+        -- The uncontended path: nothing else on the key, whose row goes (forget, in one
+        -- statement).
+        DELETE FROM @keys x WHERE x.kh = v_kh AND NOT EXISTS (SELECT 1 FROM @leases WHERE kh = v_kh)
+            AND NOT EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+        IF FOUND THEN
+            RETURN true;
+        END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) THEN
         k := @serve(k, now_);
+        PERFORM @forget(k, now_);
     END IF;
-    PERFORM @forget(k, now_);
     RETURN true;
 END
 $$;
