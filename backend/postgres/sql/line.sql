@@ -70,7 +70,7 @@ $$;
 -- serve grants free permits to the key's line, strictly in order: it stops at the first waiter
 -- whose permits are not free. Places whose wait ended, whose holder holds a lease already, or
 -- that can take no grant (see live) are dropped on the way. Each grant is announced on its waiter's
--- channel, and to watchers. It returns k as it left it, written back when it granted anything.
+-- channel (with its fence), and to watchers. It returns k as it left it, written back when it granted anything.
 -- The caller purged the key's expired leases.
 CREATE OR REPLACE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE plpgsql AS $$
 DECLARE
@@ -100,7 +100,11 @@ BEGIN
         used := used + p.permits;
         granted := true;
         IF p.channel IS NOT NULL THEN
-            PERFORM pg_notify(p.channel, md5(int4send(length(k.key)) || k.key || p.holder));
+            -- The notice, and for a Store whose channel's id follows an 'f' the grant's fence,
+            -- which its waiter takes without asking again (an earlier version's Stores, whose
+            -- ids follow a 'w', read the notice alone).
+            PERFORM pg_notify(p.channel, md5(int4send(length(k.key)) || k.key || p.holder)
+                || CASE WHEN substr(p.channel, length(p.channel) - 16, 1) = 'f' THEN ' ' || k.fence ELSE '' END);
         END IF;
     END LOOP;
     IF granted THEN
