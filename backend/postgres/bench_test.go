@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ func storePair(b *testing.B, req core.AcquireRequest) {
 	s := newStore(b, serverURL(b))
 	ctx := context.Background()
 	req.Key = uniqueKey(b)
+	cpu := clientCPU()
 	for b.Loop() {
 		res, err := s.Acquire(ctx, req)
 		if err != nil || !res.Granted {
@@ -56,6 +58,7 @@ func storePair(b *testing.B, req core.AcquireRequest) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64((clientCPU()-cpu).Microseconds())/float64(b.N), "client-CPU-µs/pair")
 }
 
 func BenchmarkMutexPair(b *testing.B) {
@@ -64,6 +67,7 @@ func BenchmarkMutexPair(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	cpu := clientCPU()
 	for b.Loop() {
 		l, err := m.Acquire(ctx)
 		if err != nil {
@@ -73,6 +77,7 @@ func BenchmarkMutexPair(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64((clientCPU()-cpu).Microseconds())/float64(b.N), "client-CPU-µs/pair")
 }
 
 func BenchmarkStorePairNewHolders(b *testing.B) {
@@ -190,7 +195,8 @@ func BenchmarkPairBeforeAndAfterForgetting(b *testing.B) {
 // peerbench runs them), take turns on one Mutex: a worker releases and at once asks again, so
 // every grant goes down the line. It reports the handoffs per second, the share of grants made
 // to another worker than the last holder, and the median and 99th percentile of a handoff: from
-// the moment the holder starts its release to the moment the next holder's Acquire returns.
+// the moment the holder starts its release to the moment the next holder's Acquire returns, and
+// the median of the Release calls alone (the rest of a handoff is the wake).
 // `go test -run '^$' -bench MutexHandoff -benchtime 3s ./backend/postgres/`.
 func BenchmarkMutexHandoff(b *testing.B) {
 	const workers = 16
@@ -218,10 +224,12 @@ func BenchmarkMutexHandoff(b *testing.B) {
 		last      = -1
 		released  time.Time
 		handoffs  []time.Duration
+		releases  []time.Duration
 		grants    int
 		toAnother int
 		n         atomic.Int64
 	)
+	cpu := clientCPU()
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for i, m := range ms {
@@ -244,20 +252,39 @@ func BenchmarkMutexHandoff(b *testing.B) {
 				last = i
 				released = time.Now()
 				mu.Unlock()
+				began := time.Now()
 				if err := l.Release(ctx); err != nil {
 					b.Error(err)
 					return
 				}
+				took := time.Since(began)
+				mu.Lock()
+				releases = append(releases, took)
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	b.StopTimer()
 	slices.Sort(handoffs)
+	slices.Sort(releases)
+	if len(releases) > 0 {
+		b.ReportMetric(float64(releases[len(releases)/2].Microseconds()), "release-p50-µs")
+	}
 	if len(handoffs) > 0 {
 		b.ReportMetric(float64(handoffs[len(handoffs)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(handoffs[len(handoffs)*99/100].Microseconds()), "p99-µs")
 	}
 	b.ReportMetric(float64(grants)/b.Elapsed().Seconds(), "pairs/s")
 	b.ReportMetric(100*float64(toAnother)/float64(max(grants-1, 1)), "%to-another")
+	b.ReportMetric(float64((clientCPU()-cpu).Microseconds())/float64(max(grants, 1)), "client-CPU-µs/pair")
+}
+
+// clientCPU returns the CPU time this process has used, user and system.
+func clientCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

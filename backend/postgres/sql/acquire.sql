@@ -88,9 +88,14 @@ BEGIN
                 pid = p_pid, started = p_started, tried = now_
             WHERE kh = v_kh AND hh = v_hh;
         END IF;
-        k := @serve(k, now_);
-        waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
-        SELECT coalesce(sum(x.permits), 0), bool_or(x.hh = v_hh) INTO used, holds FROM @leases x WHERE x.kh = v_kh;
+        -- Serving grants only free permits: with every permit held by unexpired leases, whose
+        -- limit every live place has (a busy Mutex, whose waiter joins the line), there is
+        -- nothing to serve, and the release that frees one serves the line.
+        IF used = 0 OR used < k.lim THEN
+            k := @serve(k, now_);
+            waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+            SELECT coalesce(sum(x.permits), 0), bool_or(x.hh = v_hh) INTO used, holds FROM @leases x WHERE x.kh = v_kh;
+        END IF;
     END IF;
     IF holds THEN
         SELECT * INTO l FROM @leases WHERE kh = v_kh AND hh = v_hh;

@@ -22,21 +22,32 @@ $$;
 -- session after its client's connection closed, and gives it to its next client: the session
 -- reset (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
 -- (another role's backend) counts as alive.
+--
+-- It and live are PL/pgSQL, whose plans a session keeps: a function in SQL is parsed and planned
+-- again at each transaction that calls it, which cost a grant more than the rest of its work.
 CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz, p_channel text)
-RETURNS boolean LANGUAGE sql VOLATILE AS $$
-    SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
                    WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started)
                      AND coalesce(left(a.application_name, 35) = 'leasehold listener ' || right(p_channel, 16)
                                   OR a.application_name = 'leasehold listener'
-                                  OR left(a.application_name, 21) = 'leasehold listener - ', true))
+                                  OR left(a.application_name, 21) = 'leasehold listener - ', true));
+END
 $$;
 
 -- live reports whether place w may still take a grant at p_now: its wait has not ended, and its
 -- Store's listening backend still runs or, for a place taken while that Store could not listen
 -- (its waiter polls), its holder asked within the last ten minutes.
-CREATE OR REPLACE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE sql VOLATILE AS $$
-    SELECT w.deadline > p_now AND CASE WHEN w.pid IS NULL THEN w.tried > p_now - 600000000
-                                       ELSE @alive(w.pid, w.started, w.channel) END
+CREATE OR REPLACE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF w.deadline <= p_now THEN
+        RETURN false;
+    ELSIF w.pid IS NULL THEN
+        RETURN w.tried > p_now - 600000000;
+    END IF;
+    RETURN @alive(w.pid, w.started, w.channel);
+END
 $$;
 
 -- held returns the key's limit: its row's while it has an unexpired lease, else that of the

@@ -38,7 +38,9 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) THEN
         k := @serve(k, now_);
-        PERFORM @forget(k, now_);
+        IF k.fence < now_ AND k.watched_until <= now_ THEN -- else forget would keep the row: it granted
+            PERFORM @forget(k, now_);
+        END IF;
     END IF;
     RETURN true;
 END
