@@ -117,6 +117,8 @@ BEGIN
             PERFORM pg_notify(p.channel, md5(int4send(length(k.key)) || k.key || p.holder)
                 || CASE WHEN substr(p.channel, length(p.channel) - 16, 1) = 'f' THEN ' ' || k.fence ELSE '' END);
         END IF;
+        -- Every permit taken: no live place, all of this limit, fits (a Mutex's line stops here).
+        EXIT WHEN used >= p.lim;
     END LOOP;
     IF granted THEN
         UPDATE @keys SET fence = k.fence, lim = k.lim WHERE kh = k.kh;
