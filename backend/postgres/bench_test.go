@@ -191,15 +191,21 @@ func BenchmarkPairBeforeAndAfterForgetting(b *testing.B) {
 	b.ReportMetric(float64(after)/float64(before), "after/before")
 }
 
-// BenchmarkMutexHandoff: 16 workers, each with a Store and pool of its own (16 processes, as
-// peerbench runs them), take turns on one Mutex: a worker releases and at once asks again, so
+// BenchmarkMutexHandoff: 16 workers (and 2), each with a Store and pool of its own (16 processes,
+// as peerbench runs them), take turns on one Mutex: a worker releases and at once asks again, so
 // every grant goes down the line. It reports the handoffs per second, the share of grants made
 // to another worker than the last holder, and the median and 99th percentile of a handoff: from
 // the moment the holder starts its release to the moment the next holder's Acquire returns, and
 // the median of the Release calls alone (the rest of a handoff is the wake).
 // `go test -run '^$' -bench MutexHandoff -benchtime 3s ./backend/postgres/`.
 func BenchmarkMutexHandoff(b *testing.B) {
-	const workers = 16
+	for _, workers := range []int{2, 16} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { mutexHandoff(b, workers) })
+	}
+}
+
+// mutexHandoff is BenchmarkMutexHandoff with workers Stores.
+func mutexHandoff(b *testing.B, workers int) {
 	url := serverURL(b)
 	key := uniqueKey(b)
 	ms := make([]*primitives.Mutex, workers)

@@ -24,6 +24,7 @@ DECLARE
     expired bigint;
     held integer;
     f bigint;
+    placed boolean; -- whether the holder has a place in the line; NULL: not known
 BEGIN
     granted := false; fence := 0; retry := 0;
     -- The uncontended path: the key is not in use, so it has no row (a release deletes it).
@@ -78,20 +79,24 @@ BEGIN
         DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
     END IF;
     waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+    placed := false; -- without a line, no place
     IF waiting THEN
         -- A holder with a place that asks again keeps its place with what it asks now, before
         -- the line is served: a head that now fits is granted at once, not refused on its old
         -- request. (Without a line there is no place to keep: the uncontended path skips this.)
+        placed := NULL;
         IF p_wait > 0 THEN
             UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
                 deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
                 pid = p_pid, started = p_started, tried = now_
             WHERE kh = v_kh AND hh = v_hh;
+            placed := FOUND;
         END IF;
         -- Serving grants only free permits: with every permit held by unexpired leases, whose
         -- limit every live place has (a busy Mutex, whose waiter joins the line), there is
         -- nothing to serve, and the release that frees one serves the line.
         IF used = 0 OR used < k.lim THEN
+            placed := NULL; -- serving may have passed it over
             k := @serve(k, now_);
             waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
             SELECT coalesce(sum(x.permits), 0), bool_or(x.hh = v_hh) INTO used, holds FROM @leases x WHERE x.kh = v_kh;
@@ -114,12 +119,16 @@ BEGIN
     END IF;
     IF used + p_permits > p_lim OR waiting THEN
         -- Its place, kept above, unless it had none or serving passed it over.
-        IF p_wait > 0 AND NOT EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh AND hh = v_hh) THEN
-            UPDATE @keys SET seq = seq + 1 WHERE kh = v_kh RETURNING seq INTO k.seq;
+        IF p_wait > 0 AND placed IS NULL THEN
+            placed := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh AND hh = v_hh);
+        END IF;
+        IF p_wait > 0 AND NOT placed THEN
+            WITH s AS (UPDATE @keys SET seq = seq + 1 WHERE kh = v_kh RETURNING seq)
             INSERT INTO @waiters (kh, seq, hh, holder, permits, lim, ttl, floor, deadline, value,
                                   try, channel, pid, started, tried)
-            VALUES (v_kh, k.seq, v_hh, p_holder, p_permits, p_lim, p_ttl, p_floor,
-                    now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started, now_);
+            SELECT v_kh, s.seq, v_hh, p_holder, p_permits, p_lim, p_ttl, p_floor,
+                   now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started, now_
+            FROM s;
         END IF;
         -- With room but others ahead, the first expiry is the next change expiry alone brings.
         need := greatest(used + p_permits - p_lim, 1);

@@ -87,25 +87,38 @@ CREATE OR REPLACE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE 
 DECLARE
     p @waiters;
     used bigint;
+    holds boolean;
+    alive boolean;
     granted boolean := false;
 BEGIN
     LOOP
         SELECT * INTO p FROM @waiters WHERE kh = k.kh ORDER BY seq LIMIT 1;
         EXIT WHEN NOT FOUND;
-        IF p.deadline <= p_now OR EXISTS (SELECT 1 FROM @leases WHERE kh = k.kh AND hh = p.hh) THEN
+        holds := false;
+        IF p.deadline > p_now THEN
+            -- One read of the key's leases: the permits they hold (the grants of this loop
+            -- included) and whether the place's holder holds one.
+            SELECT coalesce(sum(x.permits), 0), coalesce(bool_or(x.hh = p.hh), false) INTO used, holds
+            FROM @leases x WHERE x.kh = k.kh;
+        END IF;
+        IF p.deadline <= p_now OR holds THEN
             DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
             CONTINUE;
         END IF;
-        IF used IS NULL THEN
-            SELECT coalesce(sum(permits), 0) INTO used FROM @leases WHERE kh = k.kh;
-        END IF;
         EXIT WHEN used + p.permits > p.lim;
-        DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
-        IF NOT @live(p, p_now) THEN
+        -- Whether it can take the grant (see live; its wait has not ended).
+        IF p.pid IS NULL THEN
+            alive := p.tried > p_now - 600000000;
+        ELSE
+            alive := @alive(p.pid, p.started, p.channel);
+        END IF;
+        IF NOT alive THEN
+            DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
             CONTINUE; -- its Store is gone, or its holder stopped asking: nobody would take the grant
         END IF;
         k.fence := greatest(k.fence + 1, p_now, p.floor);
         k.lim := p.lim;
+        WITH placed AS (DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq)
         INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value)
         VALUES (k.kh, p.hh, p.holder, p.permits, k.fence, p_now + p.ttl, true, p.value);
         used := used + p.permits;
