@@ -191,10 +191,12 @@ func (l *listener) takeGrant(req core.AcquireRequest) (fence uint64, left time.D
 	if !req.Unshared {
 		return 0, 0, false
 	}
-	notice := noticeOf(req.Key, req.Holder)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ws := l.waiters[notice]
+	if len(l.waiters) == 0 {
+		return 0, 0, false // the uncontended path: no waiter, no notice to compute
+	}
+	ws := l.waiters[noticeOf(req.Key, req.Holder)]
 	if len(ws) != 1 || l.s.closed.Load() {
 		return 0, 0, false
 	}
