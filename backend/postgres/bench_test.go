@@ -3,11 +3,16 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
@@ -43,6 +48,7 @@ func storePair(b *testing.B, req core.AcquireRequest) {
 	s := newStore(b, serverURL(b))
 	ctx := context.Background()
 	req.Key = uniqueKey(b)
+	cpu := clientCPU()
 	for b.Loop() {
 		res, err := s.Acquire(ctx, req)
 		if err != nil || !res.Granted {
@@ -52,6 +58,7 @@ func storePair(b *testing.B, req core.AcquireRequest) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64((clientCPU()-cpu).Microseconds())/float64(b.N), "client-CPU-µs/pair")
 }
 
 func BenchmarkMutexPair(b *testing.B) {
@@ -60,6 +67,7 @@ func BenchmarkMutexPair(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	cpu := clientCPU()
 	for b.Loop() {
 		l, err := m.Acquire(ctx)
 		if err != nil {
@@ -69,6 +77,7 @@ func BenchmarkMutexPair(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64((clientCPU()-cpu).Microseconds())/float64(b.N), "client-CPU-µs/pair")
 }
 
 func BenchmarkStorePairNewHolders(b *testing.B) {
@@ -180,4 +189,108 @@ func BenchmarkPairBeforeAndAfterForgetting(b *testing.B) {
 	b.ReportMetric(float64(before.Nanoseconds())/float64(b.N), "before-ns/pair")
 	b.ReportMetric(float64(after.Nanoseconds())/float64(b.N), "after-ns/pair")
 	b.ReportMetric(float64(after)/float64(before), "after/before")
+}
+
+// BenchmarkMutexHandoff: 16 workers (and 2), each with a Store and pool of its own (16 processes,
+// as peerbench runs them), take turns on one Mutex: a worker releases and at once asks again, so
+// every grant goes down the line. It reports the handoffs per second, the share of grants made
+// to another worker than the last holder, and the median and 99th percentile of a handoff: from
+// the moment the holder starts its release to the moment the next holder's Acquire returns, and
+// the median of the Release calls alone (the rest of a handoff is the wake).
+// `go test -run '^$' -bench MutexHandoff -benchtime 3s ./backend/postgres/`.
+func BenchmarkMutexHandoff(b *testing.B) {
+	for _, workers := range []int{2, 16} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { mutexHandoff(b, workers) })
+	}
+}
+
+// mutexHandoff is BenchmarkMutexHandoff with workers Stores.
+func mutexHandoff(b *testing.B, workers int) {
+	url := serverURL(b)
+	key := uniqueKey(b)
+	ms := make([]*primitives.Mutex, workers)
+	for i := range ms {
+		cfg := poolConfig(b, url, func(c *pgxpool.Config) { c.MaxConns = 4 })
+		m, err := primitives.NewMutex(storeOn(b, cfg), key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms[i] = m
+	}
+	ctx := context.Background()
+	for _, m := range ms { // connections open, statements prepared
+		l, err := m.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release(ctx)
+	}
+	var (
+		mu        sync.Mutex
+		last      = -1
+		released  time.Time
+		handoffs  []time.Duration
+		releases  []time.Duration
+		grants    int
+		toAnother int
+		n         atomic.Int64
+	)
+	cpu := clientCPU()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n.Add(1) <= int64(b.N) {
+				l, err := m.Acquire(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				grants++
+				if last != i && last >= 0 {
+					toAnother++
+					handoffs = append(handoffs, now.Sub(released))
+				}
+				last = i
+				released = time.Now()
+				mu.Unlock()
+				began := time.Now()
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				took := time.Since(began)
+				mu.Lock()
+				releases = append(releases, took)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	slices.Sort(handoffs)
+	slices.Sort(releases)
+	if len(releases) > 0 {
+		b.ReportMetric(float64(releases[len(releases)/2].Microseconds()), "release-p50-µs")
+	}
+	if len(handoffs) > 0 {
+		b.ReportMetric(float64(handoffs[len(handoffs)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(handoffs[len(handoffs)*99/100].Microseconds()), "p99-µs")
+	}
+	b.ReportMetric(float64(grants)/b.Elapsed().Seconds(), "pairs/s")
+	b.ReportMetric(100*float64(toAnother)/float64(max(grants-1, 1)), "%to-another")
+	b.ReportMetric(float64((clientCPU()-cpu).Microseconds())/float64(max(grants, 1)), "client-CPU-µs/pair")
+}
+
+// clientCPU returns the CPU time this process has used, user and system.
+func clientCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -34,8 +34,10 @@
 // A waiter's place in the line is a row of leasehold_waiters. A release (or an expiry found, or a
 // waiter leaving) grants free permits to the head of the line in the same transaction, and
 // announces each grant with NOTIFY on the channel of the waiter's Store alone, with a payload of
-// 32 hex digits (an MD5 of the key and holder), so neither keys nor values travel in it. Idle
-// waiters send nothing. A woken waiter's next Acquire takes the grant.
+// 32 hex digits (an MD5 of the key and holder) and the grant's fence, so neither keys nor values
+// travel in it. Idle waiters send nothing. A woken waiter whose holder id is its own (the
+// portable layer's, not WithHolder's) takes the grant from the notice, without a statement: a
+// handoff costs one statement, the release. Otherwise its next Acquire takes it.
 //
 // # The listening connection
 //

@@ -37,3 +37,10 @@ func Retryable(err error) bool { return retryable(err) }
 func SetupOnce(ctx context.Context, pool *pgxpool.Pool, schema, prefix string) error {
 	return createSchema(ctx, pool, newNames(schema, prefix))
 }
+
+// Channel returns the channel the Store's waiters hear of their grants on.
+func (s *Store) Channel() string { return s.l.channel }
+
+// Notice returns what the line sends a waiter's Store when it grants holder a lease on key,
+// before the grant's fence.
+func Notice(key, holder string) string { return noticeOf(key, holder) }

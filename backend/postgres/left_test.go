@@ -56,3 +56,29 @@ func TestTryGivenUpInFlightTakesNoPlace(t *testing.T) {
 		t.Fatalf("the holder's next try: line %v, want it in line behind x", w)
 	}
 }
+
+// TestTryGivenUpInFlightIsRefusedOnAKeyNotInUse: the same on a key nobody holds, whose try takes
+// the uncontended path (the key's row made and the lease granted in two statements): the late
+// try is refused, takes no lease, and leaves no row behind.
+func TestTryGivenUpInFlightIsRefusedOnAKeyNotInUse(t *testing.T) {
+	url, key := serverURL(t), uniqueKey(t)
+	ctx := context.Background()
+	s := newStore(t, url)
+	s.SetTries(func() int64 { return 7 })
+	s.LeaveTry(key, "w", 7)
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
+		t.Fatalf("the late try: %+v, %v; want refused", res, err)
+	}
+	if snap, err := s.Inspect(ctx, key); err != nil || len(snap.Leases) != 0 || len(snap.Waiters) != 0 {
+		t.Fatalf("after the late try: %+v, %v; want no lease and no line", snap, err)
+	}
+	var rows int
+	if err := newPool(t, url).QueryRow(ctx, "SELECT count(*) FROM leasehold_keys WHERE key = $1::bytea", []byte(key)).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("the key's rows after the late try: %d, %v; want none", rows, err)
+	}
+	s.SetTries(func() int64 { return 8 })
+	if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
+		t.Fatalf("the holder's next try, of another id: %+v, %v; want granted", res, err)
+	}
+}

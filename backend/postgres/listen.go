@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,16 +40,16 @@ type listener struct {
 	started  time.Time
 	tried    chan struct{}        // closed when the first connection has been tried, up or not
 	waiters  map[string][]*waiter // notice → enrolled waiters
-	pending  map[string]time.Time // notices that found no waiter yet
-	refusals map[string]uint64    // notice → the generation its refused try was sent in
+	pending  map[string]heard     // notices that found no waiter yet
+	refusals map[string]refusal   // notice → its refused try
 	owed     map[string]try       // notice → a refused try that waits, until its Register
 	watches  map[string]*keyWatch // hex MD5 of the key → its watches
 }
 
 func newListener(s *Store, cfg *pgx.ConnConfig, channel string) *listener {
 	return &listener{s: s, cfg: cfg, channel: channel, tried: make(chan struct{}),
-		waiters: make(map[string][]*waiter), pending: make(map[string]time.Time),
-		refusals: make(map[string]uint64), owed: make(map[string]try), watches: make(map[string]*keyWatch)}
+		waiters: make(map[string][]*waiter), pending: make(map[string]heard),
+		refusals: make(map[string]refusal), owed: make(map[string]try), watches: make(map[string]*keyWatch)}
 }
 
 // awaitUp waits until the listener's first connection has been tried (it is up, or failed), ctx
@@ -220,27 +222,41 @@ func (l *listener) wakeAllLocked() {
 	}
 }
 
-// deliver hands a notification to the waiters or watches it is for.
+// heard is a grant's notice that found no waiter yet: when, and the grant's fence (0 if the
+// notice had none).
+type heard struct {
+	at    time.Time
+	fence uint64
+}
+
+// deliver hands a notification to the waiters or watches it is for. A grant's notice is the
+// notice of its holder and key (see noticeOf), then, from this version's functions, a space and
+// the grant's fence.
 func (l *listener) deliver(channel, payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch channel {
 	case l.channel:
-		ws := l.waiters[payload]
+		notice, f, _ := strings.Cut(payload, " ")
+		fence, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			fence = 0 // none: the waiter looks with a try
+		}
+		ws := l.waiters[notice]
 		if len(ws) == 0 {
 			// The waiter's Register has not come yet (the try's reply and the wake crossed).
 			if len(l.pending) >= maxPending {
 				now := time.Now()
-				maps.DeleteFunc(l.pending, func(_ string, at time.Time) bool { return now.Sub(at) > pendingFor })
+				maps.DeleteFunc(l.pending, func(_ string, h heard) bool { return now.Sub(h.at) > pendingFor })
 				if len(l.pending) >= maxPending {
 					clear(l.pending) // such waiters' Registers start woken: see afterTry
 					clear(l.refusals)
 				}
 			}
-			l.pending[payload] = time.Now()
+			l.pending[notice] = heard{at: time.Now(), fence: max(fence, l.pending[notice].fence)}
 		}
 		for _, w := range ws {
-			w.wake()
+			w.granted(fence)
 		}
 	case l.s.n.changed:
 		if kw := l.watches[payload]; kw != nil {

@@ -48,7 +48,7 @@ type names struct {
 }
 
 // validPrefix is what WithTablePrefix takes: a lower-case SQL identifier short enough that the
-// longest name made from it ("<prefix>accept_fence", a channel "<prefix>w<16 hex>") fits
+// longest name made from it ("<prefix>accept_fence", a channel "<prefix>f<16 hex>") fits
 // PostgreSQL's 63 bytes.
 var validPrefix = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,31}$`)
 

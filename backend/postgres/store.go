@@ -78,7 +78,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	// in sql/line.sql).
 	lc.RuntimeParams["application_name"] = listenerName + " " + hex.EncodeToString(id[:])
 	s := &Store{pool: pool, n: n, opts: o, leaving: make(map[string]*leaving), newTry: rand.Int64}
-	s.l = newListener(s, lc, o.prefix+"w"+hex.EncodeToString(id[:]))
+	// The 'f' before the id tells the line's functions that this Store reads the fence in a
+	// grant's notice (an earlier version's Stores put a 'w' there).
+	s.l = newListener(s, lc, o.prefix+"f"+hex.EncodeToString(id[:]))
 	bg, stop := context.WithCancel(context.Background())
 	s.cancel = stop
 	s.loops.Add(3)

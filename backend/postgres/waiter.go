@@ -13,7 +13,8 @@ import (
 )
 
 // try is a try that will wait, from beforeTry to afterTry: whether its place in the line names
-// the listening connection, which generation of it, and the notice a grant to it will send.
+// the listening connection, which generation of it, the notice a grant to it will send, and
+// the request and when it was sent.
 type try struct {
 	key     string
 	holder  string
@@ -23,23 +24,61 @@ type try struct {
 	pid     int32
 	started time.Time
 	notice  string
+	sent    sentTry
 }
 
-func (l *listener) beforeTry(key, holder string) try {
+// sentTry is a refused try's request and when it was sent, or the zero sentTry when a grant
+// made after it may not be taken without a round trip (the try raised fences: see
+// AcquireAbove). A grant the line makes the holder after that refusal is made on that request
+// (its place keeps the latest), after it was sent, so the lease expires no sooner than req.TTL
+// after at (by the database's clock, which runs at the client's rate within drift).
+type sentTry struct {
+	at  time.Time
+	req core.AcquireRequest
+}
+
+// refusal is what Register needs of a refused try that will wait: the listener's generation it
+// was sent in, the key's last fence then (the line's grants to the holder after it are above
+// it), and the try as sent.
+type refusal struct {
+	gen   uint64
+	floor uint64
+	sent  sentTry
+}
+
+// beforeTry starts a try of req that will wait; plain says it raises no fence, so that a grant
+// after its refusal may be taken from the line's notice.
+func (l *listener) beforeTry(req core.AcquireRequest, plain bool) try {
+	var sent sentTry
+	if plain {
+		sent = sentTry{at: time.Now(), req: req}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return try{key: key, holder: holder, up: l.up, gen: l.gen, pid: l.pid, started: l.started, notice: noticeOf(key, holder)}
+	return try{key: req.Key, holder: req.Holder, up: l.up, gen: l.gen, pid: l.pid, started: l.started,
+		notice: noticeOf(req.Key, req.Holder), sent: sent}
 }
 
-// afterTry records a try's outcome: a refusal whose place names this listener, unchanged since,
-// lets Register trust that no grant to it went unheard. A refusal is owed a leave until its
-// Register, so that Close can send it; afterTry reports a refusal that came after Close, whose
-// caller cannot Register and must leave its place itself.
-func (l *listener) afterTry(t try, granted bool) (closed bool) {
+// afterTry records a try's outcome and the fence it reported (a grant's, or on a refusal the
+// key's last fence): a refusal whose place names this listener, unchanged since, lets Register
+// trust that no grant to it went unheard. A refusal is owed a leave until its Register, so that
+// Close can send it; afterTry reports a refusal that came after Close, whose caller cannot
+// Register and must leave its place itself.
+func (l *listener) afterTry(t try, granted bool, fence uint64) (closed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, w := range l.waiters[t.notice] {
 		w.queued = !granted // a grant took the holder out of the line; a refusal that waits keeps its place
+		if granted {
+			w.floor, w.grant = max(w.floor, fence), 0 // any grant heard of up to it is this one, or stale
+		} else {
+			// A grant heard of before this refusal (the notice and the reply crossed) is the
+			// holder's only if it came after: above the key's last fence then.
+			w.floor, w.sent = fence, t.sent
+			if w.grant <= fence {
+				w.grant = 0
+			}
+		}
 	}
 	if granted {
 		delete(l.owed, t.notice)
@@ -62,7 +101,7 @@ func (l *listener) afterTry(t try, granted bool) (closed bool) {
 		if len(l.refusals) >= maxPending {
 			clear(l.refusals) // callers that never registered; the rest start woken
 		}
-		l.refusals[t.notice] = t.gen
+		l.refusals[t.notice] = refusal{gen: t.gen, floor: fence, sent: t.sent}
 	default:
 		delete(l.refusals, t.notice)
 	}
@@ -83,12 +122,16 @@ func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waite
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.waiters[w.notice] = append(l.waiters[w.notice], w)
-	gen, refused := l.refusals[w.notice]
-	_, missed := l.pending[w.notice]
+	r, refused := l.refusals[w.notice]
+	p, missed := l.pending[w.notice]
 	delete(l.refusals, w.notice)
 	delete(l.pending, w.notice)
 	delete(l.owed, w.notice) // the Waiter owes the leave now
-	if !l.up || !refused || gen != l.gen || missed {
+	w.floor, w.sent = r.floor, r.sent
+	if refused && p.fence > r.floor {
+		w.grant = p.fence // heard of before this Register: the waiter takes it
+	}
+	if !l.up || !refused || r.gen != l.gen || missed {
 		w.wake()
 	}
 	return w, nil
@@ -102,8 +145,13 @@ type waiter struct {
 	closed              bool // guarded by l.mu
 	// queued says the holder may have a place in the line, or a grant from it not taken: its
 	// latest try was refused and waits. A try that was granted took both, so Close sends no
-	// leave. Guarded by l.mu.
+	// leave, and so did a grant taken from its notice. Guarded by l.mu.
 	queued bool
+	// A grant from the line heard of is the holder's when its fence is above floor, the key's
+	// last fence at the holder's latest refusal; grant is the fence of such a grant not taken
+	// yet, and sent the refused try (see takeGrant). Guarded by l.mu.
+	floor, grant uint64
+	sent         sentTry
 }
 
 func (w *waiter) wake() {
@@ -111,6 +159,60 @@ func (w *waiter) wake() {
 	case w.c <- struct{}{}:
 	default:
 	}
+}
+
+// granted wakes the waiter for a grant from the line with fence (0: a notice without one, from
+// an earlier version's functions, which its next try looks for), and keeps it to be taken,
+// unless it is stale: made before the holder's latest refusal. l.mu must be held.
+func (w *waiter) granted(fence uint64) {
+	switch {
+	case fence == 0:
+		w.wake()
+	case fence > w.floor && fence != w.grant:
+		w.grant = max(w.grant, fence)
+		w.wake()
+	}
+}
+
+// maxTakeAge is the longest a waiter may have waited for a grant from the line and still take
+// it without a round trip, as a fraction of its TTL: a grant taken so has its TTL less the wait
+// left, and one taken later is renewed by the round trip, for its full TTL.
+const maxTakeAge = 2 // the wait must be under TTL/maxTakeAge
+
+// takeGrant hands req's holder, enrolled alone on the key and waiting, the grant the line made
+// it since its refused try, heard of in its notice, without a round trip: the fence, and how
+// long the lease has left at the least (req.TTL from the refused try's sending, less the time
+// since). It reports false, and changes nothing, when the holder id may be shared (not
+// req.Unshared: another caller's leave of it may have passed the grant on), there is no such
+// grant, the request is not the refused one, or the wait took TTL/maxTakeAge or more. The grant
+// is then taken: closing the waiter sends no leave, which would give it back. The lease stays
+// marked untaken in the database until its first Extend, which nothing but such a leave reads.
+func (l *listener) takeGrant(req core.AcquireRequest) (fence uint64, left time.Duration, ok bool) {
+	if !req.Unshared {
+		return 0, 0, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.waiters) == 0 {
+		return 0, 0, false // the uncontended path: no waiter, no notice to compute
+	}
+	ws := l.waiters[noticeOf(req.Key, req.Holder)]
+	if len(ws) != 1 || l.s.closed.Load() {
+		return 0, 0, false
+	}
+	w := ws[0]
+	sent := w.sent.req
+	if w.closed || w.grant <= w.floor || w.sent.at.IsZero() || sent.Key != req.Key || sent.Holder != req.Holder ||
+		sent.Permits != req.Permits || sent.Limit != req.Limit || sent.TTL != req.TTL || sent.Value != req.Value {
+		return 0, 0, false
+	}
+	waited := time.Since(w.sent.at)
+	if waited < 0 || waited >= req.TTL/maxTakeAge {
+		return 0, 0, false
+	}
+	fence = w.grant
+	w.queued, w.floor, w.grant = false, fence, 0
+	return fence, req.TTL - waited, true
 }
 
 // C implements core.Waiter.

@@ -23,8 +23,32 @@ DECLARE
     holds boolean;
     expired bigint;
     held integer;
+    f bigint;
+    placed boolean; -- whether the holder has a place in the line; NULL: not known
 BEGIN
     granted := false; fence := 0; retry := 0;
+    -- The uncontended path: the key is not in use, so it has no row (a release deletes it).
+    -- The row made here is locked by this transaction, and has no lease, no line, no watch and
+    -- no limit: the lease is granted in one more statement, which also keeps out a try its
+    -- caller gave up on. The clock is read after the row is made (see tables.sql).
+    INSERT INTO @keys (kh, key) VALUES (v_kh, p_key) ON CONFLICT (kh) DO NOTHING;
+    IF FOUND THEN
+        now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+        f := greatest(1, now_, p_floor);
+        WITH gone AS (DELETE FROM @left x WHERE p_try IS NOT NULL AND x.kh = v_kh AND x.hh = v_hh AND x.try = p_try
+                      RETURNING 1),
+             made AS (UPDATE @keys x SET fence = f, lim = p_lim WHERE x.kh = v_kh AND NOT EXISTS (SELECT 1 FROM gone))
+        INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value)
+        SELECT v_kh, v_hh, p_holder, p_permits, f, now_ + p_ttl, false, p_value
+        WHERE NOT EXISTS (SELECT 1 FROM gone);
+        IF FOUND THEN
+            granted := true; fence := f;
+        ELSE
+            -- Its caller gave up on it: refused, and nothing kept of the key.
+            DELETE FROM @keys WHERE kh = v_kh;
+        END IF;
+        RETURN;
+    END IF;
     SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
     IF NOT FOUND THEN
         k := @lockkey(v_kh, p_key);
@@ -55,19 +79,28 @@ BEGIN
         DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
     END IF;
     waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+    placed := false; -- without a line, no place
     IF waiting THEN
         -- A holder with a place that asks again keeps its place with what it asks now, before
         -- the line is served: a head that now fits is granted at once, not refused on its old
         -- request. (Without a line there is no place to keep: the uncontended path skips this.)
+        placed := NULL;
         IF p_wait > 0 THEN
             UPDATE @waiters SET permits = p_permits, lim = p_lim, ttl = p_ttl, floor = p_floor,
                 deadline = now_ + p_wait, value = p_value, try = p_try, channel = p_channel,
                 pid = p_pid, started = p_started, tried = now_
             WHERE kh = v_kh AND hh = v_hh;
+            placed := FOUND;
         END IF;
-        k := @serve(k, now_);
-        waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
-        SELECT coalesce(sum(x.permits), 0), bool_or(x.hh = v_hh) INTO used, holds FROM @leases x WHERE x.kh = v_kh;
+        -- Serving grants only free permits: with every permit held by unexpired leases, whose
+        -- limit every live place has (a busy Mutex, whose waiter joins the line), there is
+        -- nothing to serve, and the release that frees one serves the line.
+        IF used = 0 OR used < k.lim THEN
+            placed := NULL; -- serving may have passed it over
+            k := @serve(k, now_);
+            waiting := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh);
+            SELECT coalesce(sum(x.permits), 0), bool_or(x.hh = v_hh) INTO used, holds FROM @leases x WHERE x.kh = v_kh;
+        END IF;
     END IF;
     IF holds THEN
         SELECT * INTO l FROM @leases WHERE kh = v_kh AND hh = v_hh;
@@ -86,12 +119,16 @@ BEGIN
     END IF;
     IF used + p_permits > p_lim OR waiting THEN
         -- Its place, kept above, unless it had none or serving passed it over.
-        IF p_wait > 0 AND NOT EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh AND hh = v_hh) THEN
-            UPDATE @keys SET seq = seq + 1 WHERE kh = v_kh RETURNING seq INTO k.seq;
+        IF p_wait > 0 AND placed IS NULL THEN
+            placed := EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh AND hh = v_hh);
+        END IF;
+        IF p_wait > 0 AND NOT placed THEN
+            WITH s AS (UPDATE @keys SET seq = seq + 1 WHERE kh = v_kh RETURNING seq)
             INSERT INTO @waiters (kh, seq, hh, holder, permits, lim, ttl, floor, deadline, value,
                                   try, channel, pid, started, tried)
-            VALUES (v_kh, k.seq, v_hh, p_holder, p_permits, p_lim, p_ttl, p_floor,
-                    now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started, now_);
+            SELECT v_kh, s.seq, v_hh, p_holder, p_permits, p_lim, p_ttl, p_floor,
+                   now_ + p_wait, p_value, p_try, p_channel, p_pid, p_started, now_
+            FROM s;
         END IF;
         -- With room but others ahead, the first expiry is the next change expiry alone brings.
         need := greatest(used + p_permits - p_lim, 1);

@@ -22,21 +22,32 @@ $$;
 -- session after its client's connection closed, and gives it to its next client: the session
 -- reset (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
 -- (another role's backend) counts as alive.
+--
+-- It and live are PL/pgSQL, whose plans a session keeps: a function in SQL is parsed and planned
+-- again at each transaction that calls it, which cost a grant more than the rest of its work.
 CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz, p_channel text)
-RETURNS boolean LANGUAGE sql VOLATILE AS $$
-    SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
                    WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started)
                      AND coalesce(left(a.application_name, 35) = 'leasehold listener ' || right(p_channel, 16)
                                   OR a.application_name = 'leasehold listener'
-                                  OR left(a.application_name, 21) = 'leasehold listener - ', true))
+                                  OR left(a.application_name, 21) = 'leasehold listener - ', true));
+END
 $$;
 
 -- live reports whether place w may still take a grant at p_now: its wait has not ended, and its
 -- Store's listening backend still runs or, for a place taken while that Store could not listen
 -- (its waiter polls), its holder asked within the last ten minutes.
-CREATE OR REPLACE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE sql VOLATILE AS $$
-    SELECT w.deadline > p_now AND CASE WHEN w.pid IS NULL THEN w.tried > p_now - 600000000
-                                       ELSE @alive(w.pid, w.started, w.channel) END
+CREATE OR REPLACE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF w.deadline <= p_now THEN
+        RETURN false;
+    ELSIF w.pid IS NULL THEN
+        RETURN w.tried > p_now - 600000000;
+    END IF;
+    RETURN @alive(w.pid, w.started, w.channel);
+END
 $$;
 
 -- held returns the key's limit: its row's while it has an unexpired lease, else that of the
@@ -70,38 +81,57 @@ $$;
 -- serve grants free permits to the key's line, strictly in order: it stops at the first waiter
 -- whose permits are not free. Places whose wait ended, whose holder holds a lease already, or
 -- that can take no grant (see live) are dropped on the way. Each grant is announced on its waiter's
--- channel, and to watchers. It returns k as it left it, written back when it granted anything.
+-- channel (with its fence), and to watchers. It returns k as it left it, written back when it granted anything.
 -- The caller purged the key's expired leases.
 CREATE OR REPLACE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE plpgsql AS $$
 DECLARE
     p @waiters;
     used bigint;
+    holds boolean;
+    alive boolean;
     granted boolean := false;
 BEGIN
     LOOP
         SELECT * INTO p FROM @waiters WHERE kh = k.kh ORDER BY seq LIMIT 1;
         EXIT WHEN NOT FOUND;
-        IF p.deadline <= p_now OR EXISTS (SELECT 1 FROM @leases WHERE kh = k.kh AND hh = p.hh) THEN
+        holds := false;
+        IF p.deadline > p_now THEN
+            -- One read of the key's leases: the permits they hold (the grants of this loop
+            -- included) and whether the place's holder holds one.
+            SELECT coalesce(sum(x.permits), 0), coalesce(bool_or(x.hh = p.hh), false) INTO used, holds
+            FROM @leases x WHERE x.kh = k.kh;
+        END IF;
+        IF p.deadline <= p_now OR holds THEN
             DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
             CONTINUE;
         END IF;
-        IF used IS NULL THEN
-            SELECT coalesce(sum(permits), 0) INTO used FROM @leases WHERE kh = k.kh;
-        END IF;
         EXIT WHEN used + p.permits > p.lim;
-        DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
-        IF NOT @live(p, p_now) THEN
+        -- Whether it can take the grant (see live; its wait has not ended).
+        IF p.pid IS NULL THEN
+            alive := p.tried > p_now - 600000000;
+        ELSE
+            alive := @alive(p.pid, p.started, p.channel);
+        END IF;
+        IF NOT alive THEN
+            DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
             CONTINUE; -- its Store is gone, or its holder stopped asking: nobody would take the grant
         END IF;
         k.fence := greatest(k.fence + 1, p_now, p.floor);
         k.lim := p.lim;
+        WITH placed AS (DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq)
         INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value)
         VALUES (k.kh, p.hh, p.holder, p.permits, k.fence, p_now + p.ttl, true, p.value);
         used := used + p.permits;
         granted := true;
         IF p.channel IS NOT NULL THEN
-            PERFORM pg_notify(p.channel, md5(int4send(length(k.key)) || k.key || p.holder));
+            -- The notice, and for a Store whose channel's id follows an 'f' the grant's fence,
+            -- which its waiter takes without asking again (an earlier version's Stores, whose
+            -- ids follow a 'w', read the notice alone).
+            PERFORM pg_notify(p.channel, md5(int4send(length(k.key)) || k.key || p.holder)
+                || CASE WHEN substr(p.channel, length(p.channel) - 16, 1) = 'f' THEN ' ' || k.fence ELSE '' END);
         END IF;
+        -- Every permit taken: no live place, all of this limit, fits (a Mutex's line stops here).
+        EXIT WHEN used >= p.lim;
     END LOOP;
     IF granted THEN
         UPDATE @keys SET fence = k.fence, lim = k.lim WHERE kh = k.kh;

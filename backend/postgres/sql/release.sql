@@ -10,28 +10,36 @@ DECLARE
     k @keys;
     now_ bigint;
     ended boolean;
+    waiting boolean;
 BEGIN
     SELECT * INTO k FROM @keys WHERE kh = v_kh FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    -- One statement ends the lease and purges the key's expired ones.
+    -- One statement ends the lease, purges the key's expired ones, and looks at the line.
     WITH gone AS (
         DELETE FROM @leases x WHERE x.kh = v_kh
             AND (x.expires <= now_ OR (x.hh = v_hh AND (p_fence = 0 OR x.fence = p_fence)))
         RETURNING x.hh = v_hh AND x.expires > now_ AS mine)
-    SELECT coalesce(bool_or(mine), false) INTO ended FROM gone;
+    SELECT coalesce(bool_or(mine), false), EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) INTO ended, waiting
+    FROM gone;
     IF NOT ended THEN
         RETURN false;
     END IF;
     IF k.watched_until > now_ THEN
         PERFORM pg_notify(@@changed, md5(k.key));
     END IF;
-    IF EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) THEN
+    IF waiting THEN
         k := @serve(k, now_);
+        IF k.fence < now_ AND k.watched_until <= now_ THEN -- else forget would keep the row: it granted
+            PERFORM @forget(k, now_);
+        END IF;
+    ELSIF k.fence < now_ AND k.watched_until <= now_ THEN
+        -- The uncontended path: nothing else on the key (no line, and no other lease), whose
+        -- row goes (forget, in one statement).
+        DELETE FROM @keys x WHERE x.kh = v_kh AND NOT EXISTS (SELECT 1 FROM @leases WHERE kh = v_kh);
     END IF;
-    PERFORM @forget(k, now_);
     RETURN true;
 END
 $$;

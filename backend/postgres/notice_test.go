@@ -1,0 +1,239 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/backend/postgres"
+	"github.com/leasehold/leasehold/core"
+)
+
+// TestWaiterTakesItsGrantFromTheNotice: the release that grants a waiter tells its Store the
+// grant's fence, and the waiter, whose holder id is its own (Unshared), takes the grant without
+// a statement: a handoff costs the waiter's Store only its refused try. The lease it takes has
+// its fence, and a TTL counted from the refused try.
+func TestWaiterTakesItsGrantFromTheNotice(t *testing.T) {
+	url, key := serverURL(t), uniqueKey(t)
+	ctx := context.Background()
+	holder := newStore(t, url)
+	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	s, c := countedStore(t, url)
+	before := c.n.Load() // setting up and listening
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
+	sent := time.Now()
+	w := enroll(t, s, req)
+	if ok, err := holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	<-w.C()
+	res, err := s.Acquire(ctx, req)
+	if err != nil || !res.Granted {
+		t.Fatalf("the woken waiter's try: %+v, %v; want granted", res, err)
+	}
+	if n := c.n.Load() - before; n != 1 {
+		t.Errorf("the waiter's Store sent %d statements, want 1 (the refused try; the grant taken from its notice)", n)
+	}
+	if res.TTL <= 0 || res.TTL > time.Minute-time.Since(sent)+time.Millisecond {
+		t.Errorf("the taken grant's TTL %v, want at most the request's minute less the wait since the refused try", res.TTL)
+	}
+	w.Close()
+	snap, err := holder.Inspect(ctx, key)
+	if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != "w" || snap.Leases[0].Fence != res.Fence {
+		t.Fatalf("after the take and the waiter's Close: %+v, %v; want w's lease of fence %d", snap, err, res.Fence)
+	}
+	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "w", Fence: res.Fence}); err != nil || !ok {
+		t.Fatalf("Release of the taken lease: %v, %v", ok, err)
+	}
+}
+
+// TestGrantHeardBeforeRegisterIsTaken: a grant whose notice the Store heard before its waiter
+// registered (the refused try's reply and the notice crossed) is taken as well, without a
+// statement.
+func TestGrantHeardBeforeRegisterIsTaken(t *testing.T) {
+	url, key, marker := serverURL(t), uniqueKey(t), uniqueKey(t)
+	ctx := context.Background()
+	holder := newStore(t, url)
+	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	s, c := countedStore(t, url)
+	wt, err := s.Watch(ctx, marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wt.Close()
+	<-wt.C()
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
+	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
+		t.Fatalf("the waiter's try: %+v, %v; want refused", res, err)
+	}
+	if ok, err := holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: marker, Holder: "m", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wt.C(): // the grant's notice was delivered before this
+	case <-time.After(10 * time.Second):
+		t.Fatal("the marker's change was not heard")
+	}
+	w, err := s.Register(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	before := c.n.Load()
+	if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
+		t.Fatalf("the waiter's try: %+v, %v; want granted", res, err)
+	}
+	if n := c.n.Load() - before; n != 0 {
+		t.Errorf("taking a grant heard before Register sent %d statements, want 0", n)
+	}
+}
+
+// TestStaleNoticeIsNotTaken: a notice whose fence is not above the key's last fence at the
+// waiter's refused try tells of a grant made before it (gone since, or it would not have been
+// refused): the waiter is not woken by it, and its next try asks the database.
+func TestStaleNoticeIsNotTaken(t *testing.T) {
+	url, key := serverURL(t), uniqueKey(t)
+	ctx := context.Background()
+	holder := newStore(t, url)
+	held, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, c := countedStore(t, url)
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
+	w := enroll(t, s, req)
+	drain(w.C())
+	notify(t, url, s.Channel(), postgres.Notice(key, "w")+" "+strconv.FormatUint(held.Fence, 10))
+	fresh := uniqueKey(t) // a notice after the stale one, to know it was delivered
+	fw, err := s.Register(ctx, core.AcquireRequest{Key: fresh, Holder: "x", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	drain(fw.C()) // it starts woken: it made no try
+	notify(t, url, s.Channel(), postgres.Notice(fresh, "x"))
+	select {
+	case <-fw.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second notice was not heard")
+	}
+	select {
+	case <-w.C():
+		t.Error("a stale notice woke the waiter")
+	default:
+	}
+	before := c.n.Load()
+	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
+		t.Fatalf("the waiter's try after a stale notice: %+v, %v; want refused", res, err)
+	}
+	if n := c.n.Load() - before; n != 1 {
+		t.Errorf("the try after a stale notice sent %d statements, want 1", n)
+	}
+}
+
+// TestNoticeWithoutFenceWakes: a notice without a fence (from an earlier version's functions,
+// still in place while Stores of this version start) wakes the waiter, whose next try asks the
+// database.
+func TestNoticeWithoutFenceWakes(t *testing.T) {
+	url, key := serverURL(t), uniqueKey(t)
+	ctx := context.Background()
+	holder := newStore(t, url)
+	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	s, c := countedStore(t, url)
+	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
+	w := enroll(t, s, req)
+	drain(w.C())
+	notify(t, url, s.Channel(), postgres.Notice(key, "w"))
+	select {
+	case <-w.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a notice without a fence did not wake the waiter")
+	}
+	before := c.n.Load()
+	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
+		t.Fatalf("the waiter's try: %+v, %v; want refused (no grant was made)", res, err)
+	}
+	if n := c.n.Load() - before; n != 1 {
+		t.Errorf("the try after a notice without a fence sent %d statements, want 1", n)
+	}
+}
+
+// TestEarlierVersionsStoreHearsItsNotice: a place taken by a Store of an earlier version, whose
+// channel's id follows a 'w', is told of its grant with the notice alone, which that Store
+// reads (a place of this version's Stores gets the fence after it: see
+// TestWaiterTakesItsGrantFromTheNotice).
+func TestEarlierVersionsStoreHearsItsNotice(t *testing.T) {
+	url, key := serverURL(t), uniqueKey(t)
+	ctx := context.Background()
+	s := newStore(t, url)
+	held, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The earlier version's listener: a session of its own, named as that version named it.
+	id := "0123456789abcdef"
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "leasehold listener " + id
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	channel := "leasehold_w" + id
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		pid     int32
+		started time.Time
+	)
+	if err := conn.QueryRow(ctx, "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&pid, &started); err != nil {
+		t.Fatal(err)
+	}
+	var granted bool
+	if err := conn.QueryRow(ctx, "SELECT granted FROM leasehold_acquire($1::bytea, 'w'::bytea, 1, 1, 60000000, 60000000, ''::bytea, 0, 0, 1, $2, $3, $4)",
+		[]byte(key), channel, pid, started).Scan(&granted); err != nil || granted {
+		t.Fatalf("the earlier version's try: %v, %v; want refused", granted, err)
+	}
+	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h", Fence: held.Fence}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(nctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := postgres.Notice(key, "w"); n.Payload != want {
+		t.Errorf("the earlier version's Store heard %q, want %q", n.Payload, want)
+	}
+}
+
+// notify sends payload on channel from a connection of its own.
+func notify(t *testing.T, url, channel, payload string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "SELECT pg_notify($1, $2)", channel, payload); err != nil {
+		t.Fatal(fmt.Errorf("notify: %w", err))
+	}
+}
