@@ -75,13 +75,22 @@ func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
 	}
 }
 
-// sent ends a send: when calls are queued, they go now, as one pipeline.
+// sent ends a send made on a caller's goroutine: when calls are queued, they go now, as one
+// pipeline, on a goroutine of its own.
 func (b *batcher) sent() {
+	if batch := b.next(); batch != nil {
+		go b.pipeline(batch)
+	}
+}
+
+// next ends a send and returns the calls queued meanwhile (at most maxBatch), which the send's
+// goroutine is to send next; nil when none are, and then the send is over.
+func (b *batcher) next() []*queued {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
 		b.inFlight--
-		b.mu.Unlock()
-		return
+		return nil
 	}
 	n := min(len(b.queue), maxBatch)
 	batch := b.queue[:n:n]
@@ -89,27 +98,28 @@ func (b *batcher) sent() {
 	if len(b.queue) == 0 {
 		b.queue = nil
 	}
-	b.mu.Unlock()
-	go b.pipeline(batch)
+	return batch
 }
 
 // pipeline sends the calls of batch whose callers still wait as one pipeline, bounded by the
-// client's own timeouts (the callers' contexts are theirs: each returns when its own ends), and
-// then ends the send.
+// client's own timeouts (the callers' contexts are theirs: each returns when its own ends), then
+// the calls queued meanwhile, until none are.
 func (b *batcher) pipeline(batch []*queued) {
-	pipe := b.c.Pipeline()
-	var taken []*queued
-	for _, q := range batch {
-		if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
-			pipe.Process(context.Background(), q.cmd)
-			taken = append(taken, q)
+	for batch != nil {
+		pipe := b.c.Pipeline()
+		var taken []*queued
+		for _, q := range batch {
+			if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
+				pipe.Process(context.Background(), q.cmd)
+				taken = append(taken, q)
+			}
 		}
+		if len(taken) > 0 {
+			_, _ = pipe.Exec(context.Background()) // each command keeps its own error
+		}
+		for _, q := range taken {
+			close(q.done)
+		}
+		batch = b.next()
 	}
-	if len(taken) > 0 {
-		_, _ = pipe.Exec(context.Background()) // each command keeps its own error
-	}
-	for _, q := range taken {
-		close(q.done)
-	}
-	b.sent()
 }
