@@ -15,6 +15,13 @@
 //
 //	cd bench && go run ./cmd/peerbench -scenarios floor -duration 3s -rounds 3
 //
+// Command scriptcost counts the instructions the server executes per Leasehold Store operation
+// (pair, Redlock node pair, Mutex, acquire, release, extend, refused try, granting release), with
+// a redis-server of its own under valgrind's callgrind; the header names the commit, so that two
+// commits can be compared:
+//
+//	cd bench && go run ./cmd/scriptcost [-n 500] [-drv goredis|valkey] [-only pair,mutex]
+//
 // The hot paths of Leasehold's own packages have go test benchmarks beside their code:
 //
 //	go test -run '^$' -bench . -benchmem ./primitives/ ./backend/memory/ ./backend/internal/rediscore/
