@@ -4,10 +4,9 @@
 //	cd bench/pglock && go run . [-duration 3s] [-hold 2s] [-workers 16] [-only a,b] [-scenarios x,y]
 //
 // It is a module of its own so that the bench module builds where cirello.io/pglock cannot be
-// downloaded (this project's build machines' module proxy does not serve it): on such a
-// machine, bring its source (git clone https://github.com/cirello-io/pglock) and point the
-// module at it with `go mod edit -replace cirello.io/pglock=/path/to/pglock`, without
-// committing that line.
+// downloaded (a module proxy that does not serve it): on such a machine, bring its source (git
+// clone https://github.com/cirello-io/pglock) and point the module at it with `go mod edit
+// -replace cirello.io/pglock=/path/to/pglock`, without committing that line.
 package main
 
 import (

@@ -5,8 +5,8 @@
 //
 // On Redis (the default; redis-server on PATH) it measures redsync, bsm/redislock and valkey-go's
 // valkeylock; on PostgreSQL (its server binaries, found as backend/postgres/pgtest finds them) a
-// plain pg_advisory_lock loop as the floor. cirello.io/pglock, which the module proxy of this
-// project's build machines does not serve, is measured by bench/pglock, a module of its own.
+// plain pg_advisory_lock loop as the floor. cirello.io/pglock is measured by bench/pglock, a
+// module of its own, so that the bench module builds where it cannot be downloaded.
 //
 // On Redis, -scenarios floor (alone, or beside the others) adds the floor: the uncontended
 // lock/unlock pair in this one process, every worker of a library on one shared client, for a
