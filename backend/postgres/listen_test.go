@@ -201,24 +201,41 @@ func otherDatabase(t *testing.T, url string) string {
 // grant is not lost. (A watched key changed by a later transaction orders the two: notifications
 // reach the listening connection in commit order, and the Store delivers them in turn.)
 func TestGrantHeardBeforeRegisterWakes(t *testing.T) {
-	url, key, marker := serverURL(t), uniqueKey(t), uniqueKey(t)
-	ctx := context.Background()
+	url := serverURL(t)
+	s := newStore(t, url)
+	req := core.AcquireRequest{Key: uniqueKey(t), Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+	w := registerAfterGrantHeard(t, url, s, req)
+	select {
+	case <-w.C():
+	default:
+		t.Fatal("a Waiter registered after its grant was heard did not start woken")
+	}
+	if res, err := s.Acquire(context.Background(), req); err != nil || !res.Granted {
+		t.Fatalf("the woken waiter's try: %+v, %v; want granted", res, err)
+	}
+}
+
+// registerAfterGrantHeard has s's waiter req refused on a key another Store holds, has the line
+// grant it, and registers it once s has heard the grant (a watched key changed by a later
+// transaction orders the two: notifications reach the listening connection in commit order, and
+// the Store delivers them in turn). The Waiter is closed when t ends.
+func registerAfterGrantHeard(t *testing.T, url string, s *postgres.Store, req core.AcquireRequest) core.Waiter {
+	t.Helper()
+	ctx, marker := context.Background(), uniqueKey(t)+":marker"
 	holder := newStore(t, url)
-	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
+	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: req.Key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(t, url)
 	wt, err := s.Watch(ctx, marker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wt.Close()
 	<-wt.C() // a Watch starts with a value
-	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
 		t.Fatalf("the waiter's try: %+v, %v; want refused", res, err)
 	}
-	if ok, err := holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"}); err != nil || !ok {
+	if ok, err := holder.Release(ctx, core.ReleaseRequest{Key: req.Key, Holder: "h"}); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: marker, Holder: "m", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
@@ -233,15 +250,8 @@ func TestGrantHeardBeforeRegisterWakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	select {
-	case <-w.C():
-	default:
-		t.Fatal("a Waiter registered after its grant was heard did not start woken")
-	}
-	if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
-		t.Fatalf("the woken waiter's try: %+v, %v; want granted", res, err)
-	}
+	t.Cleanup(w.Close)
+	return w
 }
 
 // TestLiveWaitersAreNotPassedOver: the dead-waiter pass compares the listening backend's pid and

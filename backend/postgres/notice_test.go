@@ -57,41 +57,12 @@ func TestWaiterTakesItsGrantFromTheNotice(t *testing.T) {
 // registered (the refused try's reply and the notice crossed) is taken as well, without a
 // statement.
 func TestGrantHeardBeforeRegisterIsTaken(t *testing.T) {
-	url, key, marker := serverURL(t), uniqueKey(t), uniqueKey(t)
-	ctx := context.Background()
-	holder := newStore(t, url)
-	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	url := serverURL(t)
 	s, c := countedStore(t, url)
-	wt, err := s.Watch(ctx, marker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wt.Close()
-	<-wt.C()
-	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
-	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
-		t.Fatalf("the waiter's try: %+v, %v; want refused", res, err)
-	}
-	if ok, err := holder.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"}); err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: marker, Holder: "m", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-wt.C(): // the grant's notice was delivered before this
-	case <-time.After(10 * time.Second):
-		t.Fatal("the marker's change was not heard")
-	}
-	w, err := s.Register(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	req := core.AcquireRequest{Key: uniqueKey(t), Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
+	registerAfterGrantHeard(t, url, s, req)
 	before := c.n.Load()
-	if res, err := s.Acquire(ctx, req); err != nil || !res.Granted {
+	if res, err := s.Acquire(context.Background(), req); err != nil || !res.Granted {
 		t.Fatalf("the waiter's try: %+v, %v; want granted", res, err)
 	}
 	if n := c.n.Load() - before; n != 0 {

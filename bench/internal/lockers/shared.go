@@ -133,14 +133,7 @@ func openSetNX(addrs []string) (func(string) (Locker, error), func(), error) {
 					return nil, err
 				}
 				return func() error {
-					n, err := compareAndDelete.Run(context.Background(), client, []string{key}, token).Int()
-					if err != nil {
-						return err
-					}
-					if n != 1 {
-						return errNotHeld
-					}
-					return nil
+					return deletedOne(compareAndDelete.Run(context.Background(), client, []string{key}, token).Int())
 				}, nil
 			},
 			Close: noClose,
@@ -222,19 +215,24 @@ func openFenced(addrs []string) (func(string) (Locker, error), func(), error) {
 				}
 				last = fence
 				return func() error {
-					n, err := client.FCall(context.Background(), "peerbench_release", keys, token).Int()
-					if err != nil {
-						return err
-					}
-					if n != 1 {
-						return errNotHeld
-					}
-					return nil
+					return deletedOne(client.FCall(context.Background(), "peerbench_release", keys, token).Int())
 				}, nil
 			},
 			Close: noClose,
 		}, nil
 	}, func() { client.Close() }, nil
+}
+
+// deletedOne returns a release's outcome from its reply, the number of locks it deleted: an
+// error, or errNotHeld unless it deleted one.
+func deletedOne(n int, err error) error {
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return errNotHeld
+	}
+	return nil
 }
 
 // storeLockers makes Leasehold Mutex Lockers on store.
