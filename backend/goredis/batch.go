@@ -44,33 +44,34 @@ const (
 	queuedLeft
 )
 
-// do sends cmd, alone or in a pipeline with others, and returns when its reply has come, or with
+// do sends cmd, alone or in a pipeline with others, and returns its reply once it has come, or
 // ctx's error when ctx ends first while it waits in the queue or in a pipeline: a call that had
-// not left the queue then is never sent, one that had goes on and its reply is dropped.
-func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
+// not left the queue then is never sent, one that had goes on and its reply is dropped (cmd is
+// then the pipeline's until it ends: the caller must not read it).
+func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) (any, error) {
 	b.mu.Lock()
 	if b.inFlight < maxInFlight {
 		b.inFlight++
 		b.mu.Unlock()
-		err := b.c.Process(ctx, cmd)
+		_ = b.c.Process(ctx, cmd)
 		b.sent()
-		return err
+		return cmd.Result()
 	}
 	q := &queued{cmd: cmd, done: make(chan struct{})}
 	b.queue = append(b.queue, q)
 	b.mu.Unlock()
 	select {
 	case <-q.done:
-		return cmd.Err()
+		return cmd.Result()
 	case <-ctx.Done():
 		if q.state.CompareAndSwap(queuedWaiting, queuedLeft) {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		select {
-		case <-q.done: // sent: its reply may have come as ctx ended
-			return cmd.Err()
+		case <-q.done: // sent, and its reply came as ctx ended
+			return cmd.Result()
 		default:
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }

@@ -17,10 +17,11 @@ import (
 	"github.com/leasehold/leasehold/internal/poll"
 )
 
-// gateHook holds every single FCALL until the gate opens, and records the size of each
-// pipeline of FCALLs.
+// gateHook holds every single FCALL until the gate opens, and every pipeline of FCALLs until
+// pipes opens (when not nil), and records the size of each such pipeline.
 type gateHook struct {
-	gate chan struct{}
+	gate  chan struct{}
+	pipes chan struct{}
 
 	mu        sync.Mutex
 	held      int
@@ -53,6 +54,9 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			h.mu.Lock()
 			h.pipelines = append(h.pipelines, n)
 			h.mu.Unlock()
+			if h.pipes != nil {
+				<-h.pipes
+			}
 		}
 		return next(ctx, cmds)
 	}
@@ -216,4 +220,49 @@ func TestClientWithoutTimeoutsSendsEveryCallAlone(t *testing.T) {
 	if sizes := h.sizes(); len(sizes) != 0 {
 		t.Fatalf("pipelines of %v calls; want none", sizes)
 	}
+}
+
+// TestCallWhoseCtxEndsInAPipelineReturnsCtxsError: a caller whose ctx ends after a pipeline took
+// its call gets ctx's error at once, not a reply the pipeline has yet to read; the call, sent,
+// still happens on the server.
+func TestCallWhoseCtxEndsInAPipelineReturnsCtxsError(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer plain.Close()
+	direct, err := goredis.New(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	held, err := direct.Acquire(ctx, acquireReq("held", "h"))
+	if err != nil || !held.Granted {
+		t.Fatal(held, err)
+	}
+
+	h := &gateHook{gate: make(chan struct{}), pipes: make(chan struct{})}
+	s := gatedStore(t, srv, h)
+	for _, key := range []string{"a", "b"} {
+		go s.Acquire(ctx, acquireReq(key, "h"))
+	}
+	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	released := make(chan error, 1)
+	go func() {
+		_, err := s.Release(rctx, core.ReleaseRequest{Key: "held", Holder: "h", Fence: held.Fence})
+		released <- err
+	}()
+	poll.Until(t, "the release queued", func() bool { return goredis.Queued(s) == 1 })
+	close(h.gate)
+	poll.Until(t, "the release taken into a pipeline", func() bool { return len(h.sizes()) == 1 })
+	cancel()
+	if err := <-released; !errors.Is(err, context.Canceled) {
+		t.Fatalf("release whose ctx ended in a pipeline: %v; want context.Canceled", err)
+	}
+	close(h.pipes)
+	poll.Until(t, "the sent release to end the lease", func() bool {
+		snap, err := direct.Inspect(ctx, "held")
+		return err == nil && len(snap.Leases) == 0
+	})
 }

@@ -82,10 +82,9 @@ func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call
 		cmd.SetFirstKeyPos(rediscore.Head)
 	}
 	if d.batch != nil {
-		_ = d.batch.do(ctx, cmd)
-	} else {
-		_ = d.c.Process(ctx, cmd)
+		return d.batch.do(ctx, cmd)
 	}
+	_ = d.c.Process(ctx, cmd)
 	return cmd.Result()
 }
 
