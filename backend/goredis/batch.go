@@ -2,6 +2,7 @@ package goredis
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +17,9 @@ import (
 // Safe for concurrent use.
 type batcher struct {
 	c redis.UniversalClient
+	// honoursCtx says the client ends a call sent alone at its ctx's deadline (see driver): a
+	// pipelined call whose ctx's deadline passes returns then too, its reply dropped.
+	honoursCtx bool
 
 	mu       sync.Mutex
 	inFlight int
@@ -45,9 +49,12 @@ const (
 )
 
 // do sends cmd, alone or in a pipeline with others, and returns its reply once it has come, or
-// ctx's error when ctx ends first while it waits in the queue or in a pipeline: a call that had
-// not left the queue then is never sent, one that had goes on and its reply is dropped (cmd is
-// then the pipeline's until it ends: the caller must not read it).
+// ctx's error when ctx ends while it waits in the queue: such a call is never sent. A call that
+// had left the queue in a pipeline when ctx ended waits for its reply, bounded by the client's
+// timeouts, as a call sent alone on the caller's goroutine does: the reply says what the server
+// did (a release that went through is one; see the package doc). Only on a client that honours
+// ctx, whose lone call would end at the deadline, does a pipelined call whose deadline passes
+// return ctx's error at once, its reply dropped (cmd is then the pipeline's until it ends).
 func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) (any, error) {
 	b.mu.Lock()
 	if b.inFlight < maxInFlight {
@@ -67,12 +74,16 @@ func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) (any, error) {
 		if q.state.CompareAndSwap(queuedWaiting, queuedLeft) {
 			return nil, ctx.Err()
 		}
-		select {
-		case <-q.done: // sent, and its reply came as ctx ended
-			return cmd.Result()
-		default:
-			return nil, ctx.Err()
+		if b.honoursCtx && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			select {
+			case <-q.done: // its reply came as ctx ended
+				return cmd.Result()
+			default:
+				return nil, ctx.Err()
+			}
 		}
+		<-q.done
+		return cmd.Result()
 	}
 }
 

@@ -78,7 +78,14 @@ func (h *gateHook) sizes() []int {
 // with the library already loaded.
 func gatedStore(t *testing.T, srv *redistest.Server, h *gateHook) *goredis.Store {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	return gatedStoreWith(t, srv, h, redis.Options{})
+}
+
+// gatedStoreWith is gatedStore over a client with options opt.
+func gatedStoreWith(t *testing.T, srv *redistest.Server, h *gateHook, opt redis.Options) *goredis.Store {
+	t.Helper()
+	opt.Addr = srv.Addr
+	c := redis.NewClient(&opt)
 	t.Cleanup(func() { c.Close() })
 	s, err := goredis.New(c)
 	if err != nil {
@@ -90,6 +97,19 @@ func gatedStore(t *testing.T, srv *redistest.Server, h *gateHook) *goredis.Store
 		t.Fatal(err)
 	}
 	c.AddHook(h)
+	return s
+}
+
+// plainStore returns a Store over a fresh client of srv, with no hook.
+func plainStore(t *testing.T, srv *redistest.Server) *goredis.Store {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
@@ -222,47 +242,114 @@ func TestClientWithoutTimeoutsSendsEveryCallAlone(t *testing.T) {
 	}
 }
 
-// TestCallWhoseCtxEndsInAPipelineReturnsCtxsError: a caller whose ctx ends after a pipeline took
-// its call gets ctx's error at once, not a reply the pipeline has yet to read; the call, sent,
-// still happens on the server.
-func TestCallWhoseCtxEndsInAPipelineReturnsCtxsError(t *testing.T) {
+// TestCallWhoseCtxEndsInAPipelineWaitsForItsReply: a Release whose ctx ends after its call left
+// the queue in a pipeline waits for the reply, as a call sent alone does on a client that runs it
+// on the caller's goroutine (bounded by the client's timeouts): the reply says the server
+// released the lease, and Release returns true and no error.
+func TestCallWhoseCtxEndsInAPipelineWaitsForItsReply(t *testing.T) {
 	srv := redistest.StartServer(t)
-	ctx := context.Background()
-	plain := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer plain.Close()
-	direct, err := goredis.New(plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	held, err := direct.Acquire(ctx, acquireReq("held", "h"))
-	if err != nil || !held.Granted {
-		t.Fatal(held, err)
-	}
-
 	h := &gateHook{gate: make(chan struct{}), pipes: make(chan struct{})}
 	s := gatedStore(t, srv, h)
+	ctx := context.Background()
+	res, err := plainStore(t, srv).Acquire(ctx, acquireReq("piped", "h"))
+	if err != nil || !res.Granted {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+
+	done := make(chan error, 2)
 	for _, key := range []string{"a", "b"} {
-		go s.Acquire(ctx, acquireReq(key, "h"))
+		go func() {
+			_, err := s.Acquire(ctx, acquireReq(key, "h"))
+			done <- err
+		}()
 	}
 	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	released := make(chan error, 1)
+	qctx, cancel := context.WithCancel(ctx)
+	type answer struct {
+		held bool
+		err  error
+	}
+	left := make(chan answer, 1)
 	go func() {
-		_, err := s.Release(rctx, core.ReleaseRequest{Key: "held", Holder: "h", Fence: held.Fence})
-		released <- err
+		held, err := s.Release(qctx, core.ReleaseRequest{Key: "piped", Holder: "h", Fence: res.Fence})
+		left <- answer{held, err}
 	}()
-	poll.Until(t, "the release queued", func() bool { return goredis.Queued(s) == 1 })
+	poll.Until(t, "a call queued", func() bool { return goredis.Queued(s) == 1 })
 	close(h.gate)
-	poll.Until(t, "the release taken into a pipeline", func() bool { return len(h.sizes()) == 1 })
+	poll.Until(t, "the queued call in a pipeline", func() bool { return len(h.sizes()) == 1 })
 	cancel()
-	if err := <-released; !errors.Is(err, context.Canceled) {
-		t.Fatalf("release whose ctx ended in a pipeline: %v; want context.Canceled", err)
+	close(h.pipes)
+	if a := <-left; !a.held || a.err != nil {
+		t.Fatalf("release canceled in a pipeline: %v, %v; want true, nil (the server released it)", a.held, a.err)
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if snap, err := s.Inspect(ctx, "piped"); err != nil || len(snap.Leases) != 0 {
+		t.Fatalf("piped key: %+v, %v; want no lease", snap, err)
+	}
+}
+
+// deadlineCtx is a ctx with a far deadline that the test makes pass when it closes done.
+type deadlineCtx struct {
+	context.Context
+	done chan struct{}
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return time.Now().Add(time.Hour), true }
+func (c deadlineCtx) Done() <-chan struct{}       { return c.done }
+func (c deadlineCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// TestPipelinedCallEndsAtItsDeadlineWhenTheClientHonoursCtx: with ContextTimeoutEnabled a call
+// sent alone ends at its ctx's deadline; so does one in a pipeline whose reply has not come, with
+// ctx's error.
+func TestPipelinedCallEndsAtItsDeadlineWhenTheClientHonoursCtx(t *testing.T) {
+	srv := redistest.StartServer(t)
+	h := &gateHook{gate: make(chan struct{}), pipes: make(chan struct{})}
+	s := gatedStoreWith(t, srv, h, redis.Options{ContextTimeoutEnabled: true})
+	ctx := context.Background()
+	done := make(chan error, 2)
+	for _, key := range []string{"a", "b"} {
+		go func() {
+			_, err := s.Acquire(ctx, acquireReq(key, "h"))
+			done <- err
+		}()
+	}
+	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
+	qctx := deadlineCtx{Context: ctx, done: make(chan struct{})}
+	left := make(chan error, 1)
+	go func() {
+		_, err := s.Extend(qctx, core.ExtendRequest{Key: "k", Holder: "h", TTL: time.Minute})
+		left <- err
+	}()
+	poll.Until(t, "a call queued", func() bool { return goredis.Queued(s) == 1 })
+	close(h.gate)
+	poll.Until(t, "the queued call in a pipeline", func() bool { return len(h.sizes()) == 1 })
+	close(qctx.done) // its deadline passes while the pipeline is held
+	err := poll.For(t, "the pipelined extend to return at its deadline", func() (error, bool) {
+		select {
+		case err := <-left:
+			return err, true
+		default:
+			return nil, false
+		}
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("pipelined extend past its deadline: %v; want context.DeadlineExceeded", err)
 	}
 	close(h.pipes)
-	poll.Until(t, "the sent release to end the lease", func() bool {
-		snap, err := direct.Inspect(ctx, "held")
-		return err == nil && len(snap.Leases) == 0
-	})
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

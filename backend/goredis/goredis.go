@@ -52,9 +52,11 @@
 // A Store has at most two sends out at once. A call made while two are out waits; when a send
 // ends, every waiting call goes in one pipeline (up to 128), on a goroutine of its own. So many
 // callers on one client share round trips and system calls, and the server reads and answers them
-// together, while a lone caller still sends at once. A waiting call returns when its ctx ends; one
-// that had not left the queue then is never sent. Over a client without read and write timeouts
-// every call goes alone: nothing would bound a pipeline.
+// together, while a lone caller still sends at once. A call whose ctx ends while it waits in the
+// queue returns ctx's error and is never sent; one that had left in a pipeline waits for its
+// reply, bounded by the client's timeouts (with ContextTimeoutEnabled, by ctx's deadline too), as
+// a call sent alone does. Over a client without read and write timeouts every call goes alone:
+// nothing would bound a pipeline.
 //
 // A *redis.Ring has no connection that hears every shard's messages: over one, the Store subscribes
 // to nothing, and its waiters and watches are never Reliable: they poll.
@@ -124,7 +126,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 	}
 	if d.timesOut {
-		d.batch = &batcher{c: client}
+		d.batch = &batcher{c: client, honoursCtx: d.honoursCtx}
 	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
