@@ -15,6 +15,8 @@ import (
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/primitives"
 )
 
 // gateHook holds every single FCALL until the gate opens, and every pipeline of FCALLs until
@@ -351,5 +353,246 @@ func TestPipelinedCallEndsAtItsDeadlineWhenTheClientHonoursCtx(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestCallWhoseCtxEndsInTheQueueReturnsCtxError: a Release whose ctx ends while its call waits in
+// the queue returns ctx's error (the call was never sent), not an unreadable reply; the lease is
+// still held, and a later Release frees it.
+func TestCallWhoseCtxEndsInTheQueueReturnsCtxError(t *testing.T) {
+	srv := redistest.StartServer(t)
+	h := &gateHook{gate: make(chan struct{})}
+	s := gatedStore(t, srv, h)
+	ctx := context.Background()
+	res, err := plainStore(t, srv).Acquire(ctx, acquireReq("queued", "h"))
+	if err != nil || !res.Granted {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+
+	done := make(chan error, 2)
+	for _, key := range []string{"a", "b"} {
+		go func() {
+			_, err := s.Acquire(ctx, acquireReq(key, "h"))
+			done <- err
+		}()
+	}
+	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
+	qctx, cancel := context.WithCancel(ctx)
+	type answer struct {
+		held bool
+		err  error
+	}
+	left := make(chan answer, 1)
+	go func() {
+		held, err := s.Release(qctx, core.ReleaseRequest{Key: "queued", Holder: "h", Fence: res.Fence})
+		left <- answer{held, err}
+	}()
+	poll.Until(t, "a call queued", func() bool { return goredis.Queued(s) == 1 })
+	cancel()
+	if a := <-left; a.held || !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("queued release: %v, %v; want false, context.Canceled", a.held, a.err)
+	}
+	close(h.gate)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held, err := s.Release(ctx, core.ReleaseRequest{Key: "queued", Holder: "h", Fence: res.Fence}); !held || err != nil {
+		t.Fatalf("release after the canceled one: %v, %v; want the lease still held, and freed", held, err)
+	}
+}
+
+// TestQueuedCallsOnAClusterGoToTheirKeysNodes: on a Cluster, a pipeline of queued calls on keys
+// of every node takes each call to its key's node: every caller is granted, and the lease is
+// where a call alone finds it.
+func TestQueuedCallsOnAClusterGoToTheirKeysNodes(t *testing.T) {
+	testenv.SkipShort(t, "starts a Redis Cluster")
+	addrs := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { c.Close() })
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	for i := range 8 { // the library on every node, and the client's connections to each
+		if _, err := s.Inspect(ctx, fmt.Sprint("warm-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &gateHook{gate: make(chan struct{})}
+	c.AddHook(h)
+	type answer struct {
+		key string
+		res core.AcquireResult
+		err error
+	}
+	answers := make(chan answer, 20)
+	acquire := func(key string) {
+		res, err := s.Acquire(ctx, acquireReq(key, "h-"+key))
+		answers <- answer{key, res, err}
+	}
+	go acquire("first")
+	go acquire("second")
+	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
+	const queued = 16 // keys in every node's slots, most likely
+	for i := range queued {
+		go acquire(fmt.Sprint("queued-", i))
+	}
+	poll.Until(t, "the calls queued", func() bool { return goredis.Queued(s) == queued })
+	close(h.gate)
+	for range queued + 2 {
+		a := <-answers
+		if a.err != nil || !a.res.Granted || a.res.Fence == 0 {
+			t.Fatalf("acquire %s: %+v, %v; want granted with a fence", a.key, a.res, a.err)
+		}
+	}
+	if sizes := h.sizes(); len(sizes) == 0 {
+		t.Fatal("no pipeline: the queued calls went alone")
+	}
+	for i := range queued {
+		key := fmt.Sprint("queued-", i)
+		snap, err := s.Inspect(ctx, key)
+		if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != "h-"+key {
+			t.Fatalf("%s: %+v, %v; want its holder's lease", key, snap, err)
+		}
+		if res, err := s.Acquire(ctx, acquireReq(key, "other")); err != nil || res.Granted {
+			t.Fatalf("%s: another holder's acquire: %+v, %v; want refused", key, res, err)
+		}
+	}
+}
+
+// TestQueuedCallsOverAPartitionEndByTheClientsTimeouts: while the server is unreachable, the
+// calls alone and the pipeline of those queued behind them end with errors by the client's read
+// and write timeouts (no caller, and no pipeline goroutine, waits for ever: see TestMain's leak
+// check); once it is back, the Store's calls go through again.
+func TestQueuedCallsOverAPartitionEndByTheClientsTimeouts(t *testing.T) {
+	testenv.SkipShort(t, "waits for the client's timeouts")
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 300 * time.Millisecond,
+		WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if _, err := s.Inspect(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	h := &gateHook{gate: make(chan struct{})}
+	close(h.gate) // it only records the pipelines
+	c.AddHook(h)
+	proxy.Hold(true)
+	const n = 10
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := s.Acquire(ctx, acquireReq(fmt.Sprint("partitioned-", i), "h"))
+			errs <- err
+		}()
+	}
+	for range n {
+		err := poll.For(t, "every call to end by the client's timeouts", func() (error, bool) {
+			select {
+			case err := <-errs:
+				return err, true
+			default:
+				return nil, false
+			}
+		})
+		if err == nil {
+			t.Error("an acquire through a held partition succeeded")
+		}
+	}
+	if len(h.sizes()) == 0 {
+		t.Error("no pipeline was sent: the calls did not queue behind the two held ones")
+	}
+	proxy.Cut()
+	proxy.Hold(false)
+	res := poll.For(t, "an acquire to go through once the server is back", func() (core.AcquireResult, bool) {
+		res, err := s.Acquire(ctx, acquireReq("after", "h"))
+		return res, err == nil
+	})
+	if !res.Granted {
+		t.Fatalf("acquire after the partition: %+v; want granted", res)
+	}
+}
+
+// TestBatchedCallsKeepExclusionAndFences: sixteen workers share one Store, so that their calls
+// queue and go in pipelines, and take turns on two keys with Mutexes (quick acquires and
+// releases, waits in the line, grants taken from messages): inside each turn the server holds
+// exactly the worker's lease at the worker's fence, the fences of each key rise strictly, no two
+// workers are inside one key at once, and nothing is left once all are done.
+func TestBatchedCallsKeepExclusionAndFences(t *testing.T) {
+	srv := redistest.StartServer(t)
+	h := &gateHook{gate: make(chan struct{})}
+	close(h.gate) // it only records the pipelines
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	c.AddHook(h)
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	keys := []string{"batched-0", "batched-1"}
+	var (
+		mu   sync.Mutex
+		last = map[string]uint64{}
+		in   = map[string]int{}
+	)
+	const workers, rounds = 16, 30
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				key := keys[(w+r)%len(keys)]
+				m, err := primitives.NewMutex(s, key, primitives.WithTTL(time.Minute))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l, err := m.Acquire(ctx)
+				if err != nil {
+					t.Errorf("acquire %s: %v", key, err)
+					return
+				}
+				mu.Lock()
+				in[key]++
+				if in[key] > 1 {
+					t.Errorf("%s: two holders at once", key)
+				}
+				if l.Fence() <= last[key] {
+					t.Errorf("%s: fence %d after %d", key, l.Fence(), last[key])
+				}
+				last[key] = max(last[key], l.Fence())
+				mu.Unlock()
+				snap, err := s.Inspect(ctx, key)
+				if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != l.Holder() || snap.Leases[0].Fence != l.Fence() {
+					t.Errorf("%s: inside the turn of %s at fence %d the server holds %+v (%v)", key, l.Holder(), l.Fence(), snap.Leases, err)
+				}
+				mu.Lock()
+				in[key]--
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("release %s: %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(h.sizes()) == 0 {
+		t.Error("no pipeline was sent: the workers' calls never queued")
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 0 {
+		keys, _ := c.Keys(ctx, "*").Result()
+		t.Errorf("%d keys left (%v): %v", n, err, keys)
 	}
 }
