@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // Tests of quick.lua: the quick paths of the uncontended acquire and release, and the values a
@@ -86,4 +87,59 @@ func TestQuickReleaseReportsForeignCounters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRedlockNodePairKeepsItsCountersOnlyUntilTheClockPassesTheFence: a Redlock node's pairs,
+// each grant's fence raised above the clock, take the quick paths: every fence is above the one
+// before, whether the floor sent is above the last fence or below it; a release keeps the
+// counters alone (fence, limit, keep), expiring just after the clock passes the fence, not the
+// lease's TTL later; and once they expire the key holds nothing and the next grant is above them.
+func TestRedlockNodePairKeepsItsCountersOnlyUntilTheClockPassesTheFence(t *testing.T) {
+	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+		s, c := mk(), raw(t, addr)
+		ctx := context.Background()
+		key := "node-pair"
+		lease := rediscore.Keys(key)[0]
+		fr := s.(core.FenceRaiser)
+		ahead := uint64(time.Now().Add(2 * time.Second).UnixMicro())
+		var last uint64
+		for i, floor := range []uint64{ahead, ahead - 500_000, ahead + 10, 1, ahead + 20} {
+			req := core.AcquireRequest{Key: key, Holder: "h" + strconv.Itoa(i), Permits: 1, Limit: 1, TTL: time.Hour}
+			var res core.AcquireResult
+			var err error
+			if i%2 == 0 {
+				res, err = fr.AcquireAbove(ctx, req, floor)
+			} else {
+				res, err = fr.RaiseFence(ctx, req, floor)
+			}
+			if err != nil || !res.Granted || res.Fence <= last || res.Fence < floor {
+				t.Fatalf("grant %d with floor %d: %+v, %v; want granted above %d and at least the floor", i, floor, res, err, last)
+			}
+			last = res.Fence
+			if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: req.Holder, Fence: res.Fence}); !ok || err != nil {
+				t.Fatalf("release %d: %v, %v", i, ok, err)
+			}
+			m, err := c.HGetAll(ctx, lease).Result()
+			if err != nil || len(m) != 3 || m["fence"] != strconv.FormatUint(last, 10) || m["limit"] != "1" || m["keep"] == "" {
+				t.Fatalf("after release %d the hash is %q (%v); want the counters alone, at fence %d", i, m, err, last)
+			}
+			// Kept until just after the clock passes the fence, not the hour's lease.
+			pttl, err := c.PTTL(ctx, lease).Result()
+			until := time.Duration(int64(last)/1000+1-time.Now().UnixMilli()) * time.Millisecond
+			if err != nil || pttl <= 0 || pttl > until+time.Second {
+				t.Fatalf("after release %d the hash expires in %v (%v); want by the fence, in %v", i, pttl, err, until)
+			}
+		}
+		poll.Until(t, "the counters to expire once the clock passes the fence", func() bool {
+			n, err := c.Exists(ctx, lease).Result()
+			return err == nil && n == 0
+		})
+		if got := uint64(time.Now().UnixMicro()); got <= last {
+			t.Fatalf("the counters expired at %d µs, before the fence %d", got, last)
+		}
+		res, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "next", Permits: 1, Limit: 1, TTL: time.Minute})
+		if err != nil || !res.Granted || res.Fence <= last {
+			t.Fatalf("the grant after the counters went: %+v, %v; want above %d", res, err, last)
+		}
+	})
 }
