@@ -116,7 +116,7 @@ func (s *Server) run(bin string) error {
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}
-	if err := waitReady(s.Addr, 10*time.Second); err != nil {
+	if err := waitReady(s.Addr, s.cmd.Process.Pid, 10*time.Second); err != nil {
 		stop(s.cmd)
 		return fmt.Errorf("redistest: redis-server on %s: %w", s.Addr, err)
 	}
@@ -151,19 +151,37 @@ func stop(cmd *exec.Cmd) {
 	cmd.Wait()
 }
 
-// waitReady waits until the server answers PING.
-func waitReady(addr string, within time.Duration) error {
+// waitReady waits until the server with process id pid answers on addr. It fails at once when
+// another process answers there: the port, found free, was taken before this server could bind
+// it (this server then exits), and a test would otherwise use someone else's server.
+func waitReady(addr string, pid int, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	var last error
 	for time.Now().Before(deadline) {
-		if reply, err := Do(addr, "PING"); err == nil && strings.HasPrefix(reply, "+PONG") {
-			return nil
-		} else if err != nil {
+		info, err := Do(addr, "INFO", "server")
+		if err == nil {
+			if got := infoField(info, "process_id"); got == strconv.Itoa(pid) {
+				return nil
+			} else if got != "" {
+				return fmt.Errorf("another redis-server (pid %s) answers there", got)
+			}
+			last = fmt.Errorf("INFO server without a process_id: %q", info)
+		} else {
 			last = err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("not ready after %v: %v", within, last)
+}
+
+// infoField returns the value of field in an INFO reply, or "" when it has none.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Do sends one command in RESP to addr and returns the first line of the reply (for simple

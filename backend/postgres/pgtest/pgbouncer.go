@@ -92,12 +92,16 @@ logfile = %s
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		conn, err := pgx.Connect(ctx, url)
+		var dataDir string
 		if err == nil {
-			err = conn.Ping(ctx)
+			err = conn.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir)
 			conn.Close(ctx)
 		}
 		cancel()
 		switch {
+		case err == nil && dataDir != s.data:
+			// Another pgbouncer took the port first (this one exits): not ours.
+			t.Fatalf("pgtest: pgbouncer on port %d: another pgbouncer answers there (its server's data directory %s)", port, dataDir)
 		case err == nil:
 			return url
 		case time.Now().After(deadline):

@@ -258,12 +258,18 @@ func (s *Server) waitReady(within time.Duration) error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		conn, err := pgx.Connect(ctx, s.URL)
+		var dataDir string
 		if err == nil {
-			err = conn.Ping(ctx)
+			err = conn.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir)
 			conn.Close(ctx)
 		}
 		cancel()
 		if err == nil {
+			if dataDir != s.data {
+				// The port, found free, was taken before this server could bind it (this one
+				// then exits): a test would otherwise use someone else's server.
+				return fmt.Errorf("another server (data directory %s) answers there", dataDir)
+			}
 			return nil
 		}
 		select {
