@@ -251,32 +251,9 @@ func TestClientWithoutTimeoutsSendsEveryCallAlone(t *testing.T) {
 func TestCallWhoseCtxEndsInAPipelineWaitsForItsReply(t *testing.T) {
 	srv := redistest.StartServer(t)
 	h := &gateHook{gate: make(chan struct{}), pipes: make(chan struct{})}
-	s := gatedStore(t, srv, h)
+	s, _, cancel, left, done := releaseQueuedBehindTwo(t, srv, h, "piped")
+	defer cancel()
 	ctx := context.Background()
-	res, err := plainStore(t, srv).Acquire(ctx, acquireReq("piped", "h"))
-	if err != nil || !res.Granted {
-		t.Fatalf("acquire: %+v, %v", res, err)
-	}
-
-	done := make(chan error, 2)
-	for _, key := range []string{"a", "b"} {
-		go func() {
-			_, err := s.Acquire(ctx, acquireReq(key, "h"))
-			done <- err
-		}()
-	}
-	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
-	qctx, cancel := context.WithCancel(ctx)
-	type answer struct {
-		held bool
-		err  error
-	}
-	left := make(chan answer, 1)
-	go func() {
-		held, err := s.Release(qctx, core.ReleaseRequest{Key: "piped", Holder: "h", Fence: res.Fence})
-		left <- answer{held, err}
-	}()
-	poll.Until(t, "a call queued", func() bool { return goredis.Queued(s) == 1 })
 	close(h.gate)
 	poll.Until(t, "the queued call in a pipeline", func() bool { return len(h.sizes()) == 1 })
 	cancel()
@@ -362,32 +339,9 @@ func TestPipelinedCallEndsAtItsDeadlineWhenTheClientHonoursCtx(t *testing.T) {
 func TestCallWhoseCtxEndsInTheQueueReturnsCtxError(t *testing.T) {
 	srv := redistest.StartServer(t)
 	h := &gateHook{gate: make(chan struct{})}
-	s := gatedStore(t, srv, h)
+	s, fence, cancel, left, done := releaseQueuedBehindTwo(t, srv, h, "queued")
+	defer cancel()
 	ctx := context.Background()
-	res, err := plainStore(t, srv).Acquire(ctx, acquireReq("queued", "h"))
-	if err != nil || !res.Granted {
-		t.Fatalf("acquire: %+v, %v", res, err)
-	}
-
-	done := make(chan error, 2)
-	for _, key := range []string{"a", "b"} {
-		go func() {
-			_, err := s.Acquire(ctx, acquireReq(key, "h"))
-			done <- err
-		}()
-	}
-	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
-	qctx, cancel := context.WithCancel(ctx)
-	type answer struct {
-		held bool
-		err  error
-	}
-	left := make(chan answer, 1)
-	go func() {
-		held, err := s.Release(qctx, core.ReleaseRequest{Key: "queued", Holder: "h", Fence: res.Fence})
-		left <- answer{held, err}
-	}()
-	poll.Until(t, "a call queued", func() bool { return goredis.Queued(s) == 1 })
 	cancel()
 	if a := <-left; a.held || !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("queued release: %v, %v; want false, context.Canceled", a.held, a.err)
@@ -398,7 +352,7 @@ func TestCallWhoseCtxEndsInTheQueueReturnsCtxError(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if held, err := s.Release(ctx, core.ReleaseRequest{Key: "queued", Holder: "h", Fence: res.Fence}); !held || err != nil {
+	if held, err := s.Release(ctx, core.ReleaseRequest{Key: "queued", Holder: "h", Fence: fence}); !held || err != nil {
 		t.Fatalf("release after the canceled one: %v, %v; want the lease still held, and freed", held, err)
 	}
 }
@@ -595,4 +549,39 @@ func TestBatchedCallsKeepExclusionAndFences(t *testing.T) {
 		keys, _ := c.Keys(ctx, "*").Result()
 		t.Errorf("%d keys left (%v): %v", n, err, keys)
 	}
+}
+
+// releaseAnswer is what a Release returned.
+type releaseAnswer struct {
+	held bool
+	err  error
+}
+
+// releaseQueuedBehindTwo has h's gate hold two calls of a Store over srv, then queues behind them
+// a Release (under a ctx that cancel ends) of key's lease, granted to "h" at fence by another
+// Store; its answer comes on left, the two held calls' errors on done once the gate opens.
+func releaseQueuedBehindTwo(t *testing.T, srv *redistest.Server, h *gateHook, key string) (s *goredis.Store, fence uint64, cancel context.CancelFunc, left <-chan releaseAnswer, done <-chan error) {
+	t.Helper()
+	s = gatedStore(t, srv, h)
+	ctx := context.Background()
+	res, err := plainStore(t, srv).Acquire(ctx, acquireReq(key, "h"))
+	if err != nil || !res.Granted {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+	held := make(chan error, 2)
+	for _, k := range []string{"a", "b"} {
+		go func() {
+			_, err := s.Acquire(ctx, acquireReq(k, "h"))
+			held <- err
+		}()
+	}
+	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
+	qctx, cancel := context.WithCancel(ctx)
+	answers := make(chan releaseAnswer, 1)
+	go func() {
+		ok, err := s.Release(qctx, core.ReleaseRequest{Key: key, Holder: "h", Fence: res.Fence})
+		answers <- releaseAnswer{ok, err}
+	}()
+	poll.Until(t, "a call queued", func() bool { return goredis.Queued(s) == 1 })
+	return s, res.Fence, cancel, answers, held
 }
