@@ -42,6 +42,9 @@ var (
 	// ErrLimitMismatch: the key is held or waited for under another limit; nothing was sent
 	// to wait, and the error is a *LimitMismatchError.
 	ErrLimitMismatch = core.ErrLimitMismatch
+	// ErrStaleFence: a fenced write was refused where it lands, a higher fence having been
+	// accepted for the resource; the error also wraps ErrLost.
+	ErrStaleFence = core.ErrStaleFence
 )
 
 // Bounds on arguments, checked before anything reaches the store.
