@@ -68,13 +68,15 @@
 // # When a lease is lost
 //
 // A lease is lost when a refresh, Extend, Held or Release finds the store no longer holds it
-// (Err says so: "the store no longer held it", or the store's own words), or when its deadline
-// passes without a successful refresh. In the second case Err names how many refreshes failed
+// (Err says so: "the store no longer held it", or the store's own words), or when no refresh
+// renewed it by its stop margin before its deadline (WithStopMargin: a tenth of the TTL unless
+// set), so that work bound to it has that margin to stop before the store can grant the key to
+// another holder. In the second case Err names how many refreshes failed
 // in a row and the last one's error, which it wraps beside ErrLost:
 //
 //	leasehold: hold "job": lease lost: 3 refreshes failed, last: goredis: dial tcp 127.0.0.1:6379: connect: connection refused
 //
-// and a refresh cut off by the deadline names the failure before it; "deadline passed without a
+// and a refresh cut off by the stop point names the failure before it; "deadline passed without a
 // successful refresh" means none was tried in time (the process was paused, or WithoutRefresh).
 // A failed refresh may still have reached the store, which would then keep the lease for up to
 // a TTL, so a lease lost at its deadline after failed refreshes sends a release (holder and
@@ -94,7 +96,7 @@
 // lease finds out at its next refresh (within TTL/3 by default), or at an Extend, Held or
 // Release before that, and is then lost at once: Done closes, Err wraps ErrLost and
 // ErrClosed, OnLost runs. Until then Err returns nil. Under WithoutRefresh it is lost at one
-// of those calls or at its deadline. The backend keeps the lease until it expires, so release
+// of those calls or at its stop margin before its deadline. The backend keeps the lease until it expires, so release
 // leases before closing their Store.
 //
 // # Testing on fake time
