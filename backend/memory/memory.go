@@ -40,6 +40,8 @@ type Store struct {
 	waiters map[string]map[string][]*enrollment // key → holder → enrolled waiters
 	watches map[string][]*watch                 // key → open watches
 	closed  bool
+
+	fences fenceRecords // Fenced's records
 }
 
 type keyState struct {
