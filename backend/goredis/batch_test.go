@@ -127,23 +127,7 @@ func TestCallsMadeWhileTwoAreOutGoTogether(t *testing.T) {
 	s := gatedStore(t, srv, h)
 	ctx := context.Background()
 
-	type answer struct {
-		key string
-		res core.AcquireResult
-		err error
-	}
-	answers := make(chan answer, 10)
-	acquire := func(key string) {
-		res, err := s.Acquire(ctx, acquireReq(key, "h-"+key))
-		answers <- answer{key, res, err}
-	}
-	go acquire("first")
-	go acquire("second")
-	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
-	for i := range 6 {
-		go acquire(fmt.Sprint("queued-", i))
-	}
-	poll.Until(t, "six calls queued", func() bool { return goredis.Queued(s) == 6 })
+	answers := acquiresQueuedBehindTwo(t, s, h, 6)
 	close(h.gate)
 	for range 8 {
 		a := <-answers
@@ -378,24 +362,8 @@ func TestQueuedCallsOnAClusterGoToTheirKeysNodes(t *testing.T) {
 	}
 	h := &gateHook{gate: make(chan struct{})}
 	c.AddHook(h)
-	type answer struct {
-		key string
-		res core.AcquireResult
-		err error
-	}
-	answers := make(chan answer, 20)
-	acquire := func(key string) {
-		res, err := s.Acquire(ctx, acquireReq(key, "h-"+key))
-		answers <- answer{key, res, err}
-	}
-	go acquire("first")
-	go acquire("second")
-	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
 	const queued = 16 // keys in every node's slots, most likely
-	for i := range queued {
-		go acquire(fmt.Sprint("queued-", i))
-	}
-	poll.Until(t, "the calls queued", func() bool { return goredis.Queued(s) == queued })
+	answers := acquiresQueuedBehindTwo(t, s, h, queued)
 	close(h.gate)
 	for range queued + 2 {
 		a := <-answers
@@ -584,4 +552,31 @@ func releaseQueuedBehindTwo(t *testing.T, srv *redistest.Server, h *gateHook, ke
 	}()
 	poll.Until(t, "a call queued", func() bool { return goredis.Queued(s) == 1 })
 	return s, res.Fence, cancel, answers, held
+}
+
+// acquireAnswer is what an Acquire of key returned.
+type acquireAnswer struct {
+	key string
+	res core.AcquireResult
+	err error
+}
+
+// acquiresQueuedBehindTwo has h's gate hold the Acquires of keys "first" and "second" on s, then
+// queues n more behind them ("queued-0" …), each by holder "h-" and its key; the answers of all
+// n+2 come on the channel once the gate opens.
+func acquiresQueuedBehindTwo(t *testing.T, s *goredis.Store, h *gateHook, n int) <-chan acquireAnswer {
+	t.Helper()
+	answers := make(chan acquireAnswer, n+2)
+	acquire := func(key string) {
+		res, err := s.Acquire(context.Background(), acquireReq(key, "h-"+key))
+		answers <- acquireAnswer{key, res, err}
+	}
+	go acquire("first")
+	go acquire("second")
+	poll.Until(t, "two calls held at the gate", func() bool { return h.heldCalls() == 2 })
+	for i := range n {
+		go acquire(fmt.Sprint("queued-", i))
+	}
+	poll.Until(t, "the calls queued", func() bool { return goredis.Queued(s) == n })
+	return answers
 }
