@@ -20,6 +20,10 @@ type LeaseInfo = core.LeaseInfo
 // WaiterInfo is one waiter in a key's line as Inspect reports it.
 type WaiterInfo = core.WaiterInfo
 
+// DelayInfo describes, in Inspect's report, a lease that expired unreleased and whose lock delay
+// (WithLockDelay) still keeps its permits closed.
+type DelayInfo = core.DelayInfo
+
 // LimitMismatchError is the error, matching ErrLimitMismatch, of a request whose limit is not
 // the one the key is held or waited for under; it carries both limits.
 type LimitMismatchError = core.LimitMismatchError

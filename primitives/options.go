@@ -27,6 +27,7 @@ type config struct {
 	noRefresh       bool          // WithoutRefresh was given: it wins over WithRefreshInterval
 	stopMargin      time.Duration // how long before its deadline a lease not renewed is lost
 	stopMarginSet   bool          // WithStopMargin was given (else TTL/10)
+	lockDelay       time.Duration // how long the store keeps an expired lease's permits closed
 	onLost          func(Lease, error)
 	holder          string // "": a fresh random id per lease (WithHolder refuses "")
 	value           string // kept with every lease granted (WithValue)
@@ -144,6 +145,21 @@ func WithStopMargin(d time.Duration) Option {
 			c.invalid("stop margin %v: must be at least 0", d)
 		}
 		c.stopMargin, c.stopMarginSet = d, true
+	}
+}
+
+// WithLockDelay sets how long, by the store's clock, a lease that expires unreleased keeps its
+// permits closed to new grants after its expiry: a holder that stalled (a GC pause, SIGSTOP, a
+// slow disk) or died, and may still act on what it guarded, has d more to notice before the key
+// passes on. A released lease leaves no delay; the default is 0. The store enforces it, so it
+// holds whatever state the stale holder's machine is in. It costs nothing until a lease expires,
+// and then holds up the key's waiters for d. d must be in [0, MaxDuration].
+func WithLockDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 || d > MaxDuration {
+			c.invalid("lock delay %v: must be in [0, %v] (core.MaxDuration)", d, MaxDuration)
+		}
+		c.lockDelay = d
 	}
 }
 
