@@ -30,7 +30,8 @@ const storeFailure = `the store could not be used, and the line on stderr says w
                     authentication failed, TLS failed, not a Redis (or PostgreSQL) server, no
                     such database; over Redlock, fewer than a quorum answered; or another error`
 
-// waitFlag is the -wait flag: unset, Acquire waits until the lease is free.
+// waitFlag is a duration flag that knows whether it was given: -wait (unset, Acquire waits until
+// the lease is free) and -grace (unset, a fifth of the TTL).
 type waitFlag struct {
 	d   time.Duration
 	set bool
@@ -63,9 +64,12 @@ type runConfig struct {
 	ttl     time.Duration
 	wait    waitFlag
 	nowait  bool
-	grace   time.Duration
+	grace   waitFlag // the command's time between SIGTERM and SIGKILL: see stopTimes
 	value   string   // kept with the lease: -value, elect's VALUE, or defaultValue
 	command []string // what to run, after "--"
+
+	lockDelay time.Duration // -lock-delay: primitives.WithLockDelay
+	refreshed chan struct{} // told, without blocking, when a refresh has moved the deadline
 }
 
 // oneTry reports whether the lease is to be tried once, not waited for.
@@ -78,7 +82,35 @@ func (c *runConfig) registerTiming(fs *flag.FlagSet) {
 	fs.Var(&c.wait, "wait", "wait at most this `duration` for the lease (default: until it is free; 0 is -n)")
 	fs.BoolVar(&c.nowait, "n", false, "try once: exit at once if the key is busy")
 	fs.BoolVar(&c.nowait, "nowait", false, "the same as -n")
-	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after the lease is lost, how long the command has after SIGTERM before SIGKILL")
+	fs.Var(&c.grace, "grace", "how long the command has between SIGTERM and SIGKILL when the lease is not renewed in time:\n"+
+		"SIGKILL comes at the lease's stop margin (TTL/10) before its deadline, SIGTERM -grace before that;\n"+
+		"at most 2/5 of -ttl (default: TTL/5, 2s at the default -ttl)")
+}
+
+// stopMargin is how long before its deadline a lease that was not renewed is reported lost, and
+// the command gets SIGKILL: primitives' default, a tenth of the TTL, given explicitly.
+func (c *runConfig) stopMargin() time.Duration { return c.ttl / 10 }
+
+// maxGrace is the longest -grace the TTL allows: SIGTERM then comes at most TTL/2 before the
+// lease's deadline, so a refresh sent on time (every TTL/3) has TTL/6 to be answered, or retried,
+// before the command is told to stop.
+func (c *runConfig) maxGrace() time.Duration { return c.ttl/2 - c.stopMargin() }
+
+// graceOrDefault is -grace, or a fifth of the TTL if it was not given.
+func (c *runConfig) graceOrDefault() time.Duration {
+	if c.grace.set {
+		return c.grace.d
+	}
+	return c.ttl / 5
+}
+
+// stopTimes returns when the command is stopped if the lease is not renewed past deadline (its
+// Deadline): SIGKILL at kill, the stop margin before the deadline, when the lease is reported
+// lost, so that the command's group is dead before the store can grant the key to anyone else;
+// SIGTERM at term, -grace before that.
+func (c *runConfig) stopTimes(deadline time.Time) (term, kill time.Time) {
+	kill = deadline.Add(-c.stopMargin())
+	return kill.Add(-c.graceOrDefault()), kill
 }
 
 // checkTiming returns an error naming the first bad flag of those registerTiming adds.
@@ -86,10 +118,16 @@ func (c *runConfig) checkTiming() error {
 	switch {
 	case c.ttl < primitives.MinTTL:
 		return fmt.Errorf("-ttl %v: must be at least %v", c.ttl, primitives.MinTTL)
-	case c.wait.d < 0 || c.grace < 0:
+	case c.wait.d < 0 || c.grace.d < 0:
 		return errors.New("-wait and -grace must not be negative")
 	case c.nowait && c.wait.set:
 		return errors.New("-n and -wait: give one")
+	case c.grace.d > c.maxGrace():
+		return fmt.Errorf("-grace %v: at most %v (2/5 of -ttl %v): the command gets SIGTERM -grace before the lease's stop margin (TTL/10), "+
+			"which must leave a refresh time to be retried; lower -grace, or raise -ttl to at least %v",
+			c.grace.d, c.maxGrace(), c.ttl, c.grace.d*5/2)
+	case c.lockDelay < 0 || c.lockDelay > primitives.MaxDuration:
+		return fmt.Errorf("-lock-delay %v: must be in [0, %v]", c.lockDelay, primitives.MaxDuration)
 	}
 	return nil
 }
@@ -102,7 +140,21 @@ func (c *runConfig) acquire(ctx context.Context, store core.Store) (core.Lease, 
 	if c.wait.set {
 		timeout = max(c.wait.d, time.Millisecond)
 	}
-	opts := []primitives.Option{primitives.WithTTL(c.ttl), primitives.WithAcquireTimeout(timeout)}
+	opts := []primitives.Option{primitives.WithTTL(c.ttl), primitives.WithAcquireTimeout(timeout), primitives.WithStopMargin(c.stopMargin())}
+	if c.lockDelay > 0 {
+		opts = append(opts, primitives.WithLockDelay(c.lockDelay))
+	}
+	if c.refreshed != nil {
+		refreshed := c.refreshed
+		opts = append(opts, primitives.WithEvents(func(e primitives.Event) {
+			if e.Kind == primitives.EventRefreshed {
+				select {
+				case refreshed <- struct{}{}:
+				default:
+				}
+			}
+		}))
+	}
 	if c.elect {
 		if c.oneTry() {
 			opts = append(opts, primitives.WithAttempts(1))
@@ -156,6 +208,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&cfg.limit, "limit", 1, "permits on the key: 1 is a mutex, more a semaphore")
 	fs.IntVar(&cfg.permits, "permits", 1, "permits this command takes")
 	cfg.registerTiming(fs)
+	fs.DurationVar(&cfg.lockDelay, "lock-delay", 0, "if the lease expires unreleased (run stalled or died), the store keeps KEY closed this much longer\n"+
+		"(Consul's lock-delay): time for a stalled machine to stop the command before the next holder starts")
 	fs.Var(&value, "value", "the `value` kept with the lease, which inspect shows: at most 1024 bytes (default:\n"+
 		"this host, leasehold's pid and the command, as in \"host-a pid 4242: make deploy\", cut to fit)")
 	fs.Usage = func() {
@@ -243,6 +297,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		return exitFail
 	}
 	defer closeStore()
+	cfg.refreshed = make(chan struct{}, 1)
 	lease, err := cfg.acquire(wctx, store)
 	interruptedWaiting := wctx.Err() != nil // before stopWaiting, which cancels wctx
 	stopWaiting()
@@ -286,35 +341,67 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		return exitLost
 	}
 	env := append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
-	c, err := startChild(cfg.command, env, stdio{in: os.Stdin, out: stdout, err: stderr})
+	deadline := lease.Deadline()
+	term, kill := cfg.stopTimes(deadline)
+	c, err := startChild(cfg.command, env, stdio{in: os.Stdin, out: stdout, err: stderr}, stopAt{term, kill, deadline})
 	if err != nil {
 		release()
 		say("%v", err)
 		return exitCannotStart
 	}
-	var kill <-chan time.Time
+	grace := cfg.graceOrDefault()
+	stopping := false // the command has been told to stop: run exits exitLost
 	lost := lease.Done()
 	for {
 		select {
 		case s := <-sigs:
 			c.signal(s.(syscall.Signal))
+		case <-cfg.refreshed:
+			if d := lease.Deadline(); !stopping && d.After(deadline) {
+				deadline = d
+				term, kill = cfg.stopTimes(deadline)
+				c.schedule(stopAt{term, kill, deadline})
+			}
 		case <-lost:
 			lost = nil
-			say("%v; stopping the command: SIGTERM, SIGKILL after -grace %v", lease.Err(), cfg.grace)
-			c.signal(syscall.SIGTERM)
-			kill = time.After(cfg.grace)
-		case <-kill:
-			say("the command outlived -grace %v; SIGKILL", cfg.grace)
-			c.kill()
+			if !stopping {
+				// Lost before the command was told to stop (the store no longer holds it, say):
+				// SIGTERM now, SIGKILL after -grace, and no later than planned.
+				stopping = true
+				now := time.Now()
+				if k := now.Add(grace); k.Before(kill) {
+					kill = k
+				}
+				say("%v; stopping the command: SIGTERM, SIGKILL after -grace %v", lease.Err(), kill.Sub(now).Round(time.Millisecond))
+				c.schedule(stopAt{now, kill, deadline})
+			}
+		case s := <-c.stops():
+			switch s {
+			case syscall.SIGTERM:
+				if !stopping {
+					stopping = true
+					say("the lease on %q was not renewed in time; stopping the command: SIGTERM, SIGKILL after -grace %v, %v before its deadline",
+						cfg.key, grace, cfg.stopMargin())
+				}
+			case syscall.SIGKILL:
+				stopping = true
+				say("the command outlived -grace %v; SIGKILL", grace)
+			}
 		case <-c.done():
 			err := c.wait()
 			release()
-			if lost == nil {
+			if stopping || lost == nil {
 				return exitLost
 			}
 			return exitStatus(err)
 		}
 	}
+}
+
+// stopAt is when the command is stopped unless the lease is renewed first: SIGTERM at term,
+// SIGKILL at kill, both before the lease's deadline (see runConfig.stopTimes).
+type stopAt struct {
+	term, kill, deadline time.Time
 }
 
 // stdio is where a started command reads and writes.

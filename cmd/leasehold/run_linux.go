@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -12,8 +13,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // forwarded are the signals `leasehold run` passes on to the command.
@@ -33,38 +37,53 @@ func init() {
 // supervisor: this binary re-executed, which leads the group and starts the command in it.
 //
 // The CLI and the supervisor share a socket pair, so each sees the other end, however it ends:
+//   - The supervisor holds a dead-man's switch (see deadman): it is told when to stop the command
+//     (stopAt: SIGTERM, then SIGKILL before the lease's deadline) at its start and after every
+//     refresh, and stops it on that schedule by its own clock unless told a later one in time,
+//     whatever state the CLI is in: stopped (SIGSTOP), stalled, or dead.
 //   - When the CLI dies, even by SIGKILL, the supervisor reads EOF and sends SIGKILL to the rest of
-//     its group and to every descendant, then exits (see supervise). After -grace, the CLI
-//     shuts its end down for the same effect (see kill).
+//     its group and to every descendant, then exits (see supervise).
 //     SIGKILL rather than SIGTERM: nobody refreshes the lease any more and its time left is
 //     unknown, so the command must not run on through a grace period.
 //   - When the supervisor ends (the command exited, or the supervisor was killed), the CLI reads
 //     EOF and sends SIGKILL to what is left in the group before it reaps the supervisor: until
 //     then the group's id, the supervisor's pid, cannot be reused.
+//   - The supervisor tells the CLI when it has sent SIGTERM or SIGKILL on schedule (one byte
+//     each); if it has not sent SIGKILL halfway from the kill time to the lease's deadline (it is
+//     stopped itself, say), the CLI sends SIGKILL to the group, supervisor and all.
 //
 // The command also has the parent-death signal (SIGKILL) towards the supervisor, so it dies if the
 // supervisor alone is killed. The supervisor is a child subreaper: what leaves the group (setsid,
 // setpgid, a nested `leasehold run`) stays its descendant and is killed with the rest; only if the
 // supervisor itself is killed with SIGKILL does it escape.
 type child struct {
-	sup   *exec.Cmd
-	link  *os.File      // the CLI's end of the socket pair
-	ended chan struct{} // closed when the supervisor has ended (not yet reaped)
+	sup      *exec.Cmd
+	link     *os.File            // the CLI's end of the socket pair
+	ended    chan struct{}       // closed when the supervisor has ended (not yet reaped)
+	stopped  chan syscall.Signal // the signals the supervisor sent on schedule
+	killed   atomic.Bool         // the supervisor reported SIGKILL sent
+	backstop *time.Timer         // SIGKILL from the CLI if the supervisor has not sent it
 }
 
-// startChild starts command with env, in a process group of its own under a supervisor.
-// A command that cannot be started is reported by the supervisor, which exits 127.
-func startChild(command, env []string, std stdio) (*child, error) {
+// stopEnv carries the first stopAt to the supervisor, so that its switch is armed before the
+// command starts.
+const stopEnv = "LEASEHOLD_RUN_STOP"
+
+// startChild starts command with env, in a process group of its own under a supervisor that
+// stops it at stop unless told a later time (schedule). A command that cannot be started is
+// reported by the supervisor, which exits 127.
+func startChild(command, env []string, std stdio, stop stopAt) (*child, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
 	link, theirs := os.NewFile(uintptr(fds[0]), "leasehold-link"), os.NewFile(uintptr(fds[1]), "leasehold-link")
 	defer theirs.Close()
+	term, kill := bootTimes(stop)
 	sup := &exec.Cmd{
 		Path:        "/proc/self/exe", // this binary, even if it has been replaced on disk since
 		Args:        append([]string{"leasehold-run-supervisor"}, command...),
-		Env:         append(env, supervisorEnv+"=1"),
+		Env:         append(env, supervisorEnv+"=1", fmt.Sprintf("%s=%d,%d", stopEnv, term, kill)),
 		Stdin:       std.in,
 		Stdout:      std.out,
 		Stderr:      std.err,
@@ -81,38 +100,71 @@ func startChild(command, env []string, std stdio) (*child, error) {
 	// was killed; wait reports either.
 	theirs.Close() // now the supervisor's alone: its end reads EOF when it ends
 	link.Read(make([]byte, 1))
-	c := &child{sup: sup, link: link, ended: make(chan struct{})}
+	c := &child{sup: sup, link: link, ended: make(chan struct{}), stopped: make(chan syscall.Signal, 4)}
 	go func() {
 		defer close(c.ended)
-		io.Copy(io.Discard, link) // the supervisor writes nothing more: this returns when it ends
+		b := make([]byte, 1)
+		for {
+			if _, err := link.Read(b); err != nil {
+				return // the supervisor has ended
+			}
+			sig := syscall.SIGTERM
+			if b[0] == 'K' {
+				sig = syscall.SIGKILL
+				c.killed.Store(true)
+			}
+			select {
+			case c.stopped <- sig:
+			default:
+			}
+		}
 	}()
+	c.backstop = time.AfterFunc(time.Until(stop.backstop()), c.killUnlessKilled)
 	return c, nil
 }
+
+// backstop is when the CLI sends SIGKILL to the command's group if its supervisor has not:
+// halfway from the kill time to the lease's deadline.
+func (s stopAt) backstop() time.Time { return s.kill.Add(s.deadline.Sub(s.kill) / 2) }
+
+// killUnlessKilled sends SIGKILL to the whole group, the supervisor too, unless the supervisor
+// has sent it or has ended.
+func (c *child) killUnlessKilled() {
+	select {
+	case <-c.ended:
+		return
+	default:
+	}
+	if !c.killed.Load() {
+		c.signal(syscall.SIGKILL)
+	}
+}
+
+// bootTimes returns stop's SIGTERM and SIGKILL times on the CLOCK_BOOTTIME clock, in
+// nanoseconds, the clock the supervisor keeps them by.
+func bootTimes(stop stopAt) (term, kill int64) {
+	now, boot := time.Now(), bootNow()
+	return boot + int64(stop.term.Sub(now)), boot + int64(stop.kill.Sub(now))
+}
+
+// schedule tells the supervisor a new stop: a later one after a refresh, or an earlier one.
+// Once it has sent SIGTERM, the supervisor takes an earlier kill time only.
+func (c *child) schedule(stop stopAt) {
+	term, kill := bootTimes(stop)
+	var msg [16]byte
+	binary.BigEndian.PutUint64(msg[:8], uint64(term))
+	binary.BigEndian.PutUint64(msg[8:], uint64(kill))
+	c.link.Write(msg[:]) // fails only once the supervisor has ended, which done reports
+	c.backstop.Reset(time.Until(stop.backstop()))
+}
+
+// stops reports the signals the supervisor sent on schedule: SIGTERM, then SIGKILL.
+func (c *child) stops() <-chan syscall.Signal { return c.stopped }
 
 // signal sends sig to the command's whole process group.
 func (c *child) signal(sig syscall.Signal) {
 	syscall.Kill(-c.sup.Process.Pid, sig)
 }
-
-// kill ends the command and everything it started, as when the CLI dies: the supervisor, told
-// by the socket pair, kills its group and every descendant, even those that left the group, and
-// exits once they are reaped. A supervisor that does not (stopped, say) gets SIGKILL with its
-// group after killWait.
-func (c *child) kill() {
-	if rc, err := c.link.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_WR) })
-	}
-	go func() {
-		select {
-		case <-c.ended:
-		case <-time.After(killWait):
-			c.signal(syscall.SIGKILL)
-		}
-	}()
-}
-
-// killWait is how long kill gives the supervisor to clean up before SIGKILL.
-const killWait = 5 * time.Second
 
 // done is closed when the command has ended.
 func (c *child) done() <-chan struct{} { return c.ended }
@@ -121,10 +173,123 @@ func (c *child) done() <-chan struct{} { return c.ended }
 // the command ended, as its supervisor reports it.
 func (c *child) wait() error {
 	<-c.ended
+	c.backstop.Stop()
 	c.signal(syscall.SIGKILL)
 	err := c.sup.Wait()
 	c.link.Close()
 	return err
+}
+
+// bootNow reads CLOCK_BOOTTIME, in nanoseconds: monotonic, and counting time suspended, as the
+// store's clock does.
+func bootNow() int64 {
+	var ts syscall.Timespec
+	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockBoottime, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		panic("clock_gettime(CLOCK_BOOTTIME): " + errno.Error())
+	}
+	return ts.Nano()
+}
+
+const (
+	clockBoottime   = 7        // CLOCK_BOOTTIME
+	tfdTimerAbstime = 1        // TFD_TIMER_ABSTIME
+	tfdCloexec      = 02000000 // TFD_CLOEXEC
+)
+
+// deadman is the supervisor's dead-man's switch: SIGTERM to its group at term, SIGKILL to the
+// group and every descendant at kill, by CLOCK_BOOTTIME, unless the CLI has told it later times
+// by then. A timerfd on that clock wakes it: it needs nothing from the CLI, and it fires on time
+// after a suspend, which Go's timers (CLOCK_MONOTONIC) would not.
+type deadman struct {
+	link   *os.File      // to tell the CLI what was sent: 'T' for SIGTERM, 'K' for SIGKILL
+	killed chan struct{} // closed at the kill time: supervise kills everything
+	tfd    int
+
+	mu         sync.Mutex
+	term, kill int64
+	termed     bool
+}
+
+// newDeadman arms the switch for term and kill and returns it.
+func newDeadman(link *os.File, term, kill int64) (*deadman, error) {
+	fd, _, errno := syscall.RawSyscall(syscall.SYS_TIMERFD_CREATE, clockBoottime, tfdCloexec, 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("timerfd_create(CLOCK_BOOTTIME): %w", errno)
+	}
+	d := &deadman{link: link, killed: make(chan struct{}), tfd: int(fd), term: term, kill: kill}
+	d.mu.Lock()
+	err := d.armLocked()
+	d.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	go d.run()
+	return d, nil
+}
+
+// armLocked sets the timer to the next time the switch acts. d.mu must be held.
+func (d *deadman) armLocked() error {
+	at := d.term
+	if d.termed {
+		at = d.kill
+	}
+	at = max(at, 1) // 0 would disarm it
+	its := struct{ interval, value syscall.Timespec }{value: syscall.NsecToTimespec(at)}
+	if _, _, errno := syscall.Syscall6(syscall.SYS_TIMERFD_SETTIME, uintptr(d.tfd), tfdTimerAbstime, uintptr(unsafe.Pointer(&its)), 0, 0, 0); errno != 0 {
+		return fmt.Errorf("timerfd_settime: %w", errno)
+	}
+	return nil
+}
+
+// update takes new times from the CLI: any, until SIGTERM has been sent; after that, an earlier
+// kill time only (the stop, once begun, runs to its end).
+func (d *deadman) update(term, kill int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.termed {
+		kill = min(kill, d.kill)
+	} else {
+		d.term = term
+	}
+	d.kill = kill
+	d.armLocked()
+}
+
+// run waits on the timer (a blocking read, on a thread of its own) and acts when it fires.
+func (d *deadman) run() {
+	var buf [8]byte
+	for {
+		if _, err := syscall.Read(d.tfd, buf[:]); err != nil && err != syscall.EINTR {
+			return
+		}
+		now := bootNow()
+		d.mu.Lock()
+		if !d.termed && now >= d.term {
+			d.termed = true
+			syscall.Kill(-syscall.Getpgrp(), syscall.SIGTERM)
+			d.link.Write([]byte{'T'})
+		}
+		if d.termed && now >= d.kill {
+			d.link.Write([]byte{'K'})
+			close(d.killed)
+			d.mu.Unlock()
+			return
+		}
+		d.armLocked()
+		d.mu.Unlock()
+	}
+}
+
+// listen reads the CLI's new stop times from link until EOF, then closes cliEnded.
+func (d *deadman) listen(cliEnded chan<- struct{}) {
+	defer close(cliEnded)
+	var msg [16]byte
+	for {
+		if _, err := io.ReadFull(d.link, msg[:]); err != nil {
+			return
+		}
+		d.update(int64(binary.BigEndian.Uint64(msg[:8])), int64(binary.BigEndian.Uint64(msg[8:])))
+	}
 }
 
 // supervise runs command (argv) in this process's group, which startChild made for it, and
@@ -140,6 +305,13 @@ func supervise(command []string) int {
 	link := os.NewFile(3, "leasehold-link")
 	syscall.CloseOnExec(3)
 	os.Unsetenv(supervisorEnv)
+	var term, kill int64
+	_, err := fmt.Sscanf(os.Getenv(stopEnv), "%d,%d", &term, &kill)
+	os.Unsetenv(stopEnv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "leasehold run: supervisor: %s: %v\n", stopEnv, err)
+		return exitFail
+	}
 	// Signals sent to the group are the command's; the supervisor must live on to report how the
 	// command ends. Notify, not Ignore: an ignored signal would stay ignored in the command.
 	signal.Notify(make(chan os.Signal, 1), forwarded...)
@@ -172,6 +344,12 @@ func supervise(command []string) int {
 		fmt.Fprintf(os.Stderr, "leasehold run: %v\n", err)
 		return 127
 	}
+	dm, err := newDeadman(link, term, kill)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "leasehold run: supervisor: %v\n", err)
+		syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+		return exitFail
+	}
 
 	// One reaper for every child: the command, and the orphans that come to this subreaper.
 	var status syscall.WaitStatus
@@ -200,13 +378,11 @@ func supervise(command []string) int {
 	}()
 	cliEnded := make(chan struct{})
 	link.Write([]byte{1}) // the command has started: see startChild
-	go func() {
-		io.Copy(io.Discard, link)
-		close(cliEnded)
-	}()
+	go dm.listen(cliEnded)
 	select {
 	case <-commandEnded:
 	case <-cliEnded:
+	case <-dm.killed: // the lease was not renewed in time
 	}
 	// Kill the group and every descendant, again as orphans come, until none is left.
 	for done := false; !done; {
