@@ -1,0 +1,143 @@
+//go:build linux
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/internal/poll"
+)
+
+// A `leasehold run` stopped with SIGSTOP (not its command) refreshes its lease no more: its
+// supervisor's dead-man's switch kills the command on the lease's schedule, so every process of
+// the first command is dead before a second run waiting on the key starts its own. The command
+// ignores SIGTERM, so only the SIGKILL before the deadline ends it. The test logs the gap between
+// the first command's death (as this test saw it, so at most the real gap) and the second's start.
+func TestRunStoppedRunsCommandDiesBeforeTheNextStarts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	dir := t.TempDir()
+	ready, started2 := filepath.Join(dir, "ready"), filepath.Join(dir, "started2")
+
+	// -ttl 5s: the SIGKILL comes at the stop margin (500ms) before the deadline, the store's
+	// expiry later still, which leaves the supervisor half a second of scheduling delay.
+	first := cli(t.Context(), "run", "-redis", url, "-key", "frozen", "-ttl", "5s", "--", "sh", "-c",
+		"trap '' TERM; sleep 300 & sleep 300 & echo > "+ready+"; wait")
+	var out1 strings.Builder
+	first.Stdout, first.Stderr = &out1, &out1
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer first.Wait()
+	defer first.Process.Kill()
+	defer first.Process.Signal(syscall.SIGCONT)
+	poll.Until(t, "the first command has started its sleeps", func() bool { _, err := os.Stat(ready); return err == nil })
+	var sup, pgid int
+	for _, p := range procs(t) {
+		if p.ppid == first.Process.Pid {
+			sup, pgid = p.pid, p.pgrp
+		}
+	}
+	var pids []int // the first command's processes: sh and its two sleeps
+	for _, p := range liveInGroup(t, pgid) {
+		if p.pid != sup {
+			pids = append(pids, p.pid)
+		}
+	}
+	if sup == 0 || len(pids) != 3 {
+		t.Fatalf("supervisor %d, the command's processes %v: want a supervisor, sh and two sleeps", sup, pids)
+	}
+	defer func() {
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+
+	second := cli(t.Context(), "run", "-redis", url, "-key", "frozen", "-ttl", "5s", "-wait", "60s", "--", "sh", "-c",
+		"date +%s%N > "+started2+".tmp && mv "+started2+".tmp "+started2)
+	var out2 strings.Builder
+	second.Stdout, second.Stderr = &out2, &out2
+	if err := second.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer second.Wait()
+	waitForWaiters(t, srv.Addr, 1)
+	if err := first.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+
+	// When the first command's last process died, to the microsecond: pidfds are readable once
+	// their process has ended.
+	died := make(chan time.Time, len(pids))
+	for _, pid := range pids {
+		go func() { died <- exitTime(pid) }()
+	}
+	var dead time.Time
+	deadline := time.After(60 * time.Second)
+	for range pids {
+		select {
+		case d := <-died:
+			if d.After(dead) {
+				dead = d
+			}
+		case <-deadline:
+			t.Fatalf("the stopped run's command %v was still alive 60s later; the second run: %q", pids, out2.String())
+		}
+	}
+	data := poll.For(t, "the second run's command to start", func() ([]byte, bool) {
+		data, err := os.ReadFile(started2)
+		return data, err == nil
+	})
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start2 := time.Unix(0, ns)
+	if gap := start2.Sub(dead); gap <= 0 {
+		t.Errorf("the second run's command started %v before the first's last process died: overlap", -gap)
+	} else {
+		t.Logf("overlap 0: the second command started %v after the first's last process died", gap)
+	}
+	if err := second.Wait(); err != nil {
+		t.Errorf("second run: %v\n%s", err, out2.String())
+	}
+
+	// Once it runs again, the first run finds its command stopped and exits 75.
+	if err := first.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	first.Wait()
+	if code := first.ProcessState.ExitCode(); code != exitLost {
+		t.Errorf("the first run, continued: exit %d, want %d; output %q", code, exitLost, out1.String())
+	}
+}
+
+// exitTime waits for process pid to end and returns when it did (the time of the call if it has
+// ended and been reaped already).
+func exitTime(pid int) time.Time {
+	const sysPidfdOpen = 434 // the same on every architecture
+	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(pid), 0, 0)
+	if errno != 0 {
+		return time.Now() // ESRCH: gone
+	}
+	defer syscall.Close(int(fd))
+	pfd := struct {
+		fd              int32
+		events, revents int16
+	}{fd: int32(fd), events: 1} // POLLIN
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, 0, 0, 0, 0)
+		if errno != syscall.EINTR {
+			return time.Now()
+		}
+	}
+}
