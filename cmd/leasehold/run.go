@@ -82,7 +82,7 @@ func (c *runConfig) registerTiming(fs *flag.FlagSet) {
 	fs.Var(&c.wait, "wait", "wait at most this `duration` for the lease (default: until it is free; 0 is -n)")
 	fs.BoolVar(&c.nowait, "n", false, "try once: exit at once if the key is busy")
 	fs.BoolVar(&c.nowait, "nowait", false, "the same as -n")
-	fs.Var(&c.grace, "grace", "how long the command has between SIGTERM and SIGKILL when the lease is not renewed in time:\n"+
+	fs.Var(&c.grace, "grace", "the `duration` the command has between SIGTERM and SIGKILL when the lease is not renewed in time:\n"+
 		"SIGKILL comes at the lease's stop margin (TTL/10) before its deadline, SIGTERM -grace before that;\n"+
 		"at most 2/5 of -ttl (default: TTL/5, 2s at the default -ttl)")
 }
@@ -220,14 +220,22 @@ first, waiting until it is free (-wait D: at most D; -n: one try), refreshed whi
 command runs, and released when it exits. The command sees LEASEHOLD_FENCE and LEASEHOLD_HOLDER.
 The lease carries a value that leasehold inspect shows: by default this host, leasehold's pid
 and the command (-value sets another). Signals (INT, TERM, HUP, QUIT, USR1, USR2) are passed to
-the command. If the lease is lost, the command gets SIGTERM, then SIGKILL after -grace.
+the command.
+
+The command is gone before the lease can pass to anyone else. If the lease is not renewed in
+time (the store unreachable, say), the command gets SIGTERM at its deadline less the stop margin
+(TTL/10) less -grace, and SIGKILL at the deadline less the stop margin, before the store lets the
+lease expire; a lease lost sooner (taken from the store) stops it at once the same way: SIGTERM,
+SIGKILL after -grace. -grace is at most 2/5 of -ttl (longer is refused: raise -ttl). -lock-delay
+keeps the key closed that much longer after an expiry, by the store's clock, for a machine that
+stalls whole (a VM paused) to stop the command first.
 
 %s
 
 Exit status:
   the command's     128+N if signal N ended it
   %-3d               the key was busy: -n, or -wait ran out
-  %-3d               the lease was lost; the command was stopped
+  %-3d               the lease was lost, or not renewed in time; the command was stopped
   %-3d               the key is held under another -limit: use the key's, or wait until
                     nobody holds it; nothing acquired, the command not started
   %-3d               interrupted (INT, TERM, HUP, ...) before the command started

@@ -444,9 +444,13 @@ func groupAndChildren() []int {
 
 // processGroupNote is what --help says of the command's process group on this system.
 const processGroupNote = `The command runs in a process group of its own, under a small supervisor: signals, and the
-stop when the lease is lost, go to the whole group; when the command exits, what it left running
-in the group is killed (SIGKILL) before the lease is released; and if leasehold itself dies, even
-by SIGKILL, the supervisor kills the group at once. The supervisor is a child subreaper: what
-leaves the group (setsid, daemons, a nested leasehold run) is killed and reaped too, before the
-lease is released; it escapes only if the supervisor itself is killed with SIGKILL. Being a background group, the command stops (SIGTTIN) if it reads from
-a terminal, as under timeout(1): give it another stdin.`
+stop when the lease is not renewed, go to the whole group; when the command exits, what it left
+running in the group is killed (SIGKILL) before the lease is released; and if leasehold itself
+dies, even by SIGKILL, the supervisor kills the group at once. The supervisor keeps the stop's
+schedule itself, on its own clock, told the new deadline with every refresh: if leasehold is
+stopped (SIGSTOP) or stalls, the supervisor stops the command on time all the same; if the
+supervisor is the one stopped, leasehold sends SIGKILL to the group halfway from the kill time to
+the deadline. The supervisor is a child subreaper: what leaves the group (setsid, daemons, a
+nested leasehold run) is killed and reaped too, before the lease is released; it escapes only if
+the supervisor itself is killed with SIGKILL. Being a background group, the command stops
+(SIGTTIN) if it reads from a terminal, as under timeout(1): give it another stdin.`

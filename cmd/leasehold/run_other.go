@@ -113,7 +113,8 @@ func (c *child) wait() error {
 }
 
 // processGroupNote is what --help says of the command's process group on this system.
-const processGroupNote = `On this system the command is a plain child process: signals, and the stop when the lease
-is lost, reach it alone, not what it started; if leasehold is killed with SIGKILL, the command
-runs on without the lease. (On Linux it runs in a supervised process group that dies with
-leasehold.)`
+const processGroupNote = `On this system the command is a plain child process, and leasehold's own timers stop it: signals,
+and the stop when the lease is not renewed, reach it alone, not what it started; if leasehold is
+stopped (SIGSTOP) or stalls, nothing stops the command on time; if leasehold is killed with
+SIGKILL, the command runs on without the lease. (On Linux it runs in a supervised process group
+whose supervisor keeps the stop's schedule on its own, and dies with leasehold.)`

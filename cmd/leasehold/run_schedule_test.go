@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+)
+
+// flakyExtends is a store whose Extends fail once failing is set, and which records when the
+// last one that succeeded was sent.
+type flakyExtends struct {
+	core.Store
+	mu      sync.Mutex
+	failing bool
+	lastOK  time.Time // when the last Extend that succeeded was called
+	oks     int
+}
+
+func (s *flakyExtends) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	sent := time.Now()
+	s.mu.Lock()
+	failing := s.failing
+	s.mu.Unlock()
+	if failing {
+		return core.ExtendResult{}, errors.New("the network is down")
+	}
+	res, err := s.Store.Extend(ctx, req)
+	if err == nil {
+		s.mu.Lock()
+		s.lastOK, s.oks = sent, s.oks+1
+		s.mu.Unlock()
+	}
+	return res, err
+}
+
+// When refreshes fail, the command gets SIGTERM -grace before the lease's stop margin, counted
+// back from its deadline, not when the lease is reported lost: with -ttl 8s and -grace 1.6s
+// (TTL/5, the default), SIGTERM comes at the deadline less 2.4s, so by the last good refresh
+// plus 5.6s; at the loss (the deadline less 0.8s) it would come 1.6s later. The command, which
+// ignores it, gets SIGKILL at the loss, and run exits 75.
+func TestRunTermsTheCommandGraceBeforeTheDeadlineWhenRefreshesFail(t *testing.T) {
+	store := &flakyExtends{Store: useMemoryStore(t)}
+	inProcessStore = store
+	termFile := filepath.Join(t.TempDir(), "term")
+	s := start(t, "run", "-redis", memoryRedis, "-key", "flaky", "-ttl", "8s", "--", "sh", "-c",
+		"trap 'date +%s%N > "+termFile+".tmp; mv "+termFile+".tmp "+termFile+"' TERM; while :; do sleep 0.05; done")
+	poll.Until(t, "a refresh has succeeded", func() bool {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return store.oks > 0
+	})
+	store.mu.Lock()
+	store.failing = true
+	lastOK := store.lastOK
+	store.mu.Unlock()
+
+	data := poll.For(t, "the command to get SIGTERM", func() ([]byte, bool) {
+		data, err := os.ReadFile(termFile)
+		return data, err == nil
+	})
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The deadline is at most lastOK + 8s; SIGTERM is due 2.4s before it. Half of -grace is
+	// left for scheduling delays: a SIGTERM at the loss would come 1.6s late.
+	term := time.Unix(0, ns)
+	if late := term.Sub(lastOK.Add(8*time.Second - 2400*time.Millisecond)); late > 800*time.Millisecond {
+		t.Errorf("SIGTERM came %v after the last good refresh: %v later than -grace before the stop margin", term.Sub(lastOK), late)
+	} else {
+		t.Logf("SIGTERM %v after the last good refresh (due by 5.6s)", term.Sub(lastOK))
+	}
+	if code := s.exit(t); code != exitLost || !strings.Contains(s.err.String(), "not renewed in time") || !strings.Contains(s.err.String(), "SIGKILL") {
+		t.Errorf("exit %d, stderr %q; want %d, and lines saying the lease was not renewed in time and SIGKILL followed", code, s.err.String(), exitLost)
+	}
+}
+
+// -grace must fit within the TTL: SIGTERM comes at most TTL/2 before the deadline, so -grace is
+// at most 2/5 of -ttl (the stop margin, TTL/10, takes the rest). A longer one is a usage error
+// naming both flags and the bound, not silently shortened.
+func TestRunGraceLongerThanTheTTLAllowsIsRefused(t *testing.T) {
+	useMemoryStore(t)
+	code, _, errOut := runArgs(t, t.Context(), "run", "-redis", memoryRedis, "-key", "g", "-ttl", "10s", "-grace", "5s", "--", "true")
+	if code != exitUsage || !containsAll(errOut, []string{"-grace 5s", "at most 4s", "-ttl 10s", "raise -ttl to at least 12.5s"}) {
+		t.Errorf("-ttl 10s -grace 5s: exit %d, stderr %q; want %d and a line naming both flags and the bound", code, errOut, exitUsage)
+	}
+	for _, args := range [][]string{{"-ttl", "10s", "-grace", "4s"}, {"-ttl", "10s"}, {"-ttl", "10s", "-grace", "0s"}} {
+		code, _, errOut := runArgs(t, t.Context(), append(append([]string{"run", "-redis", memoryRedis, "-key", "g"}, args...), "--", "true")...)
+		if code != exitOK {
+			t.Errorf("%v: exit %d, stderr %q; want 0", args, code, errOut)
+		}
+	}
+}
