@@ -70,6 +70,9 @@ type runConfig struct {
 
 	lockDelay time.Duration // -lock-delay: primitives.WithLockDelay
 	refreshed chan struct{} // told, without blocking, when a refresh has moved the deadline
+	// abandoned receives, without blocking, the release of a grant the store may have made for
+	// an acquire that failed (its reply lost as a signal ended the wait, or the connection broke).
+	abandoned chan core.ReleaseRequest
 }
 
 // oneTry reports whether the lease is to be tried once, not waited for.
@@ -145,11 +148,17 @@ func (c *runConfig) acquire(ctx context.Context, store core.Store) (core.Lease, 
 		opts = append(opts, primitives.WithLockDelay(c.lockDelay))
 	}
 	if c.refreshed != nil {
-		refreshed := c.refreshed
+		refreshed, abandoned := c.refreshed, c.abandoned
 		opts = append(opts, primitives.WithEvents(func(e primitives.Event) {
-			if e.Kind == primitives.EventRefreshed {
+			switch {
+			case e.Kind == primitives.EventRefreshed:
 				select {
 				case refreshed <- struct{}{}:
+				default:
+				}
+			case e.Kind == primitives.EventAcquireFailed && !errors.Is(e.Err, core.ErrLimitMismatch) && !errors.Is(e.Err, core.ErrInvalid):
+				select {
+				case abandoned <- core.ReleaseRequest{Key: e.Key, Holder: e.Holder}: // the holder id is this acquire's own: any fence is its grant
 				default:
 				}
 			}
@@ -305,10 +314,22 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		return exitFail
 	}
 	defer closeStore()
-	cfg.refreshed = make(chan struct{}, 1)
+	cfg.refreshed, cfg.abandoned = make(chan struct{}, 1), make(chan core.ReleaseRequest, 1)
 	lease, err := cfg.acquire(wctx, store)
 	interruptedWaiting := wctx.Err() != nil // before stopWaiting, which cancels wctx
 	stopWaiting()
+	if err != nil {
+		// The store may have granted the lease although the reply was lost. The library releases
+		// such a grant in the background, which this process's exit would cut short, leaving the
+		// key held until its TTL: release it here, bounded in time, before exiting.
+		select {
+		case req := <-cfg.abandoned:
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, 5*time.Second))
+			store.Release(rctx, req)
+			cancel()
+		default:
+		}
+	}
 	switch {
 	case err != nil && interruptedWaiting:
 		return interrupted()
