@@ -100,3 +100,49 @@ func TestRunGraceLongerThanTheTTLAllowsIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// acquireRecorder is a store that records the lock delay of every Acquire.
+type acquireRecorder struct {
+	core.Store
+	mu     sync.Mutex
+	delays []time.Duration
+}
+
+func (s *acquireRecorder) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	s.mu.Lock()
+	s.delays = append(s.delays, req.LockDelay)
+	s.mu.Unlock()
+	return s.Store.Acquire(ctx, req)
+}
+
+// -lock-delay D asks the store to keep the key closed D after the lease expires unreleased
+// (primitives.WithLockDelay): every Acquire carries it; without the flag, none. A negative one is
+// a usage error.
+func TestRunLockDelayGoesWithTheAcquire(t *testing.T) {
+	store := &acquireRecorder{Store: useMemoryStore(t)}
+	inProcessStore = store
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{{[]string{"-lock-delay", "3s"}, 3 * time.Second}, {nil, 0}} {
+		store.mu.Lock()
+		store.delays = nil
+		store.mu.Unlock()
+		code, _, errOut := runArgs(t, t.Context(), append(append([]string{"run", "-redis", memoryRedis, "-key", "d"}, tc.args...), "--", "true")...)
+		store.mu.Lock()
+		delays := store.delays
+		store.mu.Unlock()
+		if code != exitOK || len(delays) == 0 {
+			t.Fatalf("%v: exit %d, stderr %q, %d acquires", tc.args, code, errOut, len(delays))
+		}
+		for _, d := range delays {
+			if d != tc.want {
+				t.Errorf("%v: an Acquire with lock delay %v, want %v", tc.args, d, tc.want)
+			}
+		}
+	}
+	code, _, errOut := runArgs(t, t.Context(), "run", "-redis", memoryRedis, "-key", "d", "-lock-delay", "-1s", "--", "true")
+	if code != exitUsage || !strings.Contains(errOut, "-lock-delay -1s") {
+		t.Errorf("-lock-delay -1s: exit %d, stderr %q; want %d naming the flag", code, errOut, exitUsage)
+	}
+}
