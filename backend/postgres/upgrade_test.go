@@ -19,6 +19,12 @@ import (
 //go:embed testdata/schema-ff3749d.sql
 var schemaBeforeForgetting string
 
+// schemaBeforeLockDelay is the schema file of the release before the lock delay, whose acquire
+// takes no delay.
+//
+//go:embed testdata/schema-6d38f7d.sql
+var schemaBeforeLockDelay string
+
 // newSchema makes a schema of its own for t, dropped when t ends, and returns its name and the
 // name quoted for SQL.
 func newSchema(t *testing.T, pool *pgxpool.Pool) (schema, quoted string) {
