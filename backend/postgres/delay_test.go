@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -463,7 +464,21 @@ func TestWaiterIsGrantedWhenTheDelayEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr.take() // New's set-up and its listener's self-check
+	// Its listener up (until then a waiter polls), and the statements sent so far forgotten:
+	// New's set-up, the listener's self-check, the leave of the probe's place and an Inspect.
+	other := uniqueKey(t)
+	poll.Until(t, "the waiter's Store to listen", func() bool {
+		w, err := ws.Register(ctx, core.AcquireRequest{Key: other, Holder: "probe", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		return w.Reliable()
+	})
+	if _, err := ws.Inspect(ctx, other); err != nil { // waits for the probes' leaves
+		t.Fatal(err)
+	}
+	tr.take()
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	l, err := m.Acquire(actx)
