@@ -57,8 +57,8 @@ type Store interface {
 	// LockDelay after its expiry, by the store's clock: until then they count as held for
 	// admission, for the key's limit, for the line (its head waits the delay out) and for
 	// RetryAfter, and Inspect lists them in Snapshot.Delayed. The lease itself is over: Extend
-	// returns ErrLost, Release reports false and ends no delay, and its holder asking again is a
-	// new request like any other, refused while the delay lasts. A released lease leaves no delay.
+	// returns ErrLost, Release reports false and ends no delay, and its holder's own requests
+	// are refused (or wait in line) while the delay lasts. A released lease leaves no delay.
 	//
 	// A new grant gets a fence strictly greater than every fence granted before on the key.
 	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
