@@ -21,17 +21,33 @@ import (
 // the first command is dead before a second run waiting on the key starts its own. The command
 // ignores SIGTERM, so only the SIGKILL before the deadline ends it. The test logs the gap between
 // the first command's death (as this test saw it, so at most the real gap) and the second's start.
+// On PostgreSQL, which enforces -lock-delay, the gap is the lock delay more.
 func TestRunStoppedRunsCommandDiesBeforeTheNextStarts(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	url := "redis://" + srv.Addr
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.StartServer(t)
+		stoppedRunsCommandDiesFirst(t, "redis://"+srv.Addr, "frozen", 0, func() { waitForWaiters(t, srv.Addr, 1) })
+	})
+	t.Run("postgres-lock-delay", func(t *testing.T) {
+		t.Parallel()
+		url, key := pgServer(t).URL, unique("frozen")
+		stoppedRunsCommandDiesFirst(t, url, key, 2*time.Second, func() { waitInspect(t, url, key, "1", "1 waiting") })
+	})
+}
+
+// stoppedRunsCommandDiesFirst runs the scene of TestRunStoppedRunsCommandDiesBeforeTheNextStarts
+// on key of the store at url, both runs with -lock-delay lockDelay; waiting returns once the
+// second run waits for the key.
+func stoppedRunsCommandDiesFirst(t *testing.T, url, key string, lockDelay time.Duration, waiting func()) {
 	dir := t.TempDir()
 	ready, started2 := filepath.Join(dir, "ready"), filepath.Join(dir, "started2")
 
 	// -ttl 5s: the SIGKILL comes at the stop margin (500ms) before the deadline, the store's
 	// expiry later still, which leaves the supervisor half a second of scheduling delay.
-	first := cli(t.Context(), "run", "-redis", url, "-key", "frozen", "-ttl", "5s", "--", "sh", "-c",
-		"trap '' TERM; sleep 300 & sleep 300 & echo > "+ready+"; wait")
+	flags := append(storeFlag(url), "-key", key, "-ttl", "5s", "-lock-delay", lockDelay.String())
+	first := cli(t.Context(), append(append([]string{"run"}, flags...), "--", "sh", "-c",
+		"trap '' TERM; sleep 300 & sleep 300 & echo > "+ready+"; wait")...)
 	var out1 strings.Builder
 	first.Stdout, first.Stderr = &out1, &out1
 	if err := first.Start(); err != nil {
@@ -62,15 +78,15 @@ func TestRunStoppedRunsCommandDiesBeforeTheNextStarts(t *testing.T) {
 		}
 	}()
 
-	second := cli(t.Context(), "run", "-redis", url, "-key", "frozen", "-ttl", "5s", "-wait", "60s", "--", "sh", "-c",
-		"date +%s%N > "+started2+".tmp && mv "+started2+".tmp "+started2)
+	second := cli(t.Context(), append(append([]string{"run"}, flags...), "-wait", "60s", "--", "sh", "-c",
+		"date +%s%N > "+started2+".tmp && mv "+started2+".tmp "+started2)...)
 	var out2 strings.Builder
 	second.Stdout, second.Stderr = &out2, &out2
 	if err := second.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer second.Wait()
-	waitForWaiters(t, srv.Addr, 1)
+	waiting()
 	if err := first.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +118,13 @@ func TestRunStoppedRunsCommandDiesBeforeTheNextStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	start2 := time.Unix(0, ns)
-	if gap := start2.Sub(dead); gap <= 0 {
+	switch gap := start2.Sub(dead); {
+	case gap <= 0:
 		t.Errorf("the second run's command started %v before the first's last process died: overlap", -gap)
-	} else {
-		t.Logf("overlap 0: the second command started %v after the first's last process died", gap)
+	case gap < lockDelay:
+		t.Errorf("the second run's command started %v after the first's last process died: within -lock-delay %v", gap, lockDelay)
+	default:
+		t.Logf("overlap 0: the second command started %v after the first's last process died (-lock-delay %v)", gap, lockDelay)
 	}
 	if err := second.Wait(); err != nil {
 		t.Errorf("second run: %v\n%s", err, out2.String())
