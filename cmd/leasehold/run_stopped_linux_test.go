@@ -140,6 +140,73 @@ func stoppedRunsCommandDiesFirst(t *testing.T, url, key string, lockDelay time.D
 	}
 }
 
+// When the supervisor is the one stopped and the lease cannot be renewed (the network to the
+// store held), run itself sends SIGKILL to the command's group, halfway from the kill time to the
+// deadline: the command dies while the store still holds the lease, and run exits 75.
+func TestRunStoppedSupervisorsCommandIsKilledBeforeTheLeaseExpires(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := cli(t.Context(), "run", "-redis", "redis://"+proxy.Addr, "-key", "supstop", "-ttl", "6s", "--", "sh", "-c",
+		"trap '' TERM; sleep 300 & echo > "+ready+"; wait")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	poll.Until(t, "the command has started its sleep", func() bool { _, err := os.Stat(ready); return err == nil })
+	var sup, pgid int
+	for _, p := range procs(t) {
+		if p.ppid == cmd.Process.Pid {
+			sup, pgid = p.pid, p.pgrp
+		}
+	}
+	var pids []int
+	for _, p := range liveInGroup(t, pgid) {
+		if p.pid != sup {
+			pids = append(pids, p.pid)
+		}
+	}
+	if sup == 0 || len(pids) != 2 {
+		t.Fatalf("supervisor %d, the command's processes %v: want a supervisor, sh and a sleep", sup, pids)
+	}
+	defer func() {
+		for _, pid := range append(pids, sup) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Hold(true) // no refresh reaches the store any more
+
+	died := make(chan struct{}, len(pids))
+	for _, pid := range pids {
+		go func() { exitTime(pid); died <- struct{}{} }()
+	}
+	for range pids {
+		select {
+		case <-died:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the command %v still alive 60s after its supervisor was stopped; run said %q", pids, out.String())
+		}
+	}
+	// The lease's TTL is 6s: the kill came 300ms before its local deadline, and the server, asked
+	// directly, still holds it.
+	code, iout, _ := runArgs(t, t.Context(), "inspect", "-redis", srv.Addr, "supstop")
+	if code != 0 || !strings.HasPrefix(iout, "supstop: 1 holder(s)") {
+		t.Errorf("when the command had died, the server showed %q; want the lease still held", iout)
+	}
+	proxy.Hold(false)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitLost {
+		t.Errorf("run exited %d, want %d; output %q", code, exitLost, out.String())
+	}
+}
+
 // exitTime waits for process pid to end and returns when it did (the time of the call if it has
 // ended and been reaped already).
 func exitTime(pid int) time.Time {
