@@ -401,7 +401,11 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 				if k := now.Add(grace); k.Before(kill) {
 					kill = k
 				}
-				say("%v; stopping the command: SIGTERM, SIGKILL after -grace %v", lease.Err(), kill.Sub(now).Round(time.Millisecond))
+				if left := kill.Sub(now); left > 0 {
+					say("%v; stopping the command: SIGTERM, SIGKILL after %v", lease.Err(), left.Round(time.Millisecond))
+				} else {
+					say("%v; stopping the command: SIGKILL", lease.Err())
+				}
 				c.schedule(stopAt{now, kill, deadline})
 			}
 		case s := <-c.stops():

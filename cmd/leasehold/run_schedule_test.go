@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
 )
@@ -144,5 +145,23 @@ func TestRunLockDelayGoesWithTheAcquire(t *testing.T) {
 	code, _, errOut := runArgs(t, t.Context(), "run", "-redis", memoryRedis, "-key", "d", "-lock-delay", "-1s", "--", "true")
 	if code != exitUsage || !strings.Contains(errOut, "-lock-delay -1s") {
 		t.Errorf("-lock-delay -1s: exit %d, stderr %q; want %d naming the flag", code, errOut, exitUsage)
+	}
+}
+
+// While refreshes succeed, every one moves the stop's schedule on: a command that runs for
+// several TTLs is never stopped, under run as under elect.
+func TestRunCommandOutlivingSeveralTTLsIsNotStopped(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	url := "redis://" + srv.Addr
+	for _, args := range [][]string{
+		{"run", "-redis", url, "-key", "long", "-ttl", "2s", "--", "sleep", "5"},
+		{"elect", "-redis", url, "-ttl", "2s", "longer", "v", "--", "sleep", "5"},
+	} {
+		cmd := cli(t.Context(), args...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("%s -ttl 2s -- sleep 5: exit %d, output %q; want 0", args[0], code, out)
+		}
 	}
 }
