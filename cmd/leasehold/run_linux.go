@@ -154,7 +154,16 @@ func (c *child) schedule(stop stopAt) {
 	var msg [16]byte
 	binary.BigEndian.PutUint64(msg[:8], uint64(term))
 	binary.BigEndian.PutUint64(msg[8:], uint64(kill))
-	c.link.Write(msg[:]) // fails only once the supervisor has ended, which done reports
+	// Without blocking: a supervisor stopped long enough to fill the socket's buffer (thousands
+	// of refreshes) misses the newer times, and stops the command early when it runs again. An
+	// error otherwise means the supervisor has ended, which done reports. (16 bytes on a Unix
+	// stream socket go as one buffer, whole or not at all.)
+	if rc, err := c.link.SyscallConn(); err == nil {
+		rc.Write(func(fd uintptr) bool {
+			syscall.Sendto(int(fd), msg[:], syscall.MSG_DONTWAIT, nil)
+			return true
+		})
+	}
 	c.backstop.Reset(time.Until(stop.backstop()))
 }
 
