@@ -309,7 +309,8 @@ func (d *deadman) listen(cliEnded chan<- struct{}) {
 // stays its descendant. It reaps them as they end, and it returns only once the command has
 // ended and every descendant has been killed and reaped: the CLI releases the lease only after
 // that. When the CLI at fd 3 ends, it kills its group and every descendant the same way, then
-// exits.
+// exits. So it does at the kill time of its dead-man's switch (deadman), SIGTERM to the group
+// coming first, at the stop times the CLI last gave it: in stopEnv at the start, then over fd 3.
 func supervise(command []string) int {
 	link := os.NewFile(3, "leasehold-link")
 	syscall.CloseOnExec(3)
