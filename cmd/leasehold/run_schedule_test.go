@@ -61,7 +61,6 @@ func TestRunTermsTheCommandGraceBeforeTheDeadlineWhenRefreshesFail(t *testing.T)
 	})
 	store.mu.Lock()
 	store.failing = true
-	lastOK := store.lastOK
 	store.mu.Unlock()
 
 	data := poll.For(t, "the command to get SIGTERM", func() ([]byte, bool) {
@@ -72,6 +71,9 @@ func TestRunTermsTheCommandGraceBeforeTheDeadlineWhenRefreshesFail(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
+	store.mu.Lock()
+	lastOK := store.lastOK // the latest: an Extend under way as failing was set may have succeeded
+	store.mu.Unlock()
 	// The deadline is at most lastOK + 8s; SIGTERM is due 2.4s before it. Half of -grace is
 	// left for scheduling delays: a SIGTERM at the loss would come 1.6s late.
 	term := time.Unix(0, ns)
