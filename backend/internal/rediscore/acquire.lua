@@ -20,8 +20,7 @@ local holder, ttl, wait_ms, try = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3] o
 local nt, lt, value = ARGV[6] or '1', ARGV[7] or '1', ARGV[8] or ''
 local n, limit = tonumber(nt), tonumber(lt)
 local min_fence, floor = tonumber(ARGV[9] or 0), tonumber(ARGV[10] or 0)
-local delay = ARGV[11]
-local d = tonumber(delay or 0)
+local d = tonumber(ARGV[11] or 0)
 -- The uncontended path: a hash of counters alone, or none (no lease, expired or not), none of
 -- them saying that the line, a watch or a left try lives: the grant the general path below would
 -- make, written with one HSET, without decoding the state; a hash whose expiry is not far enough
@@ -48,7 +47,7 @@ if n <= limit then
     local fence = math.max(last + 1, now_us, min_fence, floor)
     local ft, entry = int(fence), ''
     if value ~= '' then entry = '\n' .. value end
-    if d > 0 then entry = '+' .. delay .. entry end
+    if d > 0 then entry = '+' .. int(d) .. entry end
     entry = nt .. ' ' .. ft .. ' ' .. int(now_ms + ttl) .. entry
     local life = fenced(ttl + d, fence)
     if lasts(until_ms, life) then

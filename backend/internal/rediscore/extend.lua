@@ -15,8 +15,11 @@ if entry and fast then
   -- are when they are whole decimals it would print the same (no leading zero, below 2^53).
   local nt, ft, exp, _, d, value = string.match(entry, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
   local n, fence = tonumber(nt), tonumber(ft)
-  if n and fence and tonumber(exp) > now_ms and string.byte(nt) ~= 48 and string.byte(ft) ~= 48 and
-    n < 9007199254740992 and fence < 9007199254740992 then
+  local ok = n and fence and tonumber(exp) > now_ms and string.byte(nt) ~= 48 and string.byte(ft) ~= 48 and
+    n < 9007199254740992 and fence < 9007199254740992
+  -- The lock delay likewise, and the general path when encode would not print it the same.
+  if ok and d ~= '' then ok = #d <= 15 and string.byte(d) ~= 48 end
+  if ok then
     local e, life = nt .. ' ' .. ft .. ' ' .. int(now_ms + ttl), ttl
     if d ~= '' then e, life = e .. '+' .. d, ttl + tonumber(d) end
     if value ~= '' then e = e .. '\n' .. value end

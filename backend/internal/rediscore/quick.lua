@@ -27,17 +27,17 @@ local function quick_acquire(all)
   if nt ~= lt and tonumber(nt) > tonumber(lt) then return nil end
   tick()
   local ttl, value = tonumber(ARGV[2]), ARGV[8]
-  local fence, delay = now_us, nil
+  local fence, delay = now_us, 0
   if last >= fence then fence = last + 1 end
   if ARGV[9] then
     fence = math.max(fence, tonumber(ARGV[9]), tonumber(ARGV[10] or 0))
-    delay = ARGV[11] -- a lock delay (sent only when there is one, after every other argument)
+    delay = tonumber(ARGV[11] or 0) -- a lock delay (sent when there is one, after every other argument)
   end
   local ft = string.format('%d', fence)
   local entry = nt .. ' ' .. ft .. ' ' .. string.format('%d', now_ms + ttl)
   -- The lease hash lives until the lock delay would end (fenced(ttl + delay, fence)).
   local life = ttl
-  if delay then entry, life = entry .. '+' .. delay, ttl + tonumber(delay) end
+  if delay > 0 then entry, life = entry .. '+' .. string.format('%d', delay), ttl + delay end
   if value and value ~= '' then entry = entry .. '\n' .. value end
   -- fenced(life, fence), lasts and kept, inlined.
   if fence >= now_us then life = math.max(life, math.floor(fence / 1000) - now_ms + 1) end
@@ -140,7 +140,11 @@ local function quick_extend(all)
   if f >= 9007199254740992 then return nil end
   local ttl = tonumber(ARGV[2])
   local e = nt .. ' ' .. ft .. ' ' .. string.format('%d', now_ms + ttl)
-  if d ~= '' then e, ttl = e .. '+' .. d, ttl + tonumber(d) end -- the hash outlives the delay
+  if d ~= '' then
+    -- The lock delay, as encode would print it (else the general way), and the hash outlives it.
+    if #d > 15 or string.byte(d) == 48 then return nil end
+    e, ttl = e .. '+' .. d, ttl + tonumber(d)
+  end
   if value ~= '' then e = e .. '\n' .. value end
   if tonumber(keep) > now_ms + ttl then -- lasts(keep, ttl), inlined
     redis.call('HSET', state, me, e)
