@@ -34,7 +34,8 @@ func delayedOf(t *testing.T, s core.Store, key string) []core.DelayInfo {
 // TestLockDelayOutlivesTheLeaseHashsExpiry: on miniredis, whose clock the test moves: whichever
 // path grants or renews a lease with a lock delay (the quick acquire of a free key, the fast
 // path of a hash of counters, the general path beside another lease, the holder's own renewal,
-// a grant from the line, and the quick, fast and general extends), the lease hash's expiry covers
+// a grant from the line, and the quick, fast and general extends; and a watch's call while the
+// delay lasts), the lease hash's expiry covers
 // the lease's expiry plus its delay: half an hour into the delay the key still holds it, closed
 // to a newcomer, and its PTTL reaches the delay's end.
 func TestLockDelayOutlivesTheLeaseHashsExpiry(t *testing.T) {
@@ -69,6 +70,14 @@ func TestLockDelayOutlivesTheLeaseHashsExpiry(t *testing.T) {
 			if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "z", Fence: z.Fence}); !ok || err != nil {
 				t.Fatalf("z's Release = %v, %v", ok, err)
 			}
+			return time.Minute
+		}},
+		{"watched in the delay", func(t *testing.T, s redisharness.Store, c *redis.Client, step func(time.Duration)) time.Duration {
+			// A key with no lease but a delayed one, watched for a minute: the watch's call
+			// must not cut the hash's expiry down to what the watch needs.
+			mustAcquire(t, s, req("k", "a", 1, time.Minute, 0, delay), true)
+			step(2 * time.Minute)
+			script(t, c, srcWatch, "k", time.Minute.Milliseconds())
 			return time.Minute
 		}},
 		{"renewal by the holder", func(t *testing.T, s redisharness.Store, _ *redis.Client, _ func(time.Duration)) time.Duration {
@@ -245,11 +254,17 @@ func TestLineHeadIsGrantedWhenTheLockDelayEnds(t *testing.T) {
 		got := acquireInBackground(t, m)
 		var d []core.DelayInfo
 		var sent time.Time
-		poll.Until(t, "the waiter settled in line behind the delay", func() bool {
+		poll.Until(t, "the waiter settled in line behind the delay (or granted)", func() bool {
 			sent = time.Now()
 			d = delayedOf(t, s, "line")
-			return len(d) == 1 && lineLen(t, addr, "line") == 1 && w.settled()
+			return len(got) > 0 || (len(d) == 1 && lineLen(t, addr, "line") == 1 && w.settled())
 		})
+		if len(got) > 0 {
+			if l := <-got; l != nil {
+				l.Release(context.Background())
+			}
+			t.Fatalf("the waiter was granted before it settled in line behind the delay: delayed %+v", d)
+		}
 		before := commands(t, addr)
 		// Left is in whole ms, rounded up from the server's ms: the delay ends at most a ms before.
 		ends := sent.Add(d[0].Left - time.Millisecond)
