@@ -239,8 +239,9 @@ func TestLeaseInItsLockDelayIsNotHeld(t *testing.T) {
 }
 
 // TestLineHeadIsGrantedWhenTheLockDelayEnds: a waiter in line behind a lease that expires with a
-// lock delay is not granted at the expiry but when the delay ends, by the try its RetryAfter
-// schedules: settled in line, it sends that one try and nothing else.
+// lock delay is not granted at the expiry, nor by another caller's try meanwhile, but when the
+// delay ends, by the try its RetryAfter schedules: settled in line, it sends that one try and
+// nothing else.
 func TestLineHeadIsGrantedWhenTheLockDelayEnds(t *testing.T) {
 	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s := mk()
@@ -264,6 +265,11 @@ func TestLineHeadIsGrantedWhenTheLockDelayEnds(t *testing.T) {
 				l.Release(context.Background())
 			}
 			t.Fatalf("the waiter was granted before it settled in line behind the delay: delayed %+v", d)
+		}
+		// A newcomer's try during the delay (which serves the line first) grants nobody.
+		mustAcquire(t, mk(), core.AcquireRequest{Key: "line", Holder: "n", Permits: 1, Limit: 1, TTL: time.Minute}, false)
+		if snap, err := s.Inspect(context.Background(), "line"); err != nil || len(snap.Leases) != 0 || len(snap.Waiters) != 1 {
+			t.Fatalf("after a newcomer's try in the delay: %+v, %v; want no lease and the waiter in line", snap, err)
 		}
 		before := commands(t, addr)
 		// Left is in whole ms, rounded up from the server's ms: the delay ends at most a ms before.
