@@ -252,7 +252,7 @@ var faults = map[string][]string{
 	"admitsAgainstOwnLimit": {"KeyHasOneLimit"},
 	"keepsLimitPastExpiry":  {"ExpiryFreesTheKeysLimit"},
 	"freesLimitLate":        {"KeyHasOneLimit"},
-	"ignoresLockDelay":      {"LockDelayKeepsExpiredPermitsClosed", "LineWaitsOutTheLockDelay"},
+	"ignoresLockDelay":      {"LockDelayKeepsExpiredPermitsClosed", "LineWaitsOutTheLockDelay", "StateMachine"},
 	"lineForgetsLockDelay":  {"LineWaitsOutTheLockDelay"},
 	// Not a broken store but a wrong hookup: Run told WithoutNotifier about a store that has
 	// notifications, which would skip their tests.

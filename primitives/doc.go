@@ -85,6 +85,11 @@
 // that id while the store still holds the lease gets it again, same fence, and the release
 // would end it; such a lease is left to expire.
 //
+// The stop margin is the holder's side; WithLockDelay is the store's. A lease that expires
+// unreleased keeps its permits closed to new grants for the delay more, by the store's clock,
+// whatever state its holder's machine is in; a released lease leaves no delay. Inspect lists such
+// leases in Status.Delayed, and their permits in Status.Closed.
+//
 // Events tell the same story as it happens: EventRefreshFailed once per run of failed refreshes
 // (WithLogger logs it at Warn), EventRefreshRecovered when one succeeds again (Info), and
 // EventLost (Error). See docs/losing-a-lease.md for how long a lease takes to be lost when its

@@ -157,7 +157,43 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		snap.Leases = append(snap.Leases, e.info)
 	}
 	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	snap.Delayed = s.delayedOnQuorum(res, limit)
 	return snap, nil
+}
+
+// delayedOnQuorum returns the leases in their lock delay on as many nodes as a grant of their
+// permits needs, each with the time a quorum of them keeps it closed; a delay on fewer nodes
+// closes nothing a quorum would refuse.
+func (s *Store) delayedOnQuorum(res []result[core.Snapshot], limit int) []core.DelayInfo {
+	type delayed struct {
+		info core.DelayInfo
+		left []time.Duration
+	}
+	by := map[leaseID]*delayed{}
+	for _, r := range res {
+		if r.err != nil {
+			continue
+		}
+		for _, d := range r.v.Delayed {
+			id := leaseID{d.Holder, d.Fence}
+			if by[id] == nil {
+				by[id] = &delayed{info: d}
+			}
+			by[id].left = append(by[id].left, d.Left)
+		}
+	}
+	var out []core.DelayInfo
+	for _, e := range by {
+		quorum := s.QuorumFor(e.info.Permits, limit)
+		if len(e.left) < quorum {
+			continue
+		}
+		slices.SortFunc(e.left, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+		e.info.Left = e.left[quorum-1]
+		out = append(out, e.info)
+	}
+	slices.SortFunc(out, func(a, b core.DelayInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	return out
 }
 
 type seen struct {
@@ -183,7 +219,7 @@ func tallyInspect(res []result[core.Snapshot]) (by map[leaseID]*seen, limit, ans
 			continue
 		}
 		answered++
-		if len(r.v.Leases) > 0 || len(r.v.Waiters) > 0 {
+		if len(r.v.Leases) > 0 || len(r.v.Waiters) > 0 || len(r.v.Delayed) > 0 {
 			busy[r.v.Limit]++
 			if n := busy[r.v.Limit]; n > most || (n == most && r.v.Limit > limit) {
 				most, limit = n, r.v.Limit

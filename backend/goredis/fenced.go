@@ -29,6 +29,12 @@ const fencedTries = 16
 // a Cluster every key fn writes must be in the record's slot: put FenceTag(resource) in their
 // names. resource is any string, and need not be the lease's key. A fence of 0 or above 2^63 − 1,
 // or a nil fn, is core.ErrInvalid, and nothing is sent.
+//
+// Fenced runs on the client's connection as go-redis runs any transaction: a reply that does not
+// come is waited for up to the client's ReadTimeout, not until ctx ends, unless the client was
+// made with ContextTimeoutEnabled. A late EXEC is still checked, so a stale one changes nothing;
+// to stop a holder's write at its lease's end, give the client ContextTimeoutEnabled and the
+// write a ctx from LeaseContext.
 func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn func(pipe redis.Pipeliner) error) error {
 	switch {
 	case fn == nil:

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestFencedWritesRefuseAStaleFence: a write with the current fence lands, one with an older
@@ -122,5 +123,50 @@ func TestConcurrentFencedWritersLeaveTheHighestFencesWrite(t *testing.T) {
 		if b < a {
 			t.Fatalf("write of fence %d landed after fence %d: %v", b, a, log)
 		}
+	}
+}
+
+// TestFencedWritesOnAClusterStayInTheRecordsSlot: on a Cluster, keys named with FenceTag are
+// written with the record in one transaction and a stale fence is refused; a key in another slot
+// fails the write, and nothing of it lands.
+func TestFencedWritesOnAClusterStayInTheRecordsSlot(t *testing.T) {
+	testenv.SkipShort(t, "starts a Redis Cluster")
+	addrs := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer c.Close()
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for _, resource := range []string{"account-1", "account-2", "account-3", "account-4"} { // records on several nodes
+		key := s.FenceTag(resource) + "balance"
+		write := func(fence uint64, v string) error {
+			return s.Fenced(ctx, resource, fence, func(pipe redis.Pipeliner) error {
+				pipe.Set(ctx, key, v, 0)
+				return nil
+			})
+		}
+		if err := write(7, "new"); err != nil {
+			t.Fatalf("%s: a write with the first fence: %v", resource, err)
+		}
+		if err := write(6, "stale"); !errors.Is(err, core.ErrStaleFence) {
+			t.Errorf("%s: a write with an older fence: %v, want ErrStaleFence", resource, err)
+		}
+		if v := c.Get(ctx, key).Val(); v != "new" {
+			t.Errorf("%s: %s = %q, want new", resource, key, v)
+		}
+	}
+	err = s.Fenced(ctx, "account-1", 8, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, s.FenceTag("account-1")+"balance", "mine", 0)
+		pipe.Set(ctx, "elsewhere", "x", 0)
+		return nil
+	})
+	if err == nil {
+		t.Fatalf("a write to a key outside the record's slot succeeded, want an error")
+	}
+	if v := c.Get(ctx, s.FenceTag("account-1")+"balance").Val(); v != "new" || c.Exists(ctx, "elsewhere").Val() != 0 {
+		t.Errorf("after the cross-slot write failed: balance %q, elsewhere exists %d; want nothing written", v, c.Exists(ctx, "elsewhere").Val())
 	}
 }
