@@ -40,7 +40,8 @@
 --                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
 --                    not (0: a Cluster, where PUBLISH counts only the node's own subscribers); for
 --                    a request with a value, listens is 2 or 3 (0 or 1, plus 2) and "<value length>
---                    <value>" comes before the channel (which holds the user key: any bytes)
+--                    <value>" comes before the channel (which holds the user key: any bytes); for a
+--                    request with a lock delay, listens has 4 added and "<delay ms> " comes first
 --   KEYS[4] left:    sorted set, try id -> server ms until which a try of that id, whose caller
 --                    gave up on it before its reply came, takes no place in the line: a leave
 --                    that overtook its try on another connection
