@@ -106,16 +106,12 @@ func failureModes() []failureMode {
 //	LEASEHOLD_SOAK=1 go test -run '^TestStaleHolderWritesNeverLandAfterTheNextHolders$' -v ./backend/goredis/
 func TestStaleHolderWritesNeverLandAfterTheNextHolders(t *testing.T) {
 	testenv.SkipShort(t, "stops, kills and cuts off a holder process for seconds")
-	delay := lockDelayKept(t)
 	var figs []staleHolderFigures
 	for i, fm := range failureModes() {
 		if !testenv.Soak() && (fm.margin != 0 || fm.delay != 0 || fm.bounded) {
 			continue // the quick run: the fence alone
 		}
 		t.Run(fm.mode+"/"+fm.layers, func(t *testing.T) {
-			if fm.delay > 0 && !delay {
-				t.Skip("this driver keeps no lock delay yet")
-			}
 			figs = append(figs, runFailureMode(t, fm, fmt.Sprint("stale-", i)))
 		})
 	}
@@ -127,28 +123,6 @@ func TestStaleHolderWritesNeverLandAfterTheNextHolders(t *testing.T) {
 			f.toldBefore.Round(time.Millisecond), f.wait.Round(time.Millisecond), f.refused, f.failed, f.writes)
 	}
 	t.Logf("TTL %v; each row one run:\n%s", faultTTL, b.String())
-}
-
-// lockDelayKept reports whether the driver keeps a lock delay after a lease expires unreleased.
-func lockDelayKept(t *testing.T) bool {
-	srv := redistest.StartServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	s, err := goredis.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ctx := context.Background()
-	req := core.AcquireRequest{Key: "probe", Holder: "h", Permits: 1, Limit: 1, TTL: 20 * time.Millisecond, LockDelay: time.Minute}
-	if _, err := s.Acquire(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	snap := poll.For(t, "the probe's lease expired", func() (core.Snapshot, bool) {
-		snap, err := s.Inspect(ctx, "probe")
-		return snap, err == nil && len(snap.Leases) == 0
-	})
-	return len(snap.Delayed) > 0
 }
 
 // runFailureMode runs one failure mode and returns its figures.
