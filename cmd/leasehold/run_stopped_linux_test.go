@@ -21,13 +21,18 @@ import (
 // the first command is dead before a second run waiting on the key starts its own. The command
 // ignores SIGTERM, so only the SIGKILL before the deadline ends it. The test logs the gap between
 // the first command's death (as this test saw it, so at most the real gap) and the second's start.
-// On PostgreSQL, which enforces -lock-delay, the gap is the lock delay more.
+// With -lock-delay, which the store enforces, the gap is the lock delay more.
 func TestRunStoppedRunsCommandDiesBeforeTheNextStarts(t *testing.T) {
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.StartServer(t)
 		stoppedRunsCommandDiesFirst(t, "redis://"+srv.Addr, "frozen", 0, func() { waitForWaiters(t, srv.Addr, 1) })
+	})
+	t.Run("redis-lock-delay", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.StartServer(t)
+		stoppedRunsCommandDiesFirst(t, "redis://"+srv.Addr, "frozen", 2*time.Second, func() { waitForWaiters(t, srv.Addr, 1) })
 	})
 	t.Run("postgres-lock-delay", func(t *testing.T) {
 		t.Parallel()
@@ -124,7 +129,7 @@ func stoppedRunsCommandDiesFirst(t *testing.T, url, key string, lockDelay time.D
 	case gap < lockDelay:
 		t.Errorf("the second run's command started %v after the first's last process died: within -lock-delay %v", gap, lockDelay)
 	default:
-		t.Logf("overlap 0: the second command started %v after the first's last process died (-lock-delay %v)", gap, lockDelay)
+		t.Logf("%s: overlap 0: the second command started %v after the first's last process died (-lock-delay %v)", t.Name(), gap, lockDelay)
 	}
 	if err := second.Wait(); err != nil {
 		t.Errorf("second run: %v\n%s", err, out2.String())
