@@ -79,7 +79,7 @@ type runConfig struct {
 func (c *runConfig) oneTry() bool { return c.nowait || (c.wait.set && c.wait.d == 0) }
 
 // registerTiming adds the flags run and elect share besides the Redis ones: -ttl, -wait, -n,
-// -nowait and -grace.
+// -nowait, -grace and -lock-delay.
 func (c *runConfig) registerTiming(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lease TTL; the lease is refreshed every TTL/3 while the command runs")
 	fs.Var(&c.wait, "wait", "wait at most this `duration` for the lease (default: until it is free; 0 is -n)")
@@ -88,6 +88,8 @@ func (c *runConfig) registerTiming(fs *flag.FlagSet) {
 	fs.Var(&c.grace, "grace", "the `duration` the command has between SIGTERM and SIGKILL when the lease is not renewed in time:\n"+
 		"SIGKILL comes at the lease's stop margin (TTL/10) before its deadline, SIGTERM -grace before that;\n"+
 		"at most 2/5 of -ttl (default: TTL/5, 2s at the default -ttl)")
+	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "if the lease expires unreleased (leasehold stalled or died), the store keeps KEY closed this much longer\n"+
+		"(Consul's lock-delay): time for a stalled machine to stop the command before the next holder starts")
 }
 
 // stopMargin is how long before its deadline a lease that was not renewed is reported lost, and
@@ -217,8 +219,6 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&cfg.limit, "limit", 1, "permits on the key: 1 is a mutex, more a semaphore")
 	fs.IntVar(&cfg.permits, "permits", 1, "permits this command takes")
 	cfg.registerTiming(fs)
-	fs.DurationVar(&cfg.lockDelay, "lock-delay", 0, "if the lease expires unreleased (run stalled or died), the store keeps KEY closed this much longer\n"+
-		"(Consul's lock-delay): time for a stalled machine to stop the command before the next holder starts")
 	fs.Var(&value, "value", "the `value` kept with the lease, which inspect shows: at most 1024 bytes (default:\n"+
 		"this host, leasehold's pid and the command, as in \"host-a pid 4242: make deploy\", cut to fit)")
 	fs.Usage = func() {

@@ -127,11 +127,15 @@ func TestRunLockDelayGoesWithTheAcquire(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want time.Duration
-	}{{[]string{"-lock-delay", "3s"}, 3 * time.Second}, {nil, 0}} {
+	}{
+		{[]string{"run", "-redis", memoryRedis, "-key", "d", "-lock-delay", "3s", "--", "true"}, 3 * time.Second},
+		{[]string{"run", "-redis", memoryRedis, "-key", "d", "--", "true"}, 0},
+		{[]string{"elect", "-redis", memoryRedis, "-lock-delay", "2s", "d", "v", "--", "true"}, 2 * time.Second},
+	} {
 		store.mu.Lock()
 		store.delays = nil
 		store.mu.Unlock()
-		code, _, errOut := runArgs(t, t.Context(), append(append([]string{"run", "-redis", memoryRedis, "-key", "d"}, tc.args...), "--", "true")...)
+		code, _, errOut := runArgs(t, t.Context(), tc.args...)
 		store.mu.Lock()
 		delays := store.delays
 		store.mu.Unlock()
