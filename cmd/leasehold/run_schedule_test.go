@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/testenv"
+
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -49,6 +51,7 @@ func (s *flakyExtends) Extend(ctx context.Context, req core.ExtendRequest) (core
 // plus 5.6s; at the loss (the deadline less 0.8s) it would come 1.6s later. The command, which
 // ignores it, gets SIGKILL at the loss, and run exits 75.
 func TestRunTermsTheCommandGraceBeforeTheDeadlineWhenRefreshesFail(t *testing.T) {
+	testenv.SkipShort(t, "lets refreshes fail until the deadline")
 	store := &flakyExtends{Store: useMemoryStore(t)}
 	inProcessStore = store
 	termFile := filepath.Join(t.TempDir(), "term")
@@ -157,6 +160,7 @@ func TestRunLockDelayGoesWithTheAcquire(t *testing.T) {
 // While refreshes succeed, every one moves the stop's schedule on: a command that runs for
 // several TTLs is never stopped, under run as under elect.
 func TestRunCommandOutlivingSeveralTTLsIsNotStopped(t *testing.T) {
+	testenv.SkipShort(t, "runs commands for several TTLs")
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr

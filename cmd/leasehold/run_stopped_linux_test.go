@@ -12,6 +12,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/leasehold/leasehold/internal/testenv"
+
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/internal/poll"
 )
@@ -23,6 +25,7 @@ import (
 // the first command's death (as this test saw it, so at most the real gap) and the second's start.
 // With -lock-delay, which the store enforces, the gap is the lock delay more.
 func TestRunStoppedRunsCommandDiesBeforeTheNextStarts(t *testing.T) {
+	testenv.SkipShort(t, "stops a run with SIGSTOP past its TTL")
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
@@ -149,6 +152,7 @@ func stoppedRunsCommandDiesFirst(t *testing.T, url, key string, lockDelay time.D
 // store held), run itself sends SIGKILL to the command's group, halfway from the kill time to the
 // deadline: the command dies while the store still holds the lease, and run exits 75.
 func TestRunStoppedSupervisorsCommandIsKilledBeforeTheLeaseExpires(t *testing.T) {
+	testenv.SkipShort(t, "stops a supervisor with SIGSTOP past its TTL")
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
