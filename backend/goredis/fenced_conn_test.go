@@ -54,3 +54,32 @@ func TestFencedWriteCanceledMidwayLeavesNoWatchOnItsConnection(t *testing.T) {
 		other.Close()
 	}
 }
+
+// TestFencedWriteOverABadRecordLeavesNoWatchOnItsConnection: a fenced write that fails after its
+// WATCH, reading a record that is not a number, returns the connection (a pool of one) with no
+// WATCH armed.
+func TestFencedWriteOverABadRecordLeavesNoWatchOnItsConnection(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
+	defer c.Close()
+	s, err := goredis.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer other.Close()
+	ctx := context.Background()
+	record := "leasehold:" + s.FenceTag("r") + ":fence" // under the default prefix
+	other.Set(ctx, record, "x", 0)
+	if err := s.Fenced(ctx, "r", 5, func(redis.Pipeliner) error { return nil }); err == nil {
+		t.Fatal("a fenced write over a record that is not a number succeeded")
+	}
+	other.Set(ctx, record, "9", 0)
+	if _, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, "y", "1", 0)
+		return nil
+	}); err != nil {
+		t.Errorf("a transaction after the failed fenced write: %v, want it to run (no WATCH left on the connection)", err)
+	}
+}
