@@ -127,8 +127,8 @@ func startChild(command, env []string, std stdio, stop stopAt) (*child, error) {
 // halfway from the kill time to the lease's deadline.
 func (s stopAt) backstop() time.Time { return s.kill.Add(s.deadline.Sub(s.kill) / 2) }
 
-// killUnlessKilled sends SIGKILL to the whole group, the supervisor too, unless the supervisor
-// has sent it or has ended.
+// killUnlessKilled kills the command's group and every descendant of the supervisor, and then
+// the supervisor, unless the supervisor has sent SIGKILL or has ended.
 func (c *child) killUnlessKilled() {
 	select {
 	case <-c.ended:
@@ -136,8 +136,27 @@ func (c *child) killUnlessKilled() {
 	default:
 	}
 	if !c.killed.Load() {
-		c.signal(syscall.SIGKILL)
+		c.killAll()
 	}
+}
+
+// killAll sends SIGKILL to what the supervisor would kill — its group and its children, again as
+// orphans come to it (a subreaper, even while stopped) — until none is left alive, and then to
+// the supervisor with its group. The supervisor goes last: killed first, what left the group
+// (setsid) would no longer be its descendant, and would escape both.
+func (c *child) killAll() {
+	sup := c.sup.Process.Pid
+	for range 200 { // 2s at most: then the supervisor goes all the same
+		pids := groupAndChildrenOf(sup, sup)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.signal(syscall.SIGKILL)
 }
 
 // bootTimes returns stop's SIGTERM and SIGKILL times on the CLOCK_BOOTTIME clock, in
@@ -421,8 +440,11 @@ func supervise(command []string) int {
 const prSetChildSubreaper = 36
 
 // groupAndChildren returns the other processes of this process's group and its children.
-func groupAndChildren() []int {
-	self, pgrp := os.Getpid(), syscall.Getpgrp()
+func groupAndChildren() []int { return groupAndChildrenOf(os.Getpid(), syscall.Getpgrp()) }
+
+// groupAndChildrenOf returns the processes of group pgrp and the children of self, but self, and
+// those that have ended (zombies, which SIGKILL cannot end).
+func groupAndChildrenOf(self, pgrp int) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
@@ -445,6 +467,9 @@ func groupAndChildren() []int {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		pg, _ := strconv.Atoi(f[2])
+		if f[0] == "Z" || f[0] == "X" {
+			continue
+		}
 		if ppid == self || pg == pgrp {
 			pids = append(pids, pid)
 		}

@@ -232,3 +232,50 @@ func exitTime(pid int) time.Time {
 		}
 	}
 }
+
+// When the supervisor is the one stopped and the lease cannot be renewed, what the command started
+// in another session (setsid) dies too: run kills the supervisor's group and descendants before the
+// supervisor, so that nothing is orphaned out of its reach.
+func TestRunStoppedSupervisorsSetsidChildIsKilledToo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := cli(t.Context(), "run", "-redis", "redis://"+proxy.Addr, "-key", "supstop-setsid", "-ttl", "3s", "--", "sh", "-c",
+		"trap '' TERM; setsid sh -c 'echo $$ > "+pidFile+"; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 300")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	escaped := readPid(t, pidFile)
+	defer syscall.Kill(escaped, syscall.SIGKILL)
+	var sup int
+	poll.Until(t, "the supervisor", func() bool {
+		for _, p := range procs(t) {
+			if p.ppid == cmd.Process.Pid {
+				sup = p.pid
+			}
+		}
+		return sup != 0
+	})
+	defer syscall.Kill(sup, syscall.SIGKILL)
+	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Hold(true) // no refresh reaches the store any more
+	done := make(chan struct{})
+	go func() { exitTime(escaped); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the command's setsid child %d still alive 60s after its supervisor was stopped; run said %q", escaped, out.String())
+	}
+	proxy.Hold(false)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitLost {
+		t.Errorf("run exited %d, want %d; output %q", code, exitLost, out.String())
+	}
+}
