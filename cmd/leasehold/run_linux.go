@@ -50,7 +50,8 @@ func init() {
 //     then the group's id, the supervisor's pid, cannot be reused.
 //   - The supervisor tells the CLI when it has sent SIGTERM or SIGKILL on schedule (one byte
 //     each); if it has not sent SIGKILL halfway from the kill time to the lease's deadline (it is
-//     stopped itself, say), the CLI sends SIGKILL to the group, supervisor and all.
+//     stopped itself, say), the CLI sends SIGKILL to the group and the supervisor's
+//     descendants, and to the supervisor last (see killAll).
 //
 // The command also has the parent-death signal (SIGKILL) towards the supervisor, so it dies if the
 // supervisor alone is killed. The supervisor is a child subreaper: what leaves the group (setsid,
