@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -223,6 +222,7 @@ const (
 	clockBoottime   = 7        // CLOCK_BOOTTIME
 	tfdTimerAbstime = 1        // TFD_TIMER_ABSTIME
 	tfdCloexec      = 02000000 // TFD_CLOEXEC
+	tfdNonblock     = 04000    // TFD_NONBLOCK
 )
 
 // deadman is the supervisor's dead-man's switch: SIGTERM to its group at term, SIGKILL to the
@@ -230,9 +230,10 @@ const (
 // by then. A timerfd on that clock wakes it: it needs nothing from the CLI, and it fires on time
 // after a suspend, which Go's timers (CLOCK_MONOTONIC) would not.
 type deadman struct {
-	link   *os.File      // to tell the CLI what was sent: 'T' for SIGTERM, 'K' for SIGKILL
-	killed chan struct{} // closed at the kill time: supervise kills everything
-	tfd    int
+	link     *os.File      // to tell the CLI what was sent: 'T' for SIGTERM, 'K' for SIGKILL
+	killed   chan struct{} // closed at the kill time: supervise kills everything
+	cliEnded chan struct{} // closed when the CLI's end of link has closed
+	tfd      int
 
 	mu         sync.Mutex
 	term, kill int64
@@ -241,11 +242,11 @@ type deadman struct {
 
 // newDeadman arms the switch for term and kill and returns it.
 func newDeadman(link *os.File, term, kill int64) (*deadman, error) {
-	fd, _, errno := syscall.RawSyscall(syscall.SYS_TIMERFD_CREATE, clockBoottime, tfdCloexec, 0)
+	fd, _, errno := syscall.RawSyscall(syscall.SYS_TIMERFD_CREATE, clockBoottime, tfdCloexec|tfdNonblock, 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("timerfd_create(CLOCK_BOOTTIME): %w", errno)
 	}
-	d := &deadman{link: link, killed: make(chan struct{}), tfd: int(fd), term: term, kill: kill}
+	d := &deadman{link: link, killed: make(chan struct{}), cliEnded: make(chan struct{}), tfd: int(fd), term: term, kill: kill}
 	d.mu.Lock()
 	err := d.armLocked()
 	d.mu.Unlock()
@@ -284,41 +285,70 @@ func (d *deadman) update(term, kill int64) {
 	d.armLocked()
 }
 
-// run waits on the timer (a blocking read, on a thread of its own) and acts when it fires.
+// run waits, in one poll, on the timer and on the CLI's new stop times over link, and applies
+// the times before it acts on the timer: after the supervisor was stopped (SIGSTOP) while the CLI
+// renewed the lease, both are ready at once, and the timer, set for a time the CLI has since
+// moved on, must not stop the command. It closes cliEnded when the CLI's end closes.
 func (d *deadman) run() {
-	var buf [8]byte
+	lfd := int(d.link.Fd())
+	fds := [2]struct {
+		fd              int32
+		events, revents int16
+	}{{fd: int32(d.tfd), events: 1}, {fd: int32(lfd), events: 1}} // POLLIN
+	var pending []byte // a message read in part
+	in := make([]byte, 4096)
 	for {
-		if _, err := syscall.Read(d.tfd, buf[:]); err != nil && err != syscall.EINTR {
+		fds[0].revents, fds[1].revents = 0, 0
+		if _, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 2, 0, 0, 0, 0); errno != 0 {
+			if errno == syscall.EINTR {
+				continue
+			}
 			return
 		}
-		now := bootNow()
-		d.mu.Lock()
-		if !d.termed && now >= d.term {
-			d.termed = true
-			syscall.Kill(-syscall.Getpgrp(), syscall.SIGTERM)
-			d.link.Write([]byte{'T'})
+		if fds[1].revents != 0 {
+			for {
+				n, _, err := syscall.Recvfrom(lfd, in, syscall.MSG_DONTWAIT)
+				if err == syscall.EINTR {
+					continue
+				}
+				if err == syscall.EAGAIN {
+					break
+				}
+				if err != nil || n == 0 {
+					close(d.cliEnded)
+					return
+				}
+				for pending = append(pending, in[:n]...); len(pending) >= 16; pending = pending[16:] {
+					d.update(int64(binary.BigEndian.Uint64(pending[:8])), int64(binary.BigEndian.Uint64(pending[8:16])))
+				}
+			}
 		}
-		if d.termed && now >= d.kill {
-			d.link.Write([]byte{'K'})
-			close(d.killed)
-			d.mu.Unlock()
+		if fds[0].revents != 0 && d.fire() {
 			return
 		}
-		d.armLocked()
-		d.mu.Unlock()
 	}
 }
 
-// listen reads the CLI's new stop times from link until EOF, then closes cliEnded.
-func (d *deadman) listen(cliEnded chan<- struct{}) {
-	defer close(cliEnded)
-	var msg [16]byte
-	for {
-		if _, err := io.ReadFull(d.link, msg[:]); err != nil {
-			return
-		}
-		d.update(int64(binary.BigEndian.Uint64(msg[:8])), int64(binary.BigEndian.Uint64(msg[8:])))
+// fire acts on the times the switch has: SIGTERM, then SIGKILL, when theirs have come (a timer
+// that fired for times since moved on does nothing), and reports whether the kill time has come.
+func (d *deadman) fire() bool {
+	var buf [8]byte
+	syscall.Read(d.tfd, buf[:]) // non-blocking: clears the timer's expiry, if update has not
+	now := bootNow()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.termed && now >= d.term {
+		d.termed = true
+		syscall.Kill(-syscall.Getpgrp(), syscall.SIGTERM)
+		d.link.Write([]byte{'T'})
 	}
+	if d.termed && now >= d.kill {
+		d.link.Write([]byte{'K'})
+		close(d.killed)
+		return true
+	}
+	d.armLocked()
+	return false
 }
 
 // supervise runs command (argv) in this process's group, which startChild made for it, and
@@ -406,12 +436,10 @@ func supervise(command []string) int {
 			}
 		}
 	}()
-	cliEnded := make(chan struct{})
 	link.Write([]byte{1}) // the command has started: see startChild
-	go dm.listen(cliEnded)
 	select {
 	case <-commandEnded:
-	case <-cliEnded:
+	case <-dm.cliEnded:
 	case <-dm.killed: // the lease was not renewed in time
 	}
 	// Kill the group and every descendant, again as orphans come, until none is left.

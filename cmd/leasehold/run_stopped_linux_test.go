@@ -279,3 +279,47 @@ func TestRunStoppedSupervisorsSetsidChildIsKilledToo(t *testing.T) {
 		t.Errorf("run exited %d, want %d; output %q", code, exitLost, out.String())
 	}
 }
+
+// A supervisor stopped (SIGSTOP) and continued while run renews the lease does not stop the
+// command: the stop times run sent meanwhile wait in its socket, and the supervisor applies them
+// before it acts on its timer, set for times run has since moved on (both are ready at once when
+// it continues). The stops are the fault, longer than the time to SIGTERM of the lease's first
+// schedule; a SIGTERM after one shows at the next.
+func TestRunSupervisorStoppedWhileTheLeaseIsRenewedLeavesTheCommandRunning(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	dir := t.TempDir()
+	ready, term := filepath.Join(dir, "ready"), filepath.Join(dir, "term")
+	cmd := cli(t.Context(), "run", "-redis", "redis://"+srv.Addr, "-key", "paused", "-ttl", "1s", "--", "sh", "-c",
+		"trap 'echo > "+term+"; exit 0' TERM; echo > "+ready+"; while :; do sleep 0.05; done")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	poll.Until(t, "the command has started", func() bool { _, err := os.Stat(ready); return err == nil })
+	var sup int
+	for _, p := range procs(t) {
+		if p.ppid == cmd.Process.Pid {
+			sup = p.pid
+		}
+	}
+	if sup == 0 {
+		t.Fatal("no supervisor")
+	}
+	defer syscall.Kill(sup, syscall.SIGCONT)
+	const stop = 1200 * time.Millisecond // past the SIGTERM time of a 1s lease not renewed
+	for i := range 6 {
+		if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(stop)
+		syscall.Kill(sup, syscall.SIGCONT)
+		time.Sleep(stop / 4)
+		if _, err := os.Stat(term); err == nil {
+			t.Fatalf("after stop %d: the command got SIGTERM though run renewed its lease all along; run said %q", i+1, out.String())
+		}
+	}
+}
