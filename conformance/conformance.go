@@ -69,6 +69,7 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 		{"LockDelayNotAfterRelease", s.testLockDelayNotAfterRelease, false},
 		{"LockDelayEnds", s.testLockDelayEnds, true},
 		{"LineWaitsOutTheLockDelay", s.testLineWaitsOutTheLockDelay, true},
+		{"LockDelayOfTheLongestDuration", s.testLockDelayOfTheLongestDuration, true},
 	}
 	// The tests use keys of their own, so they run at once, each as a subtest of t, and most of
 	// what they cost is waiting (for a server's reply, a notification, a TTL on real time). Run

@@ -204,7 +204,13 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		err = fmt.Errorf("%w: the lease ended during the extend", ErrNotHeld)
 	default:
 		l.deadline = start.Add(ttl - drift(ttl))
-		l.timer.Reset(l.nextWakeLocked(time.Now()))
+		// A shorter ttl than the lease's may put its stop point before the refresh planned:
+		// refresh by then, as tick plans the next refresh, so that it is not lost unrenewed.
+		now := time.Now()
+		if next := now.Add(max(min(l.p.cfg.refreshInterval, l.stopAtLocked().Sub(now)/2), time.Millisecond)); next.Before(l.nextRefresh) {
+			l.nextRefresh = next
+		}
+		l.timer.Reset(l.nextWakeLocked(now))
 	}
 	deadline := l.deadline
 	l.mu.Unlock()

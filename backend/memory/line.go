@@ -77,7 +77,8 @@ func (s *Store) serveLocked(key string, ks *keyState, now time.Time) {
 }
 
 // leaveLocked takes holder out of key's line and gives back a lease the line granted it that it
-// has not taken, serving the next waiters. s.mu must be held.
+// has not taken (unexpired: an expired one keeps its lock delay), serving the next waiters. s.mu
+// must be held.
 func (s *Store) leaveLocked(key, holder string) {
 	now := s.clock.Now()
 	ks := s.live(key, now)
@@ -87,7 +88,7 @@ func (s *Store) leaveLocked(key, holder string) {
 	if i := ks.find(holder); i >= 0 {
 		ks.line = slices.Delete(ks.line, i, i+1)
 	}
-	if e, ok := ks.leases[holder]; ok && e.untaken {
+	if e, ok := ks.leases[holder]; ok && e.untaken && e.held(now) { // an expired one keeps its lock delay
 		delete(ks.leases, holder)
 		s.changedLocked(key)
 	}

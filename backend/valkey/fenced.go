@@ -39,7 +39,17 @@ func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn fu
 	key, _ := s.rs.FenceRecord(resource)
 	var fnErr error
 	err := s.c.Dedicated(func(c vk.DedicatedClient) error {
+		// A WATCH left armed would stay on the connection, given back to valkey-go's pool, and
+		// abort the next transaction sent on it: every return between the WATCH and the EXEC
+		// (which ends it) sends UNWATCH, even once ctx has ended.
+		armed := false
+		defer func() {
+			if armed {
+				c.Do(context.WithoutCancel(ctx), c.B().Unwatch().Build())
+			}
+		}()
 		for range fencedTries {
+			armed = true
 			if err := c.Do(ctx, c.B().Watch().Key(key).Build()).Error(); err != nil {
 				return err
 			}
@@ -48,13 +58,11 @@ func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn fu
 				return err
 			}
 			if fence < highest {
-				c.Do(ctx, c.B().Unwatch().Build())
 				return fmt.Errorf("valkey: fenced write to %q: %w: %w: fence %d is below %d, accepted already",
 					resource, core.ErrStaleFence, core.ErrLost, fence, highest)
 			}
 			cmds, err := fn(c.B())
 			if err != nil {
-				c.Do(ctx, c.B().Unwatch().Build())
 				fnErr = err
 				return err
 			}
@@ -66,6 +74,7 @@ func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn fu
 			tx = append(tx, cmds...)
 			tx = append(tx, c.B().Exec().Build())
 			resps := c.DoMulti(ctx, tx...)
+			armed = false // EXEC ended the WATCH, or the connection broke
 			for _, r := range resps[:len(resps)-1] {
 				if err := r.Error(); err != nil {
 					return err // refused before EXEC (a wrong command, say): EXEC discards them all

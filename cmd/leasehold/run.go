@@ -128,9 +128,12 @@ func (c *runConfig) checkTiming() error {
 	case c.nowait && c.wait.set:
 		return errors.New("-n and -wait: give one")
 	case c.grace.d > c.maxGrace():
+		fix := "lower -grace (no -ttl allows it)" // 5/2 of it is beyond the longest TTL, and may overflow
+		if c.grace.d <= primitives.MaxDuration/5*2 {
+			fix = fmt.Sprintf("lower -grace, or raise -ttl to at least %v", c.grace.d*5/2)
+		}
 		return fmt.Errorf("-grace %v: at most %v (2/5 of -ttl %v): the command gets SIGTERM -grace before the lease's stop margin (TTL/10), "+
-			"which must leave a refresh time to be retried; lower -grace, or raise -ttl to at least %v",
-			c.grace.d, c.maxGrace(), c.ttl, c.grace.d*5/2)
+			"which must leave a refresh time to be retried; %s", c.grace.d, c.maxGrace(), c.ttl, fix)
 	case c.lockDelay < 0 || c.lockDelay > primitives.MaxDuration:
 		return fmt.Errorf("-lock-delay %v: must be in [0, %v]", c.lockDelay, primitives.MaxDuration)
 	}

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -50,7 +49,8 @@ func init() {
 //     then the group's id, the supervisor's pid, cannot be reused.
 //   - The supervisor tells the CLI when it has sent SIGTERM or SIGKILL on schedule (one byte
 //     each); if it has not sent SIGKILL halfway from the kill time to the lease's deadline (it is
-//     stopped itself, say), the CLI sends SIGKILL to the group, supervisor and all.
+//     stopped itself, say), the CLI sends SIGKILL to the group and the supervisor's
+//     descendants, and to the supervisor last (see killAll).
 //
 // The command also has the parent-death signal (SIGKILL) towards the supervisor, so it dies if the
 // supervisor alone is killed. The supervisor is a child subreaper: what leaves the group (setsid,
@@ -127,8 +127,8 @@ func startChild(command, env []string, std stdio, stop stopAt) (*child, error) {
 // halfway from the kill time to the lease's deadline.
 func (s stopAt) backstop() time.Time { return s.kill.Add(s.deadline.Sub(s.kill) / 2) }
 
-// killUnlessKilled sends SIGKILL to the whole group, the supervisor too, unless the supervisor
-// has sent it or has ended.
+// killUnlessKilled kills the command's group and every descendant of the supervisor, and then
+// the supervisor, unless the supervisor has sent SIGKILL or has ended.
 func (c *child) killUnlessKilled() {
 	select {
 	case <-c.ended:
@@ -136,8 +136,27 @@ func (c *child) killUnlessKilled() {
 	default:
 	}
 	if !c.killed.Load() {
-		c.signal(syscall.SIGKILL)
+		c.killAll()
 	}
+}
+
+// killAll sends SIGKILL to what the supervisor would kill — its group and its children, again as
+// orphans come to it (a subreaper, even while stopped) — until none is left alive, and then to
+// the supervisor with its group. The supervisor goes last: killed first, what left the group
+// (setsid) would no longer be its descendant, and would escape both.
+func (c *child) killAll() {
+	sup := c.sup.Process.Pid
+	for range 200 { // 2s at most: then the supervisor goes all the same
+		pids := groupAndChildrenOf(sup, sup)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.signal(syscall.SIGKILL)
 }
 
 // bootTimes returns stop's SIGTERM and SIGKILL times on the CLOCK_BOOTTIME clock, in
@@ -203,6 +222,7 @@ const (
 	clockBoottime   = 7        // CLOCK_BOOTTIME
 	tfdTimerAbstime = 1        // TFD_TIMER_ABSTIME
 	tfdCloexec      = 02000000 // TFD_CLOEXEC
+	tfdNonblock     = 04000    // TFD_NONBLOCK
 )
 
 // deadman is the supervisor's dead-man's switch: SIGTERM to its group at term, SIGKILL to the
@@ -210,9 +230,10 @@ const (
 // by then. A timerfd on that clock wakes it: it needs nothing from the CLI, and it fires on time
 // after a suspend, which Go's timers (CLOCK_MONOTONIC) would not.
 type deadman struct {
-	link   *os.File      // to tell the CLI what was sent: 'T' for SIGTERM, 'K' for SIGKILL
-	killed chan struct{} // closed at the kill time: supervise kills everything
-	tfd    int
+	link     *os.File      // to tell the CLI what was sent: 'T' for SIGTERM, 'K' for SIGKILL
+	killed   chan struct{} // closed at the kill time: supervise kills everything
+	cliEnded chan struct{} // closed when the CLI's end of link has closed
+	tfd      int
 
 	mu         sync.Mutex
 	term, kill int64
@@ -221,11 +242,11 @@ type deadman struct {
 
 // newDeadman arms the switch for term and kill and returns it.
 func newDeadman(link *os.File, term, kill int64) (*deadman, error) {
-	fd, _, errno := syscall.RawSyscall(syscall.SYS_TIMERFD_CREATE, clockBoottime, tfdCloexec, 0)
+	fd, _, errno := syscall.RawSyscall(syscall.SYS_TIMERFD_CREATE, clockBoottime, tfdCloexec|tfdNonblock, 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("timerfd_create(CLOCK_BOOTTIME): %w", errno)
 	}
-	d := &deadman{link: link, killed: make(chan struct{}), tfd: int(fd), term: term, kill: kill}
+	d := &deadman{link: link, killed: make(chan struct{}), cliEnded: make(chan struct{}), tfd: int(fd), term: term, kill: kill}
 	d.mu.Lock()
 	err := d.armLocked()
 	d.mu.Unlock()
@@ -264,41 +285,70 @@ func (d *deadman) update(term, kill int64) {
 	d.armLocked()
 }
 
-// run waits on the timer (a blocking read, on a thread of its own) and acts when it fires.
+// run waits, in one poll, on the timer and on the CLI's new stop times over link, and applies
+// the times before it acts on the timer: after the supervisor was stopped (SIGSTOP) while the CLI
+// renewed the lease, both are ready at once, and the timer, set for a time the CLI has since
+// moved on, must not stop the command. It closes cliEnded when the CLI's end closes.
 func (d *deadman) run() {
-	var buf [8]byte
+	lfd := int(d.link.Fd())
+	fds := [2]struct {
+		fd              int32
+		events, revents int16
+	}{{fd: int32(d.tfd), events: 1}, {fd: int32(lfd), events: 1}} // POLLIN
+	var pending []byte // a message read in part
+	in := make([]byte, 4096)
 	for {
-		if _, err := syscall.Read(d.tfd, buf[:]); err != nil && err != syscall.EINTR {
+		fds[0].revents, fds[1].revents = 0, 0
+		if _, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 2, 0, 0, 0, 0); errno != 0 {
+			if errno == syscall.EINTR {
+				continue
+			}
 			return
 		}
-		now := bootNow()
-		d.mu.Lock()
-		if !d.termed && now >= d.term {
-			d.termed = true
-			syscall.Kill(-syscall.Getpgrp(), syscall.SIGTERM)
-			d.link.Write([]byte{'T'})
+		if fds[1].revents != 0 {
+			for {
+				n, _, err := syscall.Recvfrom(lfd, in, syscall.MSG_DONTWAIT)
+				if err == syscall.EINTR {
+					continue
+				}
+				if err == syscall.EAGAIN {
+					break
+				}
+				if err != nil || n == 0 {
+					close(d.cliEnded)
+					return
+				}
+				for pending = append(pending, in[:n]...); len(pending) >= 16; pending = pending[16:] {
+					d.update(int64(binary.BigEndian.Uint64(pending[:8])), int64(binary.BigEndian.Uint64(pending[8:16])))
+				}
+			}
 		}
-		if d.termed && now >= d.kill {
-			d.link.Write([]byte{'K'})
-			close(d.killed)
-			d.mu.Unlock()
+		if fds[0].revents != 0 && d.fire() {
 			return
 		}
-		d.armLocked()
-		d.mu.Unlock()
 	}
 }
 
-// listen reads the CLI's new stop times from link until EOF, then closes cliEnded.
-func (d *deadman) listen(cliEnded chan<- struct{}) {
-	defer close(cliEnded)
-	var msg [16]byte
-	for {
-		if _, err := io.ReadFull(d.link, msg[:]); err != nil {
-			return
-		}
-		d.update(int64(binary.BigEndian.Uint64(msg[:8])), int64(binary.BigEndian.Uint64(msg[8:])))
+// fire acts on the times the switch has: SIGTERM, then SIGKILL, when theirs have come (a timer
+// that fired for times since moved on does nothing), and reports whether the kill time has come.
+func (d *deadman) fire() bool {
+	var buf [8]byte
+	syscall.Read(d.tfd, buf[:]) // non-blocking: clears the timer's expiry, if update has not
+	now := bootNow()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.termed && now >= d.term {
+		d.termed = true
+		syscall.Kill(-syscall.Getpgrp(), syscall.SIGTERM)
+		d.link.Write([]byte{'T'})
 	}
+	if d.termed && now >= d.kill {
+		d.link.Write([]byte{'K'})
+		close(d.killed)
+		return true
+	}
+	d.armLocked()
+	return false
 }
 
 // supervise runs command (argv) in this process's group, which startChild made for it, and
@@ -386,12 +436,10 @@ func supervise(command []string) int {
 			}
 		}
 	}()
-	cliEnded := make(chan struct{})
 	link.Write([]byte{1}) // the command has started: see startChild
-	go dm.listen(cliEnded)
 	select {
 	case <-commandEnded:
-	case <-cliEnded:
+	case <-dm.cliEnded:
 	case <-dm.killed: // the lease was not renewed in time
 	}
 	// Kill the group and every descendant, again as orphans come, until none is left.
@@ -421,8 +469,11 @@ func supervise(command []string) int {
 const prSetChildSubreaper = 36
 
 // groupAndChildren returns the other processes of this process's group and its children.
-func groupAndChildren() []int {
-	self, pgrp := os.Getpid(), syscall.Getpgrp()
+func groupAndChildren() []int { return groupAndChildrenOf(os.Getpid(), syscall.Getpgrp()) }
+
+// groupAndChildrenOf returns the processes of group pgrp and the children of self, but self, and
+// those that have ended (zombies, which SIGKILL cannot end).
+func groupAndChildrenOf(self, pgrp int) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
@@ -445,6 +496,9 @@ func groupAndChildren() []int {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		pg, _ := strconv.Atoi(f[2])
+		if f[0] == "Z" || f[0] == "X" {
+			continue
+		}
 		if ppid == self || pg == pgrp {
 			pids = append(pids, pid)
 		}

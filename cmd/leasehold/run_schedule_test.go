@@ -99,6 +99,11 @@ func TestRunGraceLongerThanTheTTLAllowsIsRefused(t *testing.T) {
 	if code != exitUsage || !containsAll(errOut, []string{"-grace 5s", "at most 4s", "-ttl 10s", "raise -ttl to at least 12.5s"}) {
 		t.Errorf("-ttl 10s -grace 5s: exit %d, stderr %q; want %d and a line naming both flags and the bound", code, errOut, exitUsage)
 	}
+	// A -grace no TTL allows (5/2 of it would overflow a duration): no -ttl is suggested.
+	code, _, errOut = runArgs(t, t.Context(), "run", "-redis", memoryRedis, "-key", "g", "-ttl", "10s", "-grace", "2562047h", "--", "true")
+	if code != exitUsage || !containsAll(errOut, []string{"-grace 2562047h", "at most 4s", "no -ttl allows it"}) || strings.Contains(errOut, "raise -ttl") {
+		t.Errorf("-ttl 10s -grace 2562047h: exit %d, stderr %q; want %d and a line saying no -ttl allows it", code, errOut, exitUsage)
+	}
 	for _, args := range [][]string{{"-ttl", "10s", "-grace", "4s"}, {"-ttl", "10s"}, {"-ttl", "10s", "-grace", "0s"}} {
 		code, _, errOut := runArgs(t, t.Context(), append(append([]string{"run", "-redis", memoryRedis, "-key", "g"}, args...), "--", "true")...)
 		if code != exitOK {

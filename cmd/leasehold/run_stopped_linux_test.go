@@ -236,3 +236,94 @@ func exitTime(pid int) time.Time {
 		}
 	}
 }
+
+// When the supervisor is the one stopped and the lease cannot be renewed, what the command started
+// in another session (setsid) dies too: run kills the supervisor's group and descendants before the
+// supervisor, so that nothing is orphaned out of its reach.
+func TestRunStoppedSupervisorsSetsidChildIsKilledToo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := cli(t.Context(), "run", "-redis", "redis://"+proxy.Addr, "-key", "supstop-setsid", "-ttl", "3s", "--", "sh", "-c",
+		"trap '' TERM; setsid sh -c 'echo $$ > "+pidFile+"; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 300")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	escaped := readPid(t, pidFile)
+	defer syscall.Kill(escaped, syscall.SIGKILL)
+	var sup int
+	poll.Until(t, "the supervisor", func() bool {
+		for _, p := range procs(t) {
+			if p.ppid == cmd.Process.Pid {
+				sup = p.pid
+			}
+		}
+		return sup != 0
+	})
+	defer syscall.Kill(sup, syscall.SIGKILL)
+	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Hold(true) // no refresh reaches the store any more
+	done := make(chan struct{})
+	go func() { exitTime(escaped); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the command's setsid child %d still alive 60s after its supervisor was stopped; run said %q", escaped, out.String())
+	}
+	proxy.Hold(false)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitLost {
+		t.Errorf("run exited %d, want %d; output %q", code, exitLost, out.String())
+	}
+}
+
+// A supervisor stopped (SIGSTOP) and continued while run renews the lease does not stop the
+// command: the stop times run sent meanwhile wait in its socket, and the supervisor applies them
+// before it acts on its timer, set for times run has since moved on (both are ready at once when
+// it continues). The stops are the fault, longer than the time to SIGTERM of the lease's first
+// schedule; a SIGTERM after one shows at the next.
+func TestRunSupervisorStoppedWhileTheLeaseIsRenewedLeavesTheCommandRunning(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	dir := t.TempDir()
+	ready, term := filepath.Join(dir, "ready"), filepath.Join(dir, "term")
+	cmd := cli(t.Context(), "run", "-redis", "redis://"+srv.Addr, "-key", "paused", "-ttl", "1s", "--", "sh", "-c",
+		"trap 'echo > "+term+"; exit 0' TERM; echo > "+ready+"; while :; do sleep 0.05; done")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	poll.Until(t, "the command has started", func() bool { _, err := os.Stat(ready); return err == nil })
+	var sup int
+	for _, p := range procs(t) {
+		if p.ppid == cmd.Process.Pid {
+			sup = p.pid
+		}
+	}
+	if sup == 0 {
+		t.Fatal("no supervisor")
+	}
+	defer syscall.Kill(sup, syscall.SIGCONT)
+	const stop = 1200 * time.Millisecond // past the SIGTERM time of a 1s lease not renewed
+	for i := range 6 {
+		if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(stop)
+		syscall.Kill(sup, syscall.SIGCONT)
+		time.Sleep(stop / 4)
+		if _, err := os.Stat(term); err == nil {
+			t.Fatalf("after stop %d: the command got SIGTERM though run renewed its lease all along; run said %q", i+1, out.String())
+		}
+	}
+}

@@ -224,9 +224,11 @@ local function fenced(life, fence)
 end
 
 -- kept is how long a hash that must live life ms more is kept: as long again (a second at
--- least), so that a hash kept alive by one lease's extends gets a new expiry at most once per
--- life ms, yet goes at most that long after what it records.
-local function kept(life) return life + math.max(life, 1000) end
+-- least, a year at most), so that a hash kept alive by one lease's extends gets a new expiry at
+-- most once per life ms (or year), yet goes at most that long after what it records. The year
+-- bounds the expiry of a lease of core.MaxDuration with a lock delay as long (a life of 200
+-- years) within what a server that keeps expiries as Go durations (miniredis: 292 years) holds.
+local function kept(life) return life + math.min(math.max(life, 1000), 31536000000) end
 
 -- keep makes the lease hash live at least life ms more: when it would not last (see lasts), it
 -- is kept (see kept).

@@ -44,7 +44,7 @@ local function quick_acquire(all)
   if keep > now_ms + life then
     redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt)
   else
-    life = life + (life > 1000 and life or 1000)
+    life = life + math.min(life > 1000 and life or 1000, 31536000000)
     redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt, 'keep', string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end
@@ -149,7 +149,7 @@ local function quick_extend(all)
   if tonumber(keep) > now_ms + ttl then -- lasts(keep, ttl), inlined
     redis.call('HSET', state, me, e)
   else
-    local life = ttl + (ttl > 1000 and ttl or 1000) -- kept(ttl)
+    local life = ttl + math.min(ttl > 1000 and ttl or 1000, 31536000000) -- kept(ttl)
     redis.call('HSET', state, me, e, 'keep', string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end
