@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/leasehold/leasehold/core"
@@ -21,14 +22,15 @@ type fenceRecords struct {
 // writes. A lower fence returns an error wrapping core.ErrStaleFence and core.ErrLost, and fn does
 // not run; equal fences pass. An error fn returns is returned as it is, and the fence is not
 // recorded (fn's writes are fn's to undo). Fenced writes of one Store run one at a time, so fn
-// must not call Fenced on the same Store. A fence of 0 or a nil fn is core.ErrInvalid. The
+// must not call Fenced on the same Store. A fence of 0 or above 2^63 − 1 (the range the Redis and
+// PostgreSQL stores take), or a nil fn, is core.ErrInvalid. The
 // records live as long as the Store.
 func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn func() error) error {
 	switch {
 	case fn == nil:
 		return fmt.Errorf("memory: fenced write to %q: %w: fn: must not be nil", resource, core.ErrInvalid)
-	case fence == 0:
-		return fmt.Errorf("memory: fenced write to %q: %w: fence 0: must be at least 1", resource, core.ErrInvalid)
+	case fence == 0 || fence > math.MaxInt64:
+		return fmt.Errorf("memory: fenced write to %q: %w: fence %d: must be between 1 and 2^63 − 1", resource, core.ErrInvalid, fence)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

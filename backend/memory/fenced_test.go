@@ -48,7 +48,9 @@ func TestFencedWritesRefuseAStaleFence(t *testing.T) {
 	if want := []string{"a", "c", "e"}; !slices.Equal(log, want) {
 		t.Errorf("writes %v, want %v", log, want)
 	}
-	if err := s.Fenced(ctx, "r", 0, func() error { return nil }); !errors.Is(err, core.ErrInvalid) {
-		t.Errorf("fence 0: %v, want ErrInvalid", err)
+	for _, f := range []uint64{0, 1 << 63} { // the range the Redis and PostgreSQL stores take: [1, 2^63 − 1]
+		if err := s.Fenced(ctx, "r", f, func() error { t.Errorf("fn ran with fence %d", f); return nil }); !errors.Is(err, core.ErrInvalid) {
+			t.Errorf("fence %d: %v, want ErrInvalid", f, err)
+		}
 	}
 }

@@ -10,7 +10,8 @@
 //	http.ListenAndServe(addr, fenced(mux))
 //
 // A stale request gets 409 Conflict and never reaches the handler; a request without the header,
-// or with a malformed one, gets 400 Bad Request; a Guard that fails otherwise (its store is down)
+// with a malformed one, or with a fence its Guard does not take (above 2^63 − 1), gets 400 Bad
+// Request; a Guard that fails otherwise (its store is down)
 // gets 503 Service Unavailable. The handler runs inside the Guard: with memory.Store.Fenced, the
 // check, the handler and the record are one step in the server process, so a stale request can
 // never write after a newer one there. A Guard made with CheckFirst (a shared store's check, such
@@ -123,6 +124,8 @@ func Middleware(guard Guard, resource func(*http.Request) string) (func(http.Han
 			case served:
 			case errors.Is(err, core.ErrStaleFence):
 				http.Error(w, fmt.Sprintf("httpfence: %q: fence %d is stale: %v", res, fence, err), http.StatusConflict)
+			case errors.Is(err, core.ErrInvalid):
+				http.Error(w, fmt.Sprintf("httpfence: %q: fence %d refused: %v", res, fence, err), http.StatusBadRequest)
 			case err != nil:
 				http.Error(w, fmt.Sprintf("httpfence: %q: fence %d not checked: %v", res, fence, err), http.StatusServiceUnavailable)
 			}
