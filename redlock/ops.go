@@ -148,17 +148,24 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	}
 	snap := core.Snapshot{Limit: limit}
 	for _, e := range by {
-		quorum := s.QuorumFor(e.info.Permits, limit)
-		if len(e.ttls) < quorum {
-			continue
+		if ttl, ok := onQuorum(e.ttls, s.QuorumFor(e.info.Permits, limit)); ok {
+			e.info.TTL = ttl
+			snap.Leases = append(snap.Leases, e.info)
 		}
-		slices.SortFunc(e.ttls, func(a, b time.Duration) int { return cmp.Compare(b, a) })
-		e.info.TTL = e.ttls[quorum-1]
-		snap.Leases = append(snap.Leases, e.info)
 	}
 	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
 	snap.Delayed = s.delayedOnQuorum(res, limit)
 	return snap, nil
+}
+
+// onQuorum returns the time that quorum of the nodes' times ts last at least (the quorum-th
+// longest), and false when fewer than quorum nodes reported one. It sorts ts.
+func onQuorum(ts []time.Duration, quorum int) (time.Duration, bool) {
+	if len(ts) < quorum {
+		return 0, false
+	}
+	slices.SortFunc(ts, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+	return ts[quorum-1], true
 }
 
 // delayedOnQuorum returns the leases in their lock delay on as many nodes as a grant of their
@@ -184,13 +191,10 @@ func (s *Store) delayedOnQuorum(res []result[core.Snapshot], limit int) []core.D
 	}
 	var out []core.DelayInfo
 	for _, e := range by {
-		quorum := s.QuorumFor(e.info.Permits, limit)
-		if len(e.left) < quorum {
-			continue
+		if left, ok := onQuorum(e.left, s.QuorumFor(e.info.Permits, limit)); ok {
+			e.info.Left = left
+			out = append(out, e.info)
 		}
-		slices.SortFunc(e.left, func(a, b time.Duration) int { return cmp.Compare(b, a) })
-		e.info.Left = e.left[quorum-1]
-		out = append(out, e.info)
 	}
 	slices.SortFunc(out, func(a, b core.DelayInfo) int { return cmp.Compare(a.Fence, b.Fence) })
 	return out
