@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,15 +158,8 @@ func TestRunStoppedSupervisorsCommandIsKilledBeforeTheLeaseExpires(t *testing.T)
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := cli(t.Context(), "run", "-redis", "redis://"+proxy.Addr, "-key", "supstop", "-ttl", "6s", "--", "sh", "-c",
+	cmd, out := startRun(t, "run", "-redis", "redis://"+proxy.Addr, "-key", "supstop", "-ttl", "6s", "--", "sh", "-c",
 		"trap '' TERM; sleep 300 & echo > "+ready+"; wait")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
 	poll.Until(t, "the command has started its sleep", func() bool { _, err := os.Stat(ready); return err == nil })
 	var sup, pgid int
 	for _, p := range procs(t) {
@@ -241,19 +235,13 @@ func exitTime(pid int) time.Time {
 // in another session (setsid) dies too: run kills the supervisor's group and descendants before the
 // supervisor, so that nothing is orphaned out of its reach.
 func TestRunStoppedSupervisorsSetsidChildIsKilledToo(t *testing.T) {
+	testenv.SkipShort(t, "stops a supervisor with SIGSTOP past its TTL")
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	cmd := cli(t.Context(), "run", "-redis", "redis://"+proxy.Addr, "-key", "supstop-setsid", "-ttl", "3s", "--", "sh", "-c",
+	cmd, out := startRun(t, "run", "-redis", "redis://"+proxy.Addr, "-key", "supstop-setsid", "-ttl", "3s", "--", "sh", "-c",
 		"trap '' TERM; setsid sh -c 'echo $$ > "+pidFile+"; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 300")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
 	escaped := readPid(t, pidFile)
 	defer syscall.Kill(escaped, syscall.SIGKILL)
 	var sup int
@@ -290,19 +278,13 @@ func TestRunStoppedSupervisorsSetsidChildIsKilledToo(t *testing.T) {
 // it continues). The stops are the fault, longer than the time to SIGTERM of the lease's first
 // schedule; a SIGTERM after one shows at the next.
 func TestRunSupervisorStoppedWhileTheLeaseIsRenewedLeavesTheCommandRunning(t *testing.T) {
+	testenv.SkipShort(t, "stops a supervisor with SIGSTOP six times")
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	ready, term := filepath.Join(dir, "ready"), filepath.Join(dir, "term")
-	cmd := cli(t.Context(), "run", "-redis", "redis://"+srv.Addr, "-key", "paused", "-ttl", "1s", "--", "sh", "-c",
+	cmd, out := startRun(t, "run", "-redis", "redis://"+srv.Addr, "-key", "paused", "-ttl", "1s", "--", "sh", "-c",
 		"trap 'echo > "+term+"; exit 0' TERM; echo > "+ready+"; while :; do sleep 0.05; done")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
 	poll.Until(t, "the command has started", func() bool { _, err := os.Stat(ready); return err == nil })
 	var sup int
 	for _, p := range procs(t) {
@@ -326,4 +308,21 @@ func TestRunSupervisorStoppedWhileTheLeaseIsRenewedLeavesTheCommandRunning(t *te
 			t.Fatalf("after stop %d: the command got SIGTERM though run renewed its lease all along; run said %q", i+1, out.String())
 		}
 	}
+}
+
+// startRun starts the leasehold binary with args, its output gathered in the returned builder
+// (read it once the process has exited), and kills and reaps it when the test ends.
+func startRun(t *testing.T, args ...string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := cli(t.Context(), args...)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, out
 }
