@@ -87,6 +87,13 @@ func (b *broken) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acq
 		}
 	case "truncatesValues":
 		req.Value = req.Value[:min(len(req.Value), 255)]
+	case "ignoresLockDelay":
+		req.LockDelay = 0
+	case "lineForgetsLockDelay":
+		// A store that keeps a waiter's place without the delay its request asked for.
+		if req.Wait > 0 {
+			req.LockDelay = 0
+		}
 	}
 	res, err := b.Store.Acquire(ctx, req)
 	if b.fault == "overstatesTTL" && res.Granted {
@@ -245,6 +252,8 @@ var faults = map[string][]string{
 	"admitsAgainstOwnLimit": {"KeyHasOneLimit"},
 	"keepsLimitPastExpiry":  {"ExpiryFreesTheKeysLimit"},
 	"freesLimitLate":        {"KeyHasOneLimit"},
+	"ignoresLockDelay":      {"LockDelayKeepsExpiredPermitsClosed", "LineWaitsOutTheLockDelay", "StateMachine"},
+	"lineForgetsLockDelay":  {"LineWaitsOutTheLockDelay"},
 	// Not a broken store but a wrong hookup: Run told WithoutNotifier about a store that has
 	// notifications, which would skip their tests.
 	"claimsNoNotifier": {"StoreIsNotifier"},

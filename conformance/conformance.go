@@ -65,6 +65,11 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 		{"ReleaseWakesOneWaiterPerPermit", s.testReleaseWakesOneWaiterPerPermit, false},
 		{"LineIsStrictlyFIFO", s.testLineIsStrictlyFIFO, false},
 		{"UnusedWakeIsPassedOn", s.testUnusedWakeIsPassedOn, false},
+		{"LockDelayKeepsExpiredPermitsClosed", s.testLockDelayKeepsExpiredPermitsClosed, true},
+		{"LockDelayNotAfterRelease", s.testLockDelayNotAfterRelease, false},
+		{"LockDelayEnds", s.testLockDelayEnds, true},
+		{"LineWaitsOutTheLockDelay", s.testLineWaitsOutTheLockDelay, true},
+		{"LockDelayOfTheLongestDuration", s.testLockDelayOfTheLongestDuration, true},
 	}
 	// The tests use keys of their own, so they run at once, each as a subtest of t, and most of
 	// what they cost is waiting (for a server's reply, a notification, a TTL on real time). Run

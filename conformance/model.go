@@ -18,8 +18,15 @@ type modelLease struct {
 	permits int
 	fence   uint64
 	expiry  time.Duration // on the model's clock
+	delay   time.Duration // its lock delay: expired unreleased, it keeps its permits until expiry+delay
 	value   string
 }
+
+// held reports whether the lease is unexpired at now.
+func (l modelLease) held(now time.Duration) bool { return l.expiry > now }
+
+// closedUntil is when the lease's permits are free, unless it is released first.
+func (l modelLease) closedUntil() time.Duration { return l.expiry + l.delay }
 
 // values are the lease values the state machine draws: none, plain, bytes a store might
 // mistake for its own separators, and the longest allowed.
@@ -32,7 +39,7 @@ type model struct {
 	lastFence map[string]uint64
 }
 
-// live returns the key's unexpired leases, dropping expired ones.
+// live returns the key's leases that are unexpired or in their lock delay, dropping the others.
 func (m *model) live(key string) map[string]modelLease {
 	ls := m.leases[key]
 	if ls == nil {
@@ -40,7 +47,7 @@ func (m *model) live(key string) map[string]modelLease {
 		m.leases[key] = ls
 	}
 	for h, l := range ls {
-		if l.expiry <= m.now {
+		if l.closedUntil() <= m.now {
 			delete(ls, h)
 		}
 	}
@@ -55,16 +62,16 @@ func inUse(ls map[string]modelLease) int {
 	return n
 }
 
-// retryAfter is when, by expiry alone, need more permits would be free.
+// retryAfter is when, by expiry and the end of lock delays alone, need more permits would be free.
 func (m *model) retryAfter(ls map[string]modelLease, need int) time.Duration {
 	exp := make([]modelLease, 0, len(ls))
 	for _, l := range ls {
 		exp = append(exp, l)
 	}
-	sort.Slice(exp, func(i, j int) bool { return exp[i].expiry < exp[j].expiry })
+	sort.Slice(exp, func(i, j int) bool { return exp[i].closedUntil() < exp[j].closedUntil() })
 	for _, l := range exp {
 		if need -= l.permits; need <= 0 {
-			return l.expiry - m.now
+			return l.closedUntil() - m.now
 		}
 	}
 	return 0
@@ -129,9 +136,19 @@ func (mc *machine) acquire(rt *rapid.T) {
 	n := rapid.IntRange(1, limit).Draw(rt, "permits")
 	ttl := mc.drawTTL(rt)
 	value := rapid.SampledFrom(values).Draw(rt, "value")
-	res, err := st.Acquire(rt.Context(), core.AcquireRequest{Key: key, Holder: holder, Permits: n, Limit: limit, TTL: ttl, Value: value})
+	var delay time.Duration
+	if mc.s.manual {
+		delay = time.Duration(rapid.SampledFrom([]int{0, 0, 1, 15}).Draw(rt, "lockDelay/100ms")) * 100 * time.Millisecond
+	}
+	res, err := st.Acquire(rt.Context(), core.AcquireRequest{Key: key, Holder: holder, Permits: n, Limit: limit, TTL: ttl, Value: value, LockDelay: delay})
 	ls := mc.m.live(key)
-	if cur, ok := ls[holder]; ok {
+	if cur, ok := ls[holder]; ok && !cur.held(mc.m.now) {
+		if err != nil || res.Granted || res.RetryAfter <= 0 || res.RetryAfter > max(cur.closedUntil()-mc.m.now, mc.m.retryAfter(ls, inUse(ls)+n-limit)) {
+			rt.Fatalf("Acquire by %s during its own lease's lock delay (%v left): %+v, %v; want refused until the delay ends",
+				holder, cur.closedUntil()-mc.m.now, res, err)
+		}
+		return
+	} else if ok {
 		if cur.permits != n {
 			if !errors.Is(err, core.ErrInvalid) {
 				rt.Fatalf("re-acquire by %s with %d permits (holds %d): err = %v, want ErrInvalid", holder, n, cur.permits, err)
@@ -142,6 +159,7 @@ func (mc *machine) acquire(rt *rapid.T) {
 			rt.Fatalf("re-acquire by holder %s: %+v, %v; want granted again with fence %d", holder, res, err, cur.fence)
 		}
 		cur.expiry = mc.m.now + ttl
+		cur.delay = delay
 		cur.value = value
 		ls[holder] = cur
 		return
@@ -166,7 +184,7 @@ func (mc *machine) acquire(rt *rapid.T) {
 		rt.Fatalf("fence %d is not above the key's previous %d", res.Fence, mc.m.lastFence[key])
 	}
 	mc.m.lastFence[key] = res.Fence
-	ls[holder] = modelLease{permits: n, fence: res.Fence, expiry: mc.m.now + ttl, value: value}
+	ls[holder] = modelLease{permits: n, fence: res.Fence, expiry: mc.m.now + ttl, delay: delay, value: value}
 }
 
 func (mc *machine) extend(rt *rapid.T) {
@@ -175,7 +193,7 @@ func (mc *machine) extend(rt *rapid.T) {
 	res, err := st.Extend(rt.Context(), core.ExtendRequest{Key: key, Holder: holder, TTL: ttl})
 	ls := mc.m.live(key)
 	cur, ok := ls[holder]
-	if !ok {
+	if !ok || !cur.held(mc.m.now) {
 		if !errors.Is(err, core.ErrLost) {
 			rt.Fatalf("Extend by non-holder %s: %+v, %v; want ErrLost", holder, res, err)
 		}
@@ -192,6 +210,7 @@ func (mc *machine) release(rt *rapid.T) {
 	st, key, holder := mc.draw(rt)
 	ls := mc.m.live(key)
 	cur, held := ls[holder]
+	held = held && cur.held(mc.m.now)
 	// The lease's own fence, any fence (zero), or one the holder does not hold.
 	fence := rapid.SampledFrom([]uint64{cur.fence, 0, cur.fence + 1}).Draw(rt, "fence")
 	ok, err := st.Release(rt.Context(), core.ReleaseRequest{Key: key, Holder: holder, Fence: fence})
@@ -231,12 +250,35 @@ func (mc *machine) compare(rt *rapid.T, key string) {
 	if err != nil {
 		rt.Fatalf("Inspect: %v", err)
 	}
-	ls := mc.m.live(key)
-	if snap.InUse() > mc.limit[key] {
-		rt.Fatalf("%d permits in use, limit %d", snap.InUse(), mc.limit[key])
+	all := mc.m.live(key)
+	ls, delayed := map[string]modelLease{}, map[string]modelLease{}
+	for h, l := range all {
+		if l.held(mc.m.now) {
+			ls[h] = l
+		} else {
+			delayed[h] = l
+		}
+	}
+	if n := snap.InUse() + snap.Closed(); n > mc.limit[key] {
+		rt.Fatalf("%d permits in use or closed by a lock delay, limit %d", n, mc.limit[key])
 	}
 	if len(snap.Leases) != len(ls) {
 		rt.Fatalf("Inspect: %d leases %+v, model has %d %+v", len(snap.Leases), snap.Leases, len(ls), ls)
+	}
+	if len(snap.Delayed) != len(delayed) {
+		rt.Fatalf("Inspect: %d delayed leases %+v, model has %d %+v", len(snap.Delayed), snap.Delayed, len(delayed), delayed)
+	}
+	for i, got := range snap.Delayed {
+		want, ok := delayed[got.Holder]
+		left := want.closedUntil() - mc.m.now
+		switch {
+		case !ok || got.Permits != want.permits || got.Fence != want.fence:
+			rt.Fatalf("Inspect: delayed lease %+v, model's delayed leases %+v", got, delayed)
+		case mc.s.manual && got.Left != left, got.Left <= 0 || got.Left > left:
+			rt.Fatalf("Inspect: %s's delay has %v left, model %v", got.Holder, got.Left, left)
+		case i > 0 && snap.Delayed[i-1].Fence >= got.Fence:
+			rt.Fatalf("Inspect: delayed leases not ordered by fence: %+v", snap.Delayed)
+		}
 	}
 	for i, got := range snap.Leases {
 		want, ok := ls[got.Holder]

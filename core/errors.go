@@ -36,6 +36,12 @@ var (
 	// request was refused at once and changed nothing; it did not wait. The error is a
 	// *LimitMismatchError, which names both limits.
 	ErrLimitMismatch = errors.New("limit mismatch")
+
+	// ErrStaleFence means a fenced write was refused where it lands: a higher fence was accepted
+	// for the resource before, so the lease that gave this one was lost (it expired and someone
+	// else was granted the key). None of the write happened. An error wrapping it also wraps
+	// ErrLost.
+	ErrStaleFence = errors.New("stale fence")
 )
 
 // LimitMismatchError is the error a Store returns for a request whose limit is not the key's.

@@ -33,8 +33,8 @@ const MaxKeyLen = 1024
 // Store is the driver contract: the atomic operations every storage backend supplies. The portable
 // layer (package primitives) checks every argument before calling a Store, so a driver may assume
 // valid input: a non-empty key of at most MaxKeyLen bytes, a non-empty holder, 1 <= Permits <=
-// Limit <= MaxLimit, 1ms <= TTL <= MaxDuration, 0 <= Wait <= MaxDuration, and len(Value) <=
-// MaxValueLen.
+// Limit <= MaxLimit, 1ms <= TTL <= MaxDuration, 0 <= Wait <= MaxDuration,
+// 0 <= LockDelay <= MaxDuration, and len(Value) <= MaxValueLen.
 //
 // The model is a key with a limit of permits. A grant is a lease: (key, holder, permits, fence,
 // expiry, value). Expiry is decided by the store's own clock, never the caller's; a lease with
@@ -53,10 +53,17 @@ type Store interface {
 	// permits held by unexpired leases plus req.Permits fit in req.Limit; otherwise it refuses
 	// and reports in RetryAfter when, by expiry alone, there would be room.
 	//
+	// A lease granted with a LockDelay that expires unreleased keeps its permits closed for
+	// LockDelay after its expiry, by the store's clock: until then they count as held for
+	// admission, for the key's limit, for the line (its head waits the delay out) and for
+	// RetryAfter, and Inspect lists them in Snapshot.Delayed. The lease itself is over: Extend
+	// returns ErrLost, Release reports false and ends no delay, and its holder's own requests
+	// are refused (or wait in line) while the delay lasts. A released lease leaves no delay.
+	//
 	// A new grant gets a fence strictly greater than every fence granted before on the key.
 	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
-	// lease is granted again with its fence unchanged and its expiry moved to now+TTL, so a
-	// request retried after a lost reply is safe. When the holder holds a different number of
+	// lease is granted again with its fence unchanged, its expiry moved to now+TTL and its lock
+	// delay set to req.LockDelay, so a request retried after a lost reply is safe. When the holder holds a different number of
 	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing. Every grant,
 	// renewed or new, keeps req.Value with the lease.
 	//
@@ -137,6 +144,11 @@ type AcquireRequest struct {
 	// it waits in line: a short label of who holds or waits (at most MaxValueLen bytes; may be
 	// empty). It does not take part in admission.
 	Value string
+	// LockDelay is how long the lease's permits stay closed to new grants after its expiry, by
+	// the store's clock, if it expires unreleased (a holder that stalled or died): see
+	// Store.Acquire. Zero means none. It is kept with the lease (and with the caller's place in
+	// the line, for the grant the line makes it); Extend keeps it.
+	LockDelay time.Duration
 }
 
 // AcquireResult is a grant or a refusal.
@@ -199,6 +211,18 @@ type Snapshot struct {
 	// serve them. A store without a line reports none. A place whose wait has ended may still
 	// be listed until the store next serves the line; one granted already is not.
 	Waiters []WaiterInfo
+	// Delayed are the leases that expired unreleased and whose lock delay still keeps their
+	// permits closed, ordered by fence.
+	Delayed []DelayInfo
+}
+
+// Closed returns the number of permits the snapshot's delayed leases keep closed.
+func (s Snapshot) Closed() int {
+	n := 0
+	for _, d := range s.Delayed {
+		n += d.Permits
+	}
+	return n
 }
 
 // InUse returns the number of permits the snapshot's leases hold.
@@ -220,6 +244,17 @@ type LeaseInfo struct {
 	TTL time.Duration
 	// Value is the value of the request that granted or last renewed the lease.
 	Value string
+}
+
+// DelayInfo describes, in a Snapshot, a lease that expired unreleased and whose lock delay still
+// keeps its permits closed.
+type DelayInfo struct {
+	// Holder, Permits and Fence are the expired lease's, as granted.
+	Holder  string
+	Permits int
+	Fence   uint64
+	// Left is the time, by the store's clock, until the delay ends and the permits are free.
+	Left time.Duration
 }
 
 // WaiterInfo describes one place in a key's line in a Snapshot.

@@ -68,13 +68,15 @@
 // # When a lease is lost
 //
 // A lease is lost when a refresh, Extend, Held or Release finds the store no longer holds it
-// (Err says so: "the store no longer held it", or the store's own words), or when its deadline
-// passes without a successful refresh. In the second case Err names how many refreshes failed
+// (Err says so: "the store no longer held it", or the store's own words), or when no refresh
+// renewed it by its stop margin before its deadline (WithStopMargin: a tenth of the TTL unless
+// set), so that work bound to it has that margin to stop before the store can grant the key to
+// another holder. In the second case Err names how many refreshes failed
 // in a row and the last one's error, which it wraps beside ErrLost:
 //
 //	leasehold: hold "job": lease lost: 3 refreshes failed, last: goredis: dial tcp 127.0.0.1:6379: connect: connection refused
 //
-// and a refresh cut off by the deadline names the failure before it; "deadline passed without a
+// and a refresh cut off by the stop point names the failure before it; "deadline passed without a
 // successful refresh" means none was tried in time (the process was paused, or WithoutRefresh).
 // A failed refresh may still have reached the store, which would then keep the lease for up to
 // a TTL, so a lease lost at its deadline after failed refreshes sends a release (holder and
@@ -82,6 +84,11 @@
 // StopRefresh (the lease is another's to keep), nor under WithHolder or Adopt: an acquire by
 // that id while the store still holds the lease gets it again, same fence, and the release
 // would end it; such a lease is left to expire.
+//
+// The stop margin is the holder's side; WithLockDelay is the store's. A lease that expires
+// unreleased keeps its permits closed to new grants for the delay more, by the store's clock,
+// whatever state its holder's machine is in; a released lease leaves no delay. Inspect lists such
+// leases in Status.Delayed, and their permits in Status.Closed.
 //
 // Events tell the same story as it happens: EventRefreshFailed once per run of failed refreshes
 // (WithLogger logs it at Warn), EventRefreshRecovered when one succeeds again (Info), and
@@ -94,7 +101,7 @@
 // lease finds out at its next refresh (within TTL/3 by default), or at an Extend, Held or
 // Release before that, and is then lost at once: Done closes, Err wraps ErrLost and
 // ErrClosed, OnLost runs. Until then Err returns nil. Under WithoutRefresh it is lost at one
-// of those calls or at its deadline. The backend keeps the lease until it expires, so release
+// of those calls or at its stop margin before its deadline. The backend keeps the lease until it expires, so release
 // leases before closing their Store.
 //
 // # Testing on fake time

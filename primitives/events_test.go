@@ -88,7 +88,7 @@ func TestRefreshFailuresAreLoggedOncePerRun(t *testing.T) {
 		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		var log eventLog
 		rec := newRecorder()
-		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second), primitives.WithLogger(logger), primitives.WithEvents(log.add))
+		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second), primitives.WithStopMargin(0), primitives.WithLogger(logger), primitives.WithEvents(log.add))
 		l := mustAcquire(t, m)
 		for range 2 { // two runs of failures, each survived
 			rec.failExtends(errNetwork)

@@ -97,6 +97,10 @@ func newLease(p leaseParams) *lease {
 	}
 }
 
+// stopAtLocked returns when the lease is reported lost unless a refresh renewed it by then: the
+// stop margin before its deadline. l.mu must be held.
+func (l *lease) stopAtLocked() time.Time { return l.deadline.Add(-l.p.cfg.stopMargin) }
+
 // arm starts the lease's timer: its refreshes and its deadline.
 func (l *lease) arm() {
 	l.mu.Lock()
@@ -106,7 +110,7 @@ func (l *lease) arm() {
 
 // nextWakeLocked returns how long until the timer should next fire. l.mu must be held.
 func (l *lease) nextWakeLocked(now time.Time) time.Duration {
-	at := l.deadline
+	at := l.stopAtLocked()
 	if !l.stopped && l.nextRefresh.Before(at) {
 		at = l.nextRefresh
 	}

@@ -20,6 +20,10 @@ type LeaseInfo = core.LeaseInfo
 // WaiterInfo is one waiter in a key's line as Inspect reports it.
 type WaiterInfo = core.WaiterInfo
 
+// DelayInfo describes, in Inspect's report, a lease that expired unreleased and whose lock delay
+// (WithLockDelay) still keeps its permits closed.
+type DelayInfo = core.DelayInfo
+
 // LimitMismatchError is the error, matching ErrLimitMismatch, of a request whose limit is not
 // the one the key is held or waited for under; it carries both limits.
 type LimitMismatchError = core.LimitMismatchError
@@ -42,6 +46,9 @@ var (
 	// ErrLimitMismatch: the key is held or waited for under another limit; nothing was sent
 	// to wait, and the error is a *LimitMismatchError.
 	ErrLimitMismatch = core.ErrLimitMismatch
+	// ErrStaleFence: a fenced write was refused where it lands, a higher fence having been
+	// accepted for the resource; the error also wraps ErrLost.
+	ErrStaleFence = core.ErrStaleFence
 )
 
 // Bounds on arguments, checked before anything reaches the store.

@@ -25,6 +25,9 @@ type config struct {
 	retryInterval   time.Duration
 	refreshInterval time.Duration // 0: TTL/3
 	noRefresh       bool          // WithoutRefresh was given: it wins over WithRefreshInterval
+	stopMargin      time.Duration // how long before its deadline a lease not renewed is lost
+	stopMarginSet   bool          // WithStopMargin was given (else TTL/10)
+	lockDelay       time.Duration // how long the store keeps an expired lease's permits closed
 	onLost          func(Lease, error)
 	holder          string // "": a fresh random id per lease (WithHolder refuses "")
 	value           string // kept with every lease granted (WithValue)
@@ -130,6 +133,36 @@ func WithRefreshInterval(d time.Duration) Option {
 	}
 }
 
+// WithStopMargin sets how long before its deadline a lease that was not renewed in time is
+// reported lost (Done closes, Err wraps ErrLost, OnLost runs, contexts from LeaseContext and Do
+// are canceled): work bound to the lease then has d to stop before the store can grant the key
+// to another holder. The default is a tenth of the TTL; 0 reports the loss at the deadline
+// itself. A margin below 0, or of half the TTL or more (which would leave refreshes no time to
+// be retried), is ErrInvalid.
+func WithStopMargin(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("stop margin %v: must be at least 0", d)
+		}
+		c.stopMargin, c.stopMarginSet = d, true
+	}
+}
+
+// WithLockDelay sets how long, by the store's clock, a lease that expires unreleased keeps its
+// permits closed to new grants after its expiry: a holder that stalled (a GC pause, SIGSTOP, a
+// slow disk) or died, and may still act on what it guarded, has d more to notice before the key
+// passes on. A released lease leaves no delay; the default is 0. The store enforces it, so it
+// holds whatever state the stale holder's machine is in. It costs nothing until a lease expires,
+// and then holds up the key's waiters for d. d must be in [0, MaxDuration].
+func WithLockDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 || d > MaxDuration {
+			c.invalid("lock delay %v: must be in [0, %v] (core.MaxDuration)", d, MaxDuration)
+		}
+		c.lockDelay = d
+	}
+}
+
 // WithoutRefresh turns the background refresh off: a lease lives for one TTL unless the caller
 // releases or extends it first, and is reported lost when its deadline passes. It wins over
 // WithRefreshInterval, whatever their order.
@@ -189,6 +222,12 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.refreshInterval == 0 {
 		c.refreshInterval = c.ttl / 3
+	}
+	if !c.stopMarginSet {
+		c.stopMargin = c.ttl / 10
+	}
+	if c.stopMargin >= c.ttl/2 {
+		return c, fmt.Errorf("%w: stop margin %v: must be less than half the ttl %v", ErrInvalid, c.stopMargin, c.ttl)
 	}
 	if valid := c.ttl - drift(c.ttl); !c.noRefresh && c.refreshInterval > valid/2 {
 		return c, fmt.Errorf("%w: refresh interval %v: must be at most half the lease's validity (%v of ttl %v), so a failed refresh can be retried in time",

@@ -57,6 +57,14 @@ func TestBadInputIsRefusedBeforeTheStore(t *testing.T) {
 			_, err := primitives.NewMutex(store, "k", primitives.WithRefreshInterval(math.MaxInt64))
 			return err
 		}, fmt.Sprintf("refresh interval %v: must be at most %v", time.Duration(math.MaxInt64), core.MaxDuration)},
+		{"lock delay negative", func() error {
+			_, err := primitives.NewMutex(store, "k", primitives.WithLockDelay(-time.Millisecond))
+			return err
+		}, "lock delay -1ms: must be in [0, "},
+		{"lock delay above MaxDuration", func() error {
+			_, err := primitives.NewMutex(store, "k", primitives.WithLockDelay(core.MaxDuration+1))
+			return err
+		}, "lock delay"},
 		{"limit above MaxLimit", func() error { _, err := primitives.NewSemaphore(store, "k", core.MaxLimit+1); return err },
 			fmt.Sprintf("limit %d: must be at most %d", core.MaxLimit+1, core.MaxLimit)},
 		{"limit MaxInt", func() error { _, err := primitives.NewSemaphore(store, "k", math.MaxInt); return err }, "limit"},

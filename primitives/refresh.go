@@ -42,7 +42,7 @@ func (l *lease) tick() {
 		l.mu.Unlock()
 		return
 	}
-	if !now.Before(l.deadline) {
+	if !now.Before(l.stopAtLocked()) {
 		var cause error = errDeadline
 		if l.failures > 0 {
 			cause = &refreshError{n: l.failures, last: l.lastFailure}
@@ -80,7 +80,7 @@ func (l *lease) tick() {
 		l.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), l.deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), l.stopAtLocked())
 	l.cancel = cancel
 	l.refreshing = true
 	l.running.Add(1)
@@ -134,7 +134,7 @@ func (l *lease) tick() {
 			}
 		}
 		after := time.Now()
-		l.nextRefresh = after.Add(max(min(l.p.cfg.refreshInterval, l.deadline.Sub(after)/2), time.Millisecond))
+		l.nextRefresh = after.Add(max(min(l.p.cfg.refreshInterval, l.stopAtLocked().Sub(after)/2), time.Millisecond))
 	}
 	if !l.ended && !l.released {
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
@@ -204,7 +204,13 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		err = fmt.Errorf("%w: the lease ended during the extend", ErrNotHeld)
 	default:
 		l.deadline = start.Add(ttl - drift(ttl))
-		l.timer.Reset(l.nextWakeLocked(time.Now()))
+		// A shorter ttl than the lease's may put its stop point before the refresh planned:
+		// refresh by then, as tick plans the next refresh, so that it is not lost unrenewed.
+		now := time.Now()
+		if next := now.Add(max(min(l.p.cfg.refreshInterval, l.stopAtLocked().Sub(now)/2), time.Millisecond)); next.Before(l.nextRefresh) {
+			l.nextRefresh = next
+		}
+		l.timer.Reset(l.nextWakeLocked(now))
 	}
 	deadline := l.deadline
 	l.mu.Unlock()

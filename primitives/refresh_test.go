@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -79,27 +80,71 @@ func TestLeaseTakenIsReportedLost(t *testing.T) {
 	})
 }
 
-func TestRefreshFailuresLoseLeaseAtDeadline(t *testing.T) {
+func TestRefreshFailuresLoseLeaseAtItsStopMargin(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		opts   []primitives.Option
+		margin time.Duration
+	}{
+		{"default, a tenth of the TTL", nil, 300 * time.Millisecond},
+		{"500ms", []primitives.Option{primitives.WithStopMargin(500 * time.Millisecond)}, 500 * time.Millisecond},
+		{"none", []primitives.Option{primitives.WithStopMargin(0)}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := newRecorder()
+				m := mustMutex(t, rec, append([]primitives.Option{primitives.WithTTL(3 * time.Second)}, c.opts...)...)
+				l := mustAcquire(t, m)
+				deadline := l.Deadline()
+				rec.failExtends(errNetwork)
+				<-l.Done()
+				if now, at := time.Now(), deadline.Add(-c.margin); now.Before(at) || now.After(at.Add(time.Millisecond)) {
+					t.Errorf("lost at %v, want %v before the deadline %v", now, c.margin, deadline)
+				}
+				if err := l.Err(); !errors.Is(err, core.ErrLost) {
+					t.Errorf("Err = %v, want ErrLost", err)
+				}
+				if n := rec.extends.Load(); n < 2 {
+					t.Errorf("%d refresh attempts before the loss, want retries", n)
+				}
+				if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) {
+					t.Errorf("Release = %v, want ErrLost", err)
+				}
+			})
+		})
+	}
+}
+
+// TestStopMarginCancelsWorkBeforeTheDeadline: refreshes failing on a 1.2 s TTL with a 400 ms
+// stop margin cancel the lease's context 400 ms before its Deadline, while the store still
+// holds the lease: the work has that long to stop before another holder can be granted.
+func TestStopMarginCancelsWorkBeforeTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := newRecorder()
-		m := mustMutex(t, rec, primitives.WithTTL(3*time.Second))
+		m := mustMutex(t, rec, primitives.WithTTL(1200*time.Millisecond), primitives.WithStopMargin(400*time.Millisecond))
 		l := mustAcquire(t, m)
-		deadline := l.Deadline()
+		ctx, cancel := primitives.LeaseContext(context.Background(), l)
+		defer cancel()
 		rec.failExtends(errNetwork)
-		<-l.Done()
-		if now := time.Now(); now.Before(deadline) || now.After(deadline.Add(time.Millisecond)) {
-			t.Errorf("lost at %v, want at the deadline %v", now, deadline)
+		<-ctx.Done()
+		if left := time.Until(l.Deadline()); left < 400*time.Millisecond {
+			t.Errorf("the lease's context ended %v before its deadline, want 400ms", left)
 		}
-		if err := l.Err(); !errors.Is(err, core.ErrLost) {
-			t.Errorf("Err = %v, want ErrLost", err)
-		}
-		if n := rec.extends.Load(); n < 2 {
-			t.Errorf("%d refresh attempts before the deadline, want retries", n)
-		}
-		if err := l.Release(context.Background()); !errors.Is(err, core.ErrLost) {
-			t.Errorf("Release = %v, want ErrLost", err)
+		if !errors.Is(context.Cause(ctx), core.ErrLost) {
+			t.Errorf("cause %v, want ErrLost", context.Cause(ctx))
 		}
 	})
+}
+
+func TestStopMarginOfHalfTheTTLIsInvalid(t *testing.T) {
+	for _, opts := range [][]primitives.Option{
+		{primitives.WithTTL(time.Second), primitives.WithStopMargin(500 * time.Millisecond)},
+		{primitives.WithStopMargin(-time.Millisecond)},
+	} {
+		if _, err := primitives.NewMutex(memory.New(), "k", opts...); !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), "stop margin") {
+			t.Errorf("NewMutex: %v, want ErrInvalid naming the stop margin", err)
+		}
+	}
 }
 
 func TestPassingRefreshFaultIsSurvived(t *testing.T) {

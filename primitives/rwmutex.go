@@ -143,6 +143,9 @@ type RWStatus struct {
 	// Waiters are the waiters in the key's line, head first; Write says which want the write
 	// lease. A store without a line reports none.
 	Waiters []RWWaiter
+	// Delayed are the read or write leases that expired unreleased and whose lock delay
+	// (WithLockDelay) still keeps the lock closed to the grants they exclude.
+	Delayed []DelayInfo
 }
 
 // RWWaiter is one waiter in an RWMutex's line.
@@ -158,7 +161,7 @@ func (rw *RWMutex) Inspect(ctx context.Context) (RWStatus, error) {
 	if err != nil {
 		return RWStatus{}, fmt.Errorf("leasehold: inspect %s: %w", quoteKey(rw.sem.key), err)
 	}
-	var st RWStatus
+	st := RWStatus{Delayed: snap.Delayed}
 	for _, l := range snap.Leases {
 		if l.Permits == MaxReaders {
 			st.Writer, st.Writing = l, true

@@ -125,7 +125,7 @@ func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (Lease, error)
 		holder = newHolder()
 	}
 	req := core.AcquireRequest{Key: s.key, Holder: holder, Permits: n, Limit: s.limit, TTL: s.cfg.ttl, Value: s.cfg.value,
-		Unshared: s.cfg.holder == ""}
+		LockDelay: s.cfg.lockDelay, Unshared: s.cfg.holder == ""}
 	a := acquisition{s: s, req: req, attempts: attempts, begin: time.Now()}
 	defer a.close()
 	waited := false

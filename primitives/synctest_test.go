@@ -21,7 +21,7 @@ import (
 func TestSynctestLeaseExpiresAtItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.New()
-		m, err := primitives.NewMutex(store, "job", primitives.WithTTL(10*time.Second), primitives.WithoutRefresh())
+		m, err := primitives.NewMutex(store, "job", primitives.WithTTL(10*time.Second), primitives.WithoutRefresh(), primitives.WithStopMargin(0))
 		if err != nil {
 			t.Fatal(err)
 		}

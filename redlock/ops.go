@@ -148,16 +148,56 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	}
 	snap := core.Snapshot{Limit: limit}
 	for _, e := range by {
-		quorum := s.QuorumFor(e.info.Permits, limit)
-		if len(e.ttls) < quorum {
-			continue
+		if ttl, ok := onQuorum(e.ttls, s.QuorumFor(e.info.Permits, limit)); ok {
+			e.info.TTL = ttl
+			snap.Leases = append(snap.Leases, e.info)
 		}
-		slices.SortFunc(e.ttls, func(a, b time.Duration) int { return cmp.Compare(b, a) })
-		e.info.TTL = e.ttls[quorum-1]
-		snap.Leases = append(snap.Leases, e.info)
 	}
 	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	snap.Delayed = s.delayedOnQuorum(res, limit)
 	return snap, nil
+}
+
+// onQuorum returns the time that quorum of the nodes' times ts last at least (the quorum-th
+// longest), and false when fewer than quorum nodes reported one. It sorts ts.
+func onQuorum(ts []time.Duration, quorum int) (time.Duration, bool) {
+	if len(ts) < quorum {
+		return 0, false
+	}
+	slices.SortFunc(ts, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+	return ts[quorum-1], true
+}
+
+// delayedOnQuorum returns the leases in their lock delay on as many nodes as a grant of their
+// permits needs, each with the time a quorum of them keeps it closed; a delay on fewer nodes
+// closes nothing a quorum would refuse.
+func (s *Store) delayedOnQuorum(res []result[core.Snapshot], limit int) []core.DelayInfo {
+	type delayed struct {
+		info core.DelayInfo
+		left []time.Duration
+	}
+	by := map[leaseID]*delayed{}
+	for _, r := range res {
+		if r.err != nil {
+			continue
+		}
+		for _, d := range r.v.Delayed {
+			id := leaseID{d.Holder, d.Fence}
+			if by[id] == nil {
+				by[id] = &delayed{info: d}
+			}
+			by[id].left = append(by[id].left, d.Left)
+		}
+	}
+	var out []core.DelayInfo
+	for _, e := range by {
+		if left, ok := onQuorum(e.left, s.QuorumFor(e.info.Permits, limit)); ok {
+			e.info.Left = left
+			out = append(out, e.info)
+		}
+	}
+	slices.SortFunc(out, func(a, b core.DelayInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	return out
 }
 
 type seen struct {
@@ -183,7 +223,7 @@ func tallyInspect(res []result[core.Snapshot]) (by map[leaseID]*seen, limit, ans
 			continue
 		}
 		answered++
-		if len(r.v.Leases) > 0 || len(r.v.Waiters) > 0 {
+		if len(r.v.Leases) > 0 || len(r.v.Waiters) > 0 || len(r.v.Delayed) > 0 {
 			busy[r.v.Limit]++
 			if n := busy[r.v.Limit]; n > most || (n == most && r.v.Limit > limit) {
 				most, limit = n, r.v.Limit

@@ -14,14 +14,15 @@ type place struct {
 	permits  int
 	limit    int
 	ttl      time.Duration
-	floor    uint64    // least fence of its grant (core.FenceRaiser)
-	deadline time.Time // the end of its wait, for a place in the line
+	delay    time.Duration // the lock delay of its grant
+	floor    uint64        // least fence of its grant (core.FenceRaiser)
+	deadline time.Time     // the end of its wait, for a place in the line
 	value    string
 }
 
 // newPlace returns req as a place, with the least fence its grant may have.
 func newPlace(req core.AcquireRequest, floor uint64) place {
-	return place{holder: req.Holder, permits: req.Permits, limit: req.Limit, ttl: req.TTL, floor: floor, value: req.Value}
+	return place{holder: req.Holder, permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, floor: floor, value: req.Value}
 }
 
 // enqueue keeps p's holder's place in the line (or gives it the last one) until wait from now,
@@ -41,16 +42,20 @@ func (ks *keyState) find(holder string) int {
 }
 
 // serveLocked grants free permits to the key's line, strictly in order: it stops at the first
-// waiter whose permits are not free, so that nobody behind it, and no newcomer, takes permits
-// before it. Places whose wait has ended, or whose holder holds a lease already, are dropped on
-// the way. The waiters granted are woken. s.mu must be held, and ks's expired leases purged.
+// waiter whose permits are not free (or whose holder's expired lease is in its lock delay), so
+// that nobody behind it, and no newcomer, takes permits before it. Places whose wait has ended,
+// or whose holder holds a lease already, are dropped on the way. The waiters granted are woken. s.mu must be held, and ks's expired leases purged.
 func (s *Store) serveLocked(key string, ks *keyState, now time.Time) {
 	used := -1
 	for len(ks.line) > 0 {
 		p := ks.line[0]
-		if _, holds := ks.leases[p.holder]; holds || !now.Before(p.deadline) {
+		e, has := ks.leases[p.holder]
+		if (has && e.held(now)) || !now.Before(p.deadline) {
 			ks.line = ks.line[1:]
 			continue
+		}
+		if has {
+			break // its own lease's lock delay: the head waits it out
 		}
 		if used < 0 {
 			used = ks.used()
@@ -59,7 +64,7 @@ func (s *Store) serveLocked(key string, ks *keyState, now time.Time) {
 			break
 		}
 		ks.line = ks.line[1:]
-		e := ks.grant(p, now)
+		e = ks.grant(p, now)
 		e.untaken = true // the line's grant, until the holder's next Acquire or Extend takes it
 		ks.leases[p.holder] = e
 		used += p.permits
@@ -72,7 +77,8 @@ func (s *Store) serveLocked(key string, ks *keyState, now time.Time) {
 }
 
 // leaveLocked takes holder out of key's line and gives back a lease the line granted it that it
-// has not taken, serving the next waiters. s.mu must be held.
+// has not taken (unexpired: an expired one keeps its lock delay), serving the next waiters. s.mu
+// must be held.
 func (s *Store) leaveLocked(key, holder string) {
 	now := s.clock.Now()
 	ks := s.live(key, now)
@@ -82,7 +88,7 @@ func (s *Store) leaveLocked(key, holder string) {
 	if i := ks.find(holder); i >= 0 {
 		ks.line = slices.Delete(ks.line, i, i+1)
 	}
-	if e, ok := ks.leases[holder]; ok && e.untaken {
+	if e, ok := ks.leases[holder]; ok && e.untaken && e.held(now) { // an expired one keeps its lock delay
 		delete(ks.leases, holder)
 		s.changedLocked(key)
 	}

@@ -40,6 +40,8 @@ type Store struct {
 	waiters map[string]map[string][]*enrollment // key → holder → enrolled waiters
 	watches map[string][]*watch                 // key → open watches
 	closed  bool
+
+	fences fenceRecords // Fenced's records
 }
 
 type keyState struct {
@@ -53,7 +55,8 @@ type entry struct {
 	permits int
 	fence   uint64
 	expiry  time.Time
-	untaken bool // granted from the line; the holder's next Acquire takes it
+	delay   time.Duration // the lock delay: unreleased, the entry keeps its permits until expiry+delay
+	untaken bool          // granted from the line; the holder's next Acquire takes it
 	value   string
 }
 
@@ -101,15 +104,22 @@ func (s *Store) lock(ctx context.Context) error {
 	return nil
 }
 
-// live returns the key's state with expired leases removed, or nil if the key is unknown.
-// s.mu must be held.
+// held reports whether the lease is unexpired at now.
+func (e entry) held(now time.Time) bool { return now.Before(e.expiry) }
+
+// closedUntil is when the entry's permits are free: its expiry, or, unless released first, the
+// end of its lock delay.
+func (e entry) closedUntil() time.Time { return e.expiry.Add(e.delay) }
+
+// live returns the key's state with expired leases removed (a lease in its lock delay stays until
+// the delay ends), or nil if the key is unknown. s.mu must be held.
 func (s *Store) live(key string, now time.Time) *keyState {
 	ks := s.keys[key]
 	if ks == nil {
 		return nil
 	}
 	for h, e := range ks.leases {
-		if !now.Before(e.expiry) {
+		if !now.Before(e.closedUntil()) {
 			delete(ks.leases, h)
 		}
 	}
@@ -176,12 +186,19 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 	if held, ok := ks.heldLimit(now); ok && held != req.Limit {
 		return core.AcquireResult{}, &core.LimitMismatchError{Held: held, Requested: req.Limit}
 	}
-	if e, ok := ks.leases[req.Holder]; ok {
+	if e, ok := ks.leases[req.Holder]; ok && !e.held(now) {
+		// Its lease expired unreleased and its lock delay lasts: the holder waits it out too.
+		if req.Wait > 0 {
+			ks.enqueue(newPlace(req, least.grant), req.Wait, now)
+		}
+		return core.AcquireResult{RetryAfter: e.closedUntil().Sub(now)}, nil
+	} else if ok {
 		if e.permits != req.Permits {
 			return core.AcquireResult{}, fmt.Errorf("%w: holder already holds %d permits, asked for %d",
 				core.ErrInvalid, e.permits, req.Permits)
 		}
 		e.expiry = now.Add(req.TTL)
+		e.delay = req.LockDelay
 		e.untaken = false
 		e.value = req.Value
 		if least.held > e.fence {
@@ -205,11 +222,11 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, least fenc
 	return core.AcquireResult{Granted: true, Fence: ks.fence}, nil
 }
 
-// heldLimit returns the key's limit — that of its unexpired leases, or of the waiters in its
-// line when it has none — and whether any lease or waiter holds the key.
+// heldLimit returns the key's limit — that of its unexpired leases (and those a lock delay keeps),
+// or of the waiters in its line when it has none — and whether any lease or waiter holds the key.
 func (ks *keyState) heldLimit(now time.Time) (int, bool) {
 	for _, e := range ks.leases {
-		if now.Before(e.expiry) {
+		if now.Before(e.closedUntil()) {
 			return ks.limit, true
 		}
 	}
@@ -221,7 +238,7 @@ func (ks *keyState) heldLimit(now time.Time) (int, bool) {
 	return 0, false
 }
 
-// used returns the permits the key's leases hold.
+// used returns the permits the key's leases hold, or a lock delay keeps closed.
 func (ks *keyState) used() int {
 	n := 0
 	for _, e := range ks.leases {
@@ -235,22 +252,23 @@ func (ks *keyState) used() int {
 func (ks *keyState) grant(p place, now time.Time) entry {
 	ks.fence = max(nextFence(ks.fence, now), p.floor)
 	ks.limit = p.limit
-	e := entry{permits: p.permits, fence: ks.fence, expiry: now.Add(p.ttl), value: p.value}
+	e := entry{permits: p.permits, fence: ks.fence, expiry: now.Add(p.ttl), delay: p.delay, value: p.value}
 	ks.leases[p.holder] = e
 	return e
 }
 
-// retryAfter returns how long until leases holding at least need permits have expired.
+// retryAfter returns how long until leases holding at least need permits have expired and their
+// lock delays ended.
 func retryAfter(ks *keyState, now time.Time, need int) time.Duration {
 	exp := make([]entry, 0, len(ks.leases))
 	for _, e := range ks.leases {
 		exp = append(exp, e)
 	}
-	slices.SortFunc(exp, func(a, b entry) int { return a.expiry.Compare(b.expiry) })
+	slices.SortFunc(exp, func(a, b entry) int { return a.closedUntil().Compare(b.closedUntil()) })
 	for _, e := range exp {
 		need -= e.permits
 		if need <= 0 {
-			return e.expiry.Sub(now)
+			return e.closedUntil().Sub(now)
 		}
 	}
 	return 0 // the limit shrank below what is requested from an empty key; cannot happen with valid input
@@ -268,7 +286,7 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 		return core.ExtendResult{}, core.ErrLost
 	}
 	e, ok := ks.leases[req.Holder]
-	if !ok {
+	if !ok || !e.held(now) {
 		return core.ExtendResult{}, core.ErrLost
 	}
 	e.expiry = now.Add(req.TTL)
@@ -291,7 +309,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		return false, nil
 	}
 	e, ok := ks.leases[req.Holder]
-	if !ok || (req.Fence != 0 && req.Fence != e.fence) {
+	if !ok || !e.held(now) || (req.Fence != 0 && req.Fence != e.fence) {
 		return false, nil
 	}
 	delete(ks.leases, req.Holder)
@@ -317,11 +335,15 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		snap.Limit = held
 	}
 	for h, e := range ks.leases {
-		if now.Before(e.expiry) {
+		switch {
+		case e.held(now):
 			snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: h, Permits: e.permits, Fence: e.fence, TTL: e.expiry.Sub(now), Value: e.value})
+		case now.Before(e.closedUntil()):
+			snap.Delayed = append(snap.Delayed, core.DelayInfo{Holder: h, Permits: e.permits, Fence: e.fence, Left: e.closedUntil().Sub(now)})
 		}
 	}
 	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	slices.SortFunc(snap.Delayed, func(a, b core.DelayInfo) int { return cmp.Compare(a.Fence, b.Fence) })
 	for _, p := range ks.line {
 		if now.Before(p.deadline) {
 			snap.Waiters = append(snap.Waiters, core.WaiterInfo{Holder: p.holder, Permits: p.permits, Value: p.value})

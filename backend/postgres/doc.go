@@ -26,6 +26,16 @@
 // the clock, so the next grant's fence, at least the clock, is still above it; a fence raised
 // above the clock (core.FenceRaiser, by Redlock) keeps the row until the clock passes it.
 //
+// A lease granted with a lock delay (core.AcquireRequest.LockDelay, kept in its row) that
+// expires unreleased keeps its row until its expiry plus the delay, by the same clock: its
+// permits count as held for admission, the key's limit, the line's head and the refusals'
+// RetryAfter, in the same statements that admit, and Inspect lists it in Snapshot.Delayed; but
+// the lease is over (Extend, Release and its holder's own tries do not find it held: the holder
+// is refused, or waits in line, until the delay ends). A lease released in time leaves no delay.
+// A waiter held up by a delay is told when it ends (RetryAfter) and sends nothing until then. A
+// lease without a delay costs nothing more. Every Store on a key must be of this version or later
+// for its delays to hold: see "Tables, functions and privileges".
+//
 // A key has one limit at a time, that of its unexpired leases or, with none, of the live places
 // in its line: a request with another limit is refused at once with a *core.LimitMismatchError
 // by a statement that writes nothing (no place, no row, no NOTIFY). Once nothing holds the key,
@@ -81,7 +91,7 @@
 //     leases expired, its places ended and its watch lapsed (30 s after the last renewal), and
 //     once the clock passed its last fence.
 //   - leases: one row per lease, deleted by its release; one that expired, by the key's next
-//     operation or the sweep.
+//     operation or the sweep, once its lock delay, if it has one, has ended.
 //   - waiters: one row per place in a line, deleted when granted, left, or passed over by the
 //     line; one whose wait ended, whose Store's listening session ended, or, taken while its
 //     Store could not listen, whose holder has not asked for ten minutes, by the sweep.
@@ -103,7 +113,7 @@
 //
 // # Tables, functions and privileges
 //
-// New creates, idempotently, six tables and fourteen functions named with the prefix (default
+// New creates, idempotently, six tables and fifteen functions named with the prefix (default
 // "leasehold_", WithTablePrefix) in the schema (default "public", WithSchema). The tables are
 // keys, leases, waiters, left, fences and schema (the functions' version and the last sweep's
 // time); SchemaSQL returns the SQL. New upgrades the tables and functions of an earlier version
@@ -111,7 +121,11 @@
 // transaction-scoped advisory lock (pg_advisory_xact_lock, on a key hashed from the schema and
 // prefix) so that Stores starting together take turns. In a rolling deploy the
 // functions in place are those of the Store that started last, and every Store calls them; a
-// Store sweeps only while they are its own. Creating them needs CREATE on the schema; afterwards the
+// Store sweeps only while they are its own. A Store of the version before the lock delay keeps
+// working on this version's functions: its acquire (by the signature it knows) grants leases
+// without a delay and heeds the delays of others'. Once such a Store starts again and puts its
+// own functions back, delays go unheeded — its functions purge a delayed lease as expired —
+// until a Store of this version starts. Creating them needs CREATE on the schema; afterwards the
 // Store needs SELECT, INSERT, UPDATE and DELETE on the tables, EXECUTE on the functions
 // (PostgreSQL grants it to PUBLIC by default) and the right to connect for LISTEN. A role that
 // may not create runs with WithoutSetup, after an administrator ran SchemaSQL's output. Keys,

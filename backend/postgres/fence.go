@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
@@ -11,10 +10,9 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// ErrStaleFence means a fenced write was refused: a higher fence was accepted for the resource
-// before, so the lease that gave this one was lost (it expired and someone else was granted the
-// key). An error wrapping it also wraps core.ErrLost.
-var ErrStaleFence = errors.New("stale fence")
+// ErrStaleFence is core.ErrStaleFence: a fenced write was refused, a higher fence having been
+// accepted for the resource before. errors.Is matches either name.
+var ErrStaleFence = core.ErrStaleFence
 
 // AcceptFence makes a write to resource inside the caller's transaction tx conditional on fence,
 // the fencing token of the caller's lease (core.Lease.Fence): it refuses a fence lower than the

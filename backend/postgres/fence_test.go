@@ -62,6 +62,9 @@ func TestAcceptFenceRefusesStaleWritesWithTheirTransaction(t *testing.T) {
 		if step.stale && !errors.Is(err, core.ErrLost) {
 			t.Errorf("a stale fence's error %v does not wrap core.ErrLost", err)
 		}
+		if step.stale && !errors.Is(err, core.ErrStaleFence) {
+			t.Errorf("a stale fence's error %v does not wrap core.ErrStaleFence, the one sentinel of every store", err)
+		}
 	}
 	if got, want := writes(t, pool, res), []int64{5, 5, 9, 10}; !slices.Equal(got, want) {
 		t.Errorf("committed writes %v, want %v: a stale write landed or a fresh one was lost", got, want)

@@ -51,7 +51,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 		}
 	}
 	args := []any{[]byte(req.Key), []byte(req.Holder), req.Permits, req.Limit, us(req.TTL), us(req.Wait),
-		[]byte(req.Value), int64(floor), int64(raise), nil, nil, nil, nil}
+		[]byte(req.Value), int64(floor), int64(raise), nil, nil, nil, nil, us(req.LockDelay)}
 	var t try
 	if req.Wait > 0 {
 		t = s.l.beforeTry(req, plain)
@@ -170,6 +170,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 			if len(snap.Leases) == 0 && len(snap.Waiters) == 0 {
 				snap.Limit = int(limit)
 			}
+		case 3:
+			snap.Delayed = append(snap.Delayed, core.DelayInfo{Holder: string(holder), Permits: int(permits),
+				Fence: uint64(fence), Left: time.Duration(ttl) * time.Microsecond})
 		}
 		return nil
 	})

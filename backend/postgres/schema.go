@@ -65,7 +65,7 @@ func namesFrom(src, schema, prefix string) names {
 	n.version = hex.EncodeToString(sum[:])
 	n.acquire = "SELECT granted, fence, retry, err FROM " + q("acquire") +
 		"($1::bytea, $2::bytea, $3::integer, $4::integer, $5::bigint, $6::bigint, $7::bytea, $8::bigint, $9::bigint, " +
-		"$10::bigint, $11::text, $12::integer, $13::timestamptz)"
+		"$10::bigint, $11::text, $12::integer, $13::timestamptz, $14::bigint)"
 	n.extend = "SELECT ok, permits, fence, lim, value FROM " + q("extend") + "($1::bytea, $2::bytea, $3::bigint)"
 	n.release = "SELECT " + q("release") + "($1::bytea, $2::bytea, $3::bigint)"
 	n.leave = "SELECT " + q("leave") + "($1::bytea, $2::bytea, $3::bigint)"

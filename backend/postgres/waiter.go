@@ -203,7 +203,8 @@ func (l *listener) takeGrant(req core.AcquireRequest) (fence uint64, left time.D
 	w := ws[0]
 	sent := w.sent.req
 	if w.closed || w.grant <= w.floor || w.sent.at.IsZero() || sent.Key != req.Key || sent.Holder != req.Holder ||
-		sent.Permits != req.Permits || sent.Limit != req.Limit || sent.TTL != req.TTL || sent.Value != req.Value {
+		sent.Permits != req.Permits || sent.Limit != req.Limit || sent.TTL != req.TTL || sent.Value != req.Value ||
+		sent.LockDelay != req.LockDelay {
 		return 0, 0, false
 	}
 	waited := time.Since(w.sent.at)

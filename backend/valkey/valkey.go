@@ -59,6 +59,7 @@ import (
 // through valkey-go. Make one with New; its methods are safe for concurrent use.
 type Store struct {
 	rs *rediscore.Store
+	c  vk.Client
 }
 
 var (
@@ -95,7 +96,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{rs: rs}, nil
+	return &Store{rs: rs, c: client}, nil
 }
 
 // Acquire implements core.Store.Acquire in one script call. A request refused with req.Wait > 0

@@ -23,9 +23,11 @@ With a command, it campaigns: it waits until it leads (-wait D: at most D; -n: o
 runs the command while it leads, exactly as leasehold run runs its command under a lease: the
 leadership is a lease on KEY that carries VALUE (at most 1024 bytes) and whose fence is the
 term, refreshed while the command runs; the command sees LEASEHOLD_FENCE (the term) and
-LEASEHOLD_HOLDER. When the command exits, leasehold resigns and the next in line leads. If
-the leadership is lost, the command gets SIGTERM, then SIGKILL after -grace, and elect exits
-%[2]d.
+LEASEHOLD_HOLDER. When the command exits, leasehold resigns and the next in line leads. The
+command is gone before the leadership can pass: if it is not renewed in time, the command gets
+SIGTERM at its deadline less the stop margin (TTL/10) less -grace, and SIGKILL at the deadline
+less the stop margin, and elect exits %[2]d. -grace is at most 2/5 of -ttl. -lock-delay keeps
+KEY closed that much longer after an expiry, by the store's clock, before the next leader.
 
 %[1]s
 
@@ -113,7 +115,7 @@ func checkObserve(fs *flag.FlagSet, positional []string, dashes bool) string {
 	var campaignFlag string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "ttl", "wait", "n", "nowait", "grace":
+		case "ttl", "wait", "n", "nowait", "grace", "lock-delay":
 			campaignFlag = f.Name
 		}
 	})

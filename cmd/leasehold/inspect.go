@@ -84,6 +84,7 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	printHeader(stdout, key, snap, limit)
 	printLeases(stdout, snap.Leases)
+	printDelayed(stdout, snap.Delayed, time.Now())
 	if len(r.urls) > 1 {
 		fmt.Fprintln(stdout, "no line of waiters over Redlock (several -redis servers)")
 		return exitOK
@@ -96,9 +97,12 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 // permits of the key's limit while someone holds or waits for it (noting a -limit that differs,
 // which a request would be refused for), else of -limit, else that nobody holds it.
 func printHeader(w io.Writer, key string, snap core.Snapshot, limit int) {
-	inUse := snap.InUse()
-	held := len(snap.Leases) > 0 || len(snap.Waiters) > 0
-	fmt.Fprintf(w, "%s: %d holder(s), %d permit(s) in use", plainOrQuoted(key), len(snap.Leases), inUse)
+	inUse := snap.InUse() + snap.Closed() // a lock delay's permits are not free either
+	held := len(snap.Leases) > 0 || len(snap.Waiters) > 0 || len(snap.Delayed) > 0
+	fmt.Fprintf(w, "%s: %d holder(s), %d permit(s) in use", plainOrQuoted(key), len(snap.Leases), snap.InUse())
+	if c := snap.Closed(); c > 0 {
+		fmt.Fprintf(w, ", %d closed by a lock delay", c)
+	}
 	switch {
 	case held && snap.Limit > 0 && limit > 0 && limit != snap.Limit:
 		fmt.Fprintf(w, ", %d free of %d (limit %d; -limit %d is refused)\n", max(snap.Limit-inUse, 0), snap.Limit, snap.Limit, limit)
@@ -126,6 +130,22 @@ func printLeases(w io.Writer, leases []core.LeaseInfo) {
 	for i, l := range leases {
 		rows = append(rows, []string{plainOrQuoted(l.Holder), fmt.Sprint(l.Permits), fmt.Sprint(l.Fence), fmt.Sprint(l.TTL.Round(time.Millisecond))})
 		values[i] = l.Value
+	}
+	printTable(w, rows, values)
+}
+
+// printDelayed prints the leases that expired unreleased and whose lock delay keeps their permits
+// closed, each with when (by this machine's clock, from the store's time left) it opens.
+func printDelayed(w io.Writer, delayed []core.DelayInfo, now time.Time) {
+	if len(delayed) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "closed by a lock delay (leases that expired unreleased):\n")
+	rows := [][]string{{"holder", "permits", "fence", "opens in", "opens at"}}
+	values := make([]string, len(delayed))
+	for i, d := range delayed {
+		rows = append(rows, []string{plainOrQuoted(d.Holder), fmt.Sprint(d.Permits), fmt.Sprint(d.Fence), fmt.Sprint(d.Left.Round(time.Millisecond))})
+		values[i] = now.Add(d.Left).UTC().Format("15:04:05.000Z")
 	}
 	printTable(w, rows, values)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -92,5 +93,21 @@ func TestInspectQuotesAnOddKey(t *testing.T) {
 	out := inspectUntil(t, key, "1 holder(s)")
 	if first, _, _ := strings.Cut(out, "\n"); !strings.HasPrefix(first, `"a\nb: 9 holder(s)": 1 holder(s)`) {
 		t.Errorf("inspect's header does not quote the key: %q", first)
+	}
+}
+
+// TestInspectShowsAKeyClosedByALockDelay: a lease in its lock delay counts as closed, not free,
+// and is listed with when it opens.
+func TestInspectShowsAKeyClosedByALockDelay(t *testing.T) {
+	snap := core.Snapshot{Limit: 3, Leases: []core.LeaseInfo{{Holder: "b", Permits: 1, Fence: 9, TTL: time.Minute}},
+		Delayed: []core.DelayInfo{{Holder: "a", Permits: 2, Fence: 7, Left: 1500 * time.Millisecond}}}
+	var out strings.Builder
+	printHeader(&out, "gpu", snap, 0)
+	printDelayed(&out, snap.Delayed, time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	want := "gpu: 1 holder(s), 1 permit(s) in use, 2 closed by a lock delay, 0 free of 3\n" +
+		"closed by a lock delay (leases that expired unreleased):\n"
+	if got := out.String(); !strings.HasPrefix(got, want) || !strings.Contains(got, "12:00:01.500Z") ||
+		!strings.Contains(strings.Join(strings.Fields(got), " "), "a 2 7 1.5s") {
+		t.Errorf("inspect of a key with a lock delay:\n%s\nwant it to begin\n%s and list a's 2 permits, fence 7, opening in 1.5s at 12:00:01.500Z", got, want)
 	}
 }

@@ -30,7 +30,8 @@ const storeFailure = `the store could not be used, and the line on stderr says w
                     authentication failed, TLS failed, not a Redis (or PostgreSQL) server, no
                     such database; over Redlock, fewer than a quorum answered; or another error`
 
-// waitFlag is the -wait flag: unset, Acquire waits until the lease is free.
+// waitFlag is a duration flag that knows whether it was given: -wait (unset, Acquire waits until
+// the lease is free) and -grace (unset, a fifth of the TTL).
 type waitFlag struct {
 	d   time.Duration
 	set bool
@@ -63,22 +64,58 @@ type runConfig struct {
 	ttl     time.Duration
 	wait    waitFlag
 	nowait  bool
-	grace   time.Duration
+	grace   waitFlag // the command's time between SIGTERM and SIGKILL: see stopTimes
 	value   string   // kept with the lease: -value, elect's VALUE, or defaultValue
 	command []string // what to run, after "--"
+
+	lockDelay time.Duration // -lock-delay: primitives.WithLockDelay
+	refreshed chan struct{} // told, without blocking, when a refresh has moved the deadline
+	// abandoned receives, without blocking, the release of a grant the store may have made for
+	// an acquire that failed (its reply lost as a signal ended the wait, or the connection broke).
+	abandoned chan core.ReleaseRequest
 }
 
 // oneTry reports whether the lease is to be tried once, not waited for.
 func (c *runConfig) oneTry() bool { return c.nowait || (c.wait.set && c.wait.d == 0) }
 
 // registerTiming adds the flags run and elect share besides the Redis ones: -ttl, -wait, -n,
-// -nowait and -grace.
+// -nowait, -grace and -lock-delay.
 func (c *runConfig) registerTiming(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lease TTL; the lease is refreshed every TTL/3 while the command runs")
 	fs.Var(&c.wait, "wait", "wait at most this `duration` for the lease (default: until it is free; 0 is -n)")
 	fs.BoolVar(&c.nowait, "n", false, "try once: exit at once if the key is busy")
 	fs.BoolVar(&c.nowait, "nowait", false, "the same as -n")
-	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after the lease is lost, how long the command has after SIGTERM before SIGKILL")
+	fs.Var(&c.grace, "grace", "the `duration` the command has between SIGTERM and SIGKILL when the lease is not renewed in time:\n"+
+		"SIGKILL comes at the lease's stop margin (TTL/10) before its deadline, SIGTERM -grace before that;\n"+
+		"at most 2/5 of -ttl (default: TTL/5, 2s at the default -ttl)")
+	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "if the lease expires unreleased (leasehold stalled or died), the store keeps KEY closed this much longer\n"+
+		"(Consul's lock-delay): time for a stalled machine to stop the command before the next holder starts")
+}
+
+// stopMargin is how long before its deadline a lease that was not renewed is reported lost, and
+// the command gets SIGKILL: primitives' default, a tenth of the TTL, given explicitly.
+func (c *runConfig) stopMargin() time.Duration { return c.ttl / 10 }
+
+// maxGrace is the longest -grace the TTL allows: SIGTERM then comes at most TTL/2 before the
+// lease's deadline, so a refresh sent on time (every TTL/3) has TTL/6 to be answered, or retried,
+// before the command is told to stop.
+func (c *runConfig) maxGrace() time.Duration { return c.ttl/2 - c.stopMargin() }
+
+// graceOrDefault is -grace, or a fifth of the TTL if it was not given.
+func (c *runConfig) graceOrDefault() time.Duration {
+	if c.grace.set {
+		return c.grace.d
+	}
+	return c.ttl / 5
+}
+
+// stopTimes returns when the command is stopped if the lease is not renewed past deadline (its
+// Deadline): SIGKILL at kill, the stop margin before the deadline, when the lease is reported
+// lost, so that the command's group is dead before the store can grant the key to anyone else;
+// SIGTERM at term, -grace before that.
+func (c *runConfig) stopTimes(deadline time.Time) (term, kill time.Time) {
+	kill = deadline.Add(-c.stopMargin())
+	return kill.Add(-c.graceOrDefault()), kill
 }
 
 // checkTiming returns an error naming the first bad flag of those registerTiming adds.
@@ -86,10 +123,19 @@ func (c *runConfig) checkTiming() error {
 	switch {
 	case c.ttl < primitives.MinTTL:
 		return fmt.Errorf("-ttl %v: must be at least %v", c.ttl, primitives.MinTTL)
-	case c.wait.d < 0 || c.grace < 0:
+	case c.wait.d < 0 || c.grace.d < 0:
 		return errors.New("-wait and -grace must not be negative")
 	case c.nowait && c.wait.set:
 		return errors.New("-n and -wait: give one")
+	case c.grace.d > c.maxGrace():
+		fix := "lower -grace (no -ttl allows it)" // 5/2 of it is beyond the longest TTL, and may overflow
+		if c.grace.d <= primitives.MaxDuration/5*2 {
+			fix = fmt.Sprintf("lower -grace, or raise -ttl to at least %v", c.grace.d*5/2)
+		}
+		return fmt.Errorf("-grace %v: at most %v (2/5 of -ttl %v): the command gets SIGTERM -grace before the lease's stop margin (TTL/10), "+
+			"which must leave a refresh time to be retried; %s", c.grace.d, c.maxGrace(), c.ttl, fix)
+	case c.lockDelay < 0 || c.lockDelay > primitives.MaxDuration:
+		return fmt.Errorf("-lock-delay %v: must be in [0, %v]", c.lockDelay, primitives.MaxDuration)
 	}
 	return nil
 }
@@ -102,7 +148,27 @@ func (c *runConfig) acquire(ctx context.Context, store core.Store) (core.Lease, 
 	if c.wait.set {
 		timeout = max(c.wait.d, time.Millisecond)
 	}
-	opts := []primitives.Option{primitives.WithTTL(c.ttl), primitives.WithAcquireTimeout(timeout)}
+	opts := []primitives.Option{primitives.WithTTL(c.ttl), primitives.WithAcquireTimeout(timeout), primitives.WithStopMargin(c.stopMargin())}
+	if c.lockDelay > 0 {
+		opts = append(opts, primitives.WithLockDelay(c.lockDelay))
+	}
+	if c.refreshed != nil {
+		refreshed, abandoned := c.refreshed, c.abandoned
+		opts = append(opts, primitives.WithEvents(func(e primitives.Event) {
+			switch {
+			case e.Kind == primitives.EventRefreshed:
+				select {
+				case refreshed <- struct{}{}:
+				default:
+				}
+			case e.Kind == primitives.EventAcquireFailed && !errors.Is(e.Err, core.ErrLimitMismatch) && !errors.Is(e.Err, core.ErrInvalid):
+				select {
+				case abandoned <- core.ReleaseRequest{Key: e.Key, Holder: e.Holder}: // the holder id is this acquire's own: any fence is its grant
+				default:
+				}
+			}
+		}))
+	}
 	if c.elect {
 		if c.oneTry() {
 			opts = append(opts, primitives.WithAttempts(1))
@@ -166,14 +232,22 @@ first, waiting until it is free (-wait D: at most D; -n: one try), refreshed whi
 command runs, and released when it exits. The command sees LEASEHOLD_FENCE and LEASEHOLD_HOLDER.
 The lease carries a value that leasehold inspect shows: by default this host, leasehold's pid
 and the command (-value sets another). Signals (INT, TERM, HUP, QUIT, USR1, USR2) are passed to
-the command. If the lease is lost, the command gets SIGTERM, then SIGKILL after -grace.
+the command.
+
+The command is gone before the lease can pass to anyone else. If the lease is not renewed in
+time (the store unreachable, say), the command gets SIGTERM at its deadline less the stop margin
+(TTL/10) less -grace, and SIGKILL at the deadline less the stop margin, before the store lets the
+lease expire; a lease lost sooner (taken from the store) stops it at once the same way: SIGTERM,
+SIGKILL after -grace. -grace is at most 2/5 of -ttl (longer is refused: raise -ttl). -lock-delay
+keeps the key closed that much longer after an expiry, by the store's clock, for a machine that
+stalls whole (a VM paused) to stop the command first.
 
 %s
 
 Exit status:
   the command's     128+N if signal N ended it
   %-3d               the key was busy: -n, or -wait ran out
-  %-3d               the lease was lost; the command was stopped
+  %-3d               the lease was lost, or not renewed in time; the command was stopped
   %-3d               the key is held under another -limit: use the key's, or wait until
                     nobody holds it; nothing acquired, the command not started
   %-3d               interrupted (INT, TERM, HUP, ...) before the command started
@@ -243,9 +317,22 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		return exitFail
 	}
 	defer closeStore()
+	cfg.refreshed, cfg.abandoned = make(chan struct{}, 1), make(chan core.ReleaseRequest, 1)
 	lease, err := cfg.acquire(wctx, store)
 	interruptedWaiting := wctx.Err() != nil // before stopWaiting, which cancels wctx
 	stopWaiting()
+	if err != nil {
+		// The store may have granted the lease although the reply was lost. The library releases
+		// such a grant in the background, which this process's exit would cut short, leaving the
+		// key held until its TTL: release it here, bounded in time, before exiting.
+		select {
+		case req := <-cfg.abandoned:
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, 5*time.Second))
+			store.Release(rctx, req)
+			cancel()
+		default:
+		}
+	}
 	switch {
 	case err != nil && interruptedWaiting:
 		return interrupted()
@@ -286,35 +373,71 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		return exitLost
 	}
 	env := append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
-	c, err := startChild(cfg.command, env, stdio{in: os.Stdin, out: stdout, err: stderr})
+	deadline := lease.Deadline()
+	term, kill := cfg.stopTimes(deadline)
+	c, err := startChild(cfg.command, env, stdio{in: os.Stdin, out: stdout, err: stderr}, stopAt{term, kill, deadline})
 	if err != nil {
 		release()
 		say("%v", err)
 		return exitCannotStart
 	}
-	var kill <-chan time.Time
+	grace := cfg.graceOrDefault()
+	stopping := false // the command has been told to stop: run exits exitLost
 	lost := lease.Done()
 	for {
 		select {
 		case s := <-sigs:
 			c.signal(s.(syscall.Signal))
+		case <-cfg.refreshed:
+			if d := lease.Deadline(); !stopping && d.After(deadline) {
+				deadline = d
+				term, kill = cfg.stopTimes(deadline)
+				c.schedule(stopAt{term, kill, deadline})
+			}
 		case <-lost:
 			lost = nil
-			say("%v; stopping the command: SIGTERM, SIGKILL after -grace %v", lease.Err(), cfg.grace)
-			c.signal(syscall.SIGTERM)
-			kill = time.After(cfg.grace)
-		case <-kill:
-			say("the command outlived -grace %v; SIGKILL", cfg.grace)
-			c.kill()
+			if !stopping {
+				// Lost before the command was told to stop (the store no longer holds it, say):
+				// SIGTERM now, SIGKILL after -grace, and no later than planned.
+				stopping = true
+				now := time.Now()
+				if k := now.Add(grace); k.Before(kill) {
+					kill = k
+				}
+				if left := kill.Sub(now); left > 0 {
+					say("%v; stopping the command: SIGTERM, SIGKILL after %v", lease.Err(), left.Round(time.Millisecond))
+				} else {
+					say("%v; stopping the command: SIGKILL", lease.Err())
+				}
+				c.schedule(stopAt{now, kill, deadline})
+			}
+		case s := <-c.stops():
+			switch s {
+			case syscall.SIGTERM:
+				if !stopping {
+					stopping = true
+					say("the lease on %q was not renewed in time; stopping the command: SIGTERM, SIGKILL after -grace %v, %v before its deadline",
+						cfg.key, grace, cfg.stopMargin())
+				}
+			case syscall.SIGKILL:
+				stopping = true
+				say("the command outlived -grace %v; SIGKILL", grace)
+			}
 		case <-c.done():
 			err := c.wait()
 			release()
-			if lost == nil {
+			if stopping || lost == nil {
 				return exitLost
 			}
 			return exitStatus(err)
 		}
 	}
+}
+
+// stopAt is when the command is stopped unless the lease is renewed first: SIGTERM at term,
+// SIGKILL at kill, both before the lease's deadline (see runConfig.stopTimes).
+type stopAt struct {
+	term, kill, deadline time.Time
 }
 
 // stdio is where a started command reads and writes.

@@ -10,6 +10,9 @@
 //     whatever happened in between (a server restarted empty, say).
 //   - the Resource's own record: it accepts a write only with a fence no lower than the highest it
 //     has seen, so a stale holder's write is refused.
+//   - WritesInFenceOrder: the writes to a fenced resource (a store's own, such as Redis's
+//     Store.Fenced, recorded with AddWrite) were accepted in fence order, so no stale write landed;
+//     Overlap measures how long the work of two holders (their Tenures) ran at once.
 //
 // Wrap a store with Record, run a workload (with faults), then check. A Recorder is safe for
 // concurrent use.
@@ -61,8 +64,10 @@ type Op struct {
 
 // Recorder keeps Ops.
 type Recorder struct {
-	mu  sync.Mutex
-	ops []Op
+	mu      sync.Mutex
+	ops     []Op
+	writes  []Write
+	tenures []Tenure
 }
 
 // Add records op.

@@ -35,7 +35,7 @@ type argList struct {
 }
 
 // maxArgs is the most values an argList holds.
-const maxArgs = 10
+const maxArgs = 11
 
 // newArgs returns an argList of vs.
 func newArgs(vs ...any) (a argList) {
@@ -47,14 +47,17 @@ func newArgs(vs ...any) (a argList) {
 func (a *argList) values() []any { return a.v[:a.n] }
 
 // acquireArgs returns the ARGV of the acquire script (see acquire.lua), with its durations boxed
-// by d: holder and TTL, then wait, try id, listens, permits, limit, value and the two fence
-// floors, but only up to the last that is not its default. Each value the server reads costs it
-// about as much as a hash write, so an uncontended try of a lock sends two, four when it would
-// wait.
+// by d: holder and TTL, then wait, try id, listens, permits, limit, value, the two fence floors
+// and the lock delay, but only up to the last that is not its default. Each value the server
+// reads costs it about as much as a hash write, so an uncontended try of a lock sends two, four
+// when it would wait; a request with a lock delay sends all eleven, so that one without pays
+// nothing for it.
 func acquireArgs(c acquireCall, d *durations) argList {
 	req := c.req
 	a := newArgs(req.Holder, d.box(req.TTL, true))
 	switch {
+	case req.LockDelay != 0:
+		a.n = 11
 	case c.fences.grant != 0:
 		a.n = 10
 	case c.fences.held != 0:
@@ -79,7 +82,7 @@ func acquireArgs(c acquireCall, d *durations) argList {
 		listens = one
 	}
 	copy(a.v[2:], []any{d.box(req.Wait, false), orEmpty(c.try), listens, req.Permits, req.Limit, req.Value,
-		decimal(c.fences.held), decimal(c.fences.grant)})
+		decimal(c.fences.held), decimal(c.fences.grant), d.box(req.LockDelay, true)})
 	return a
 }
 

@@ -9,8 +9,9 @@ import (
 )
 
 // TestAcquireArgsEndAtTheLastValueSent: an acquire's ARGV is holder and TTL, then wait, try id,
-// listens, permits, limit, value, held floor and grant floor up to the last that is not its
-// default, each at its place, the defaults before it included.
+// listens, permits, limit, value, held floor, grant floor and lock delay up to the last that is
+// not its default, each at its place, the defaults before it included: a lock delay, last, is
+// sent only when there is one.
 func TestAcquireArgsEndAtTheLastValueSent(t *testing.T) {
 	var d durations
 	lock := core.AcquireRequest{Holder: "h", Permits: 1, Limit: 1, TTL: time.Second}
@@ -34,6 +35,9 @@ func TestAcquireArgsEndAtTheLastValueSent(t *testing.T) {
 		{acquireCall{req: lock, fences: fences{grant: 8}}, "[h 1000 0  0 1 1  0 8]"},
 		{acquireCall{req: with(func(r *core.AcquireRequest) { r.Wait, r.Value, r.Permits, r.Limit = time.Minute, "v", 2, 5 }),
 			try: "s:2", listens: true, fences: fences{grant: 8, held: 9}}, "[h 1000 60000 s:2 1 2 5 v 9 8]"},
+		{acquireCall{req: with(func(r *core.AcquireRequest) { r.LockDelay = 5 * time.Second })}, "[h 1000 0  0 1 1  0 0 5000]"},
+		{acquireCall{req: with(func(r *core.AcquireRequest) { r.LockDelay = time.Microsecond; r.Wait = time.Minute }),
+			try: "s:3"}, "[h 1000 60000 s:3 0 1 1  0 0 1]"},
 	} {
 		a := acquireArgs(tc.c, &d)
 		if got := fmt.Sprint(a.values()); got != tc.want {

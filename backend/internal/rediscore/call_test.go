@@ -132,7 +132,7 @@ func (r *recorder) Run(_ context.Context, s Script, c Call) (any, error) {
 	case releaseScript:
 		return int64(1), nil
 	default:
-		return []any{int64(1), int64(0)}, nil
+		return []any{int64(1), int64(0), int64(0)}, nil
 	}
 }
 

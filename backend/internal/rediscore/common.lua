@@ -2,8 +2,12 @@
 --   KEYS[1] lease:   hash, all a call needs when nobody waits, read whole by one HGETALL. A lease is
 --                    the entry ':' .. holder -> "<permits> <fence> <expiry in server ms>", then " q"
 --                    for a lease the line granted that its waiter has not taken yet (an Acquire by
---                    the holder takes it), then "\n" and the lease's value when it has one. A lease
---                    whose expiry has passed is no lease; the next call that writes deletes it.
+--                    the holder takes it), then "+<lock delay in ms>" for a lease granted with a
+--                    lock delay, then "\n" and the lease's value when it has one. A lease whose
+--                    expiry has passed is no lease; the next call that writes deletes it, unless
+--                    it has a lock delay that has not ended (expiry + delay > now): until then
+--                    the entry stays, delayed, and its permits stay closed to every request (its
+--                    holder's too), to the key's limit and to the line's head (see delays).
 --                    The key's counters are entries of their own, none starting with ':' (an
 --                    absent one is 0): fence (the last fence granted), limit (of the latest
 --                    grant), seq (the last place given in the line), watch (until when, in server
@@ -36,7 +40,8 @@
 --                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
 --                    not (0: a Cluster, where PUBLISH counts only the node's own subscribers); for
 --                    a request with a value, listens is 2 or 3 (0 or 1, plus 2) and "<value length>
---                    <value>" comes before the channel (which holds the user key: any bytes)
+--                    <value>" comes before the channel (which holds the user key: any bytes); for a
+--                    request with a lock delay, listens has 4 added and "<delay ms> " comes first
 --   KEYS[4] left:    sorted set, try id -> server ms until which a try of that id, whose caller
 --                    gave up on it before its reply came, takes no place in the line: a leave
 --                    that overtook its try on another connection
@@ -75,9 +80,12 @@ local clock, now_ms, now_us
 local read
 
 -- leases are the unexpired leases as load found them and the call changed them, by entry (':'
--- .. holder): {n = permits, fence, exp = expiry ms, q = untaken grant from the line, value}, and
--- nt and ft, the text of n and fence when the call has it; used is the permits they hold.
-local leases, used
+-- .. holder): {n = permits, fence, exp = expiry ms, q = untaken grant from the line, d = lock
+-- delay ms (0: none), value}, and nt and ft, the text of n and fence when the call has it; delays
+-- are the expired leases whose lock delay has not ended (exp + d > now), alike, by entry: no
+-- lease any more (no Extend, Release or re-grant takes one), but their permits stay closed until
+-- exp + d; used is the permits both hold.
+local leases, delays, used
 -- meta is the counters by name (see the header), as numbers.
 local meta
 -- writes are the entries the next flush writes or deletes, nil when none: a lease's entry -> the
@@ -94,7 +102,7 @@ local function begin(keys, args)
   KEYS, ARGV = keys, args
   state, queue, waiting, left = keys[1], keys[2], keys[3], keys[4]
   clock, now_ms, now_us = redis.call('TIME'), nil, nil
-  leases, used, meta, read = nil, 0, nil, nil
+  leases, delays, used, meta, read = nil, nil, 0, nil, nil
   writes, expire, tell = nil, false, false
 end
 
@@ -128,19 +136,23 @@ local function counter(v)
   return x
 end
 
--- load decodes the lease hash, all (as HGETALL returns it): leases, used and meta; an expired
--- lease is marked for deletion.
+-- load decodes the lease hash, all (as HGETALL returns it): leases, delays, used and meta; an
+-- expired lease whose lock delay has ended (or that had none) is marked for deletion.
 local function load(all)
-  leases, used, read = {}, 0, all
+  leases, delays, used, read = {}, {}, 0, all
   meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0, keep = 0}
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
     if string.byte(f) == 58 then -- ':'
-      local n, fence, exp, q, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)\n?(.*)$')
+      local n, fence, exp, q, d, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
       if not n then foreign(f) end
       exp = tonumber(exp)
+      if d == '' then d = 0 else d = tonumber(d) end
       if exp > now_ms then
-        leases[f] = {n = tonumber(n), fence = tonumber(fence), exp = exp, q = q == ' q', value = value}
+        leases[f] = {n = tonumber(n), fence = tonumber(fence), exp = exp, q = q == ' q', d = d, value = value}
+        used = used + tonumber(n)
+      elseif exp + d > now_ms then
+        delays[f] = {n = tonumber(n), fence = tonumber(fence), exp = exp, d = d}
         used = used + tonumber(n)
       else
         writes = writes or {}
@@ -212,9 +224,11 @@ local function fenced(life, fence)
 end
 
 -- kept is how long a hash that must live life ms more is kept: as long again (a second at
--- least), so that a hash kept alive by one lease's extends gets a new expiry at most once per
--- life ms, yet goes at most that long after what it records.
-local function kept(life) return life + math.max(life, 1000) end
+-- least, a year at most), so that a hash kept alive by one lease's extends gets a new expiry at
+-- most once per life ms (or year), yet goes at most that long after what it records. The year
+-- bounds the expiry of a lease of core.MaxDuration with a lock delay as long (a life of 200
+-- years) within what a server that keeps expiries as Go durations (miniredis: 292 years) holds.
+local function kept(life) return life + math.min(math.max(life, 1000), 31536000000) end
 
 -- keep makes the lease hash live at least life ms more: when it would not last (see lasts), it
 -- is kept (see kept).
@@ -225,13 +239,15 @@ local function keep(life)
   end
 end
 
--- sooner orders leases by expiry.
-local function sooner(a, b) return a.exp < b.exp end
+-- sooner orders leases (and delayed ones) by when, by expiry alone, their permits are free:
+-- their expiry plus their lock delay.
+local function sooner(a, b) return a.exp + a.d < b.exp + b.d end
 
 -- encode returns the lease hash's entry of lease l.
 local function encode(l)
   local s = (l.nt or int(l.n)) .. ' ' .. (l.ft or int(l.fence)) .. ' ' .. int(l.exp)
   if l.q then s = s .. ' q' end
+  if l.d > 0 then s = s .. '+' .. int(l.d) end
   if l.value ~= '' then s = s .. '\n' .. l.value end
   return s
 end

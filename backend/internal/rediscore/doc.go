@@ -10,7 +10,8 @@
 // all an operation needs when nobody waits, so that it reads it whole with one HGETALL and writes
 // back what it changed with one HSET (and one HDEL): each lease as the entry ':' + holder →
 // "permits fence expiry" (the expiry in server milliseconds), with " q" after a grant from the
-// line not taken yet, then a newline and the lease's value when it has one; and the key's
+// line not taken yet, "+" and its lock delay in ms when it has one, then a newline and the
+// lease's value when it has one; and the key's
 // counters as entries of their own: fence (the last fence granted), limit (of the latest grant),
 // seq (the line's place counter), and until when, in server milliseconds, some Store watches the
 // key (watch), the line's keys live (line), the left tries live (left) and the hash itself lives
@@ -46,12 +47,14 @@
 //
 // Keys still in use are bounded too. The lease hash outlives every lease, place, left try and
 // watch it records by as long again as the longest of them needed when it last set its keep (a
-// second at least): a holder that died leaves its hash for at most its TTL (or a second) past
-// the lease's expiry, and a lease kept alive by refreshes sets a new keep (one more HSET field
-// and a PEXPIRE) about once per TTL, one refresh in four at the default interval (TTL/3). The
-// line's keys live a minute past the expiry of the last lease in the way of the latest try (or
-// twice that), never past twice the longest wait: a live waiter tries again when those leases
-// expire, or at its retry interval, and each try renews them; so the places of waiters that
+// second at least): a holder that died leaves its hash for at most its TTL and lock delay (or a
+// second) past the end of the delay (a lease that expired unreleased keeps its entry, and its
+// permits closed, until then), and a lease kept alive by refreshes sets a new keep (one more
+// HSET field and a PEXPIRE) about once per TTL, one refresh in four at the default interval
+// (TTL/3). The line's keys live a minute past the expiry (and lock delay) of the last lease in
+// the way of the latest try (or twice that), never past twice the longest wait: a live waiter
+// tries again when those leases expire (and their delays end), or at its retry interval, and
+// each try renews them; so the places of waiters that
 // died, behind a holder that died, go a few minutes on, not at the end of their Wait (which may
 // be a century). A waiter that stalls for more than that minute loses its place, and takes the
 // last one when it tries again. A left try id lives tryHold (a minute). A hash left with no

@@ -121,7 +121,8 @@ func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
 	// Every tail after the expiry: what ( ?q?) and \n? take, and what is left for the value.
 	for i, tail := range []string{"", "\n", " ", " q", " q\n", "q", "qq", " qq", " qq\nv", " q q", "  q", "\r\nv", "\n\n",
 		"\n q", " q\n\x00", "\x00", "\nq", " \n q", "x\ny", " q\n q\n", "\n" + strings.Repeat("v\n q", 256),
-		" q" + strings.Repeat("\x00\n", 300), "é\n", " Q", "\tq", "0", " 0", "\n0"} {
+		" q" + strings.Repeat("\x00\n", 300), "é\n", " Q", "\tq", "0", " 0", "\n0",
+		"+60000", " q+60000\nv", "+0", "+007", " q+", "+12345678901234567890", "++5", "+5+5", " 5"} {
 		states[fmt.Sprintf("self, tail %02d %q", i, tail[:min(len(tail), 12)])] = self("1 7 "+live+tail, nil)
 		states[fmt.Sprintf("self and other, tail %02d", i)] = self("1 7 "+live, map[string]string{":o": "1 6 " + live + tail})
 	}
@@ -322,7 +323,8 @@ func TestExtendFastPathMatchesOnWiderDrawnStates(t *testing.T) {
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }
 	general := generalSource(t, srcExtend)
 	fast, gen := newTwin(t, true), newTwin(t, true)
-	tails := []string{"", " q", "\nv", " q\n q\n", " ", "q", " qq", "\n", " q\n", "x", "\n\x00", " \n q", "\r\n"}
+	tails := []string{"", " q", "\nv", " q\n q\n", " ", "q", " qq", "\n", " q\n", "x", "\n\x00", " \n q", "\r\n",
+		"+1", "+60000", " q+60000\nv", "+0", "+07"}
 	rapid.Check(t, func(rt *rapid.T) {
 		ttl := rapid.SampledFrom([]int64{1, 1000, 60000, 1 << 50}).Draw(rt, "ttl")
 		num := func(label string, normal string) string {

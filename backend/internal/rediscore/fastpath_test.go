@@ -69,6 +69,9 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"lone untaken with value": lone(":h", lease(1, 7, live, " q\nv"), nil),
 		"lone, 2 of 3":            lone(":h", lease(2, 7, live, ""), map[string]string{"limit": "3"}),
 		"lone expired":            lone(":h", lease(1, 7, dead, ""), nil),
+		"lone with a delay":       lone(":h", lease(1, 7, live, " q+60000\nv"), nil),
+		"lone in its delay":       lone(":h", lease(1, 7, dead, "+60000"), nil),
+		"lone, delay ended":       lone(":h", lease(1, 7, dead, "+1"), nil),
 		"lone, fence above now":   lone(":h", lease(1, nowUs+5000, live, ""), map[string]string{"fence": s(nowUs + 5000)}),
 		"lone, keep a ms short":   lone(":h", lease(1, 7, live, ""), map[string]string{"keep": s(nowMs + ttl - 1)}),
 		"lone, keep at the edge":  lone(":h", lease(1, 7, live, ""), map[string]string{"keep": s(nowMs + ttl)}),
@@ -138,6 +141,12 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"self, fence of 20 digits": counters(map[string]string{":h": "1 12345678901234567890 " + s(live)}),
 		"self, space tail":         counters(map[string]string{":h": lease(1, 7, live, " \nv")}),
 		"self, q tail":             counters(map[string]string{":h": lease(1, 7, live, "q")}),
+		"self with a delay":        counters(map[string]string{":h": lease(1, 7, live, "+60000\nv")}),
+		"self, delay 0":            counters(map[string]string{":h": lease(1, 7, live, "+0")}),
+		"self, delay 007":          counters(map[string]string{":h": lease(1, 7, live, " q+007")}),
+		"self, delay of 20 digits": counters(map[string]string{":h": lease(1, 7, live, "+12345678901234567890")}),
+		"other in its delay":       counters(map[string]string{":h": lease(1, 7, live, ""), ":o": lease(1, 6, dead, "+60000"), "limit": "2"}),
+		"self in its delay":        counters(map[string]string{":h": lease(1, 7, dead, "+60000")}),
 		"self, expiry 0":           counters(map[string]string{":h": lease(1, 7, 0, "")}),
 		"self, expiry a ms on":     counters(map[string]string{":h": lease(1, 7, nowMs+1, "")}),
 		"self, keep a ms short":    counters(map[string]string{":h": lease(1, 7, live, ""), "keep": s(nowMs + ttl - 1)}),
@@ -197,6 +206,10 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"acquire, wait":             {srcAcquire, acq("h", 1, 1, ttl, 0, 60000, 0, "t2", "")},
 		"acquire for 2^50 ms":       {srcAcquire, acq("h", 1, 1, 1<<50, 0, 0, 0, "", "")},
 		"acquire for 1 ms":          {srcAcquire, acq("h", 1, 1, 1, 0, 0, 0, "", "")},
+		"acquire, delay":            {srcAcquire, append(fullAcquireArgv("h", 1, 1, ttl, 0, "", "0", "", 0, 0), int64(60000))},
+		"acquire 1 of 2, delay":     {srcAcquire, append(fullAcquireArgv("h", 1, 2, ttl, 0, "", "0", "v", 0, 0), int64(1))},
+		"acquire above, delay":      {srcAcquire, append(fullAcquireArgv("h", 1, 1, ttl, 0, "", "0", "", nowUs+1e9, 0), int64(1<<50))},
+		"acquire, wait, delay":      {srcAcquire, append(fullAcquireArgv("o", 1, 2, ttl, 60000, "t3", "0", "v", 0, 0), int64(60000))},
 		"release":                   {srcRelease, []any{"h", 0}},
 		"release at its fence":      {srcRelease, []any{"h", 7}},
 		"release at another fence":  {srcRelease, []any{"h", 8}},
@@ -327,7 +340,7 @@ func TestFastPathsMatchOnDrawnStates(t *testing.T) {
 			if rapid.Bool().Draw(rt, h+" holds") {
 				v := rapid.IntRange(1, 2).Draw(rt, h+" permits")
 				e := s(int64(v)) + " " + s(rapid.Int64Range(5, 9).Draw(rt, h+" fence")) + " " + near(h+" exp", nowMs)
-				e += rapid.SampledFrom([]string{"", " q", "\nv", " q\n q\n"}).Draw(rt, h+" tail")
+				e += rapid.SampledFrom([]string{"", " q", "\nv", " q\n q\n", "+1", "+60000", " q+60000\nv"}).Draw(rt, h+" tail")
 				st.hash[":"+h] = e
 			}
 		}
@@ -350,6 +363,7 @@ func TestFastPathsMatchOnDrawnStates(t *testing.T) {
 			try := rapid.SampledFrom([]string{"", "t"}).Draw(rt, "try")
 			value := rapid.SampledFrom([]string{"", "v\n q"}).Draw(rt, "value")
 			args = fullAcquireArgv(holder, n, rapid.IntRange(1, 3).Draw(rt, "limit"), ttl, wait, try, "0", value, minFence, floor)
+			args = append(args, rapid.SampledFrom([]int64{0, 1, 60000}).Draw(rt, "lock delay"))
 			if rapid.Bool().Draw(rt, "trimmed") {
 				args = trimmedAcquireArgv(args)
 			}

@@ -3,15 +3,20 @@ package rediscore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	vk "github.com/valkey-io/valkey-go"
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -94,7 +99,10 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 }
 
 // TestFaultHolderStallsPastTTL: a holder whose refresh stops (a long GC pause) and that resumes
-// after its TTL finds the lock taken by another, with a higher fence, and its write refused.
+// after its TTL finds the lock taken by another, with a higher fence; its write, fenced by Redis
+// itself (Store.Fenced: a MULTI/EXEC under the resource's fence record), is refused and lands
+// nothing. The history (the store's calls and the writes) is linearizable, fences increase and
+// no write was accepted out of fence order.
 func TestFaultHolderStallsPastTTL(t *testing.T) {
 	noLeaks(t) // after both drivers' scenarios, which run at once
 	for name, mk := range redisharness.Drivers {
@@ -102,40 +110,91 @@ func TestFaultHolderStallsPastTTL(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
 			var rec history.Recorder
-			var res history.Resource
 			const ttl = 300 * time.Millisecond
-			a, _ := primitives.NewMutex(history.Record(mk(t, srv.Addr), &rec), "stall", primitives.WithTTL(ttl))
-			b, _ := primitives.NewMutex(history.Record(mk(t, srv.Addr), &rec), "stall", primitives.WithTTL(ttl), primitives.WithAcquireTimeout(5*time.Second))
+			sa, sb := mk(t, srv.Addr), mk(t, srv.Addr)
+			a, _ := primitives.NewMutex(history.Record(sa, &rec), "stall", primitives.WithTTL(ttl))
+			b, _ := primitives.NewMutex(history.Record(sb, &rec), "stall", primitives.WithTTL(ttl), primitives.WithAcquireTimeout(5*time.Second))
 			ctx := context.Background()
 			la, err := a.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !res.Write(la.Fence()) {
-				t.Fatal("the first holder's write was refused")
+			if err := fencedWrite(ctx, sa, &rec, "stall", "a", la.Fence()); err != nil {
+				t.Fatalf("the first holder's write: %v", err)
 			}
 			la.StopRefresh() // the pause begins
 			lb, err := b.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !res.Write(lb.Fence()) {
-				t.Fatal("the second holder's write was refused")
+			if err := fencedWrite(ctx, sb, &rec, "stall", "b", lb.Fence()); err != nil {
+				t.Fatalf("the second holder's write: %v", err)
 			}
 			// The pause ends: the first holder, unaware, writes with its old fence.
-			if res.Write(la.Fence()) {
-				t.Errorf("the stale holder's write (fence %d) was accepted after fence %d", la.Fence(), lb.Fence())
+			if err := fencedWrite(ctx, sa, &rec, "stall", "a", la.Fence()); !errors.Is(err, core.ErrStaleFence) {
+				t.Errorf("the stale holder's write (fence %d after %d): %v, want ErrStaleFence", la.Fence(), lb.Fence(), err)
+			}
+			if got, want := fencedLog(t, srv.Addr, sa, "stall"), fmt.Sprint([]uint64{la.Fence(), lb.Fence()}); got != want {
+				t.Errorf("writes in Redis %s, want %s", got, want)
 			}
 			if err := la.Release(ctx); !errors.Is(err, core.ErrLost) {
 				t.Errorf("the stale holder's Release: %v, want ErrLost", err)
 			}
 			lb.Release(ctx)
-			ops := rec.Ops()
-			if v := append(history.Linearizable(ops, time.Minute), history.FencesIncrease(ops)...); len(v) > 0 {
+			ops, ws := rec.Ops(), rec.Writes()
+			v := append(history.Linearizable(ops, time.Minute), history.FencesIncrease(ops)...)
+			if v = append(v, history.WritesInFenceOrder(ws)...); len(v) > 0 {
 				t.Errorf("history: %v", v)
 			}
+			t.Logf("%d store operations and %d writes checked, %d stale writes refused", len(ops), len(ws), history.Refused(ws))
 		})
 	}
+}
+
+// fencedWrite appends fence to resource's log in Redis, fenced by the driver's Store.Fenced,
+// and records the write in rec.
+func fencedWrite(ctx context.Context, s redisharness.Store, rec *history.Recorder, resource, holder string, fence uint64) error {
+	w := history.Write{Resource: resource, Holder: holder, Fence: fence, Call: time.Now()}
+	var err error
+	switch s := s.(type) {
+	case *goredis.Store:
+		err = s.Fenced(ctx, resource, fence, func(pipe redis.Pipeliner) error {
+			pipe.RPush(ctx, "log"+s.FenceTag(resource), fence)
+			return nil
+		})
+	case *valkey.Store:
+		err = s.Fenced(ctx, resource, fence, func(b vk.Builder) (vk.Commands, error) {
+			return vk.Commands{b.Rpush().Key("log" + s.FenceTag(resource)).Element(fmt.Sprint(fence)).Build()}, nil
+		})
+	default:
+		err = fmt.Errorf("a %T has no fenced write", s)
+	}
+	w.Return = time.Now()
+	w.Accepted, w.Stale = err == nil, errors.Is(err, core.ErrStaleFence)
+	if !w.Accepted && !w.Stale {
+		w.Err = err
+	}
+	rec.AddWrite(w)
+	return err
+}
+
+// fencedLog returns the fences of the writes fencedWrite landed in resource's log, as "[f1 f2 …]".
+func fencedLog(t *testing.T, addr string, s redisharness.Store, resource string) string {
+	t.Helper()
+	var tag string
+	switch s := s.(type) {
+	case *goredis.Store:
+		tag = s.FenceTag(resource)
+	case *valkey.Store:
+		tag = s.FenceTag(resource)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	log, err := c.LRange(context.Background(), "log"+tag, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(log)
 }
 
 // TestFaultNetwork: clients reach the server through a proxy that adds latency, cuts every

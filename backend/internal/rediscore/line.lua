@@ -9,11 +9,20 @@ local function unqueue(holder)
 end
 
 -- enqueue keeps holder's place in the line (or gives it the last one) until wait_ms from now,
--- with the request that a release will grant it, and to: its value and the channel to tell it on.
+-- with the request that a release will grant it, and to: its value, its lock delay (ms) and the
+-- channel to tell it on.
 local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   local rest = listens .. ' ' .. to.channel
-  if to.value ~= '' then
-    rest = int(tonumber(listens) + 2) .. ' ' .. int(#to.value) .. ' ' .. to.value .. to.channel
+  if to.value ~= '' or to.delay > 0 then
+    local flags = tonumber(listens)
+    rest = to.channel
+    if to.value ~= '' then
+      flags, rest = flags + 2, int(#to.value) .. ' ' .. to.value .. rest
+    end
+    if to.delay > 0 then
+      flags, rest = flags + 4, int(to.delay) .. ' ' .. rest
+    end
+    rest = int(flags) .. ' ' .. rest
   end
   -- A new waiter takes the last place. A place is kept only while its wait lasts: one whose
   -- wait ended (its waiter gone without a leave, behind a head that serve stopped at) is dead,
@@ -28,15 +37,17 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   redis.call('HSET', waiting, holder, int(n) .. ' ' .. int(now_ms + wait_ms) .. ' ' .. int(limit) .. ' ' .. int(ttl) .. ' ' ..
     int(min_fence) .. ' ' .. rest)
   -- The line's keys must outlive this place until its waiter's next try, and not its wait: span
-  -- ms from now, a minute past the last lease's expiry (a waiter tries again when the leases in
-  -- its way expire, or at its retry interval), at most the wait; so the places of waiters who
+  -- ms from now, a minute past the last lease's expiry and lock delay (a waiter tries again when
+  -- the leases in its way expire and their delays end, or at its retry interval), at most the
+  -- wait; so the places of waiters who
   -- died go with the keys when nobody uses the key again, whatever their wait. When the keys
   -- would not last that long, they get twice that, so that the tries after this one, which
   -- mostly need as long, need not set their expiry again. The minute is far above a waiter's
   -- retry interval (10 ms unless set) and its usual stalls; a waiter late by more loses its
   -- place, and takes the last one when it tries again.
   local span = 0
-  for _, l in pairs(leases) do span = math.max(span, l.exp - now_ms) end
+  for _, l in pairs(leases) do span = math.max(span, l.exp + l.d - now_ms) end
+  for _, l in pairs(delays) do span = math.max(span, l.exp + l.d - now_ms) end
   span = math.min(wait_ms, span + 60000)
   if meta.line < now_ms + span then
     redis.call('PEXPIRE', queue, 2 * span)
@@ -47,41 +58,50 @@ local function enqueue(holder, n, limit, ttl, min_fence, wait_ms, listens, to)
   keep(meta.line - now_ms)
 end
 
--- grant gives holder a lease of n permits for ttl ms, with a fence above the key's last and at
--- least min_fence, marked q (an untaken grant from the line) and with value; queued says to take
--- holder out of the line; nt and lt are the text of n and limit when the caller has it. It
--- returns the fence and its text.
-local function grant(holder, n, limit, ttl, min_fence, q, value, queued, nt, lt)
+-- grant gives holder a lease of n permits for ttl ms with a lock delay of d ms, with a fence
+-- above the key's last and at least min_fence, marked q (an untaken grant from the line) and with
+-- value; queued says to take holder out of the line; nt and lt are the text of n and limit when
+-- the caller has it. The lease hash lives until the delay would end. It returns the fence and its
+-- text.
+local function grant(holder, n, limit, ttl, d, min_fence, q, value, queued, nt, lt)
   if queued then unqueue(holder) end
   local fence = math.max(meta.fence + 1, now_us, min_fence)
   local ft = int(fence)
   setm('fence', fence, ft)
   setm('limit', limit, lt)
-  keep(fenced(ttl, fence))
-  put(':' .. holder, {n = n, fence = fence, exp = now_ms + ttl, q = q, value = value, nt = nt, ft = ft})
+  keep(fenced(ttl + d, fence))
+  put(':' .. holder, {n = n, fence = fence, exp = now_ms + ttl, q = q, d = d, value = value, nt = nt, ft = ft})
   return fence, ft
 end
 
 -- request decodes a waiting value: permits, deadline, limit, ttl, min_fence, listens ('0' or
--- '1'), value and channel; permits and deadline 0 when it cannot.
+-- '1'), value, channel and lock delay (ms); permits and deadline 0 when it cannot. The listens
+-- digit carries flags: 2, a value ("<length> <value>") precedes the channel; 4, a lock delay
+-- ("<ms> ") precedes that.
 local function request(v)
-  local a, b, c, d, e, f, rest = string.match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+) ([0-3]) (.*)$')
+  local a, b, c, d, e, f, rest = string.match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+) ([0-7]) (.*)$')
   if not a then return 0, 0 end
-  local value, channel = '', rest
+  local value, channel, delay = '', rest, 0
+  if f >= '4' then
+    local dt, after = string.match(rest, '^(%d+) (.*)$')
+    if not dt then return 0, 0 end
+    f, delay, rest, channel = tostring(tonumber(f) - 4), tonumber(dt), after, after
+  end
   if f >= '2' then
     local vlen, after = string.match(rest, '^(%d+) (.*)$')
     if not vlen or tonumber(vlen) > #after then return 0, 0 end
     f, value, channel = tostring(tonumber(f) - 2), string.sub(after, 1, tonumber(vlen)), string.sub(after, tonumber(vlen) + 1)
   end
-  return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e), f, value, channel
+  return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e), f, value, channel, delay
 end
 
--- held_limit returns the key's limit: that of its unexpired leases (the latest grant's, which
--- they share), or, when it has none, that of the first waiter in its line whose wait has not
--- ended; nil when no lease and no waiter holds the key (or the leases' limit was never written).
--- It reads the line only when no lease is held, and writes nothing.
+-- held_limit returns the key's limit: that of its unexpired leases and of those in their lock
+-- delay (the latest grant's, which they share), or, when it has none, that of the first waiter
+-- in its line whose wait has not ended; nil when no lease and no waiter holds the key (or the
+-- leases' limit was never written). It reads the line only when no lease is held, and writes
+-- nothing.
 local function held_limit()
-  if next(leases) then
+  if next(leases) or next(delays) then
     if meta.limit > 0 then return meta.limit end
     return nil
   end
@@ -101,20 +121,21 @@ local function held_limit()
   end
 end
 
--- idle says the lease hash records nothing in use: no lease, no live line, watch or left try.
--- It needs the state load decoded.
+-- idle says the lease hash records nothing in use: no lease, no lock delay, no live line, watch
+-- or left try. It needs the state load decoded.
 local function idle()
-  return next(leases) == nil and not line_live() and meta.watch <= now_ms and meta.left <= now_ms
+  return next(leases) == nil and next(delays) == nil and not line_live() and meta.watch <= now_ms and
+    meta.left <= now_ms
 end
 
 -- settle ends a call that writes. A key that is idle leaves nothing behind: its lease hash is
 -- deleted, unless its fence is at or above the clock (raised there by a floor), and then it
--- expires once the clock passes the fence. A key with no lease and no live line, kept only for a
--- left try or a watch, is kept as long again as they need (see kept), and no longer than the
--- leases and places it recorded before had it kept. Otherwise it writes what the call changed
--- (flush).
+-- expires once the clock passes the fence. A key with no lease, no lock delay and no live line,
+-- kept only for a left try or a watch, is kept as long again as they need (see kept), and no
+-- longer than the leases and places it recorded before had it kept. Otherwise it writes what the
+-- call changed (flush). (A lease's grant and extends keep the hash until its delay would end.)
 local function settle()
-  if leases and next(leases) == nil and not line_live() and meta.keep > now_ms then
+  if leases and next(leases) == nil and next(delays) == nil and not line_live() and meta.keep > now_ms then
     local live = math.max(meta.left, meta.watch) - now_ms
     if live > 0 then
       local until_ms = now_ms + kept(live)
@@ -154,7 +175,8 @@ local function settle()
 end
 
 -- serve grants free permits to the line, strictly in order: it stops at the first waiter whose
--- permits are not free, so that nobody behind it, and no newcomer, takes permits before it. On
+-- permits are not free (permits a lock delay closes are not), or whose holder's expired lease is
+-- in its lock delay, so that nobody behind it, and no newcomer, takes permits before it. On
 -- the way it drops places whose wait has ended, whose holder holds a lease already, or whose
 -- Store no longer listens (a PUBLISH that reaches nobody, where the count means something: the
 -- grant is undone and the next waiter served). Each grant is written (flush) and then published
@@ -176,16 +198,16 @@ local function serve(first)
     end
     local reqs = redis.call('HMGET', waiting, unpack(head))
     for i = 1, #head do
-      local h, n, deadline, limit, ttl, min_fence, listens, value, channel = head[i], 0, 0
+      local h, n, deadline, limit, ttl, min_fence, listens, value, channel, d = head[i], 0, 0
       if reqs[i] then
-        n, deadline, limit, ttl, min_fence, listens, value, channel = request(reqs[i])
+        n, deadline, limit, ttl, min_fence, listens, value, channel, d = request(reqs[i])
       end
       if deadline <= now_ms or gone[channel] or leases[':' .. h] then
         unqueue(h)
-      elseif used + n > limit then
+      elseif used + n > limit or delays[':' .. h] then
         return out, false
       else
-        local fence, ft = grant(h, n, limit, ttl, min_fence, true, value, true)
+        local fence, ft = grant(h, n, limit, ttl, d, min_fence, true, value, true)
         flush()
         local heard = redis.call('PUBLISH', channel, #h .. ':' .. h .. ft .. ' ')
         if heard == 0 and listens == '1' then

@@ -27,19 +27,24 @@ local function quick_acquire(all)
   if nt ~= lt and tonumber(nt) > tonumber(lt) then return nil end
   tick()
   local ttl, value = tonumber(ARGV[2]), ARGV[8]
-  local fence = now_us
+  local fence, delay = now_us, 0
   if last >= fence then fence = last + 1 end
-  if ARGV[9] then fence = math.max(fence, tonumber(ARGV[9]), tonumber(ARGV[10] or 0)) end
+  if ARGV[9] then
+    fence = math.max(fence, tonumber(ARGV[9]), tonumber(ARGV[10] or 0))
+    delay = tonumber(ARGV[11] or 0) -- a lock delay (sent when there is one, after every other argument)
+  end
   local ft = string.format('%d', fence)
   local entry = nt .. ' ' .. ft .. ' ' .. string.format('%d', now_ms + ttl)
-  if value and value ~= '' then entry = entry .. '\n' .. value end
-  -- fenced(ttl, fence), lasts and kept, inlined.
+  -- The lease hash lives until the lock delay would end (fenced(ttl + delay, fence)).
   local life = ttl
-  if fence >= now_us then life = math.max(ttl, math.floor(fence / 1000) - now_ms + 1) end
+  if delay > 0 then entry, life = entry .. '+' .. string.format('%d', delay), ttl + delay end
+  if value and value ~= '' then entry = entry .. '\n' .. value end
+  -- fenced(life, fence), lasts and kept, inlined.
+  if fence >= now_us then life = math.max(life, math.floor(fence / 1000) - now_ms + 1) end
   if keep > now_ms + life then
     redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt)
   else
-    life = life + (life > 1000 and life or 1000)
+    life = life + math.min(life > 1000 and life or 1000, 31536000000)
     redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt, 'keep', string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end
@@ -118,7 +123,8 @@ end
 -- quick_extend renews the holder's lease for ttl ms from now when it is the hash's only entry
 -- besides the counters fence, limit and keep, laid out and checked as quick_release's, and
 -- unexpired: the entry written back as the general path writes it (a grant from the line taken:
--- no q mark), and the hash's keep and expiry when it would not last (see keep).
+-- no q mark; its lock delay kept), and the hash's keep and expiry when it would not last until
+-- the delay would end (see keep).
 local function quick_extend(all)
   local me = ':' .. ARGV[1]
   local entry, fence, limit, keep = lone(all, me)
@@ -126,7 +132,7 @@ local function quick_extend(all)
   tick()
   -- Permits and fence are written back as they are when they are whole decimals the general
   -- path's encode would print the same (no leading zero, below 2^53).
-  local nt, ft, exp, _, value = string.match(entry, '^(%d+) (%d+) (%d+)( ?q?)\n?(.*)$')
+  local nt, ft, exp, _, d, value = string.match(entry, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
   if not nt or #nt > 15 or #ft > 16 or string.byte(nt) == 48 or string.byte(ft) == 48 or tonumber(exp) <= now_ms then
     return nil
   end
@@ -134,11 +140,16 @@ local function quick_extend(all)
   if f >= 9007199254740992 then return nil end
   local ttl = tonumber(ARGV[2])
   local e = nt .. ' ' .. ft .. ' ' .. string.format('%d', now_ms + ttl)
+  if d ~= '' then
+    -- The lock delay, as encode would print it (else the general way), and the hash outlives it.
+    if #d > 15 or string.byte(d) == 48 then return nil end
+    e, ttl = e .. '+' .. d, ttl + tonumber(d)
+  end
   if value ~= '' then e = e .. '\n' .. value end
   if tonumber(keep) > now_ms + ttl then -- lasts(keep, ttl), inlined
     redis.call('HSET', state, me, e)
   else
-    local life = ttl + (ttl > 1000 and ttl or 1000) -- kept(ttl)
+    local life = ttl + math.min(ttl > 1000 and ttl or 1000, 31536000000) -- kept(ttl)
     redis.call('HSET', state, me, e, 'keep', string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end

@@ -166,21 +166,23 @@ func parseMessage(payload string) ([]grant, error) {
 	return gs, nil
 }
 
-// parseInspect decodes the inspect script's reply: the leases in fence order, then the line's
-// waiters head first.
+// parseInspect decodes the inspect script's reply: the leases in fence order, the leases in
+// their lock delay in fence order, then the line's waiters head first.
 func parseInspect(r any) (core.Snapshot, error) {
 	arr, ok := r.([]any)
-	if !ok || len(arr) < 2 {
+	if !ok || len(arr) < 3 {
 		return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
 	}
 	limit, _ := arr[0].(int64)
 	count, _ := arr[1].(int64)
-	end := 2 + 5*int(count)
-	if count < 0 || end > len(arr) || (len(arr)-end)%3 != 0 {
+	delayed, _ := arr[2].(int64)
+	mid := 3 + 5*int(count)
+	end := mid + 4*int(delayed)
+	if count < 0 || delayed < 0 || end > len(arr) || (len(arr)-end)%3 != 0 {
 		return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
 	}
 	snap := core.Snapshot{Limit: int(limit), Leases: make([]core.LeaseInfo, 0, count)}
-	for i := 2; i < end; i += 5 {
+	for i := 3; i < mid; i += 5 {
 		holder, ok1 := arr[i].(string)
 		permits, ok2 := arr[i+1].(int64)
 		fence, ok3 := arr[i+2].(int64)
@@ -193,6 +195,18 @@ func parseInspect(r any) (core.Snapshot, error) {
 			TTL: time.Duration(ttl) * time.Millisecond, Value: value})
 	}
 	slices.SortFunc(snap.Leases, func(a, b core.LeaseInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	for i := mid; i < end; i += 4 {
+		holder, ok1 := arr[i].(string)
+		permits, ok2 := arr[i+1].(int64)
+		fence, ok3 := arr[i+2].(int64)
+		left, ok4 := arr[i+3].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return core.Snapshot{}, fmt.Errorf("%w: %v", errReply, r)
+		}
+		snap.Delayed = append(snap.Delayed, core.DelayInfo{Holder: holder, Permits: int(permits), Fence: uint64(fence),
+			Left: time.Duration(left) * time.Millisecond})
+	}
+	slices.SortFunc(snap.Delayed, func(a, b core.DelayInfo) int { return cmp.Compare(a.Fence, b.Fence) })
 	for i := end; i < len(arr); i += 3 {
 		holder, ok1 := arr[i].(string)
 		permits, ok2 := arr[i+1].(int64)

@@ -94,17 +94,21 @@ func TestParseMessage(t *testing.T) {
 	}
 }
 
-// TestParseInspect: the leases come with their values, in fence order, then the waiters head
-// first; a count that does not fit the reply is an unexpected reply.
+// TestParseInspect: the leases come with their values, in fence order, then the leases in their
+// lock delay in fence order, then the waiters head first; a count that does not fit the reply is
+// an unexpected reply.
 func TestParseInspect(t *testing.T) {
-	snap, err := parseInspect([]any{int64(2), int64(2), "b", int64(1), int64(9), int64(500), "", "a", int64(1), int64(7), int64(900), "a\nb",
+	snap, err := parseInspect([]any{int64(2), int64(2), int64(2), "b", int64(1), int64(9), int64(500), "", "a", int64(1), int64(7), int64(900), "a\nb",
+		"d1", int64(1), int64(5), int64(3000), "d0", int64(1), int64(3), int64(4000),
 		"w0", int64(2), "first", "w1", int64(1), ""})
 	want := "{Limit:2 Leases:[{Holder:a Permits:1 Fence:7 TTL:900ms Value:a\nb} {Holder:b Permits:1 Fence:9 TTL:500ms Value:}] " +
-		"Waiters:[{Holder:w0 Permits:2 Value:first} {Holder:w1 Permits:1 Value:}]}"
+		"Waiters:[{Holder:w0 Permits:2 Value:first} {Holder:w1 Permits:1 Value:}] " +
+		"Delayed:[{Holder:d0 Permits:1 Fence:3 Left:4s} {Holder:d1 Permits:1 Fence:5 Left:3s}]}"
 	if got := fmt.Sprintf("%+v", snap); err != nil || got != want {
 		t.Errorf("parseInspect = %s, %v; want %s", got, err, want)
 	}
-	for _, bad := range []any{[]any{int64(0)}, []any{int64(0), int64(1), "a"}, []any{int64(0), int64(0), "w"}, "OK"} {
+	for _, bad := range []any{[]any{int64(0)}, []any{int64(0), int64(1), int64(0), "a"}, []any{int64(0), int64(0), int64(0), "w"},
+		[]any{int64(0), int64(0), int64(1), "d", int64(1), int64(3)}, []any{int64(0), int64(0), int64(-1)}, "OK"} {
 		if _, err := parseInspect(bad); !errors.Is(err, errReply) {
 			t.Errorf("parseInspect(%v): %v, want errReply", bad, err)
 		}

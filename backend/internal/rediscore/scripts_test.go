@@ -74,10 +74,11 @@ func fullAcquireArgv(holder string, n, limit int, ttl, wait int64, try, listens,
 	return []any{holder, ttl, wait, try, listens, n, limit, value, minFence, floor}
 }
 
-// trimmedAcquireArgv is full (see fullAcquireArgv) as a Store sends it: without the values at its
-// end that are their defaults (0, "", "0", 1, 1, "", 0, 0 from the third on).
+// trimmedAcquireArgv is full (see fullAcquireArgv, with or without a lock delay after it) as a
+// Store sends it: without the values at its end that are their defaults (0, "", "0", 1, 1, "", 0,
+// 0, 0 from the third on).
 func trimmedAcquireArgv(full []any) []any {
-	defaults := []any{int64(0), "", "0", 1, 1, "", int64(0), int64(0)}
+	defaults := []any{int64(0), "", "0", 1, 1, "", int64(0), int64(0), int64(0)}
 	n := len(full)
 	for n > 2 && full[n-1] == defaults[n-3] {
 		n--
@@ -249,7 +250,7 @@ func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
 		t.Fatalf("release = %v; want 1 permit freed and w granted", r)
 	}
 	snap := script(t, c, srcInspect, key).([]any)
-	if snap[1].(int64) != 1 || snap[2] != "w" || len(snap) != 7 {
+	if snap[1].(int64) != 1 || snap[2].(int64) != 0 || snap[3] != "w" || len(snap) != 8 {
 		t.Errorf("inspect = %q; want w's lease alone and an empty line", snap)
 	}
 	got := map[string]bool{}

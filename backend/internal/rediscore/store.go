@@ -223,3 +223,11 @@ func (s *Store) Close() error {
 	s.leaves.close()
 	return nil
 }
+
+// FenceRecord returns the Redis key that keeps the highest fence accepted for resource by a
+// fenced write, and the hash tag that puts a key in its Cluster slot: "{R}", R being resource
+// with '%', '{' and '}' percent-encoded, as a lease key's.
+func (s *Store) FenceRecord(resource string) (key, tag string) {
+	t := s.layout.tag(resource)
+	return t + "fence", t[len(s.layout.prefix) : len(t)-1]
+}

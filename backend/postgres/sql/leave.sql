@@ -1,5 +1,5 @@
 -- leave takes the holder out of the key's line and gives back a lease the line granted it that
--- it has not taken, serving the next waiters. With p_try, it leaves only the place that try took,
+-- it has not taken (unexpired: an expired one keeps its lock delay), serving the next waiters. With p_try, it leaves only the place that try took,
 -- and when there is none (the try has not arrived) it keeps the try out of the line for a minute.
 -- It forgets the key when nothing is left in it.
 CREATE OR REPLACE FUNCTION @leave(p_key bytea, p_holder bytea, p_try bigint) RETURNS void
@@ -29,13 +29,13 @@ BEGIN
             ON CONFLICT DO NOTHING;
         END IF;
     END IF;
-    DELETE FROM @leases WHERE kh = v_kh AND hh = v_hh AND untaken;
+    DELETE FROM @leases WHERE kh = v_kh AND hh = v_hh AND untaken AND expires > now_;
     IF FOUND THEN
         IF k.watched_until > now_ THEN
         PERFORM pg_notify(@@changed, md5(k.key));
     END IF;
     END IF;
-    DELETE FROM @leases WHERE kh = v_kh AND expires <= now_;
+    DELETE FROM @leases WHERE kh = v_kh AND expires + delay <= now_;
     k := @serve(k, now_);
     PERFORM @forget(k, now_);
 END

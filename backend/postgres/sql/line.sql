@@ -50,13 +50,14 @@ BEGIN
 END
 $$;
 
--- held returns the key's limit: its row's while it has an unexpired lease, else that of the
--- first live place in its line, else NULL (nothing holds the key: any limit may have it).
+-- held returns the key's limit: its row's while it has an unexpired lease (or one a lock delay
+-- keeps), else that of the first live place in its line, else NULL (nothing holds the key: any
+-- limit may have it).
 CREATE OR REPLACE FUNCTION @held(k @keys, p_now bigint) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     v integer;
 BEGIN
-    IF EXISTS (SELECT 1 FROM @leases WHERE kh = k.kh AND expires > p_now) THEN
+    IF EXISTS (SELECT 1 FROM @leases WHERE kh = k.kh AND expires + delay > p_now) THEN
         RETURN k.lim;
     END IF;
     SELECT w.lim INTO v FROM @waiters w WHERE w.kh = k.kh AND @live(w, p_now) ORDER BY w.seq LIMIT 1;
@@ -65,7 +66,7 @@ END
 $$;
 
 -- forget deletes the key's row when nothing is left in it — no lease (the caller purged the
--- expired ones), no place in its line, no watch — and its last fence is below p_now, and
+-- expired ones whose delay ended), no place in its line, no watch — and its last fence is below p_now, and
 -- reports whether it did. The caller holds the row's lock.
 CREATE OR REPLACE FUNCTION @forget(k @keys, p_now bigint) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
@@ -79,33 +80,39 @@ END
 $$;
 
 -- serve grants free permits to the key's line, strictly in order: it stops at the first waiter
--- whose permits are not free. Places whose wait ended, whose holder holds a lease already, or
--- that can take no grant (see live) are dropped on the way. Each grant is announced on its waiter's
--- channel (with its fence), and to watchers. It returns k as it left it, written back when it granted anything.
--- The caller purged the key's expired leases.
+-- whose permits are not free, or whose holder's expired lease is in its lock delay (the delay's
+-- end frees it). Places whose wait ended, whose holder holds a lease already, or that can take
+-- no grant (see live) are dropped on the way. Each grant, with its place's lock delay, is
+-- announced on its waiter's channel (with its fence), and to watchers. It returns k as it left
+-- it, written back when it granted anything. The caller purged the key's leases expired past
+-- their delay: every lease left holds its permits, or keeps them closed.
 CREATE OR REPLACE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE plpgsql AS $$
 DECLARE
     p @waiters;
     used bigint;
     holds boolean;
+    closed boolean;
     alive boolean;
     granted boolean := false;
 BEGIN
     LOOP
         SELECT * INTO p FROM @waiters WHERE kh = k.kh ORDER BY seq LIMIT 1;
         EXIT WHEN NOT FOUND;
-        holds := false;
+        holds := false; closed := false;
         IF p.deadline > p_now THEN
-            -- One read of the key's leases: the permits they hold (the grants of this loop
-            -- included) and whether the place's holder holds one.
-            SELECT coalesce(sum(x.permits), 0), coalesce(bool_or(x.hh = p.hh), false) INTO used, holds
+            -- One read of the key's leases: the permits they hold or keep closed (the grants of
+            -- this loop included), and whether the place's holder holds one, or has one in its
+            -- lock delay.
+            SELECT coalesce(sum(x.permits), 0), coalesce(bool_or(x.hh = p.hh AND x.expires > p_now), false),
+                   coalesce(bool_or(x.hh = p.hh AND x.expires <= p_now AND x.expires + x.delay > p_now), false)
+            INTO used, holds, closed
             FROM @leases x WHERE x.kh = k.kh;
         END IF;
         IF p.deadline <= p_now OR holds THEN
             DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq;
             CONTINUE;
         END IF;
-        EXIT WHEN used + p.permits > p.lim;
+        EXIT WHEN closed OR used + p.permits > p.lim;
         -- Whether it can take the grant (see live; its wait has not ended).
         IF p.pid IS NULL THEN
             alive := p.tried > p_now - 600000000;
@@ -119,8 +126,8 @@ BEGIN
         k.fence := greatest(k.fence + 1, p_now, p.floor);
         k.lim := p.lim;
         WITH placed AS (DELETE FROM @waiters WHERE kh = k.kh AND seq = p.seq)
-        INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value)
-        VALUES (k.kh, p.hh, p.holder, p.permits, k.fence, p_now + p.ttl, true, p.value);
+        INSERT INTO @leases (kh, hh, holder, permits, fence, expires, untaken, value, delay)
+        VALUES (k.kh, p.hh, p.holder, p.permits, k.fence, p_now + p.ttl, true, p.value, p.delay);
         used := used + p.permits;
         granted := true;
         IF p.channel IS NOT NULL THEN

@@ -1,6 +1,6 @@
 -- release is core.Store.Release: it ends the holder's unexpired lease with fence p_fence (any
 -- fence when 0), serves the line, forgets the key when nothing is left in it, and reports
--- whether it ended one.
+-- whether it ended one. An expired lease is not ended: one in its lock delay keeps it.
 CREATE OR REPLACE FUNCTION @release(p_key bytea, p_holder bytea, p_fence bigint) RETURNS boolean
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
@@ -17,10 +17,11 @@ BEGIN
         RETURN false;
     END IF;
     now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    -- One statement ends the lease, purges the key's expired ones, and looks at the line.
+    -- One statement ends the lease, purges the key's leases expired past their delay, and looks
+    -- at the line.
     WITH gone AS (
         DELETE FROM @leases x WHERE x.kh = v_kh
-            AND (x.expires <= now_ OR (x.hh = v_hh AND (p_fence = 0 OR x.fence = p_fence)))
+            AND (x.expires + x.delay <= now_ OR (x.hh = v_hh AND (p_fence = 0 OR x.fence = p_fence) AND x.expires > now_))
         RETURNING x.hh = v_hh AND x.expires > now_ AS mine)
     SELECT coalesce(bool_or(mine), false), EXISTS (SELECT 1 FROM @waiters WHERE kh = v_kh) INTO ended, waiting
     FROM gone;

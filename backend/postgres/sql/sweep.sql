@@ -1,7 +1,8 @@
 -- sweep removes what its operations left behind on keys nobody uses any more, when no Store
 -- swept in the last p_every microseconds: left rows past their minute, places in a line that
 -- can take no grant (see live; the line is served after them), and then the rows of keys with
--- nothing left in them (forget): those whose leases expired unreleased, whose watch lapsed,
+-- nothing left in them (forget): those whose leases expired unreleased (and whose lock delays
+-- ended), whose watch lapsed,
 -- whose raised fence the clock has passed, or whose places were dead. Each kind is bounded by
 -- p_batch rows. It reports whether it ran and how many rows of each kind it removed. A key
 -- locked by an operation is skipped, for the next sweep. It runs only when the functions in
@@ -30,14 +31,14 @@ BEGIN
         (SELECT DISTINCT w.kh FROM @waiters w WHERE NOT @live(w, now_) LIMIT p_batch)
         UNION
         (SELECT x.kh FROM @keys x WHERE x.fence < now_ AND x.watched_until <= now_
-            AND NOT EXISTS (SELECT 1 FROM @leases l WHERE l.kh = x.kh AND l.expires > now_)
+            AND NOT EXISTS (SELECT 1 FROM @leases l WHERE l.kh = x.kh AND l.expires + l.delay > now_)
             AND NOT EXISTS (SELECT 1 FROM @waiters w WHERE w.kh = x.kh AND @live(w, now_))
          LIMIT p_batch)
     LOOP
         SELECT * INTO k FROM @keys x WHERE x.kh = c FOR UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
         now_ := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-        DELETE FROM @leases WHERE kh = c AND expires <= now_;
+        DELETE FROM @leases WHERE kh = c AND expires + delay <= now_;
         DELETE FROM @waiters w WHERE w.kh = c AND NOT @live(w, now_);
         GET DIAGNOSTICS n = ROW_COUNT;
         places := places + n;

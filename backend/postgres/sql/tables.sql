@@ -17,6 +17,12 @@
 -- key's last fence is below the clock, so a grant on the row made again, whose fence is at least
 -- the clock, still gets a higher fence.
 --
+-- A lease granted with a lock delay that expires unreleased keeps its row until its expiry plus
+-- its delay: until then its permits count as held (for admission, the key's limit, the line and
+-- the refusals' retry), but the lease is not held: extend and release do not find it, and its
+-- holder's requests are refused (or wait in line) until the delay ends. Every purge of expired
+-- leases keeps such a row, and so keeps the key's row.
+--
 -- The functions a Store calls run with sequential and bitmap scans off. PL/pgSQL caches its
 -- plans per session, and a plan made while a table was small (new, or just vacuumed) scans the
 -- whole table: every later call would read every lease of every key, and the dead rows that
@@ -73,6 +79,12 @@ CREATE TABLE IF NOT EXISTS @waiters (
 -- it was taken.
 ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS tried bigint NOT NULL
     DEFAULT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+
+-- The lock delay of a lease, and of the grant a place in the line asks for (microseconds; see
+-- the top of this file). Rows made before the columns were, or by an earlier version's
+-- functions, have none.
+ALTER TABLE @leases ADD COLUMN IF NOT EXISTS delay bigint NOT NULL DEFAULT 0;
+ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS delay bigint NOT NULL DEFAULT 0;
 
 -- Tries given up in flight, so that one arriving late takes no place in the line.
 CREATE TABLE IF NOT EXISTS @left (
