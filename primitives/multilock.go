@@ -99,6 +99,13 @@ func (ml *MultiLock) acquire(ctx context.Context, try bool) (*MultiLease, error)
 		}
 		taken[ml.order[i]] = l
 	}
+	for _, l := range taken {
+		// A lease lost while the later keys were awaited: the whole was never held at once.
+		if err := l.Err(); err != nil {
+			ml.releaseAll(ctx, taken)
+			return nil, fmt.Errorf("leasehold: acquire multilock %s: lost while the other keys were taken: %w", quoteKeys(ml.keys), err)
+		}
+	}
 	return newMultiLease(ml, taken), nil
 }
 
@@ -117,7 +124,8 @@ func (ml *MultiLock) releaseAll(ctx context.Context, taken []Lease) {
 
 // MultiLease is the leases a MultiLock holds, one per key: held all together. Losing any of them
 // loses the whole: Done closes, Err wraps ErrLost naming the key, and the others are released in
-// the background. It is safe for concurrent use.
+// the background; releasing one of them alone (through Leases) releases the whole the same way.
+// It is safe for concurrent use.
 type MultiLease struct {
 	ml     *MultiLock
 	leases []Lease // in the order the keys were given
@@ -137,19 +145,19 @@ func newMultiLease(ml *MultiLock, leases []Lease) *MultiLease {
 	return m
 }
 
-// watch waits for l to end; if it was lost, not released, the whole is lost.
+// watch waits for l to end. Lost, it loses the whole; released alone (through Leases), it ends
+// the whole as a Release would. Either way the other leases are released.
 func (m *MultiLease) watch(l Lease) {
 	<-l.Done()
 	err := l.Err()
-	if err == nil {
-		return // released
-	}
 	m.mu.Lock()
 	if m.released || m.ended {
 		m.mu.Unlock()
 		return
 	}
-	m.err = fmt.Errorf("leasehold: multilock %s: key %s: %w", quoteKeys(m.ml.keys), quoteKey(l.Key()), err)
+	if err != nil {
+		m.err = fmt.Errorf("leasehold: multilock %s: key %s: %w", quoteKeys(m.ml.keys), quoteKey(l.Key()), err)
+	}
 	m.ended = true
 	close(m.done)
 	m.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -187,4 +188,77 @@ func TestNewMultiLockRefusesBadInput(t *testing.T) {
 	if _, err := primitives.NewMultiLock(store, []string{"a"}, primitives.WithTTL(0)); !errors.Is(err, primitives.ErrInvalid) {
 		t.Errorf("NewMultiLock with a bad option: %v, want ErrInvalid", err)
 	}
+}
+
+// TestReleasingOneMemberReleasesTheWhole: a member released through Leases ends the MultiLease
+// as its Release would: Done closes, Err stays nil, and the other keys are freed.
+func TestReleasingOneMemberReleasesTheWhole(t *testing.T) {
+	store := memory.New()
+	ms, err := mustMultiLock(t, store, []string{"a", "b"}).Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, ms.Leases()[1])
+	<-ms.Done()
+	if err := ms.Err(); err != nil {
+		t.Errorf("Err after a member's release: %v, want nil", err)
+	}
+	poll.Until(t, "key a released", func() bool {
+		snap, err := store.Inspect(t.Context(), "a")
+		return err == nil && len(snap.Leases) == 0
+	})
+	if err := ms.Release(t.Context()); err != nil {
+		t.Errorf("Release after a member's release: %v, want nil", err)
+	}
+}
+
+// lossBeforeGrant is a store that reports key "a" gone to the first Extend once a grant of "b"
+// is asked for: a's lease is lost while the MultiLock waits for b.
+type lossBeforeGrant struct {
+	*memory.Store
+	mu    sync.Mutex
+	asked bool
+}
+
+func (s *lossBeforeGrant) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	if req.Key == "b" {
+		s.mu.Lock()
+		s.asked = true
+		s.mu.Unlock()
+	}
+	return s.Store.Acquire(ctx, req)
+}
+
+func (s *lossBeforeGrant) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	s.mu.Lock()
+	asked := s.asked
+	s.mu.Unlock()
+	if req.Key == "a" && asked {
+		return core.ExtendResult{}, core.ErrLost
+	}
+	return s.Store.Extend(ctx, req)
+}
+
+// TestMultiLockLosingAKeyWhileWaitingHoldsNothing: a key lost while the MultiLock waits for the
+// next is not handed out as held: the acquire fails wrapping ErrLost and releases the rest.
+func TestMultiLockLosingAKeyWhileWaitingHoldsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		store := &lossBeforeGrant{Store: mem}
+		held := mustAcquire(t, mustMutexOn(t, mem, "b", primitives.WithTTL(3*time.Second)))
+		go func() {
+			time.Sleep(2 * time.Second) // past a's first refresh, at TTL/3, which finds it gone
+			held.Release(context.Background())
+		}()
+		ml := mustMultiLock(t, store, []string{"a", "b"}, primitives.WithTTL(3*time.Second), primitives.WithAcquireTimeout(time.Minute))
+		_, err := ml.Acquire(context.Background())
+		if !errors.Is(err, primitives.ErrLost) {
+			t.Fatalf("Acquire after a was lost while waiting for b: %v, want ErrLost", err)
+		}
+		for _, k := range []string{"a", "b"} {
+			if snap, _ := mem.Inspect(context.Background(), k); len(snap.Leases) != 0 {
+				t.Errorf("key %s after the failed acquire: %+v, want free", k, snap.Leases)
+			}
+		}
+	})
 }
