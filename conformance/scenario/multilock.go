@@ -73,11 +73,12 @@ func MultiLocksNeverDeadlock(t testing.TB, mls []*primitives.MultiLock, rounds i
 			keys := ml.Keys()
 			for r := range rounds {
 				set(i, "waiting in round %d", r+1)
+				asked := time.Now()
 				ms, err := ml.Acquire(ctx)
 				if err != nil {
 					why := ""
-					if context.Cause(ctx) == errDeadlock {
-						why = fmt.Sprintf("no grant within %v, a deadlock: ", DeadlockBound)
+					if context.Cause(ctx) == errDeadlock || errors.Is(err, primitives.ErrNotAcquired) {
+						why = fmt.Sprintf("not granted in %v, a deadlock?: ", time.Since(asked).Round(time.Millisecond))
 					}
 					// The first failure says what every MultiLock was doing then.
 					state := ""
@@ -203,7 +204,7 @@ func MultiLeaseExcludesMutexes(t testing.TB, ml *primitives.MultiLock, mutex fun
 // granted) and the Mutex's lease is still held. multiLock returns a MultiLock over the same two
 // keys or more, with the options given (the scenario's acquire timeouts) after its own, each on a
 // Store of its own and with a TTL of a minute or more, so that only a release frees a key; mutex
-// returns a Mutex on a key, on a Store of its own.
+// returns a Mutex on a key, on a Store of its own. The scenario calls both on t's goroutine.
 func FailedMultiLockHoldsNothing(t testing.TB, multiLock func(opts ...primitives.Option) *primitives.MultiLock, mutex func(key string) *primitives.Mutex) {
 	t.Helper()
 	ctx := context.Background()
@@ -261,8 +262,9 @@ func FailedMultiLockHoldsNothing(t testing.TB, multiLock func(opts ...primitives
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	got := make(chan error, 1)
+	waiter := multiLock(primitives.WithAcquireTimeout(time.Hour))
 	GoBackground(t, func(context.Context) {
-		ms, err := multiLock(primitives.WithAcquireTimeout(time.Hour)).Acquire(wctx)
+		ms, err := waiter.Acquire(wctx)
 		if ms != nil {
 			ms.Release(ctx)
 		}
