@@ -65,7 +65,7 @@ func multiLockOnCluster(t *testing.T, addrs []string) {
 // serves from n different masters.
 func keysOnDifferentNodes(t *testing.T, addrs []string, prefix string, n int) []string {
 	t.Helper()
-	var keys []string
+	var keys, owners []string
 	taken := map[string]bool{}
 	for i := 0; len(keys) < n; i++ {
 		if i == 1000 {
@@ -75,9 +75,10 @@ func keysOnDifferentNodes(t *testing.T, addrs []string, prefix string, n int) []
 		owner := ownerOf(t, addrs, rediscore.Keys(key)[0])
 		if !taken[owner] {
 			taken[owner] = true
-			keys = append(keys, key)
+			keys, owners = append(keys, key), append(owners, owner)
 		}
 	}
+	t.Logf("keys %q on the masters %q", keys, owners)
 	return keys
 }
 
