@@ -228,3 +228,24 @@ func severalKeysKeepOneBusy(t *testing.T, storeArgs []string) {
 		return fmt.Sprintf("exit %d: %s", cmd.ProcessState.ExitCode(), out), cmd.ProcessState.ExitCode() == exitBusy && strings.Contains(string(out), `"y" is busy`)
 	})
 }
+
+// A run on several keys interrupted while it waits, having taken some of them, releases those
+// and exits 130: all or nothing.
+func TestRunOnSeveralKeysInterruptedWhileWaitingHoldsNothing(t *testing.T) {
+	useMemoryStore(t)
+	command, open := gate(t)
+	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "b", "--"}, command...)...)
+	inspectUntil(t, "b", "1 holder(s)")
+	waiter := start(t, "run", "-redis", memoryRedis, "-key", "b", "-key", "a", "--", "echo", "ran")
+	inspectUntil(t, "a", "1 holder(s)") // taken first, in sorted order; the waiter now waits for b
+	waiter.cancel()
+	want := `leasehold run: interrupted while waiting for "b" and "a"; nothing acquired` + "\n"
+	if code := waiter.exit(t); code != exitInterrupted || waiter.err.String() != want || waiter.out.String() != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want %d, nothing run and\n%q", code, waiter.out.String(), waiter.err.String(), exitInterrupted, want)
+	}
+	inspectUntil(t, "a", "0 holder(s)")
+	open()
+	if code := holder.exit(t); code != exitOK {
+		t.Errorf("holder: exit %d, stderr %q", code, holder.err.String())
+	}
+}
