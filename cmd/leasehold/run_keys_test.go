@@ -249,3 +249,16 @@ func TestRunOnSeveralKeysInterruptedWhileWaitingHoldsNothing(t *testing.T) {
 		t.Errorf("holder: exit %d, stderr %q", code, holder.err.String())
 	}
 }
+
+func TestRunHelpDocumentsSeveralKeys(t *testing.T) {
+	code, out, _ := runArgs(t, t.Context(), "run", "--help")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"-key KEY [-key KEY...]", "all or nothing", "sorted key order", "never deadlock", "earliest deadline",
+		"LEASEHOLD_FENCES", "first key's", "-limit and -permits other than 1 are a usage error"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run --help does not say %q:\n%s", want, out)
+		}
+	}
+}
