@@ -95,6 +95,9 @@ type Store struct {
 
 	mu      sync.Mutex
 	settles map[keyHolder]*settle // the latest acquire of each holder with stragglers to settle
+
+	wmu   sync.Mutex
+	waits map[keyHolder][]*watch // the open WatchAcquire watches of each waiter
 }
 
 type keyHolder struct{ key, holder string }
@@ -173,7 +176,7 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 		}
 		nodes[i] = n
 	}
-	return &Store{nodes: nodes, quorum: len(stores)/2 + 1, opts: o, settles: map[keyHolder]*settle{}}, nil
+	return &Store{nodes: nodes, quorum: len(stores)/2 + 1, opts: o, settles: map[keyHolder]*settle{}, waits: map[keyHolder][]*watch{}}, nil
 }
 
 // Quorum returns the number of nodes that must hold a lease on a key of limit permits: a
