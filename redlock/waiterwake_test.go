@@ -18,11 +18,16 @@ import (
 	"github.com/leasehold/leasehold/redlock"
 )
 
-// countedNode is a Redis node that counts the acquires Redlock sent it (as AcquireAbove) that
-// it answered.
+// countedNode is a Redis Store that counts the acquires it answered (Redlock sends AcquireAbove;
+// a primitive on the Store itself, Acquire).
 type countedNode struct {
 	*goredis.Store
 	n atomic.Int64
+}
+
+func (c *countedNode) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	defer c.n.Add(1)
+	return c.Store.Acquire(ctx, req)
 }
 
 func (c *countedNode) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
@@ -33,11 +38,11 @@ func (c *countedNode) AcquireAbove(ctx context.Context, req core.AcquireRequest,
 // wakeRig is three real redis-servers and, over them, Redlock Stores of their own clients (as
 // separate processes would have).
 type wakeRig struct {
-	t     *testing.T
+	t     testing.TB
 	addrs []string
 }
 
-func startWakeRig(t *testing.T) wakeRig {
+func startWakeRig(t testing.TB) wakeRig {
 	testenv.SkipShort(t, "starts three redis-servers")
 	var addrs []string
 	for range 3 {
@@ -63,6 +68,17 @@ func (r wakeRig) store() (*redlock.Store, []*countedNode) {
 		ss = append(ss, cn)
 	}
 	return mustNew(r.t, ss, redlock.WithNodeTimeout(2*time.Second)), cs
+}
+
+// node returns a Store over a new client of the first server alone, counting its acquires.
+func (r wakeRig) node() *countedNode {
+	c := redis.NewClient(&redis.Options{Addr: r.addrs[0]})
+	st, err := goredis.New(c)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { st.Close(); c.Close() })
+	return &countedNode{Store: st}
 }
 
 // commands returns how many commands clients have sent each server so far.
