@@ -2,7 +2,6 @@ package redlock_test
 
 import (
 	"context"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -25,7 +24,7 @@ func BenchmarkHandoffRedisServers(b *testing.B) {
 		var ps [2]player
 		for i := range ps {
 			n := r.node()
-			ps[i] = player{store: n, nodes: []*countedNode{n}, tries: 1}
+			ps[i] = newPlayer(n, []*countedNode{n}, 1)
 		}
 		runHandoff(b, ps)
 	})
@@ -33,10 +32,19 @@ func BenchmarkHandoffRedisServers(b *testing.B) {
 		var ps [2]player
 		for i := range ps {
 			s, ns := r.store()
-			ps[i] = player{store: s, nodes: ns, tries: 2}
+			ps[i] = newPlayer(s, ns, 2)
 		}
 		runHandoff(b, ps)
 	})
+}
+
+// newPlayer returns a player over store and nodes, which signal their answers.
+func newPlayer(store core.Store, nodes []*countedNode, tries int64) player {
+	answers := make(chan struct{}, 1)
+	for _, n := range nodes {
+		n.answers = answers
+	}
+	return player{store: store, nodes: nodes, tries: tries, answers: answers}
 }
 
 // player is one side of a handoff: its Store, the nodes it counts acquires on, and how many
@@ -45,6 +53,8 @@ type player struct {
 	store core.Store
 	nodes []*countedNode
 	tries int64
+	// answers receives after any node's answer (unless a value is pending)
+	answers chan struct{}
 }
 
 // answered returns the fewest acquires any of p's nodes answered.
@@ -86,7 +96,7 @@ func runHandoff(b *testing.B, ps [2]player) {
 			got <- grant{l, time.Now(), err}
 		}()
 		for ps[w].answered() < from+ps[w].tries {
-			runtime.Gosched()
+			<-ps[w].answers
 		}
 		released := time.Now()
 		if err := held.Release(ctx); err != nil {

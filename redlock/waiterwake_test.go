@@ -22,16 +22,27 @@ import (
 // a primitive on the Store itself, Acquire).
 type countedNode struct {
 	*goredis.Store
-	n atomic.Int64
+	n       atomic.Int64
+	answers chan struct{} // nil, or receives after each answer unless a value is pending
+}
+
+func (c *countedNode) answered() {
+	c.n.Add(1)
+	if c.answers != nil {
+		select {
+		case c.answers <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (c *countedNode) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
-	defer c.n.Add(1)
+	defer c.answered()
 	return c.Store.Acquire(ctx, req)
 }
 
 func (c *countedNode) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
-	defer c.n.Add(1)
+	defer c.answered()
 	return c.Store.AcquireAbove(ctx, req, floor)
 }
 
