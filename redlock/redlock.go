@@ -55,10 +55,12 @@
 //
 // Every try goes to the nodes with Wait = 0, so no node keeps a place in its line for a Redlock
 // caller: nodes' lines, each in its own arrival order, would grant freed permits to different
-// waiters, none of which reached a quorum. A caller that wins leaves no place behind. Strict FIFO
-// is not promised. A Store is no core.Notifier: its waiters (in package primitives) watch the key
-// on every node (see Watch) and try again on each change, or at their retry interval when the watch
-// is not reliable.
+// waiters, none of which reached a quorum. A caller that wins leaves no place behind. A Store is
+// no core.Notifier: its waiters (in package primitives) watch the key on every node from their
+// first refusal (see WatchAcquire) and try again at once when the changes on the nodes that
+// refused them could let a quorum grant, sending nothing in between while every node's watch is
+// reliable; otherwise they also retry at their retry interval. Strict FIFO is not promised: a
+// release wakes every waiter it could serve, and the first whose try reaches a quorum wins.
 //
 // # Stragglers and stray leases
 //
