@@ -32,14 +32,17 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 // nodes that have room. Each refused Acquire of req resets the count, and wakes C at once if the
 // changes during the try already make a quorum. The watch starts with a value in C (a change
 // between the refused try and the watch would go unseen), and C also receives when its
-// reliability changes. Reliable, Close, the cost and the errors are Watch's.
+// reliability changes. Before it returns, it waits for each node's watch to be reliable (on
+// Redis, its subscription confirmed; about a round trip, the first time), at most the node
+// timeout of a call without a TTL: a confirmation that came later would wake the caller for
+// nothing. Reliable, Close, the other costs and the errors are Watch's.
 func (s *Store) WatchAcquire(ctx context.Context, req core.AcquireRequest) (core.Watch, error) {
 	return s.watch(ctx, req.Key, &req)
 }
 
 func (s *Store) watch(ctx context.Context, key string, req *core.AcquireRequest) (core.Watch, error) {
 	n := len(s.nodes)
-	// The most watch waits for the nodes' watches to be reliable.
+	// The most WatchAcquire waits for the nodes' watches to be reliable.
 	bound, cancel := context.WithTimeout(ctx, s.nodeTimeout(0))
 	defer cancel()
 	w := &watch{s: s, c: make(chan struct{}, 1), stop: make(chan struct{}), nodes: make([]core.Watch, n),
@@ -58,7 +61,9 @@ func (s *Store) watch(ctx context.Context, key string, req *core.AcquireRequest)
 				return
 			}
 			w.nodes[i] = nw
-			awaitReliable(bound, nw)
+			if req != nil {
+				awaitReliable(bound, nw)
+			}
 		})
 	}
 	wg.Wait()
