@@ -135,6 +135,10 @@ type MultiLease struct {
 	err      error // the loss, once lost
 	released bool
 	ended    bool // done is closed
+
+	// background: the releases of the other leases that watch makes when one ends alone;
+	// Release waits for them, so that it returns with every release made.
+	background sync.WaitGroup
 }
 
 func newMultiLease(ml *MultiLock, leases []Lease) *MultiLease {
@@ -160,7 +164,9 @@ func (m *MultiLease) watch(l Lease) {
 	}
 	m.ended = true
 	close(m.done)
+	m.background.Add(1)
 	m.mu.Unlock()
+	defer m.background.Done()
 	for _, o := range m.leases {
 		if o != l {
 			releaseQuietly(context.Background(), o, m.ml.cfg.ttl)
@@ -198,6 +204,10 @@ func (m *MultiLease) Release(ctx context.Context) error {
 		close(m.done)
 	}
 	m.mu.Unlock()
+	// A lease that ended alone has the others released in the background: wait for those
+	// releases (bounded as releaseQuietly bounds them), then release again any that failed, so
+	// that Release returns with no key left held unless its error says so.
+	m.background.Wait()
 	var errs []error
 	for i := len(m.ml.order) - 1; i >= 0; i-- {
 		if err := m.leases[m.ml.order[i]].Release(ctx); err != nil && lost == nil {

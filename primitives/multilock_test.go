@@ -262,3 +262,41 @@ func TestMultiLockLosingAKeyWhileWaitingHoldsNothing(t *testing.T) {
 		}
 	})
 }
+
+// slowRelease delays the release of key by a second (of the bubble's clock, under synctest).
+type slowRelease struct {
+	core.Store
+	key string
+}
+
+func (s slowRelease) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	if req.Key == s.key {
+		time.Sleep(time.Second)
+	}
+	return s.Store.Release(ctx, req)
+}
+
+// TestMultiLeaseReleaseWaitsForTheReleasesAMemberStarted: a member released alone has the others
+// released in the background; a Release called meanwhile returns only once those are made, with
+// every key free, not while one is still held.
+func TestMultiLeaseReleaseWaitsForTheReleasesAMemberStarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		ms, err := mustMultiLock(t, slowRelease{Store: mem, key: "b"}, []string{"a", "b"}).Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ms.Leases()[0].Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // b's release under way in the background
+		if err := ms.Release(context.Background()); err != nil {
+			t.Errorf("Release after a member's: %v", err)
+		}
+		for _, k := range []string{"a", "b"} {
+			if snap, _ := mem.Inspect(context.Background(), k); len(snap.Leases) != 0 {
+				t.Errorf("key %s once Release returned: %+v, want free", k, snap.Leases)
+			}
+		}
+	})
+}
