@@ -300,3 +300,177 @@ func TestMultiLeaseReleaseWaitsForTheReleasesAMemberStarted(t *testing.T) {
 		}
 	})
 }
+
+// TestMultiLockCanceledMidwayReleasesWhatItTookAndLeavesTheLine: an Acquire holding a and waiting
+// for b whose ctx ends returns the ctx's error holding nothing: a is freed, and b, released by
+// its holder afterwards, is free too (no grant kept for the waiter that left), with no goroutine
+// left behind (synctest fails on one).
+func TestMultiLockCanceledMidwayReleasesWhatItTookAndLeavesTheLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		held := mustAcquire(t, mustMutexOn(t, store, "b"))
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := mustMultiLock(t, store, []string{"b", "a"}, primitives.WithAcquireTimeout(time.Hour)).Acquire(ctx)
+			errc <- err
+		}()
+		synctest.Wait() // holding a, in b's line
+		if snap, _ := store.Inspect(context.Background(), "a"); len(snap.Leases) != 1 {
+			t.Fatalf("key a while b is awaited: %+v, want held", snap.Leases)
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "acquire multilock") {
+			t.Errorf("Acquire canceled midway: %v, want context.Canceled naming the operation", err)
+		}
+		if err := held.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		for _, k := range []string{"a", "b"} {
+			if snap, _ := store.Inspect(context.Background(), k); len(snap.Leases) != 0 {
+				t.Errorf("key %s after the canceled acquire: %+v, want free", k, snap.Leases)
+			}
+		}
+	})
+}
+
+// TestMultiLockAcquireTimeoutBoundsTheWhole: the acquire timeout bounds every key's wait
+// together: a wait of 6s for a and then b, held past it, fails at 10s, not 6s+10s, with
+// ErrNotAcquired naming b and the timeout, and a freed.
+func TestMultiLockAcquireTimeoutBoundsTheWhole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		a := mustAcquire(t, mustMutexOn(t, store, "a", primitives.WithTTL(time.Minute)))
+		b := mustAcquire(t, mustMutexOn(t, store, "b", primitives.WithTTL(time.Minute)))
+		go func() {
+			time.Sleep(6 * time.Second)
+			a.Release(context.Background())
+		}()
+		start := time.Now()
+		_, err := mustMultiLock(t, store, []string{"a", "b"}, primitives.WithAcquireTimeout(10*time.Second)).Acquire(context.Background())
+		if took := time.Since(start); took != 10*time.Second {
+			t.Errorf("Acquire gave up after %v, want the 10s acquire timeout for the whole", took)
+		}
+		if !errors.Is(err, primitives.ErrNotAcquired) || !strings.Contains(err.Error(), `"b"`) || !strings.Contains(err.Error(), "10s") {
+			t.Errorf("Acquire past its timeout: %v, want ErrNotAcquired naming b and 10s", err)
+		}
+		synctest.Wait()
+		if snap, _ := store.Inspect(context.Background(), "a"); len(snap.Leases) != 0 {
+			t.Errorf("key a after the timeout: %+v, want free", snap.Leases)
+		}
+		b.Release(context.Background())
+	})
+}
+
+// TestMultiLocksUnderOneHolderIDShareTheirLeases: WithHolder names one holder on every key, and
+// two acquires under one holder id share one lease (as with a Mutex): a second MultiLock under
+// the same id re-enters the keys, while one under another id is refused.
+func TestMultiLocksUnderOneHolderIDShareTheirLeases(t *testing.T) {
+	store := memory.New()
+	keys := []string{"a", "b"}
+	first, err := mustMultiLock(t, store, keys, primitives.WithHolder("w")).TryAcquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release(t.Context())
+	for _, l := range first.Leases() {
+		if l.Holder() != "w" {
+			t.Errorf("lease on %s held by %q, want w", l.Key(), l.Holder())
+		}
+	}
+	if _, err := mustMultiLock(t, store, keys, primitives.WithHolder("v")).TryAcquire(t.Context()); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Errorf("TryAcquire under another holder id: %v, want ErrNotAcquired", err)
+	}
+	second, err := mustMultiLock(t, store, []string{"b", "a"}, primitives.WithHolder("w")).TryAcquire(t.Context())
+	if err != nil {
+		t.Fatalf("TryAcquire under the same holder id: %v, want the shared leases", err)
+	}
+	defer second.Release(t.Context())
+	for i, l := range second.Leases() {
+		if want := first.Leases()[1-i]; l.Fence() != want.Fence() {
+			t.Errorf("re-entered lease on %s: fence %d, want the held one's %d", l.Key(), l.Fence(), want.Fence())
+		}
+	}
+}
+
+// TestMultiLockOverAThousandKeys: a MultiLock on 1000 keys refuses one named twice and, with one
+// key busy, holds none of the others; its messages name a few keys, not all 1000.
+func TestMultiLockOverAThousandKeys(t *testing.T) {
+	store := memory.New()
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%04d-%s", i, strings.Repeat("x", 60))
+	}
+	_, err := primitives.NewMultiLock(store, append(slicesClone(keys), keys[500]))
+	if !errors.Is(err, primitives.ErrInvalid) || !strings.Contains(err.Error(), keys[500]) || len(err.Error()) > 1000 {
+		t.Errorf("NewMultiLock with a key twice among 1001: %d bytes: %.300v; want ErrInvalid naming it, under 1000 bytes", len(err.Error()), err)
+	}
+	busy := mustAcquire(t, mustMutexOn(t, store, keys[999]))
+	defer busy.Release(t.Context())
+	ml := mustMultiLock(t, store, keys)
+	_, err = ml.TryAcquire(t.Context())
+	if !errors.Is(err, primitives.ErrNotAcquired) || !strings.Contains(err.Error(), keys[999]) || len(err.Error()) > 1000 {
+		t.Errorf("TryAcquire of 1000 keys, the last busy: %d bytes: %.300v; want ErrNotAcquired naming it, under 1000 bytes", len(err.Error()), err)
+	}
+	for _, k := range keys[:999] {
+		if snap, _ := store.Inspect(t.Context(), k); len(snap.Leases) != 0 {
+			t.Fatalf("key %s after the refused TryAcquire: %+v, want free", k, snap.Leases)
+		}
+	}
+	busy.Release(t.Context())
+	ms, err := ml.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// TestMultiLocksOverLookAlikeKeysNeverDeadlock: keys that are prefixes of each other, differ by a
+// NUL byte, or are one character composed and decomposed are distinct keys in one byte order:
+// MultiLocks naming them in every order contend without deadlock or two holders.
+func TestMultiLocksOverLookAlikeKeysNeverDeadlock(t *testing.T) {
+	store := memory.New()
+	all := []string{"a", "a\x00", "ab", "\u00e9", "e\u0301", "\xff"}
+	occ := map[string]*conformance.Occupancy{}
+	for _, k := range all {
+		occ[k] = conformance.NewOccupancy(1)
+	}
+	sets := [][]string{all, {all[5], all[4], all[3], all[2], all[1], all[0]}, {all[1], all[0], all[4]}, {all[3], all[4], all[2]}}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, keys := range sets {
+		ml := mustMultiLock(t, store, keys, primitives.WithAcquireTimeout(time.Minute))
+		wg.Go(func() {
+			for range 8 {
+				ms, err := ml.Acquire(ctx)
+				if err != nil {
+					t.Errorf("Acquire %q: %v", keys, err)
+					return
+				}
+				var leave []func()
+				for _, k := range keys {
+					leave = append(leave, occ[k].Enter(1))
+				}
+				runtime.Gosched()
+				for _, f := range leave {
+					f()
+				}
+				if err := ms.Release(ctx); err != nil {
+					t.Errorf("Release %q: %v", keys, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k, o := range occ {
+		if v := o.Violations(); len(v) > 0 {
+			t.Errorf("key %q had two holders: %v", k, v)
+		}
+	}
+}
