@@ -262,3 +262,74 @@ func TestRunHelpDocumentsSeveralKeys(t *testing.T) {
 		}
 	}
 }
+
+// parseFences reads LEASEHOLD_FENCES as run's help describes it: KEY=FENCE, space-separated, a
+// key Go-quoted when it needs it, the fence after the last '='.
+func parseFences(s string) (keys []string, fences []uint64, err error) {
+	for s != "" {
+		var key, rest string
+		if s[0] == '"' {
+			q, qerr := strconv.QuotedPrefix(s)
+			if qerr != nil {
+				return nil, nil, qerr
+			}
+			key, _ = strconv.Unquote(q)
+			rest = s[len(q):]
+			if !strings.HasPrefix(rest, "=") {
+				return nil, nil, fmt.Errorf("no '=' after %s", q)
+			}
+			rest = rest[1:]
+		} else {
+			item, _, _ := strings.Cut(s, " ")
+			i := strings.LastIndexByte(item, '=')
+			if i < 0 {
+				return nil, nil, fmt.Errorf("no '=' in %q", item)
+			}
+			key, rest = item[:i], s[i+1:]
+		}
+		num, after, _ := strings.Cut(rest, " ")
+		f, perr := strconv.ParseUint(num, 10, 64)
+		if perr != nil {
+			return nil, nil, perr
+		}
+		keys, fences, s = append(keys, key), append(fences, f), after
+	}
+	return keys, fences, nil
+}
+
+// Every key comes back out of LEASEHOLD_FENCES as it was, whatever it holds: spaces of any kind,
+// quotes, '=', backslashes, newlines, NUL, format characters and bytes that are not UTF-8.
+func TestRunOnSeveralKeysWritesFencesEveryKeyReadsBackFrom(t *testing.T) {
+	keys := []string{"db", "x=y", "=", "a=", `"q"`, `q"`, `back\slash`, "sp ace", "new\nline", "tab\t", "nul\x00",
+		"\xff\xfe", "ideo\u3000space", "nb\u00a0sp", "zw\u200dj", "emoji\U0001F512", "\ufffd", `\"`, "k=1 l=2"}
+	lease := multiHeld{leases: make([]core.Lease, len(keys))}
+	for i, k := range keys {
+		lease.leases[i] = fencedLease{key: k, fence: uint64(100 + i)}
+	}
+	var fences string
+	for _, kv := range leaseEnv(lease) {
+		if v, ok := strings.CutPrefix(kv, "LEASEHOLD_FENCES="); ok {
+			fences = v
+		}
+	}
+	got, gotFences, err := parseFences(fences)
+	if err != nil || len(got) != len(keys) {
+		t.Fatalf("LEASEHOLD_FENCES=%s: read %q, %v; want %d keys", fences, got, err, len(keys))
+	}
+	for i, k := range keys {
+		if got[i] != k || gotFences[i] != uint64(100+i) {
+			t.Errorf("key %d: read %q=%d, want %q=%d (LEASEHOLD_FENCES=%s)", i, got[i], gotFences[i], k, 100+i, fences)
+		}
+	}
+}
+
+// fencedLease is a core.Lease with a key and a fence, for leaseEnv.
+type fencedLease struct {
+	core.Lease
+	key   string
+	fence uint64
+}
+
+func (l fencedLease) Key() string    { return l.key }
+func (l fencedLease) Fence() uint64  { return l.fence }
+func (l fencedLease) Holder() string { return "h" }
