@@ -474,3 +474,36 @@ func TestMultiLocksOverLookAlikeKeysNeverDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// failingReleases fails every release of key.
+type failingReleases struct {
+	core.Store
+	key string
+}
+
+func (s failingReleases) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
+	if req.Key == s.key {
+		return false, errors.New("connection reset")
+	}
+	return s.Store.Release(ctx, req)
+}
+
+// TestMultiLockWhoseReleaseFailsLeavesTheKeyToItsTTL: a refused TryAcquire whose release of a key
+// it took fails leaves that key held only until its TTL: not refreshed, and with no goroutine
+// left behind (synctest fails on one).
+func TestMultiLockWhoseReleaseFailsLeavesTheKeyToItsTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		busy := mustAcquire(t, mustMutexOn(t, mem, "b", primitives.WithTTL(time.Hour)))
+		ml := mustMultiLock(t, failingReleases{Store: mem, key: "a"}, []string{"a", "b"}, primitives.WithTTL(9*time.Second))
+		if _, err := ml.TryAcquire(context.Background()); !errors.Is(err, primitives.ErrNotAcquired) {
+			t.Fatalf("TryAcquire with b busy: %v, want ErrNotAcquired", err)
+		}
+		time.Sleep(10 * time.Second) // past a's TTL, with three refreshes' worth of time
+		synctest.Wait()
+		if snap, _ := mem.Inspect(context.Background(), "a"); len(snap.Leases) != 0 {
+			t.Errorf("key a past its TTL after its release failed: %+v, want expired (not refreshed)", snap.Leases)
+		}
+		busy.Release(context.Background())
+	})
+}
