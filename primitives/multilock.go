@@ -33,6 +33,9 @@ func NewMultiLock(store Store, keys []string, opts ...Option) (*MultiLock, error
 	if len(keys) == 0 {
 		return fail(fmt.Errorf("%w: keys: must name at least one key", ErrInvalid))
 	}
+	if store == nil {
+		return fail(fmt.Errorf("%w: store: must not be nil", ErrInvalid))
+	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return fail(err)
@@ -47,9 +50,12 @@ func NewMultiLock(store Store, keys []string, opts ...Option) (*MultiLock, error
 		if i > 0 && keys[k] == keys[ml.order[i-1]] {
 			return fail(fmt.Errorf("%w: key %s: given twice", ErrInvalid, quoteKey(keys[k])))
 		}
+		if err := checkKey(keys[k], MaxKeyLen); err != nil {
+			return fail(err)
+		}
 		m, err := NewMutex(store, keys[k], opts...)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		ml.mutexes = append(ml.mutexes, m)
 	}

@@ -181,8 +181,8 @@ func TestNewMultiLockRefusesBadInput(t *testing.T) {
 		{store, []string{strings.Repeat("k", core.MaxKeyLen+1)}, "key"},
 	} {
 		_, err := primitives.NewMultiLock(tc.store, tc.keys)
-		if !errors.Is(err, primitives.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewMultiLock(%v): %v, want ErrInvalid naming %q", fmt.Sprintf("%.40q", tc.keys), err, tc.want)
+		if !errors.Is(err, primitives.ErrInvalid) || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "leasehold: new multilock [") {
+			t.Errorf("NewMultiLock(%v): %v, want ErrInvalid naming new multilock, its keys and %q", fmt.Sprintf("%.40q", tc.keys), err, tc.want)
 		}
 	}
 	if _, err := primitives.NewMultiLock(store, []string{"a"}, primitives.WithTTL(0)); !errors.Is(err, primitives.ErrInvalid) {
