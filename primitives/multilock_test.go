@@ -507,3 +507,40 @@ func TestMultiLockWhoseReleaseFailsLeavesTheKeyToItsTTL(t *testing.T) {
 		busy.Release(context.Background())
 	})
 }
+
+// TestMultiLeaseReleaseRacingMembersReleases: Release and releases of members through Leases, at
+// once, end the MultiLease cleanly: Release returns nil, Err stays nil, Done is closed, and once
+// all have returned every key is free.
+func TestMultiLeaseReleaseRacingMembersReleases(t *testing.T) {
+	store := memory.New()
+	ml := mustMultiLock(t, store, []string{"c", "a", "b"})
+	for range 100 {
+		ms, err := ml.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := ms.Release(t.Context()); err != nil {
+				t.Errorf("Release racing its members': %v", err)
+			}
+		})
+		for _, l := range ms.Leases()[1:] {
+			wg.Go(func() { l.Release(t.Context()) })
+		}
+		wg.Wait()
+		select {
+		case <-ms.Done():
+		default:
+			t.Fatal("Done open after Release")
+		}
+		if err := ms.Err(); err != nil {
+			t.Fatalf("Err after Release: %v", err)
+		}
+		for _, k := range ml.Keys() {
+			if snap, _ := store.Inspect(t.Context(), k); len(snap.Leases) != 0 {
+				t.Fatalf("key %s once every release returned: %+v, want free", k, snap.Leases)
+			}
+		}
+	}
+}
