@@ -333,3 +333,28 @@ type fencedLease struct {
 func (l fencedLease) Key() string    { return l.key }
 func (l fencedLease) Fence() uint64  { return l.fence }
 func (l fencedLease) Holder() string { return "h" }
+
+// A run on several keys, one of which is held as a semaphore (a limit other than 1), is refused
+// with the configuration status, naming that key and its limit, whether it waits or tries once;
+// the key it took before is released and the command not run.
+func TestRunOnSeveralKeysRefusesAKeyHeldUnderAnotherLimit(t *testing.T) {
+	useMemoryStore(t)
+	command, open := gate(t)
+	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "b", "-limit", "3", "--"}, command...)...)
+	inspectUntil(t, "b", "1 holder(s)")
+	for _, wait := range [][]string{{"-n"}, {"-wait", "1m"}} {
+		args := append(append([]string{"run", "-redis", memoryRedis, "-key", "b", "-key", "a"}, wait...), "--", "echo", "ran")
+		s := start(t, args...)
+		if code := s.exit(t); code != exitConfig || s.out.String() != "" ||
+			!containsAll(s.err.String(), []string{`"b" is held under limit 3`, "several keys", "nothing acquired"}) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d, nothing run, and b's limit named", wait, code, s.out.String(), s.err.String(), exitConfig)
+		}
+		if _, out, _ := runArgs(t, t.Context(), "inspect", "-redis", memoryRedis, "a"); !strings.Contains(out, "0 holder(s)") {
+			t.Errorf("%v left a held:\n%s", wait, out)
+		}
+	}
+	open()
+	if code := holder.exit(t); code != exitOK {
+		t.Fatalf("holder: exit %d, stderr %q", code, holder.err.String())
+	}
+}
