@@ -99,7 +99,9 @@ func (ml *MultiLock) acquire(ctx context.Context, try bool) (*MultiLease, error)
 		if err != nil {
 			ml.releaseAll(ctx, taken)
 			if ctx.Err() == nil && context.Cause(wctx) == errAcquireTimeout {
-				err = fmt.Errorf("%w: acquire timeout %v exceeded (%s: %w)", ErrNotAcquired, ml.cfg.acquireTimeout, quoteKey(m.Key()), err)
+				// As a Mutex's acquire timeout: ErrNotAcquired, not the ctx error that the
+				// timeout made, which would read as the caller's own deadline.
+				err = fmt.Errorf("%w: acquire timeout %v exceeded (%s: %v)", ErrNotAcquired, ml.cfg.acquireTimeout, quoteKey(m.Key()), err)
 			}
 			return nil, fmt.Errorf("leasehold: acquire multilock %s: %w", quoteKeys(ml.keys), err)
 		}

@@ -337,7 +337,7 @@ func TestMultiLockCanceledMidwayReleasesWhatItTookAndLeavesTheLine(t *testing.T)
 
 // TestMultiLockAcquireTimeoutBoundsTheWhole: the acquire timeout bounds every key's wait
 // together: a wait of 6s for a and then b, held past it, fails at 10s, not 6s+10s, with
-// ErrNotAcquired naming b and the timeout, and a freed.
+// ErrNotAcquired naming b and the timeout (not a ctx error, as a Mutex's), and a freed.
 func TestMultiLockAcquireTimeoutBoundsTheWhole(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.New()
@@ -354,6 +354,10 @@ func TestMultiLockAcquireTimeoutBoundsTheWhole(t *testing.T) {
 		}
 		if !errors.Is(err, primitives.ErrNotAcquired) || !strings.Contains(err.Error(), `"b"`) || !strings.Contains(err.Error(), "10s") {
 			t.Errorf("Acquire past its timeout: %v, want ErrNotAcquired naming b and 10s", err)
+		}
+		// As a Mutex's: the caller's ctx had no deadline, so the error is not a ctx error.
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Acquire past its acquire timeout: %v; is context.DeadlineExceeded, want only ErrNotAcquired", err)
 		}
 		synctest.Wait()
 		if snap, _ := store.Inspect(context.Background(), "a"); len(snap.Leases) != 0 {
