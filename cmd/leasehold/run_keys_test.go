@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
@@ -356,5 +358,39 @@ func TestRunOnSeveralKeysRefusesAKeyHeldUnderAnotherLimit(t *testing.T) {
 	open()
 	if code := holder.exit(t); code != exitOK {
 		t.Fatalf("holder: exit %d, stderr %q", code, holder.err.String())
+	}
+}
+
+// A run on several keys (a real process, on a real server) interrupted while its command runs
+// passes the signal on and, once the command exits, releases every key before it exits itself.
+func TestRunOnSeveralKeysInterruptedWhileRunningReleasesEveryKey(t *testing.T) {
+	t.Parallel()
+	url := "redis://" + redistest.StartServer(t).Addr
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cmd := cli(ctx, "run", "-redis", url, "-key", "b", "-key", "a", "-key", "c", "-ttl", "1m", "--", "sleep", "300")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	held := func(k string) string {
+		_, o, _ := runArgs(t, t.Context(), "inspect", "-redis", url, k)
+		return o
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		poll.Until(t, "key "+k+" held", func() bool { return strings.Contains(held(k), "1 holder(s)") })
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code == exitOK || code == -1 {
+		t.Errorf("after SIGINT: exit %d, output %q; want the interrupted command's status", code, out.String())
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if o := held(k); !strings.Contains(o, "0 holder(s)") {
+			t.Errorf("key %s once run exited (output %q):\n%s", k, out.String(), o)
+		}
 	}
 }
