@@ -144,9 +144,9 @@ type MultiLease struct {
 	released bool
 	ended    bool // done is closed
 
-	// background: the releases of the other leases that watch makes when one ends alone;
-	// Release waits for them, so that it returns with every release made.
-	background sync.WaitGroup
+	// background, once a lease ended alone, is closed when watch has made the releases of the
+	// others; Release waits for it (or ctx's end), so that it returns with every release made.
+	background chan struct{}
 }
 
 func newMultiLease(ml *MultiLock, leases []Lease) *MultiLease {
@@ -172,9 +172,10 @@ func (m *MultiLease) watch(l Lease) {
 	}
 	m.ended = true
 	close(m.done)
-	m.background.Add(1)
+	background := make(chan struct{})
+	m.background = background
 	m.mu.Unlock()
-	defer m.background.Done()
+	defer close(background)
 	for _, o := range m.leases {
 		if o != l {
 			releaseQuietly(context.Background(), o, m.ml.cfg.ttl)
@@ -206,17 +207,23 @@ func (m *MultiLease) Release(ctx context.Context) error {
 		return nil
 	}
 	m.released = true
-	lost := m.err
+	lost, background := m.err, m.background
 	if !m.ended {
 		m.ended = true
 		close(m.done)
 	}
 	m.mu.Unlock()
 	// A lease that ended alone has the others released in the background: wait for those
-	// releases (bounded as releaseQuietly bounds them), then release again any that failed, so
-	// that Release returns with no key left held unless its error says so.
-	m.background.Wait()
+	// releases, or ctx's end (then an error, as they may not be made), and release again any
+	// that failed, so that Release returns with no key left held unless its error says so.
 	var errs []error
+	if background != nil {
+		select {
+		case <-background:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("leasehold: release multilock %s: the releases begun as a member ended: %w", quoteKeys(m.ml.keys), context.Cause(ctx)))
+		}
+	}
 	for i := len(m.ml.order) - 1; i >= 0; i-- {
 		if err := m.leases[m.ml.order[i]].Release(ctx); err != nil && lost == nil {
 			errs = append(errs, err)

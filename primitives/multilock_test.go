@@ -548,3 +548,32 @@ func TestMultiLeaseReleaseRacingMembersReleases(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiLeaseReleaseWaitingForAMembersReleasesHeedsCtx: the wait for the releases a member
+// ended alone began ends with ctx: Release returns then, with ctx's error, not nil while a key
+// may still be held.
+func TestMultiLeaseReleaseWaitingForAMembersReleasesHeedsCtx(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		ms, err := mustMultiLock(t, slowRelease{Store: mem, key: "b"}, []string{"a", "b"}).Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ms.Leases()[0].Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // b's release under way in the background, for a second
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err = ms.Release(ctx)
+		if took := time.Since(start); took != 100*time.Millisecond || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Release with 100ms to wait for a 1s release: %v after %v; want context.DeadlineExceeded after 100ms", err, took)
+		}
+		time.Sleep(time.Second) // the background release made
+		synctest.Wait()
+		if snap, _ := mem.Inspect(context.Background(), "b"); len(snap.Leases) != 0 {
+			t.Errorf("key b once its background release was made: %+v, want free", snap.Leases)
+		}
+	})
+}
