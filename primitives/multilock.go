@@ -199,7 +199,10 @@ func (m *MultiLease) Err() error {
 
 // Release releases every lease, in reverse sorted key order, and returns the errors of those that
 // failed (joined), or the loss when the whole was lost before. Releasing again does nothing. A
-// lease whose release failed is left to expire by its TTL. Cost: one store round trip per key.
+// lease whose release failed is left to expire by its TTL. After a member ended alone (lost, or
+// released through Leases), it first waits, within ctx, for the releases of the others begun
+// then, so that it returns with every key released or an error. Cost: one store round trip per
+// key.
 func (m *MultiLease) Release(ctx context.Context) error {
 	m.mu.Lock()
 	if m.released {
