@@ -394,3 +394,31 @@ func TestRunOnSeveralKeysInterruptedWhileRunningReleasesEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// A run on a thousand keys, one of them busy, says so in one line of bounded length that names
+// the busy key and counts the others, and holds none of them.
+func TestRunOnAThousandKeysNamesAFewInItsMessages(t *testing.T) {
+	useMemoryStore(t)
+	command, open := gate(t)
+	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "k0777", "--"}, command...)...)
+	inspectUntil(t, "k0777", "1 holder(s)")
+	args := []string{"run", "-redis", memoryRedis, "-n"}
+	for i := range 1000 {
+		args = append(args, "-key", fmt.Sprintf("k%04d", i))
+	}
+	s := start(t, append(args, "--", "echo", "ran")...)
+	if code := s.exit(t); code != exitBusy || s.out.String() != "" || len(s.err.String()) > 200 ||
+		!containsAll(s.err.String(), []string{`"k0777" is busy`, `"k0000"`, "and 995 more"}) {
+		t.Errorf("exit %d, stdout %q, stderr of %d bytes %.300q; want %d, nothing run, and one short line naming k0777 and counting the rest",
+			code, s.out.String(), len(s.err.String()), s.err.String(), exitBusy)
+	}
+	for _, k := range []string{"k0000", "k0776"} {
+		if _, out, _ := runArgs(t, t.Context(), "inspect", "-redis", memoryRedis, k); !strings.Contains(out, "0 holder(s)") {
+			t.Errorf("key %s after the refused run:\n%s", k, out)
+		}
+	}
+	open()
+	if code := holder.exit(t); code != exitOK {
+		t.Fatalf("holder: exit %d, stderr %q", code, holder.err.String())
+	}
+}
