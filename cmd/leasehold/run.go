@@ -413,8 +413,9 @@ whole, -n tries each key once, and a busy key leaves none held. Each lease is re
 own; the stop above follows the earliest deadline of them, and the loss of any one stops the
 command as a loss does. LEASEHOLD_FENCE and LEASEHOLD_HOLDER are the first key's, and
 LEASEHOLD_FENCES holds every key's fence in the order given: KEY=FENCE, space-separated, a key
-Go-quoted if it holds a space, a quote or an '=' (the fence follows the last '='), as in
-LEASEHOLD_FENCES="db=17 \"cache 2\"=4". -limit and -permits other than 1 are a usage error.
+Go-quoted if it holds a space, a quote, an '=' or a character that does not print (the fence
+follows the last '='), as in LEASEHOLD_FENCES="db=17 \"cache 2\"=4". -limit and -permits other
+than 1 are a usage error.
 
 %s
 

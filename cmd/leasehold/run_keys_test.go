@@ -258,7 +258,7 @@ func TestRunHelpDocumentsSeveralKeys(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"-key KEY [-key KEY...]", "all or nothing", "sorted key order", "never deadlock", "earliest deadline",
-		"LEASEHOLD_FENCES", "first key's", "-limit and -permits other than 1 are a usage error"} {
+		"LEASEHOLD_FENCES", "first key's", "a character that does not print", "-limit and -permits other\nthan 1 are a usage error"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("run --help does not say %q:\n%s", want, out)
 		}
