@@ -33,6 +33,9 @@ func NewMultiLock(store Store, keys []string, opts ...Option) (*MultiLock, error
 	if len(keys) == 0 {
 		return fail(fmt.Errorf("%w: keys: must name at least one key", ErrInvalid))
 	}
+	if store == nil {
+		return fail(fmt.Errorf("%w: store: must not be nil", ErrInvalid))
+	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return fail(err)
@@ -47,9 +50,12 @@ func NewMultiLock(store Store, keys []string, opts ...Option) (*MultiLock, error
 		if i > 0 && keys[k] == keys[ml.order[i-1]] {
 			return fail(fmt.Errorf("%w: key %s: given twice", ErrInvalid, quoteKey(keys[k])))
 		}
+		if err := checkKey(keys[k], MaxKeyLen); err != nil {
+			return fail(err)
+		}
 		m, err := NewMutex(store, keys[k], opts...)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		ml.mutexes = append(ml.mutexes, m)
 	}
@@ -93,7 +99,9 @@ func (ml *MultiLock) acquire(ctx context.Context, try bool) (*MultiLease, error)
 		if err != nil {
 			ml.releaseAll(ctx, taken)
 			if ctx.Err() == nil && context.Cause(wctx) == errAcquireTimeout {
-				err = fmt.Errorf("%w: acquire timeout %v exceeded (%s: %w)", ErrNotAcquired, ml.cfg.acquireTimeout, quoteKey(m.Key()), err)
+				// As a Mutex's acquire timeout: ErrNotAcquired, not the ctx error that the
+				// timeout made, which would read as the caller's own deadline.
+				err = fmt.Errorf("%w: acquire timeout %v exceeded (%s: %v)", ErrNotAcquired, ml.cfg.acquireTimeout, quoteKey(m.Key()), err)
 			}
 			return nil, fmt.Errorf("leasehold: acquire multilock %s: %w", quoteKeys(ml.keys), err)
 		}
@@ -135,6 +143,10 @@ type MultiLease struct {
 	err      error // the loss, once lost
 	released bool
 	ended    bool // done is closed
+
+	// background, once a lease ended alone, is closed when watch has made the releases of the
+	// others; Release waits for it (or ctx's end), so that it returns with every release made.
+	background chan struct{}
 }
 
 func newMultiLease(ml *MultiLock, leases []Lease) *MultiLease {
@@ -160,7 +172,10 @@ func (m *MultiLease) watch(l Lease) {
 	}
 	m.ended = true
 	close(m.done)
+	background := make(chan struct{})
+	m.background = background
 	m.mu.Unlock()
+	defer close(background)
 	for _, o := range m.leases {
 		if o != l {
 			releaseQuietly(context.Background(), o, m.ml.cfg.ttl)
@@ -184,7 +199,10 @@ func (m *MultiLease) Err() error {
 
 // Release releases every lease, in reverse sorted key order, and returns the errors of those that
 // failed (joined), or the loss when the whole was lost before. Releasing again does nothing. A
-// lease whose release failed is left to expire by its TTL. Cost: one store round trip per key.
+// lease whose release failed is left to expire by its TTL. After a member ended alone (lost, or
+// released through Leases), it first waits, within ctx, for the releases of the others begun
+// then, so that it returns with every key released or an error. Cost: one store round trip per
+// key.
 func (m *MultiLease) Release(ctx context.Context) error {
 	m.mu.Lock()
 	if m.released {
@@ -192,13 +210,23 @@ func (m *MultiLease) Release(ctx context.Context) error {
 		return nil
 	}
 	m.released = true
-	lost := m.err
+	lost, background := m.err, m.background
 	if !m.ended {
 		m.ended = true
 		close(m.done)
 	}
 	m.mu.Unlock()
+	// A lease that ended alone has the others released in the background: wait for those
+	// releases, or ctx's end (then an error, as they may not be made), and release again any
+	// that failed, so that Release returns with no key left held unless its error says so.
 	var errs []error
+	if background != nil {
+		select {
+		case <-background:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("leasehold: release multilock %s: the releases begun as a member ended: %w", quoteKeys(m.ml.keys), context.Cause(ctx)))
+		}
+	}
 	for i := len(m.ml.order) - 1; i >= 0; i-- {
 		if err := m.leases[m.ml.order[i]].Release(ctx); err != nil && lost == nil {
 			errs = append(errs, err)

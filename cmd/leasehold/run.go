@@ -101,14 +101,25 @@ type runConfig struct {
 // multi reports whether the command runs holding several keys.
 func (c *runConfig) multi() bool { return len(c.keys) > 1 }
 
-// keysText names the key, or every key (`"a", "b" and "c"`), in messages.
+// keysShown is how many of several keys a message names; the rest are counted.
+const keysShown = 6
+
+// keysText names the key, or every key (`"a", "b" and "c"`), in messages: with more than
+// keysShown, the first of them and how many more (`"a", "b", … and 994 more`).
 func (c *runConfig) keysText() string {
 	if !c.multi() {
 		return strconv.Quote(c.key)
 	}
-	q := make([]string, len(c.keys))
-	for i, k := range c.keys {
+	shown := c.keys
+	if len(shown) > keysShown {
+		shown = shown[:keysShown-1]
+	}
+	q := make([]string, len(shown))
+	for i, k := range shown {
 		q[i] = strconv.Quote(k)
+	}
+	if len(shown) < len(c.keys) {
+		return strings.Join(q, ", ") + fmt.Sprintf(", … and %d more", len(c.keys)-len(shown))
 	}
 	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
 }
@@ -402,8 +413,9 @@ whole, -n tries each key once, and a busy key leaves none held. Each lease is re
 own; the stop above follows the earliest deadline of them, and the loss of any one stops the
 command as a loss does. LEASEHOLD_FENCE and LEASEHOLD_HOLDER are the first key's, and
 LEASEHOLD_FENCES holds every key's fence in the order given: KEY=FENCE, space-separated, a key
-Go-quoted if it holds a space, a quote or an '=' (the fence follows the last '='), as in
-LEASEHOLD_FENCES="db=17 \"cache 2\"=4". -limit and -permits other than 1 are a usage error.
+Go-quoted if it holds a space, a quote, an '=' or a character that does not print (the fence
+follows the last '='), as in LEASEHOLD_FENCES="db=17 \"cache 2\"=4". -limit and -permits other
+than 1 are a usage error.
 
 %s
 

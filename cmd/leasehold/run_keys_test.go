@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
@@ -256,9 +258,167 @@ func TestRunHelpDocumentsSeveralKeys(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"-key KEY [-key KEY...]", "all or nothing", "sorted key order", "never deadlock", "earliest deadline",
-		"LEASEHOLD_FENCES", "first key's", "-limit and -permits other than 1 are a usage error"} {
+		"LEASEHOLD_FENCES", "first key's", "a character that does not print", "-limit and -permits other\nthan 1 are a usage error"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("run --help does not say %q:\n%s", want, out)
 		}
+	}
+}
+
+// parseFences reads LEASEHOLD_FENCES as run's help describes it: KEY=FENCE, space-separated, a
+// key Go-quoted when it needs it, the fence after the last '='.
+func parseFences(s string) (keys []string, fences []uint64, err error) {
+	for s != "" {
+		var key, rest string
+		if s[0] == '"' {
+			q, qerr := strconv.QuotedPrefix(s)
+			if qerr != nil {
+				return nil, nil, qerr
+			}
+			key, _ = strconv.Unquote(q)
+			rest = s[len(q):]
+			if !strings.HasPrefix(rest, "=") {
+				return nil, nil, fmt.Errorf("no '=' after %s", q)
+			}
+			rest = rest[1:]
+		} else {
+			item, _, _ := strings.Cut(s, " ")
+			i := strings.LastIndexByte(item, '=')
+			if i < 0 {
+				return nil, nil, fmt.Errorf("no '=' in %q", item)
+			}
+			key, rest = item[:i], s[i+1:]
+		}
+		num, after, _ := strings.Cut(rest, " ")
+		f, perr := strconv.ParseUint(num, 10, 64)
+		if perr != nil {
+			return nil, nil, perr
+		}
+		keys, fences, s = append(keys, key), append(fences, f), after
+	}
+	return keys, fences, nil
+}
+
+// Every key comes back out of LEASEHOLD_FENCES as it was, whatever it holds: spaces of any kind,
+// quotes, '=', backslashes, newlines, NUL, format characters and bytes that are not UTF-8.
+func TestRunOnSeveralKeysWritesFencesEveryKeyReadsBackFrom(t *testing.T) {
+	keys := []string{"db", "x=y", "=", "a=", `"q"`, `q"`, `back\slash`, "sp ace", "new\nline", "tab\t", "nul\x00",
+		"\xff\xfe", "ideo\u3000space", "nb\u00a0sp", "zw\u200dj", "emoji\U0001F512", "\ufffd", `\"`, "k=1 l=2"}
+	lease := multiHeld{leases: make([]core.Lease, len(keys))}
+	for i, k := range keys {
+		lease.leases[i] = fencedLease{key: k, fence: uint64(100 + i)}
+	}
+	var fences string
+	for _, kv := range leaseEnv(lease) {
+		if v, ok := strings.CutPrefix(kv, "LEASEHOLD_FENCES="); ok {
+			fences = v
+		}
+	}
+	got, gotFences, err := parseFences(fences)
+	if err != nil || len(got) != len(keys) {
+		t.Fatalf("LEASEHOLD_FENCES=%s: read %q, %v; want %d keys", fences, got, err, len(keys))
+	}
+	for i, k := range keys {
+		if got[i] != k || gotFences[i] != uint64(100+i) {
+			t.Errorf("key %d: read %q=%d, want %q=%d (LEASEHOLD_FENCES=%s)", i, got[i], gotFences[i], k, 100+i, fences)
+		}
+	}
+}
+
+// fencedLease is a core.Lease with a key and a fence, for leaseEnv.
+type fencedLease struct {
+	core.Lease
+	key   string
+	fence uint64
+}
+
+func (l fencedLease) Key() string    { return l.key }
+func (l fencedLease) Fence() uint64  { return l.fence }
+func (l fencedLease) Holder() string { return "h" }
+
+// A run on several keys, one of which is held as a semaphore (a limit other than 1), is refused
+// with the configuration status, naming that key and its limit, whether it waits or tries once;
+// the key it took before is released and the command not run.
+func TestRunOnSeveralKeysRefusesAKeyHeldUnderAnotherLimit(t *testing.T) {
+	useMemoryStore(t)
+	command, open := gate(t)
+	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "b", "-limit", "3", "--"}, command...)...)
+	inspectUntil(t, "b", "1 holder(s)")
+	for _, wait := range [][]string{{"-n"}, {"-wait", "1m"}} {
+		args := append(append([]string{"run", "-redis", memoryRedis, "-key", "b", "-key", "a"}, wait...), "--", "echo", "ran")
+		s := start(t, args...)
+		if code := s.exit(t); code != exitConfig || s.out.String() != "" ||
+			!containsAll(s.err.String(), []string{`"b" is held under limit 3`, "several keys", "nothing acquired"}) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d, nothing run, and b's limit named", wait, code, s.out.String(), s.err.String(), exitConfig)
+		}
+		if _, out, _ := runArgs(t, t.Context(), "inspect", "-redis", memoryRedis, "a"); !strings.Contains(out, "0 holder(s)") {
+			t.Errorf("%v left a held:\n%s", wait, out)
+		}
+	}
+	open()
+	if code := holder.exit(t); code != exitOK {
+		t.Fatalf("holder: exit %d, stderr %q", code, holder.err.String())
+	}
+}
+
+// A run on several keys (a real process, on a real server) interrupted while its command runs
+// passes the signal on and, once the command exits, releases every key before it exits itself.
+func TestRunOnSeveralKeysInterruptedWhileRunningReleasesEveryKey(t *testing.T) {
+	t.Parallel()
+	url := "redis://" + redistest.StartServer(t).Addr
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cmd := cli(ctx, "run", "-redis", url, "-key", "b", "-key", "a", "-key", "c", "-ttl", "1m", "--", "sleep", "300")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	held := func(k string) string {
+		_, o, _ := runArgs(t, t.Context(), "inspect", "-redis", url, k)
+		return o
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		poll.Until(t, "key "+k+" held", func() bool { return strings.Contains(held(k), "1 holder(s)") })
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code == exitOK || code == -1 {
+		t.Errorf("after SIGINT: exit %d, output %q; want the interrupted command's status", code, out.String())
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if o := held(k); !strings.Contains(o, "0 holder(s)") {
+			t.Errorf("key %s once run exited (output %q):\n%s", k, out.String(), o)
+		}
+	}
+}
+
+// A run on a thousand keys, one of them busy, says so in one line of bounded length that names
+// the busy key and counts the others, and holds none of them.
+func TestRunOnAThousandKeysNamesAFewInItsMessages(t *testing.T) {
+	useMemoryStore(t)
+	command, open := gate(t)
+	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "k0777", "--"}, command...)...)
+	inspectUntil(t, "k0777", "1 holder(s)")
+	args := []string{"run", "-redis", memoryRedis, "-n"}
+	for i := range 1000 {
+		args = append(args, "-key", fmt.Sprintf("k%04d", i))
+	}
+	s := start(t, append(args, "--", "echo", "ran")...)
+	if code := s.exit(t); code != exitBusy || s.out.String() != "" || len(s.err.String()) > 200 ||
+		!containsAll(s.err.String(), []string{`"k0777" is busy`, `"k0000"`, "and 995 more"}) {
+		t.Errorf("exit %d, stdout %q, stderr of %d bytes %.300q; want %d, nothing run, and one short line naming k0777 and counting the rest",
+			code, s.out.String(), len(s.err.String()), s.err.String(), exitBusy)
+	}
+	for _, k := range []string{"k0000", "k0776"} {
+		if _, out, _ := runArgs(t, t.Context(), "inspect", "-redis", memoryRedis, k); !strings.Contains(out, "0 holder(s)") {
+			t.Errorf("key %s after the refused run:\n%s", k, out)
+		}
+	}
+	open()
+	if code := holder.exit(t); code != exitOK {
+		t.Fatalf("holder: exit %d, stderr %q", code, holder.err.String())
 	}
 }
