@@ -117,7 +117,7 @@ func (s *suite) testLockDelayEnds(t *testing.T) {
 	st := s.h.NewStore(t)
 	ends, renewed := at(t, st, newKey(t)), at(t, st, newKey(t))
 	ttl := s.shortTTL(50 * time.Millisecond)
-	delay := s.shortTTL(50 * time.Millisecond)
+	delay := 50 * time.Millisecond // short on real time too: the wait below is the TTLs' plus this
 	fa := ends.grantDelayed("a", 1, 1, ttl, delay)
 	renewed.grantDelayed("a", 1, 1, ttl, longDelay)
 	renewed.grantDelayed("a", 1, 1, ttl, 0) // the holder asks again: its lease now has no delay

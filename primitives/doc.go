@@ -1,5 +1,5 @@
 // Package primitives is what a program using Leasehold imports, beside one backend: the
-// distributed Mutex, weighted Semaphore, RWMutex and Election, Do and LeaseContext to bind work
+// distributed Mutex, weighted Semaphore, RWMutex, Election and MultiLock, Do and LeaseContext to bind work
 // to a lease, Inspect to see who holds a key and who waits, events and slog logging, and the
 // names of package core a caller needs (Lease, Store, the errors, the bounds). It is the portable
 // layer over any Store: it checks every argument before the store sees it, owns waiting (by
@@ -19,12 +19,17 @@
 //     all. A waiting writer holds back the readers that come after it.
 //   - [Election] ([NewElection]) is a mutex whose lease carries the leader's value and whose
 //     fence is the term: Campaign, Leader, Observe (the leader at once, then each change).
+//   - [MultiLock] ([NewMultiLock]) holds several keys, each as a Mutex, all or nothing. It takes
+//     them one by one in sorted order, so callers naming overlapping keys in any order cannot
+//     deadlock, and releases what it took when one is not acquired. A [MultiLease] is lost with
+//     any member. It needs no atomic multi-key grant from the store, so it works across Redis
+//     Cluster slots and Redlock nodes alike.
 //
 // Acquire waits in the key's line, strictly first come first served on stores that keep one
 // (memory, Redis, PostgreSQL: nobody behind the head, no newcomer and no TryAcquire takes
 // permits while it waits); TryAcquire tries once; Adopt takes over a lease acquired elsewhere
 // under a known holder id. The options (WithTTL, WithAcquireTimeout, WithValue, WithOnLost, ...)
-// are shared by the four constructors and checked once, when the primitive is made.
+// are shared by the constructors and checked once, when the primitive is made.
 //
 // Do acquires, runs a function with a context that is canceled when the lease is lost, and
 // releases, even if the function panics; its error joins the function's and the release's.
@@ -32,8 +37,8 @@
 // key's leases (holder, permits, fence, time left, value) and its line of waiters, head first
 // ([Status], [RWStatus]); it changes nothing.
 //
-// Mutex, Semaphore, RWMutex and Election values are safe for concurrent use, and so are the
-// leases they return.
+// Mutex, Semaphore, RWMutex, Election and MultiLock values are safe for concurrent use, and so
+// are the leases they return.
 //
 // # Names from package core
 //

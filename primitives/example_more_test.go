@@ -108,3 +108,32 @@ func ExampleSemaphore_rollingLimitChange() {
 	// key held under limit 2; using it for now
 	// limit now: 5
 }
+
+func ExampleNewMultiLock() {
+	ctx := context.Background()
+	store := memory.New()
+	// Two transfers name the same accounts in opposite orders: a MultiLock takes its keys in
+	// sorted order, so neither can hold one account while waiting for the other's.
+	ab, _ := primitives.NewMultiLock(store, []string{"account:a", "account:b"})
+	ba, _ := primitives.NewMultiLock(store, []string{"account:b", "account:a"})
+
+	both, err := ab.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	_, err = ba.TryAcquire(ctx)
+	fmt.Println("the other transfer while one holds both:", errors.Is(err, primitives.ErrNotAcquired))
+	for _, l := range both.Leases() {
+		fmt.Println("holding", l.Key())
+	}
+	both.Release(ctx)
+
+	both, _ = ba.TryAcquire(ctx)
+	fmt.Println("the other transfer after the release:", both.Err() == nil)
+	both.Release(ctx)
+	// Output:
+	// the other transfer while one holds both: true
+	// holding account:a
+	// holding account:b
+	// the other transfer after the release: true
+}

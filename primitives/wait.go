@@ -30,6 +30,14 @@ type acquisition struct {
 	retryTimer *time.Timer
 }
 
+// acquireWatcher is a core.Watcher without a line whose waiters' wakes depend on their own
+// refused tries (redlock.Store): WatchAcquire watches req.Key for the caller whose Acquire of req
+// was refused, and wakes it only on a change that could let its next try succeed (a waiter over
+// Redlock is not woken by its own grants on a minority of nodes, given back).
+type acquireWatcher interface {
+	WatchAcquire(ctx context.Context, req core.AcquireRequest) (core.Watch, error)
+}
+
 // try makes one attempt. An error is final; a refusal is not.
 func (a *acquisition) try(ctx context.Context) (core.AcquireResult, error) {
 	a.tries++
@@ -115,13 +123,20 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 			return ctx.Err()
 		}
 		// Without notifications the waiter still works, at the retry interval.
-	case !a.enrolled && a.s.notifier == nil && a.s.watcher != nil && a.attempts == 0 && a.tries >= 2:
-		// A store without a line (Redlock) that announces changes: a wait longer than one
-		// retry interval watches the key and wakes on any change of it (a shorter one is
-		// spared the watch's cost). A change between the refused try and the watch would go
-		// unseen, so try again at once.
+	case !a.enrolled && a.s.notifier == nil && a.s.watcher != nil && a.attempts == 0:
+		// A store without a line (Redlock) that announces changes: the waiter watches the key
+		// from its first refusal and wakes on a change (with an acquireWatcher, only on one
+		// that could serve it), so that a release is noticed at once rather than at the next
+		// retry interval; the watch costs about one round trip to the store's servers. A
+		// change between the refused try and the watch would go unseen, so try again at once.
 		a.enrolled = true
-		w, err := a.s.watcher.Watch(ctx, a.req.Key)
+		var w core.Watch
+		var err error
+		if aw, ok := a.s.store.(acquireWatcher); ok {
+			w, err = aw.WatchAcquire(ctx, a.req)
+		} else {
+			w, err = a.s.watcher.Watch(ctx, a.req.Key)
+		}
 		if err == nil {
 			a.wakes = w
 			return nil

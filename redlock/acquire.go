@@ -37,9 +37,11 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	first := req
 	// No node keeps a place for the caller: each node's line is its own, in its own arrival
 	// order, so nodes would grant the freed permits to different waiters and none reach a
-	// quorum. Redlock waiters watch the key and try again on a change instead.
+	// quorum. Redlock waiters watch the key (WatchAcquire) and try again when a change on the
+	// nodes that refused them could let a quorum grant.
 	first.Wait = 0
 	st := s.newSettle(req, timeout)
+	watches, seen := s.waiting(keyHolder{req.Key, req.Holder})
 	decide := func(rs []result[core.AcquireResult]) bool { return acquireDecided(rs, quorum) }
 	res, c := fanout(ctx, s, round[core.AcquireResult]{timeout: timeout, decided: decide,
 		call: func(c context.Context, _ int, n node) (core.AcquireResult, error) {
@@ -115,6 +117,9 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	if answered < quorum && len(failed) > len(s.nodes)-quorum { // failures alone leave no quorum: an error, not a refusal
 		return core.AcquireResult{}, fmt.Errorf("redlock: %d of %d nodes answered, %d needed: %w", answered, len(s.nodes), quorum, nodeErrors(res))
+	}
+	for i, w := range watches {
+		w.tried(seen[i], res)
 	}
 	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
 }

@@ -55,10 +55,12 @@
 //
 // Every try goes to the nodes with Wait = 0, so no node keeps a place in its line for a Redlock
 // caller: nodes' lines, each in its own arrival order, would grant freed permits to different
-// waiters, none of which reached a quorum. A caller that wins leaves no place behind. Strict FIFO
-// is not promised. A Store is no core.Notifier: its waiters (in package primitives) watch the key
-// on every node (see Watch) and try again on each change, or at their retry interval when the watch
-// is not reliable.
+// waiters, none of which reached a quorum. A caller that wins leaves no place behind. A Store is
+// no core.Notifier: its waiters (in package primitives) watch the key on every node from their
+// first refusal (see WatchAcquire) and try again at once when the changes on the nodes that
+// refused them could let a quorum grant, sending nothing in between while every node's watch is
+// reliable; otherwise they also retry at their retry interval. Strict FIFO is not promised: a
+// release wakes every waiter it could serve, and the first whose try reaches a quorum wins.
 //
 // # Stragglers and stray leases
 //
@@ -95,6 +97,9 @@ type Store struct {
 
 	mu      sync.Mutex
 	settles map[keyHolder]*settle // the latest acquire of each holder with stragglers to settle
+
+	wmu   sync.Mutex
+	waits map[keyHolder][]*watch // the open WatchAcquire watches of each waiter
 }
 
 type keyHolder struct{ key, holder string }
@@ -173,7 +178,7 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 		}
 		nodes[i] = n
 	}
-	return &Store{nodes: nodes, quorum: len(stores)/2 + 1, opts: o, settles: map[keyHolder]*settle{}}, nil
+	return &Store{nodes: nodes, quorum: len(stores)/2 + 1, opts: o, settles: map[keyHolder]*settle{}, waits: map[keyHolder][]*watch{}}, nil
 }
 
 // Quorum returns the number of nodes that must hold a lease on a key of limit permits: a

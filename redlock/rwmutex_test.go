@@ -189,12 +189,10 @@ func TestRWMutexOverRedlockReaderWaitsWithANodeDownAndOneSlow(t *testing.T) {
 func TestRWMutexOverRedlockTryAcquireDefersToAWaitingWriter(t *testing.T) {
 	s, r := readOverRedlock(t)
 	ctx := context.Background()
-	// The waiting writer retries when the reader's lease would expire (10s), or at its retry
-	// interval (1h): not within this test.
+	// The writer waits while r reads: a reader's release would wake it, so r holds on until the
+	// end, and only the writer's intent can refuse another reader.
 	giveUp := waitingWriter(t, s, primitives.WithRetryInterval(time.Hour))
-	if err := r.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	defer r.Release(ctx)
 	other := scenario.MustRWMutex(t, s, "rw")
 	if l, err := other.TryAcquireRead(ctx); !errors.Is(err, core.ErrNotAcquired) {
 		t.Errorf("TryAcquireRead while a writer waits: %v, want ErrNotAcquired", err)

@@ -247,7 +247,8 @@ var inProcessStore core.Store
 // reported on warn, one line each starting with "leasehold cmd: " and saying what failed, and
 // kept in the Redlock, which uses them again if they come back; it goes on when enough answer
 // to grant a key of limit permits (Quorum(limit): a majority for a mutex, more for a
-// semaphore), and is an error otherwise. On error nothing is left open.
+// semaphore), and is an error otherwise. When a semaphore's quorum is every server, it says so on
+// warn, one line. On error nothing is left open.
 func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, limit int) (core.Store, func(), error) {
 	if inProcessStore != nil {
 		return inProcessStore, func() {}, nil
@@ -301,6 +302,11 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 		if err == nil {
 			up++
 		}
+	}
+	if limit > 1 && need == len(servers) {
+		// The user chose N for a semaphore: say that no server may be lost, and what would do.
+		fmt.Fprintf(warn, "leasehold %s: -limit %d over %d Redis servers: Redlock needs all %d to answer (a semaphore of limit L over N servers needs ⌊N·L/(L+1)⌋+1), so one server down stops it; to survive a server's loss, a semaphore needs L+2 servers: %d for -limit %d (5 servers for -limit 2 or 3)\n",
+			cmd, limit, len(servers), need, limit+2, limit)
 	}
 	then := fmt.Sprintf("going on without it: %d of %d answer, Redlock needs %d", up, len(servers), need)
 	if up < need {

@@ -10,6 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,12 +57,28 @@ func (w *waitFlag) Set(s string) error {
 	return nil
 }
 
+// keysFlag is run's -key: every one given, in order.
+type keysFlag []string
+
+func (k *keysFlag) String() string {
+	if k == nil {
+		return ""
+	}
+	return strings.Join(*k, " ")
+}
+
+func (k *keysFlag) Set(s string) error {
+	*k = append(*k, s)
+	return nil
+}
+
 // runConfig is what `leasehold run` and `leasehold elect` are told.
 type runConfig struct {
 	name    string // the subcommand, for messages: run or elect
 	elect   bool   // campaign on the key (elect) instead of taking permits (run)
 	store   storeFlags
-	key     string
+	key     string   // the key; with several (run -key A -key B), the first
+	keys    []string // run's keys, in the order given, when there are several: a MultiLock on them
 	limit   int
 	permits int
 	ttl     time.Duration
@@ -73,6 +93,45 @@ type runConfig struct {
 	// abandoned receives, without blocking, the release of a grant the store may have made for
 	// an acquire that failed (its reply lost as a signal ended the wait, or the connection broke).
 	abandoned chan core.ReleaseRequest
+	// refused holds, when not nil, the key of the last refused or failed acquire: the busy one
+	// of several keys.
+	refused *atomic.Pointer[string]
+}
+
+// multi reports whether the command runs holding several keys.
+func (c *runConfig) multi() bool { return len(c.keys) > 1 }
+
+// keysShown is how many of several keys a message names; the rest are counted.
+const keysShown = 6
+
+// keysText names the key, or every key (`"a", "b" and "c"`), in messages: with more than
+// keysShown, the first of them and how many more (`"a", "b", … and 994 more`).
+func (c *runConfig) keysText() string {
+	if !c.multi() {
+		return strconv.Quote(c.key)
+	}
+	shown := c.keys
+	if len(shown) > keysShown {
+		shown = shown[:keysShown-1]
+	}
+	q := make([]string, len(shown))
+	for i, k := range shown {
+		q[i] = strconv.Quote(k)
+	}
+	if len(shown) < len(c.keys) {
+		return strings.Join(q, ", ") + fmt.Sprintf(", … and %d more", len(c.keys)-len(shown))
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
+}
+
+// refusedKey is the key an acquire of several was refused on, or the first key if unknown.
+func (c *runConfig) refusedKey() string {
+	if c.multi() && c.refused != nil {
+		if k := c.refused.Load(); k != nil {
+			return *k
+		}
+	}
+	return c.key
 }
 
 // oneTry reports whether the lease is to be tried once, not waited for.
@@ -141,9 +200,12 @@ func (c *runConfig) checkTiming() error {
 }
 
 // acquire takes the lease the command runs under: cfg.permits of the key's cfg.limit for run,
-// the key's leadership for elect, with cfg.value; waiting as -wait and -n say. A bad argument
-// is an error wrapping core.ErrInvalid; a busy key, one wrapping core.ErrNotAcquired.
-func (c *runConfig) acquire(ctx context.Context, store core.Store) (core.Lease, error) {
+// the key's leadership for elect, with cfg.value; waiting as -wait and -n say. With several
+// keys, it takes a mutex on each, all or nothing (a primitives.MultiLock: in sorted order, so
+// that runs naming the same keys in other orders cannot deadlock), -wait bounding the whole and
+// -n trying each once. A bad argument is an error wrapping core.ErrInvalid; a busy key, one
+// wrapping core.ErrNotAcquired.
+func (c *runConfig) acquire(ctx context.Context, store core.Store) (heldLease, error) {
 	timeout := time.Duration(math.MaxInt64) // no acquire timeout
 	if c.wait.set {
 		timeout = max(c.wait.d, time.Millisecond)
@@ -153,8 +215,12 @@ func (c *runConfig) acquire(ctx context.Context, store core.Store) (core.Lease, 
 		opts = append(opts, primitives.WithLockDelay(c.lockDelay))
 	}
 	if c.refreshed != nil {
-		refreshed, abandoned := c.refreshed, c.abandoned
+		refreshed, abandoned, refused := c.refreshed, c.abandoned, c.refused
 		opts = append(opts, primitives.WithEvents(func(e primitives.Event) {
+			if refused != nil && (e.Kind == primitives.EventRefused || e.Kind == primitives.EventAcquireFailed) {
+				key := e.Key
+				refused.Store(&key)
+			}
 			switch {
 			case e.Kind == primitives.EventRefreshed:
 				select {
@@ -179,6 +245,22 @@ func (c *runConfig) acquire(ctx context.Context, store core.Store) (core.Lease, 
 		}
 		return el.Campaign(ctx, c.value)
 	}
+	if c.multi() {
+		ml, err := primitives.NewMultiLock(store, c.keys, append(opts, primitives.WithValue(c.value))...)
+		if err != nil {
+			return nil, err
+		}
+		var m *primitives.MultiLease
+		if c.oneTry() {
+			m, err = ml.TryAcquire(ctx)
+		} else {
+			m, err = ml.Acquire(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return multiHeld{m, m.Leases()}, nil
+	}
 	sem, err := primitives.NewSemaphore(store, c.key, c.limit, append(opts, primitives.WithValue(c.value))...)
 	if err != nil {
 		return nil, err
@@ -189,12 +271,88 @@ func (c *runConfig) acquire(ctx context.Context, store core.Store) (core.Lease, 
 	return sem.Acquire(ctx, c.permits)
 }
 
-// busy is what the key is when the lease could not be had: busy for run; led for elect.
+// heldLease is what the command runs under: a core.Lease, or a multiHeld.
+type heldLease interface {
+	Deadline() time.Time
+	Done() <-chan struct{}
+	Err() error
+	Release(ctx context.Context) error
+}
+
+// multiHeld is the leases of a run on several keys, held together: lost with any of them.
+type multiHeld struct {
+	*primitives.MultiLease
+	leases []core.Lease // one per key, in the order given
+}
+
+// Deadline is the earliest of the leases' deadlines, which the command's stop follows: each
+// lease is refreshed on its own, and the first not renewed in time stops the command.
+func (m multiHeld) Deadline() time.Time {
+	d, _ := m.earliest()
+	return d
+}
+
+// earliest returns the earliest deadline of the leases and its key.
+func (m multiHeld) earliest() (time.Time, string) {
+	d, key := m.leases[0].Deadline(), m.leases[0].Key()
+	for _, l := range m.leases[1:] {
+		if ld := l.Deadline(); ld.Before(d) {
+			d, key = ld, l.Key()
+		}
+	}
+	return d, key
+}
+
+// dueKey is the key whose lease the stop's schedule follows: with several, the one with the
+// earliest deadline.
+func (c *runConfig) dueKey(lease heldLease) string {
+	if m, ok := lease.(multiHeld); ok {
+		_, key := m.earliest()
+		return key
+	}
+	return c.key
+}
+
+// leaseEnv is what the command is told of its lease: LEASEHOLD_FENCE and LEASEHOLD_HOLDER;
+// with several keys, those of the first key given, and LEASEHOLD_FENCES, every key's fence.
+func leaseEnv(lease heldLease) []string {
+	m, ok := lease.(multiHeld)
+	if !ok {
+		l := lease.(core.Lease)
+		return []string{fmt.Sprintf("LEASEHOLD_FENCE=%d", l.Fence()), "LEASEHOLD_HOLDER=" + l.Holder()}
+	}
+	fences := make([]string, len(m.leases))
+	for i, l := range m.leases {
+		fences[i] = fmt.Sprintf("%s=%d", fencesKey(l.Key()), l.Fence())
+	}
+	return []string{fmt.Sprintf("LEASEHOLD_FENCE=%d", m.leases[0].Fence()), "LEASEHOLD_HOLDER=" + m.leases[0].Holder(),
+		"LEASEHOLD_FENCES=" + strings.Join(fences, " ")}
+}
+
+// fencesKey is key as LEASEHOLD_FENCES writes it: as it is, or Go-quoted if it is empty or
+// holds a space, a quote, an '=' or a character that does not print.
+func fencesKey(key string) string {
+	if q := plainOrQuoted(key); q != key || strings.Contains(key, "=") {
+		return strconv.Quote(key)
+	}
+	return key
+}
+
+// busy is what the key is when the lease could not be had: busy for run; led for elect. With
+// several keys, it names the busy one.
 func (c *runConfig) busy() string {
 	if c.elect {
 		return fmt.Sprintf("%q has a leader", c.key)
 	}
-	return fmt.Sprintf("%q is busy", c.key)
+	return fmt.Sprintf("%q is busy", c.refusedKey())
+}
+
+// noneTaken ends the busy line of a run on several keys: none was acquired. For one key, "".
+func (c *runConfig) noneTaken() string {
+	if !c.multi() {
+		return ""
+	}
+	return fmt.Sprintf("; none of %s acquired", c.keysText())
 }
 
 // mismatch says why err, a refusal wrapping core.ErrLimitMismatch, refused the lease, and how
@@ -208,6 +366,10 @@ func (c *runConfig) mismatch(err error) string {
 		return fmt.Sprintf("%q is held under limit %d, and an election has limit 1: campaign on a key that only elect uses, or wait until nobody holds it",
 			c.key, lm.Held)
 	}
+	if c.multi() {
+		return fmt.Sprintf("%q is held under limit %d, and a run on several keys takes each as a mutex (limit 1): leave it out, or wait until nobody holds it",
+			c.refusedKey(), lm.Held)
+	}
 	return fmt.Sprintf("%q is held under limit %d, this run has -limit %d: use the key's limit (-limit %d), or wait until nobody holds it",
 		c.key, lm.Held, lm.Requested, lm.Held)
 }
@@ -216,16 +378,18 @@ func (c *runConfig) mismatch(err error) string {
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := runConfig{name: "run"}
 	var value valueFlag
+	var keys keysFlag
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfg.store.register(fs)
-	fs.StringVar(&cfg.key, "key", "", "the lease key (required)")
+	fs.Var(&keys, "key", "the lease `KEY` (required); given more than once, the command holds every key, all or nothing,\n"+
+		"a mutex on each (-limit and -permits 1): see above")
 	fs.IntVar(&cfg.limit, "limit", 1, "permits on the key: 1 is a mutex, more a semaphore")
 	fs.IntVar(&cfg.permits, "permits", 1, "permits this command takes")
 	cfg.registerTiming(fs)
 	fs.Var(&value, "value", "the `value` kept with the lease, which inspect shows: at most 1024 bytes (default:\n"+
 		"this host, leasehold's pid and the command, as in \"host-a pid 4242: make deploy\", cut to fit)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: leasehold run -redis URL|-postgres URL -key KEY [flags] -- command [args...]
+		fmt.Fprintf(fs.Output(), `Usage: leasehold run -redis URL|-postgres URL -key KEY [-key KEY...] [flags] -- command [args...]
 
 Runs the command while holding a lease on KEY, like flock or consul lock: the lease is taken
 first, waiting until it is free (-wait D: at most D; -n: one try), refreshed while the
@@ -241,6 +405,17 @@ lease expire; a lease lost sooner (taken from the store) stops it at once the sa
 SIGKILL after -grace. -grace is at most 2/5 of -ttl (longer is refused: raise -ttl). -lock-delay
 keeps the key closed that much longer after an expiry, by the store's clock, for a machine that
 stalls whole (a VM paused) to stop the command first.
+
+Given -key more than once, run holds every key while the command runs, all or nothing: a mutex
+on each (a primitives.MultiLock), taken in sorted key order whatever the order given, so runs
+naming the same keys in other orders wait for each other and never deadlock. -wait bounds the
+whole, -n tries each key once, and a busy key leaves none held. Each lease is refreshed on its
+own; the stop above follows the earliest deadline of them, and the loss of any one stops the
+command as a loss does. LEASEHOLD_FENCE and LEASEHOLD_HOLDER are the first key's, and
+LEASEHOLD_FENCES holds every key's fence in the order given: KEY=FENCE, space-separated, a key
+Go-quoted if it holds a space, a quote, an '=' or a character that does not print (the fence
+follows the last '='), as in LEASEHOLD_FENCES="db=17 \"cache 2\"=4". -limit and -permits other
+than 1 are a usage error.
 
 %s
 
@@ -267,12 +442,22 @@ Flags:
 	if !value.set {
 		cfg.value = defaultValue(command)
 	}
+	if len(keys) > 0 {
+		cfg.key = keys[0]
+	}
+	if len(keys) > 1 {
+		cfg.keys = keys
+	}
 	timingErr := cfg.checkTiming()
 	switch err := cfg.store.check(); {
 	case err != nil:
 		usageError(stderr, "run", err.Error())
-	case cfg.key == "":
+	case cfg.key == "" && !cfg.multi():
 		usageError(stderr, "run", "-key is required")
+	case cfg.multi() && keysErr(keys) != nil:
+		usageError(stderr, "run", keysErr(keys).Error())
+	case cfg.multi() && (cfg.limit != 1 || cfg.permits != 1):
+		usageError(stderr, "run", multiLimitErr(cfg.limit, cfg.permits))
 	case len(command) == 0:
 		usageError(stderr, "run", "no command given after --")
 	case cfg.limit < 1:
@@ -290,6 +475,31 @@ Flags:
 	return exitUsage
 }
 
+// keysErr returns an error naming the first of several -key that is empty or given twice.
+func keysErr(keys []string) error {
+	for i, k := range keys {
+		if k == "" {
+			return errors.New(`-key "": a key must not be empty`)
+		}
+		if slices.Contains(keys[:i], k) {
+			return fmt.Errorf("-key %q given twice", k)
+		}
+	}
+	return nil
+}
+
+// multiLimitErr says that -limit and -permits, as given, do not go with several keys.
+func multiLimitErr(limit, permits int) string {
+	var flags []string
+	if limit != 1 {
+		flags = append(flags, fmt.Sprintf("-limit %d", limit))
+	}
+	if permits != 1 {
+		flags = append(flags, fmt.Sprintf("-permits %d", permits))
+	}
+	return fmt.Sprintf("%s with several -key: a run on several keys holds a mutex on each (-limit 1, -permits 1)", strings.Join(flags, " and "))
+}
+
 // runUnderLease takes the lease (cfg.acquire), runs the command under it, and returns the exit
 // status of run or elect.
 func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) int {
@@ -304,7 +514,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "leasehold %s: %s\n", cfg.name, fmt.Sprintf(format, args...))
 	}
 	interrupted := func() int {
-		say("interrupted while waiting for %q; nothing acquired", cfg.key)
+		say("interrupted while waiting for %s; nothing acquired", cfg.keysText())
 		return exitInterrupted
 	}
 
@@ -317,7 +527,8 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		return exitFail
 	}
 	defer closeStore()
-	cfg.refreshed, cfg.abandoned = make(chan struct{}, 1), make(chan core.ReleaseRequest, 1)
+	cfg.refreshed, cfg.abandoned = make(chan struct{}, 1), make(chan core.ReleaseRequest, max(1, len(cfg.keys)))
+	cfg.refused = new(atomic.Pointer[string])
 	lease, err := cfg.acquire(wctx, store)
 	interruptedWaiting := wctx.Err() != nil // before stopWaiting, which cancels wctx
 	stopWaiting()
@@ -325,12 +536,15 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		// The store may have granted the lease although the reply was lost. The library releases
 		// such a grant in the background, which this process's exit would cut short, leaving the
 		// key held until its TTL: release it here, bounded in time, before exiting.
-		select {
-		case req := <-cfg.abandoned:
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, 5*time.Second))
-			store.Release(rctx, req)
-			cancel()
-		default:
+		for drained := false; !drained; {
+			select {
+			case req := <-cfg.abandoned:
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, 5*time.Second))
+				store.Release(rctx, req)
+				cancel()
+			default:
+				drained = true
+			}
 		}
 	}
 	switch {
@@ -343,10 +557,10 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		say("%s; nothing acquired, the command not started", cfg.mismatch(err))
 		return exitConfig
 	case errors.Is(err, core.ErrNotAcquired) && cfg.oneTry():
-		say("%s", cfg.busy())
+		say("%s%s", cfg.busy(), cfg.noneTaken())
 		return exitBusy
 	case errors.Is(err, core.ErrNotAcquired):
-		say("%s: not acquired within %v", cfg.busy(), cfg.wait.d)
+		say("%s: not acquired within %v%s", cfg.busy(), cfg.wait.d, cfg.noneTaken())
 		return exitBusy
 	case err != nil:
 		say("%v", err)
@@ -364,7 +578,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 	// before the command started: the command is not started at all.
 	if interruptedWaiting || len(sigs) > 0 {
 		release()
-		say("interrupted as %q was granted; released, the command not started", cfg.key)
+		say("interrupted as %s was granted; released, the command not started", cfg.keysText())
 		return exitInterrupted
 	}
 	// A lease lost between its grant and here is never run under.
@@ -372,7 +586,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		say("%v; the command not started", err)
 		return exitLost
 	}
-	env := append(os.Environ(), fmt.Sprintf("LEASEHOLD_FENCE=%d", lease.Fence()), "LEASEHOLD_HOLDER="+lease.Holder())
+	env := append(os.Environ(), leaseEnv(lease)...)
 	deadline := lease.Deadline()
 	term, kill := cfg.stopTimes(deadline)
 	c, err := startChild(cfg.command, env, stdio{in: os.Stdin, out: stdout, err: stderr}, stopAt{term, kill, deadline})
@@ -417,7 +631,7 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 				if !stopping {
 					stopping = true
 					say("the lease on %q was not renewed in time; stopping the command: SIGTERM, SIGKILL after -grace %v, %v before its deadline",
-						cfg.key, grace, cfg.stopMargin())
+						cfg.dueKey(lease), grace, cfg.stopMargin())
 				}
 			case syscall.SIGKILL:
 				stopping = true

@@ -49,13 +49,20 @@ func TestRunNeverOverlapsOnOneKey(t *testing.T) {
 // runNeverOverlaps runs two processes, each running leasehold run four times on key of the store
 // at url with a command that logs its start and end, and checks that no two runs overlap.
 func runNeverOverlaps(t *testing.T, url, key string) {
+	runsNeverOverlap(t, storeFlag(url), 4, []string{"-key", key}, []string{"-key", key})
+}
+
+// runsNeverOverlap runs a process for each of keyArgs, each running leasehold run rounds times
+// with those -key flags on the store that storeArgs name, with a command that logs its start and
+// end, and checks that no two runs overlap.
+func runsNeverOverlap(t *testing.T, storeArgs []string, rounds int, keyArgs ...[]string) {
 	log := filepath.Join(t.TempDir(), "intervals")
 	script := fmt.Sprintf(`echo start $(date +%%s%%N) >> %s; sleep 0.1; echo end $(date +%%s%%N) >> %s`, log, log)
 	var wg sync.WaitGroup
-	for p := range 2 {
+	for p, keys := range keyArgs {
 		wg.Go(func() {
-			for i := range 4 {
-				args := append(append([]string{"run"}, storeFlag(url)...), "-key", key, "-wait", "30s", "--", "sh", "-c", script)
+			for i := range rounds {
+				args := append(append(append([]string{"run"}, storeArgs...), keys...), "-wait", "30s", "--", "sh", "-c", script)
 				out, err := cli(t.Context(), args...).CombinedOutput()
 				if err != nil {
 					t.Errorf("process %d run %d: %v\n%s", p, i, err, out)
@@ -64,6 +71,13 @@ func runNeverOverlaps(t *testing.T, url, key string) {
 		})
 	}
 	wg.Wait()
+	checkNoOverlap(t, log, rounds*len(keyArgs))
+}
+
+// checkNoOverlap reads the start and end lines that commands wrote to log and checks that want
+// commands ran to their end, one at a time.
+func checkNoOverlap(t *testing.T, log string, want int) {
+	t.Helper()
 	data, err := os.ReadFile(log)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +99,8 @@ func runNeverOverlaps(t *testing.T, url, key string) {
 			open = -1
 		}
 	}
-	if len(spans) != 8 {
-		t.Fatalf("%d complete runs, want 8:\n%s", len(spans), data)
+	if len(spans) != want {
+		t.Fatalf("%d complete runs, want %d:\n%s", len(spans), want, data)
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
 	for i := 1; i < len(spans); i++ {

@@ -41,6 +41,27 @@ func MustElection(t testing.TB, store core.Store, key string, opts ...primitives
 	return el
 }
 
+// MustMutex returns primitives.NewMutex(store, key, opts...), and fails t at once if that fails.
+func MustMutex(t testing.TB, store core.Store, key string, opts ...primitives.Option) *primitives.Mutex {
+	t.Helper()
+	m, err := primitives.NewMutex(store, key, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// MustMultiLock returns primitives.NewMultiLock(store, keys, opts...), and fails t at once if
+// that fails.
+func MustMultiLock(t testing.TB, store core.Store, keys []string, opts ...primitives.Option) *primitives.MultiLock {
+	t.Helper()
+	ml, err := primitives.NewMultiLock(store, keys, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ml
+}
+
 // Observer reads an Observe channel, failing its test when nothing comes within 10s.
 type Observer struct {
 	t  testing.TB

@@ -30,6 +30,7 @@ func TestOnCluster(t *testing.T) {
 	t.Run("RWMutexAndElection", func(t *testing.T) { rwMutexAndElectionOnCluster(t, addrs) })
 	t.Run("BracesInKeys", func(t *testing.T) { bracesInKeysOnCluster(t, addrs) })
 	t.Run("ClusterAndRingExcludeOnManyKeys", func(t *testing.T) { clusterAndRingExcludeOnManyKeys(t, addrs) })
+	t.Run("MultiLock", func(t *testing.T) { multiLockOnCluster(t, addrs) })
 	t.Run("ReloadsWhereALibraryIsMissing", func(t *testing.T) { clusterReloadsWhereALibraryIsMissing(t, addrs) }) // last: it deletes the library
 }
 

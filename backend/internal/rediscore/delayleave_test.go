@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/testenv"
+
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -14,6 +16,7 @@ import (
 // lock delay its place asked for, that expires untaken keeps its permits closed for the delay
 // when the waiter then leaves the line: leave gives back only a grant still held.
 func TestLeaveKeepsTheLockDelayOfAnExpiredLineGrant(t *testing.T) {
+	testenv.SkipShort(t, "waits out a real lease TTL on each driver")
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s, c, ctx := mk(), raw(t, addr), context.Background()
 		const key = "left-delayed"

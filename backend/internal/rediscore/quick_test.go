@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/testenv"
+
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
@@ -95,6 +97,7 @@ func TestQuickReleaseReportsForeignCounters(t *testing.T) {
 // counters alone (fence, limit, keep), expiring just after the clock passes the fence, not the
 // lease's TTL later; and once they expire the key holds nothing and the next grant is above them.
 func TestRedlockNodePairKeepsItsCountersOnlyUntilTheClockPassesTheFence(t *testing.T) {
+	testenv.SkipShort(t, "waits for the server clock to pass a raised fence on each driver")
 	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s, c := mk(), raw(t, addr)
 		ctx := context.Background()
