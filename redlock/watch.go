@@ -26,10 +26,13 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 // again when woken, as a waiter does (package primitives uses it in place of Watch). Its C
 // receives a value only when the changes since the caller's latest refused Acquire of req (same
 // key and holder) could let a quorum grant: when at least QuorumFor(req.Permits, req.Limit) nodes
-// either did not refuse that try (they granted, and gave the grant back, or did not answer) or
-// have changed since. A change on a node that granted the try cannot make room, and is not
-// announced: a waiter is not woken by its own grants given back, nor by other waiters' tries on
-// nodes that have room. Each refused Acquire of req resets the count, and wakes C at once if the
+// either granted that try (and the grant was given back) or have changed since. A change on a
+// node that granted the try cannot make room, and is not announced: a waiter is not woken by its
+// own grants given back, nor by other waiters' tries on nodes that have room. A node that did not
+// answer the try (an error, or no answer in time) counts once it changes, and makes the watch
+// not Reliable until a try has its answer again: its recovery is not announced, so the caller
+// also tries at its retry interval (a wake at once would have it try in a loop while the node is
+// down). Each refused Acquire of req resets the count, and wakes C at once if the
 // changes during the try already make a quorum. The watch starts with a value in C (a change
 // between the refused try and the watch would go unseen), and C also receives when its
 // reliability changes. Before it returns, it waits for each node's watch to be reliable (on
@@ -46,7 +49,8 @@ func (s *Store) watch(ctx context.Context, key string, req *core.AcquireRequest)
 	bound, cancel := context.WithTimeout(ctx, s.nodeTimeout(0))
 	defer cancel()
 	w := &watch{s: s, c: make(chan struct{}, 1), stop: make(chan struct{}), nodes: make([]core.Watch, n),
-		seq: make([]uint64, n), base: make([]uint64, n), refused: make([]bool, n), quorum: 1}
+		seq: make([]uint64, n), base: make([]uint64, n), refused: make([]bool, n),
+		unknown: make([]bool, n), quorum: 1}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, nd := range s.nodes {
@@ -142,6 +146,7 @@ type watch struct {
 	seq      []uint64 // per node, the changes seen
 	base     []uint64 // per node, seq when the latest refused try was sent
 	refused  []bool   // per node, it refused the latest refused try
+	unknown  []bool   // per node, it did not answer the latest refused try (an error, or too late)
 	reliable bool     // what Reliable said at the latest change
 }
 
@@ -162,24 +167,29 @@ func (w *watch) tried(snap []uint64, res []result[core.AcquireResult]) {
 	defer w.mu.Unlock()
 	for i, r := range res {
 		w.refused[i] = (r.err == nil && !r.v.Granted) || errors.Is(r.err, core.ErrLimitMismatch)
+		w.unknown[i] = r.err != nil && !w.refused[i]
 		w.base[i] = snap[i]
 	}
 	select {
 	case <-w.c:
 	default:
 	}
-	if w.ready() {
+	rel := w.reliableLocked()
+	if rel != w.reliable || w.ready() {
+		w.reliable = rel
 		w.wake()
 	}
 }
 
-// ready reports whether a quorum of nodes could have room: nodes that did not refuse the latest
-// refused try, that are not watched (nothing is heard of them: the caller, whose watch is then
-// unreliable, also tries at its retry interval), or that changed since. w.mu must be held.
+// ready reports whether a quorum of nodes could have room: nodes that granted the latest refused
+// try, that are not watched (nothing is heard of them: the caller, whose watch is then
+// unreliable, also tries at its retry interval), or that changed since. Nodes that did not
+// answer it count only once they change: until then the watch is not reliable, and the caller
+// tries at its retry interval. w.mu must be held.
 func (w *watch) ready() bool {
 	room := 0
 	for i := range w.nodes {
-		if !w.refused[i] || w.nodes[i] == nil || w.seq[i] != w.base[i] {
+		if (!w.refused[i] && !w.unknown[i]) || w.nodes[i] == nil || w.seq[i] != w.base[i] {
 			room++
 		}
 	}
@@ -192,7 +202,7 @@ func (w *watch) changed(i int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.seq[i]++
-	rel := w.Reliable()
+	rel := w.reliableLocked()
 	if rel != w.reliable || w.ready() {
 		w.reliable = rel
 		w.wake()
@@ -221,9 +231,17 @@ func (w *watch) wake() {
 // C implements core.Watch.
 func (w *watch) C() <-chan struct{} { return w.c }
 
-// Reliable implements core.Watch: every node is watched and every node's watch is reliable.
+// Reliable implements core.Watch: every node is watched, every node's watch is reliable, and
+// (for WatchAcquire) every node answered the caller's latest refused try.
 func (w *watch) Reliable() bool {
-	if !w.complete {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reliableLocked()
+}
+
+// reliableLocked is Reliable; w.mu must be held.
+func (w *watch) reliableLocked() bool {
+	if !w.complete || slices.Contains(w.unknown, true) {
 		return false
 	}
 	for _, nw := range w.nodes {
