@@ -115,3 +115,51 @@ func TestRedlockWaiterIsGrantedWhenAFailingNodeRecovers(t *testing.T) {
 		t.Fatal("the waiter was not granted a minute after the failing node recovered with room")
 	}
 }
+
+// hookNode is a memory node that runs after, once, after its n-th acquire has its answer and
+// before the caller gets it.
+type hookNode struct {
+	*memory.Store
+	tries atomic.Int64
+	n     int64
+	after func()
+}
+
+func (h *hookNode) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	res, err := h.Store.AcquireAbove(ctx, req, floor)
+	if h.tries.Add(1) == h.n {
+		h.after()
+	}
+	return res, err
+}
+
+// A release that comes while the waiter's try is under way, on a node that has already refused
+// it, wakes the waiter: the try's answer is already stale, and the release's change counts.
+func TestRedlockWaiterIsWokenByAReleaseDuringItsRefusedTry(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	held := core.AcquireRequest{Key: "job", Holder: "holder-on-two", Permits: 1, Limit: 1, TTL: time.Hour}
+	n1 := &hookNode{Store: memory.New(), n: 2} // the waiter's try after watching
+	n1.after = func() {
+		if _, err := n1.Store.Release(context.WithoutCancel(ctx), core.ReleaseRequest{Key: "job", Holder: held.Holder}); err != nil {
+			t.Error(err)
+		}
+	}
+	stores := []core.Store{memory.New(), n1, memory.New()}
+	for _, n := range stores[1:] {
+		if res, err := n.Acquire(ctx, held); err != nil || !res.Granted {
+			t.Fatalf("holder on a node: %+v, %v", res, err)
+		}
+	}
+	mu, err := primitives.NewMutex(mustNew(t, stores), "job", primitives.WithRetryInterval(time.Hour),
+		primitives.WithTTL(time.Hour), primitives.WithAcquireTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := <-startWaiter(ctx, mu); g.err != nil {
+		t.Fatal(g.err)
+	}
+	if n := n1.tries.Load(); n < 3 {
+		t.Errorf("node 1 answered %d tries; want the release to come during the second", n)
+	}
+}

@@ -133,3 +133,53 @@ func TestRedlockWaiterCanceledWhileWaitingLeavesNothing(t *testing.T) {
 	}
 	l.Release(ctx)
 }
+
+// Two Redlock waiters under one holder id (WithHolder) share each other's tries' results: each
+// refused try of one resets what the other's watch counts. Neither is stranded: on the
+// release both are granted (the one lease, granted again to its holder), with an hour-long
+// retry interval.
+func TestRedlockWaitersSharingAHolderAreBothGrantedOnRelease(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var nodes []*faultyNode
+	var stores []core.Store
+	for range 3 {
+		n := &faultyNode{Store: memory.New()}
+		nodes, stores = append(nodes, n), append(stores, n)
+	}
+	s := mustNew(t, stores)
+	held, err := waiterMutex(t, s, "job").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := func() *primitives.Mutex {
+		mu, err := primitives.NewMutex(s, "job", primitives.WithHolder("shared"), primitives.WithRetryInterval(time.Hour),
+			primitives.WithTTL(time.Hour), primitives.WithAcquireTimeout(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mu
+	}
+	type out struct {
+		l   primitives.Lease
+		err error
+	}
+	got := make(chan out, 2)
+	for i := range 2 {
+		go func() {
+			l, err := shared().Acquire(ctx)
+			got <- out{l, err}
+		}()
+		poll.Until(t, "the waiter to wait", func() bool { return nodes[0].tries.Load() >= int64(1+2*(i+1)) })
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		o := <-got
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		defer o.l.Release(context.WithoutCancel(ctx))
+	}
+}
