@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
+	"github.com/leasehold/leasehold/redlock"
 )
 
 // faultyNode is a memory node that counts the acquires it is sent and, while failing is set,
@@ -161,5 +162,95 @@ func TestRedlockWaiterIsWokenByAReleaseDuringItsRefusedTry(t *testing.T) {
 	}
 	if n := n1.tries.Load(); n < 3 {
 		t.Errorf("node 1 answered %d tries; want the release to come during the second", n)
+	}
+}
+
+// slowNode is a memory node that answers acquires after a delay.
+type slowNode struct {
+	*memory.Store
+	tries atomic.Int64
+	delay time.Duration
+}
+
+func (s *slowNode) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
+	s.tries.Add(1)
+	time.Sleep(s.delay)
+	return s.Store.AcquireAbove(ctx, req, floor)
+}
+
+// A waiter refused by a quorum of nodes before the slowest answers stays idle with a short retry
+// interval: the slow node was not waited for, not failed, so the watch stays reliable.
+func TestRedlockWaiterRefusedBeforeASlowNodeAnswersWaitsIdle(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	held := core.AcquireRequest{Key: "job", Holder: "holder-on-two", Permits: 1, Limit: 1, TTL: time.Hour}
+	fast := []*faultyNode{{Store: memory.New()}, {Store: memory.New()}}
+	slow := &slowNode{Store: memory.New(), delay: 100 * time.Millisecond}
+	stores := []core.Store{fast[0], fast[1], slow}
+	for _, n := range fast {
+		if res, err := n.Store.Acquire(ctx, held); err != nil || !res.Granted {
+			t.Fatalf("holder on a node: %+v, %v", res, err)
+		}
+	}
+	mu, err := primitives.NewMutex(mustNew(t, stores), "job", primitives.WithRetryInterval(50*time.Millisecond),
+		primitives.WithTTL(time.Hour), primitives.WithAcquireTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := startWaiter(ctx, mu)
+	poll.Until(t, "the waiter's try after watching", func() bool { return fast[0].tries.Load() >= 2 })
+	before := fast[0].tries.Load()
+	select {
+	case g := <-got:
+		t.Fatalf("the waiter returned while the lock was held: %v", g.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if n := fast[0].tries.Load() - before; n > 1 {
+		t.Errorf("the waiter tried %d more times while nothing changed; want at most one", n)
+	}
+	if _, err := fast[1].Release(ctx, core.ReleaseRequest{Key: "job", Holder: held.Holder}); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.err != nil {
+		t.Fatal(g.err)
+	}
+}
+
+// A waiter granted on one node, refused on one and left unanswered by a hung third (past the
+// node timeout) waits idle until the node that refused it changes: its own try cannot make
+// room, so it does not try again at once, every node timeout, while the lock is held.
+func TestRedlockWaiterWithAHungNodeWaitsIdle(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	held := core.AcquireRequest{Key: "job", Holder: "holder-on-two", Permits: 1, Limit: 1, TTL: time.Hour}
+	fast := []*faultyNode{{Store: memory.New()}, {Store: memory.New()}}
+	hung := &slowNode{Store: memory.New(), delay: 200 * time.Millisecond}
+	stores := []core.Store{fast[0], fast[1], hung}
+	for _, n := range []core.Store{fast[1].Store, hung.Store} {
+		if res, err := n.Acquire(ctx, held); err != nil || !res.Granted {
+			t.Fatalf("holder on a node: %+v, %v", res, err)
+		}
+	}
+	mu, err := primitives.NewMutex(mustNew(t, stores, redlock.WithNodeTimeout(20*time.Millisecond)), "job",
+		primitives.WithRetryInterval(time.Hour), primitives.WithTTL(time.Hour), primitives.WithAcquireTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := startWaiter(ctx, mu)
+	poll.Until(t, "the waiter's try after watching", func() bool { return fast[0].tries.Load() >= 2 })
+	before := fast[0].tries.Load()
+	select {
+	case g := <-got:
+		t.Fatalf("the waiter returned while the lock was held: %v", g.err)
+	case <-time.After(time.Second):
+	}
+	if n := fast[0].tries.Load() - before; n > 1 {
+		t.Errorf("the waiter tried %d more times while nothing changed; want at most one", n)
+	}
+	if _, err := fast[1].Release(ctx, core.ReleaseRequest{Key: "job", Holder: held.Holder}); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.err != nil {
+		t.Fatal(g.err)
 	}
 }

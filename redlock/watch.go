@@ -29,7 +29,8 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 // either granted that try (and the grant was given back) or have changed since. A change on a
 // node that granted the try cannot make room, and is not announced: a waiter is not woken by its
 // own grants given back, nor by other waiters' tries on nodes that have room. A node that did not
-// answer the try (an error, or no answer in time) counts once it changes, and makes the watch
+// answer the try (an error, or no answer by the node timeout; not one the try did not wait for,
+// which counts as one that granted) counts once it changes, and makes the watch
 // not Reliable until a try has its answer again: its recovery is not announced, so the caller
 // also tries at its retry interval (a wake at once would have it try in a loop while the node is
 // down). Each refused Acquire of req resets the count, and wakes C at once if the
@@ -163,11 +164,14 @@ func (w *watch) snapshot() []uint64 {
 // after the node answered). It takes back a wake that came before, and wakes at once if a
 // quorum could already have room.
 func (w *watch) tried(snap []uint64, res []result[core.AcquireResult]) {
+	// A try decided by its answers before a node's came did not wait for that node: it is no
+	// failed node, and cannot by itself make the quorum the try lacked.
+	early := acquireDecided(res, w.quorum)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, r := range res {
 		w.refused[i] = (r.err == nil && !r.v.Granted) || errors.Is(r.err, core.ErrLimitMismatch)
-		w.unknown[i] = r.err != nil && !w.refused[i]
+		w.unknown[i] = r.err != nil && !w.refused[i] && (r.err != errNoAnswer || !early)
 		w.base[i] = snap[i]
 	}
 	select {
