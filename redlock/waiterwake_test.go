@@ -199,6 +199,24 @@ func TestRedlockWaiterIsGrantedPromptlyAfterRelease(t *testing.T) {
 	}
 }
 
+// quietWaiter starts a waiter on "job" over ws, waits until it has settled, and checks it stays
+// quiet while during runs (see quiet); it returns the channel its grant comes on.
+func quietWaiter(t *testing.T, r wakeRig, ws core.Store, wn []*countedNode, during func()) <-chan grant {
+	t.Helper()
+	got := startWaiter(t.Context(), waiterMutex(t, ws, "job"))
+	settledWaiter(t, r, wn, got)
+	quiet(t, r, wn, got, during)
+	return got
+}
+
+// mustBeGranted fails the test unless the waiter's acquire, on got, succeeded.
+func mustBeGranted(t *testing.T, got <-chan grant) {
+	t.Helper()
+	if g := <-got; g.err != nil {
+		t.Fatal(g.err)
+	}
+}
+
 // settledWaiter returns once the waiter has made its tries (its first and its try after
 // watching) and every server has a subscription; it fails t if the waiter returned.
 func settledWaiter(t *testing.T, r wakeRig, wn []*countedNode, got <-chan grant) {
@@ -259,15 +277,11 @@ func TestIdleRedlockWaiterSendsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := startWaiter(ctx, waiterMutex(t, ws, "job"))
-	settledWaiter(t, r, wn, got)
-	quiet(t, r, wn, got, nil)
+	got := quietWaiter(t, r, ws, wn, nil)
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if g := <-got; g.err != nil {
-		t.Fatal(g.err)
-	}
+	mustBeGranted(t, got)
 }
 
 // A waiter over Redlock whose holder holds a bare majority of nodes is granted on the third at
@@ -286,17 +300,13 @@ func TestRedlockWaiterIsNotWokenByItsOwnGrantGivenBack(t *testing.T) {
 			t.Fatalf("holder on a node: %+v, %v", res, err)
 		}
 	}
-	got := startWaiter(ctx, waiterMutex(t, ws, "job"))
-	settledWaiter(t, r, wn, got)
-	quiet(t, r, wn, got, nil)
+	got := quietWaiter(t, r, ws, wn, nil)
 	for _, n := range hn[:2] {
 		if _, err := n.Release(ctx, core.ReleaseRequest{Key: "job", Holder: req.Holder}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if g := <-got; g.err != nil {
-		t.Fatal(g.err)
-	}
+	mustBeGranted(t, got)
 }
 
 // A waiter over Redlock is not woken by the release of another key, even one that is watched.
@@ -318,10 +328,8 @@ func TestRedlockWaiterIsNotWokenByAnotherKey(t *testing.T) {
 	}
 	defer w.Close()
 	<-w.C() // the value a watch starts with
-	got := startWaiter(ctx, waiterMutex(t, ws, "job"))
-	settledWaiter(t, r, wn, got)
 	other := waiterMutex(t, hs, "other")
-	quiet(t, r, wn, got, func() {
+	got := quietWaiter(t, r, ws, wn, func() {
 		for range 5 {
 			l, err := other.Acquire(ctx)
 			if err != nil {
@@ -343,7 +351,5 @@ func TestRedlockWaiterIsNotWokenByAnotherKey(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if g := <-got; g.err != nil {
-		t.Fatal(g.err)
-	}
+	mustBeGranted(t, got)
 }

@@ -129,7 +129,5 @@ func TestRedlockWaiterIsGrantedWhenALostWatchComesBack(t *testing.T) {
 	default:
 	}
 	nodes[1].setLost(false)
-	if g := <-got; g.err != nil {
-		t.Fatal(g.err)
-	}
+	mustBeGranted(t, got)
 }
