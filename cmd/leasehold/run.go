@@ -639,6 +639,13 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 			}
 		case <-c.done():
 			err := c.wait()
+			if !stopping && !time.Now().Before(term) {
+				// Past the stop time with no renewal: the supervisor's own switch may have
+				// stopped the command before its report of the SIGTERM reached run.
+				stopping = true
+				say("the lease on %q was not renewed in time; the command was stopped: SIGTERM, SIGKILL after -grace %v, %v before its deadline",
+					cfg.dueKey(lease), grace, cfg.stopMargin())
+			}
 			release()
 			if stopping || lost == nil {
 				return exitLost
