@@ -1,0 +1,2 @@
+// Package etcd is a Leasehold store on etcd.
+package etcd
