@@ -1,0 +1,255 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/core"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// leases are the etcd leases of one grant: the lease's own (TTL) and, with a lock delay, its
+// delay record's (TTL + delay).
+type leases struct{ own, delay clientv3.LeaseID }
+
+func (l leases) ids() []clientv3.LeaseID { return []clientv3.LeaseID{l.own, l.delay} }
+
+// grantLeases asks etcd for the leases of a grant of ttl with a lock delay.
+func (s *Store) grantLeases(ctx context.Context, ttl, delay time.Duration) (leases, error) {
+	g, err := s.c.Grant(ctx, seconds(ttl))
+	if err != nil {
+		return leases{}, err
+	}
+	l := leases{own: g.ID}
+	if delay > 0 {
+		d, err := s.c.Grant(ctx, seconds(ttl+delay))
+		if err != nil {
+			s.revoke(l.own)
+			return leases{}, err
+		}
+		l.delay = d.ID
+	}
+	return l, nil
+}
+
+// grantOps are the writes that grant r to holder on leases l, as a new lease or over the one the
+// holder has (whose create revision, the fence, the write keeps), and take its place out of the
+// line.
+func grantOps(k keys, holder string, r rec, fence int64, l leases) []clientv3.Op {
+	r.fence = 0
+	ops := []clientv3.Op{clientv3.OpPut(k.of(kindLease, holder), r.encode(), clientv3.WithLease(l.own))}
+	if l.delay != 0 {
+		d := rec{permits: r.permits, limit: r.limit, ttl: r.ttl, delay: r.delay, fence: fence}
+		ops = append(ops, clientv3.OpPut(k.of(kindDelay, holder), d.encode(), clientv3.WithLease(l.delay)))
+	} else {
+		ops = append(ops, clientv3.OpDelete(k.of(kindDelay, holder)))
+	}
+	return append(ops, clientv3.OpDelete(k.of(kindPlace, holder)))
+}
+
+// plan is what one decision against a key's state writes, and what it answers.
+type plan struct {
+	cmps  []clientv3.Cmp
+	ops   []clientv3.Op
+	head  *entry             // a place the line grants in the same transaction
+	drop  []clientv3.LeaseID // leases no record is on once the transaction commits
+	fence int64              // the caller's grant's fence; 0: the transaction's revision
+	grant bool               // the caller is granted
+	place bool               // the caller's place in the line is written
+	res   core.AcquireResult
+}
+
+// unchanged is the comparison that a transaction decided on st is still current: no record of
+// the key was written since. A record deleted since (released, expired) is not caught, and need
+// not be: it only makes the decision more cautious, and the waiters' watches see it.
+func unchanged(k keys, st *state) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(k.base).WithPrefix(), "<", st.rev+1)
+}
+
+// serveHead adds to p the grant of the line's head, when the line would serve it once the
+// writes of p are done; used is the permits held then.
+func serveHead(p *plan, k keys, st *state, used int, except string) {
+	h, free, ok := st.head(used)
+	if !ok || !free || h.holder == except {
+		return
+	}
+	p.head = &h
+	p.cmps = append(p.cmps, clientv3.Compare(clientv3.CreateRevision(k.of(kindPlace, h.holder)), "=", h.create))
+}
+
+// Acquire implements core.Store. A grant costs two round trips (an etcd lease, then one
+// transaction), and two more when the key changed under the first: a read and a transaction. A
+// refusal also asks etcd how long the leases in the way have left, in parallel.
+func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	if err := s.begin(ctx); err != nil {
+		return core.AcquireResult{}, err
+	}
+	res, err := s.acquire(ctx, req)
+	if err != nil {
+		if req.Wait > 0 {
+			// It may have taken a place, now or when it arrives late; its caller will not
+			// Register, so the Store leaves for it.
+			s.leaveAfterError(req.Key, req.Holder)
+		}
+		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
+	}
+	return res, nil
+}
+
+func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	k := s.keys(req.Key)
+	mine, err := s.grantLeases(ctx, req.TTL, req.LockDelay)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	used := false
+	defer func() {
+		if !used {
+			s.revoke(mine.ids()...)
+		}
+	}()
+	r := rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}
+	// Nothing on the key: the grant is one transaction, its fence the transaction's revision.
+	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(k.base).WithPrefix(), "=", 0)).
+		Then(grantOps(k, req.Holder, r, 0, mine)...).
+		Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	if resp.Succeeded {
+		used = true
+		return core.AcquireResult{Granted: true, Fence: uint64(resp.Header.Revision)}, nil
+	}
+	var sess clientv3.LeaseID
+	p, resp, st, err := s.commit(ctx, k, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, func(st *state) (*plan, error) {
+		p, err := decideAcquire(k, st, req, r, mine)
+		if err != nil || !p.place {
+			return p, err
+		}
+		if sess == 0 {
+			if sess, err = s.session(ctx); err != nil {
+				return nil, err
+			}
+		}
+		p.ops = append(p.ops, clientv3.OpPut(k.of(kindPlace, req.Holder), r.encode(), clientv3.WithLease(sess)))
+		return p, nil
+	})
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	if p.grant {
+		used = true
+		s.revoke(p.drop...)
+		fence := p.fence
+		if fence == 0 {
+			fence = resp.Header.Revision
+		}
+		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, nil
+	}
+	if resp != nil {
+		s.revoke(p.drop...)
+	}
+	if req.Wait > 0 {
+		rev := st.rev
+		if resp != nil {
+			rev = resp.Header.Revision
+		}
+		s.noteRefusal(req, st, rev)
+	}
+	res := p.res
+	res.RetryAfter = s.retryAfter(ctx, st, req)
+	return res, nil
+}
+
+// decideAcquire decides req against st. mine are the leases a grant to the caller goes on.
+func decideAcquire(k keys, st *state, req core.AcquireRequest, r rec, mine leases) (*plan, error) {
+	if held, busy := st.limit(); busy && held != req.Limit {
+		return nil, &core.LimitMismatchError{Held: held, Requested: req.Limit}
+	}
+	p := &plan{}
+	if e, ok := st.leases[req.Holder]; ok {
+		if e.permits != req.Permits {
+			return nil, fmt.Errorf("%w: holder already holds %d permits, asked for %d", core.ErrInvalid, e.permits, req.Permits)
+		}
+		// Granted again (or a grant of the line, taken): the same fence, a new expiry.
+		p.grant, p.fence = true, e.create
+		p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, req.Holder)), "=", e.create)}
+		p.ops = grantOps(k, req.Holder, r, e.create, mine)
+		p.drop = []clientv3.LeaseID{e.lease}
+		if d, ok := st.delays[req.Holder]; ok {
+			p.drop = append(p.drop, d.lease)
+		}
+		return p, nil
+	}
+	p.cmps = []clientv3.Cmp{unchanged(k, st)}
+	used := st.used()
+	_, delayed := st.delays[req.Holder]
+	if !delayed && !st.ahead(req.Holder) && used+req.Permits <= req.Limit {
+		p.grant = true
+		p.ops = grantOps(k, req.Holder, r, 0, mine)
+		return p, nil
+	}
+	if req.Wait > 0 {
+		p.place = true
+		serveHead(p, k, st, used, req.Holder)
+	}
+	return p, nil
+}
+
+// commit decides against the key's records kvs, read at revision rev, writes the decision in one
+// transaction that holds only if the key's records are as decided on, and decides again on the
+// state a failed transaction returns, until one commits or nothing needs writing. It returns the
+// plan, the transaction's response (nil when nothing was written) and the state decided on.
+func (s *Store) commit(ctx context.Context, k keys, rev int64, kvs []*mvccpb.KeyValue, decide func(*state) (*plan, error)) (*plan, *clientv3.TxnResponse, *state, error) {
+	for {
+		st, err := k.readState(rev, kvs)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		p, err := decide(st)
+		if err != nil {
+			return nil, nil, st, err
+		}
+		if len(p.ops) == 0 && p.head == nil {
+			return p, nil, st, nil
+		}
+		var hl leases
+		if h := p.head; h != nil {
+			if hl, err = s.grantLeases(ctx, h.ttl, h.delay); err != nil {
+				return nil, nil, st, err
+			}
+			g := h.rec
+			g.untaken = true
+			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, hl)...)
+		}
+		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(p.ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
+		if err != nil {
+			s.revoke(hl.ids()...)
+			return nil, nil, st, err
+		}
+		if resp.Succeeded {
+			return p, resp, st, nil
+		}
+		s.revoke(hl.ids()...)
+		if err := ctx.Err(); err != nil {
+			return nil, nil, st, err
+		}
+		rev, kvs = resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs
+	}
+}
+
+// ahead reports whether a live place is ahead of holder's in the line (or anywhere in it, when
+// holder has none).
+func (st *state) ahead(holder string) bool {
+	for _, p := range st.line {
+		if p.holder == holder {
+			return false
+		}
+		if _, ok := st.leases[p.holder]; !ok {
+			return true
+		}
+	}
+	return false
+}
