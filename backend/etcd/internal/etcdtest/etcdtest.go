@@ -52,6 +52,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/backend/internal/faultproxy"
+	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // Main runs the tests of a package that starts servers; call it from TestMain: os.Exit is called
@@ -178,29 +179,35 @@ func newClient(endpoints ...string) (*clientv3.Client, error) {
 	return c, nil
 }
 
-// Pause stops the server's process (SIGSTOP): it answers nothing, and its connections stay open,
-// until Resume. Its clock goes on: leases past their TTL meanwhile expire when it resumes.
+// Pause stops the server's process (SIGSTOP) and returns once all its threads have stopped: it
+// answers nothing, and its connections stay open, until Resume. Its clock goes on: leases past
+// their TTL meanwhile expire when it resumes.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	s.signal(t, syscall.SIGSTOP)
+	pid := s.signal(t, syscall.SIGSTOP)
+	poll.Until(t, "the server's threads all stopped after SIGSTOP", func() bool { return stopped(pid) })
 }
 
-// Resume continues a paused server's process (SIGCONT).
+// Resume continues a paused server's process (SIGCONT), which is at once: the kernel wakes its
+// threads as it takes the signal.
 func (s *Server) Resume(t testing.TB) {
 	t.Helper()
 	s.signal(t, syscall.SIGCONT)
 }
 
-func (s *Server) signal(t testing.TB, sig syscall.Signal) {
+// signal sends sig to the server's process and returns its pid.
+func (s *Server) signal(t testing.TB, sig syscall.Signal) int {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc == nil {
 		t.Fatalf("etcdtest: %v to a server that was killed", sig)
 	}
+	pid := s.proc.cmd.Process.Pid
 	if err := s.proc.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("etcdtest: %v to pid %d: %v", sig, s.proc.cmd.Process.Pid, err)
+		t.Fatalf("etcdtest: %v to pid %d: %v", sig, pid, err)
 	}
+	return pid
 }
 
 // Kill kills the server's process (SIGKILL, paused or not) and waits for it to exit. Its data
