@@ -100,10 +100,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 
 func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	k := s.keys(req.Key)
-	mine, err := s.grantLeases(ctx, req.TTL, req.LockDelay)
-	if err != nil {
-		return core.AcquireResult{}, err
-	}
+	var mine leases // the etcd leases of a grant to the caller, asked for once it is to be granted
 	used := false
 	defer func() {
 		if !used {
@@ -111,60 +108,110 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 	}()
 	r := rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}
-	// Nothing on the key: the grant is one transaction, its fence the transaction's revision.
-	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(k.base).WithPrefix(), "=", 0)).
-		Then(grantOps(k, req.Holder, r, 0, mine)...).
-		Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
+	if g, ok := s.untaken(req.Key, req.Holder); ok && g.permits == req.Permits {
+		// The Store's watch saw the line grant the caller: it is taken in one transaction on
+		// the caller's own etcd leases, with no read and without waiting for the Store's other
+		// operations on the key, as long as it is still as seen.
+		var err error
+		if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+			return core.AcquireResult{}, err
+		}
+		lk := k.of(kindLease, req.Holder)
+		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", g.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(g.lease))).
+			Then(grantOps(k, req.Holder, r, g.create, mine)...).Commit()
+		if err != nil {
+			return core.AcquireResult{}, err
+		}
+		if resp.Succeeded {
+			used = true
+			s.revoke(g.lease, g.delayLease)
+			return core.AcquireResult{Granted: true, Fence: uint64(g.create)}, nil
+		}
+	}
+	unlock, err := s.lockKey(ctx, req.Key)
 	if err != nil {
 		return core.AcquireResult{}, err
 	}
-	if resp.Succeeded {
-		used = true
-		return core.AcquireResult{Granted: true, Fence: uint64(resp.Header.Revision)}, nil
-	}
-	var sess clientv3.LeaseID
-	p, resp, st, err := s.commit(ctx, k, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, func(st *state) (*plan, error) {
-		p, err := decideAcquire(k, st, req, r, mine)
-		if err != nil || !p.place {
-			return p, err
+	defer unlock()
+	var rev int64
+	var kvs []*mvccpb.KeyValue
+	if s.busy(req.Key) {
+		// The Store's watch on the key says someone holds or waits: read first, so that a
+		// refusal asks etcd for no lease.
+		resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
+		if err != nil {
+			return core.AcquireResult{}, err
 		}
-		if sess == 0 {
-			if sess, err = s.session(ctx); err != nil {
-				return nil, err
+		rev, kvs = resp.Header.Revision, resp.Kvs
+	} else {
+		// Nothing on the key, as far as the Store knows: the grant is one transaction, its
+		// fence the transaction's revision.
+		if mine.own == 0 {
+			if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+				return core.AcquireResult{}, err
 			}
 		}
-		p.ops = append(p.ops, clientv3.OpPut(k.of(kindPlace, req.Holder), r.encode(), clientv3.WithLease(sess)))
+		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(k.base).WithPrefix(), "=", 0)).
+			Then(grantOps(k, req.Holder, r, 0, mine)...).
+			Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
+		if err != nil {
+			return core.AcquireResult{}, err
+		}
+		if resp.Succeeded {
+			used = true
+			return core.AcquireResult{Granted: true, Fence: uint64(resp.Header.Revision)}, nil
+		}
+		rev, kvs = resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs
+	}
+	var sess clientv3.LeaseID
+	p, resp, st, err := s.commit(ctx, k, rev, kvs, func(st *state) (*plan, error) {
+		p, err := decideAcquire(k, st, req)
+		if err != nil {
+			return nil, err
+		}
+		if p.grant {
+			if mine.own == 0 {
+				if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+					return nil, err
+				}
+			}
+			p.ops = append(p.ops, grantOps(k, req.Holder, r, p.fence, mine)...)
+		}
+		if p.place {
+			if sess == 0 {
+				if sess, err = s.session(ctx); err != nil {
+					return nil, err
+				}
+			}
+			p.ops = append(p.ops, clientv3.OpPut(k.of(kindPlace, req.Holder), r.encode(), clientv3.WithLease(sess)))
+		}
 		return p, nil
 	})
 	if err != nil {
 		return core.AcquireResult{}, err
 	}
+	if resp != nil {
+		s.revoke(p.drop...)
+	}
 	if p.grant {
 		used = true
-		s.revoke(p.drop...)
 		fence := p.fence
 		if fence == 0 {
 			fence = resp.Header.Revision
 		}
 		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, nil
 	}
-	if resp != nil {
-		s.revoke(p.drop...)
-	}
-	if req.Wait > 0 {
-		rev := st.rev
-		if resp != nil {
-			rev = resp.Header.Revision
-		}
-		s.noteRefusal(req, st, rev)
+	if req.Wait > 0 && resp != nil {
+		s.noteRefusal(req, st, resp.Header.Revision)
 	}
 	res := p.res
 	res.RetryAfter = s.retryAfter(ctx, st, req)
 	return res, nil
 }
 
-// decideAcquire decides req against st. mine are the leases a grant to the caller goes on.
-func decideAcquire(k keys, st *state, req core.AcquireRequest, r rec, mine leases) (*plan, error) {
+// decideAcquire decides req against st. A plan that grants the caller has no writes of the grant
+// yet: they go on etcd leases the caller asks for then (grantOps, with plan.fence).
+func decideAcquire(k keys, st *state, req core.AcquireRequest) (*plan, error) {
 	if held, busy := st.limit(); busy && held != req.Limit {
 		return nil, &core.LimitMismatchError{Held: held, Requested: req.Limit}
 	}
@@ -176,7 +223,6 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest, r rec, mine lease
 		// Granted again (or a grant of the line, taken): the same fence, a new expiry.
 		p.grant, p.fence = true, e.create
 		p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, req.Holder)), "=", e.create)}
-		p.ops = grantOps(k, req.Holder, r, e.create, mine)
 		p.drop = []clientv3.LeaseID{e.lease}
 		if d, ok := st.delays[req.Holder]; ok {
 			p.drop = append(p.drop, d.lease)
@@ -188,7 +234,6 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest, r rec, mine lease
 	_, delayed := st.delays[req.Holder]
 	if !delayed && !st.ahead(req.Holder) && used+req.Permits <= req.Limit {
 		p.grant = true
-		p.ops = grantOps(k, req.Holder, r, 0, mine)
 		return p, nil
 	}
 	if req.Wait > 0 {
@@ -213,7 +258,7 @@ func (s *Store) commit(ctx context.Context, k keys, rev int64, kvs []*mvccpb.Key
 			return nil, nil, st, err
 		}
 		if len(p.ops) == 0 && p.head == nil {
-			return p, nil, st, nil
+			return p, nil, st, nil // nothing to write: a refusal without a wait, a release of nothing
 		}
 		var hl leases
 		if h := p.head; h != nil {

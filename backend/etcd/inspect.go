@@ -203,6 +203,9 @@ func (s *Store) lives(ctx context.Context, ids []clientv3.LeaseID) map[clientv3.
 	return out
 }
 
+// maxAsked bounds the leases a refusal asks etcd about for its RetryAfter.
+const maxAsked = 16
+
 // retryAfter is core.AcquireResult.RetryAfter for req, refused on st: how long until the leases
 // and lock delays in its way have ended, by what etcd says of their leases; 0 if it cannot tell.
 func (s *Store) retryAfter(ctx context.Context, st *state, req core.AcquireRequest) time.Duration {
@@ -232,6 +235,11 @@ func (s *Store) retryAfter(ctx context.Context, st *state, req core.AcquireReque
 			}
 		}
 		need = max(st.used()+req.Permits-req.Limit, 1)
+	}
+	if len(cs) > maxAsked {
+		// Many leases in the way: ask about those of the shortest TTLs only.
+		slices.SortFunc(cs, func(a, b closing) int { return cmp.Compare(a.d, b.d) })
+		cs = cs[:maxAsked]
 	}
 	ids := make([]clientv3.LeaseID, len(cs))
 	for i, c := range cs {

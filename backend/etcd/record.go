@@ -248,33 +248,25 @@ func (st *state) head(used int) (entry, bool, bool) {
 	return entry{}, false, false
 }
 
-// serves reports whether the line, served from its head in order with nothing else changing,
-// would grant holder's place: every place ahead of it fits, and so does its own.
-func (st *state) serves(holder string) bool {
+// served returns the holders whose places the line, served from its head in order with nothing
+// else changing, would grant: the places from the head on while each one's permits fit.
+func (st *state) served() map[string]bool {
+	var out map[string]bool
 	used := st.used()
 	for _, p := range st.line {
 		if _, ok := st.leases[p.holder]; ok {
 			continue
 		}
 		if _, delayed := st.delays[p.holder]; delayed || used+p.permits > p.limit {
-			return false
+			break
 		}
-		if p.holder == holder {
-			return true
+		if out == nil {
+			out = map[string]bool{}
 		}
+		out[p.holder] = true
 		used += p.permits
 	}
-	return false
-}
-
-// waiting reports whether anyone other than holder has a live place in the line.
-func (st *state) waiting(holder string) bool {
-	for _, p := range st.line {
-		if _, ok := st.leases[p.holder]; !ok && p.holder != holder {
-			return true
-		}
-	}
-	return false
+	return out
 }
 
 func (st *state) place(holder string) (entry, bool) {

@@ -17,6 +17,11 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		return false, err
 	}
 	k := s.keys(req.Key)
+	unlock, err := s.lockKey(ctx, req.Key)
+	if err != nil {
+		return false, s.fail(ctx, "release", err)
+	}
+	defer unlock()
 	lk, dk := k.of(kindLease, req.Holder), k.of(kindDelay, req.Holder)
 	own := clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(req.Fence))
 	if req.Fence == 0 {
@@ -117,6 +122,11 @@ func decideLeave(k keys, st *state, holder string) *plan {
 // leave runs decideLeave until it commits, and reports whether it found anything to leave.
 func (s *Store) leave(ctx context.Context, key, holder string) (bool, error) {
 	k := s.keys(key)
+	unlock, err := s.lockKey(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
 	resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
 	if err != nil {
 		return false, err

@@ -25,6 +25,7 @@ type Store struct {
 	watches  map[string]*keyWatch
 	refused  map[string]refusal // key + "\x00" + holder → the state a refused try with Wait saw
 	leaving  map[string]*pending
+	locks    map[string]*keyLock
 
 	bg    sync.WaitGroup     // work the Store owes: leaving lines, revoking leases
 	loops sync.WaitGroup     // the session's renewal and the key watches
@@ -65,7 +66,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: etcd.New: client is nil", core.ErrInvalid)
 	}
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
-		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, leaving: map[string]*pending{}}
+		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, leaving: map[string]*pending{}, locks: map[string]*keyLock{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -250,4 +251,81 @@ func (s *Store) session(ctx context.Context) (clientv3.LeaseID, error) {
 // seconds is d in whole seconds, rounded up, at least 1: an etcd lease's TTL.
 func seconds(d time.Duration) int64 {
 	return max(int64((d+time.Second-1)/time.Second), 1)
+}
+
+// keyLock lets one of the Store's operations at a time decide and write on a key: the others
+// would only fail their transactions against its writes and try again, each a round trip, so
+// that many callers of one Store on one key would take turns by failing.
+type keyLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+// lockKey takes the Store's lock of key, waiting at most until ctx ends, and returns its unlock.
+func (s *Store) lockKey(ctx context.Context, key string) (func(), error) {
+	s.mu.Lock()
+	l := s.locks[key]
+	if l == nil {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		s.locks[key] = l
+	}
+	l.refs++
+	s.mu.Unlock()
+	unref := func() {
+		s.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, key)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; unref() }, nil
+	case <-ctx.Done():
+		unref()
+		return nil, ctx.Err()
+	}
+}
+
+// busy reports whether the Store's watch on key, if it has one, saw the key held or waited for.
+func (s *Store) busy(key string) bool {
+	s.mu.Lock()
+	kw := s.watches[key]
+	s.mu.Unlock()
+	if kw == nil {
+		return false
+	}
+	kw.mu.Lock()
+	defer kw.mu.Unlock()
+	_, busy := kw.st.limit()
+	return busy
+}
+
+// seenGrant is a grant of the line that the Store's watch on its key saw, not yet taken.
+type seenGrant struct {
+	permits           int
+	create            int64
+	lease, delayLease clientv3.LeaseID
+}
+
+// untaken returns the grant of the line to holder on key that the Store's watch saw, if it saw
+// one.
+func (s *Store) untaken(key, holder string) (seenGrant, bool) {
+	s.mu.Lock()
+	kw := s.watches[key]
+	s.mu.Unlock()
+	if kw == nil {
+		return seenGrant{}, false
+	}
+	kw.mu.Lock()
+	defer kw.mu.Unlock()
+	e, ok := kw.st.leases[holder]
+	if !ok || !e.untaken {
+		return seenGrant{}, false
+	}
+	g := seenGrant{permits: e.permits, create: e.create, lease: e.lease}
+	if d, ok := kw.st.delays[holder]; ok {
+		g.delayLease = d.lease
+	}
+	return g, true
 }

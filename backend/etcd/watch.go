@@ -188,8 +188,9 @@ func (kw *keyWatch) apply(events []*clientv3.Event) {
 		}
 		kw.st.rev = max(kw.st.rev, ev.Kv.ModRevision)
 	}
+	served := kw.st.served()
 	for _, w := range kw.waiters {
-		if w.due(kw.st) {
+		if w.due(kw.st, served) {
 			w.wake()
 		}
 	}
@@ -238,12 +239,15 @@ type waiter struct {
 
 // due reports whether the waiter should try again on st: the line granted it, or would serve
 // it, or its place is gone (its session ended, or a janitor took it) and it must ask again.
-func (w *waiter) due(st *state) bool {
+func (w *waiter) due(st *state, served map[string]bool) bool {
 	if e, ok := st.leases[w.holder]; ok {
 		return e.untaken
 	}
+	if served[w.holder] {
+		return true
+	}
 	if _, ok := st.place(w.holder); ok {
-		return st.serves(w.holder)
+		return false
 	}
 	return w.placed != 0 && st.rev >= w.placed
 }
@@ -272,7 +276,7 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wai
 	kw.waiters = append(kw.waiters, w)
 	if known {
 		w.placed = ref.placed
-		if w.due(kw.st) {
+		if w.due(kw.st, kw.st.served()) {
 			w.wake()
 		}
 	} else {

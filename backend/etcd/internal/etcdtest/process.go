@@ -75,7 +75,7 @@ func freePorts() (client, peer int, err error) {
 
 // run starts the server's process on s's directory and ports, and returns it once it answers.
 func (s *Server) run() (*process, error) {
-	exe, err := os.Executable()
+	exe, args, err := serverCommand()
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: the test binary: %w", err)
 	}
@@ -100,9 +100,7 @@ func (s *Server) run() (*process, error) {
 		return nil, fmt.Errorf("etcdtest: %w", err)
 	}
 
-	// The arguments run no test, so that a package whose TestMain does not call Main starts no
-	// tests recursively: its child exits at once, and the error below says why.
-	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
+	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), serveEnv+"="+string(sp))
 	cmd.Stdin = stdinR
 	cmd.Stdout = out
