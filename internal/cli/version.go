@@ -23,6 +23,9 @@ the Go toolchain recorded them, then the Go version and platform:
       shows "(devel)" as the version
   leasehold (devel), commit unknown (built without VCS information), ...
       built with -buildvcs=false, or outside a checkout (a git worktree counts as outside)
+  leasehold v0.4.0 of github.com/leasehold/leasehold/backend/etcd, with
+  github.com/leasehold/leasehold v1.2.3, go1.26.8 linux/amd64
+      the etcd build: the version is that of its module, backend/etcd
 `
 
 // versionCommand runs `leasehold version args` and returns the exit status.
@@ -40,7 +43,12 @@ func versionCommand(_ context.Context, args []string, stdout, stderr io.Writer) 
 	return exitOK
 }
 
-// versionLine describes the build bi in one line: "leasehold", the main module's version, then
+// modulePath is the path of Leasehold's module, which a build of leasehold from another module
+// (backend/etcd/cmd/leasehold) holds as a dependency.
+const modulePath = "github.com/leasehold/leasehold"
+
+// versionLine describes the build bi in one line: "leasehold", the main module's version (and its
+// path, and the Leasehold it holds, when it is another module), then
 // the commit, "dirty" and the commit time when the build recorded them, the Go version and
 // the platform. A nil bi is a binary without build information.
 func versionLine(bi *debug.BuildInfo) string {
@@ -52,6 +60,21 @@ func versionLine(bi *debug.BuildInfo) string {
 		version = "(devel)"
 	}
 	parts := []string{"leasehold " + version}
+	if bi.Main.Path != "" && bi.Main.Path != modulePath {
+		// Built from another module (the etcd build): the version is that module's; say which,
+		// and which Leasehold it holds.
+		parts[0] += " of " + bi.Main.Path
+		for _, d := range bi.Deps {
+			if d.Path != modulePath {
+				continue
+			}
+			with := d.Version
+			if r := d.Replace; r != nil {
+				with = strings.TrimSpace("=> " + r.Path + " " + r.Version)
+			}
+			parts = append(parts, "with "+modulePath+" "+with)
+		}
+	}
 	var rev, when, modified, goos, goarch string
 	for _, s := range bi.Settings {
 		switch s.Key {
