@@ -23,7 +23,8 @@ import (
 	"syscall"
 )
 
-// usage is the tool's help text, printed by --help, -h, help, and a bare `leasehold`.
+// usage is the tool's help text, printed by --help, -h, help, and a bare `leasehold`; a build
+// with Backends prints usageFor's instead.
 const usage = `leasehold — distributed leases with fencing tokens: a Mutex and a weighted
 Semaphore over a pluggable store (in memory, Redis, Valkey, Redlock,
 PostgreSQL).
@@ -49,7 +50,7 @@ run, inspect and elect take -redis as a URL or host:port, -driver goredis|valkey
 (the client library) and -prefix (of the keys in Redis); or instead -postgres
 as a URL or DSN, -pg-schema and -pg-prefix (where the tables are) and -pg-listen
 (the DSN that LISTENs, behind a transaction pooler).
-
+` + noEtcdUsage + `
 Run 'leasehold <command> --help' (or 'leasehold help <command>') for a
 command's flags.
 `
@@ -63,45 +64,82 @@ const (
 )
 
 // Main runs the command line in os.Args and returns its exit status, for the command's main to
-// pass to os.Exit. The first SIGINT or SIGTERM cancels the command's context so that it can stop
-// cleanly; a second one kills the process as usual.
-func Main() int {
+// pass to os.Exit. run, inspect and elect can use each of backends as a store besides the
+// built-in ones (see Backend). The first SIGINT or SIGTERM cancels the command's context so that
+// it can stop cleanly; a second one kills the process as usual.
+//
+// A bad Backend is the program's error, not the user's: Main then says what is wrong with it on
+// stderr and returns 1, whatever the command line.
+func Main(backends ...Backend) int {
+	if err := checkBackends(backends); err != nil {
+		fmt.Fprintf(os.Stderr, "leasehold: %v\n", err)
+		return exitFail
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop) // after the first signal, the default handling comes back
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, backends...)
 	stop()
 	return code
 }
 
+// usageFor is the tool's help text in a build with backends: usage, with their flags in place of
+// the line that says where the etcd build is.
+func usageFor(backends []Backend) string {
+	if len(backends) == 0 {
+		return usage
+	}
+	var b strings.Builder
+	for _, be := range backends {
+		b.WriteString(" This build also takes -" + be.Name + " URL instead (several endpoints of one store: repeated, or separated by commas)")
+		if be.Flags != nil {
+			fs := flag.NewFlagSet("", flag.ContinueOnError)
+			be.Flags(fs)
+			var own []string
+			fs.VisitAll(func(f *flag.Flag) { own = append(own, "-"+f.Name) })
+			if len(own) > 0 {
+				b.WriteString(", with " + strings.Join(own, ", "))
+			}
+		}
+		b.WriteString(".")
+	}
+	text := strings.Replace(usage, noEtcdUsage, "\n"+strings.Join(wrap(strings.TrimSpace(b.String()), "", "", 80), "\n")+"\n", 1)
+	names := make([]string, len(backends))
+	for i, be := range backends {
+		names[i] = be.Name
+	}
+	return strings.Replace(text, "PostgreSQL).", "PostgreSQL, "+strings.Join(names, ", ")+").", 1)
+}
+
 // run executes the command line args, writing to stdout and stderr, and returns the exit status.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run, inspect and elect can use backends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, backends ...Backend) int {
 	if len(args) == 0 {
 		// No command is a usage error, as with the go tool: the usage goes to stderr.
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageFor(backends))
 		return exitUsage
 	}
 	switch cmd := args[0]; cmd {
 	case "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usageFor(backends))
 		return exitOK
 	case "help":
 		if len(args) == 1 {
-			fmt.Fprint(stdout, usage)
+			fmt.Fprint(stdout, usageFor(backends))
 			return exitOK
 		}
 		if args[1] == "help" || strings.HasPrefix(args[1], "-") || len(args) > 2 {
 			fmt.Fprintf(stderr, "leasehold help: takes one command name; run 'leasehold --help' for usage\n")
 			return exitUsage
 		}
-		return run(ctx, []string{args[1], "--help"}, stdout, stderr)
+		return run(ctx, []string{args[1], "--help"}, stdout, stderr, backends...)
 	case "demo":
 		return demoCommand(ctx, args[1:], stdout, stderr)
 	case "run":
-		return runCommand(ctx, args[1:], stdout, stderr)
+		return runCommand(ctx, args[1:], stdout, stderr, backends)
 	case "inspect":
-		return inspectCommand(ctx, args[1:], stdout, stderr)
+		return inspectCommand(ctx, args[1:], stdout, stderr, backends)
 	case "elect":
-		return electCommand(ctx, args[1:], stdout, stderr)
+		return electCommand(ctx, args[1:], stdout, stderr, backends)
 	case "version":
 		return versionCommand(ctx, args[1:], stdout, stderr)
 	default:
@@ -137,6 +175,9 @@ func parseOnly(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (ok bo
 		fs.SetOutput(stdout)
 		fs.Usage()
 		return false, exitOK
+	case err != nil && missingDriver(fs, err) != "":
+		fmt.Fprintf(stderr, "leasehold %s: %s\n", fs.Name(), missingDriver(fs, err))
+		return false, exitUsage
 	case err != nil:
 		usageError(stderr, fs.Name(), err.Error())
 		return false, exitUsage

@@ -54,15 +54,15 @@ Flags:
 `
 
 // electCommand runs `leasehold elect args` and returns the exit status.
-func electCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func electCommand(ctx context.Context, args []string, stdout, stderr io.Writer, backends []Backend) int {
 	cfg := runConfig{name: "elect", elect: true, limit: 1, permits: 1}
 	var observe bool
 	fs := flag.NewFlagSet("elect", flag.ContinueOnError)
-	cfg.store.register(fs)
+	cfg.store.register(fs, backends)
 	fs.BoolVar(&observe, "observe", false, "print the leader of KEY and each change, one line each, until interrupted")
 	cfg.registerTiming(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), electHelp, processGroupNote, exitLost, exitBusy, exitInterrupted, exitCannotStart, exitConfig, storeFailure)
+		fmt.Fprint(fs.Output(), cfg.store.help(fmt.Sprintf(electHelp, processGroupNote, exitLost, exitBusy, exitInterrupted, exitCannotStart, exitConfig, storeFailure)))
 		fs.PrintDefaults()
 	}
 	before, command, dashes := args, []string(nil), false

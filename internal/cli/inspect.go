@@ -38,15 +38,15 @@ Flags:
 `
 
 // inspectCommand runs `leasehold inspect args` and returns the exit status.
-func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer, backends []Backend) int {
 	var r storeFlags
 	var limit int
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	r.register(fs)
+	r.register(fs, backends)
 	fs.IntVar(&limit, "limit", 0, "count free permits against this limit when nobody holds KEY; while someone does,\n"+
 		"they count against the key's limit, and a -limit that differs is reported")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), inspectHelp)
+		fmt.Fprint(fs.Output(), r.help(inspectHelp))
 		fs.PrintDefaults()
 	}
 	keys, ok, code := parseInterleaved(fs, args, stdout, stderr)

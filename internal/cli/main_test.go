@@ -14,10 +14,14 @@ import (
 
 // TestMain runs the package's tests, up to 8 parallel ones at once, stops its PostgreSQL server
 // after them, and fails them if any goroutine outlives them. Run with LEASEHOLD_AS_CLI=1, the test binary is the leasehold
-// command, for end-to-end tests.
+// command, for end-to-end tests; with LEASEHOLD_AS_CLI=fake, it is that command built with a
+// Backend, as the etcd build is (see asCLIWithFake).
 func TestMain(m *testing.M) {
-	if os.Getenv("LEASEHOLD_AS_CLI") == "1" {
+	switch os.Getenv("LEASEHOLD_AS_CLI") {
+	case "1":
 		os.Exit(Main())
+	case "fake":
+		os.Exit(asCLIWithFake())
 	}
 	// The parallel tests mostly wait, not compute: for the CLI's timeouts on servers that do not
 	// answer, and for the processes they start. Unless -parallel says otherwise, more of them

@@ -40,17 +40,19 @@ const (
 const pingTimeout = 3 * time.Second
 
 // storeFlags are the flags of every subcommand that talks to a store: Redis (the servers, the
-// client library and the key prefix) or PostgreSQL (postgres.go). Register them with register,
-// check them with check once the flags are parsed, then connect.
+// client library and the key prefix), PostgreSQL (postgres.go) or a Backend's (backend.go).
+// Register them with register, check them with check once the flags are parsed, then connect.
 type storeFlags struct {
-	urls   []string // -redis, as given
-	driver string
-	prefix string
-	pg     pgFlags
+	urls     []string // -redis, as given
+	driver   string
+	prefix   string
+	pg       pgFlags
+	backends []*backendFlags // in the order given to Main
 }
 
-// register adds -redis, -driver and -prefix, and the PostgreSQL flags, to fs.
-func (r *storeFlags) register(fs *flag.FlagSet) {
+// register adds -redis, -driver and -prefix, the PostgreSQL flags, and each Backend's flags to
+// fs.
+func (r *storeFlags) register(fs *flag.FlagSet, backends []Backend) {
 	fs.Func("redis", "Redis server: a `URL` (redis://[user:password@]host:port/db, rediss:// for TLS,\n"+
 		"unix:///path) or host:port. Repeat it for Redlock over several servers: leasehold goes on\n"+
 		"when enough of them answer for a quorum (a majority for -limit 1) and names the others on\n"+
@@ -62,18 +64,71 @@ func (r *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.prefix, "prefix", "leasehold:", "prefix of every Redis key and channel Leasehold uses (the drivers' WithPrefix);\n"+
 		"clients sharing a key must use the same prefix. Not empty, no '{' or '}'")
 	r.pg.register(fs)
+	for _, b := range backends {
+		e := &backendFlags{b: b}
+		e.register(fs)
+		r.backends = append(r.backends, e)
+	}
 }
 
-// check returns an error naming the first bad flag: neither or both of -redis and -postgres, an
-// unknown -driver, an empty -prefix or one with a brace, a bad PostgreSQL flag, a -redis that
+// given returns the store flags the command line gave, of -redis, -postgres and each Backend's,
+// in that order.
+func (r *storeFlags) given() []string {
+	var flags []string
+	if len(r.urls) > 0 {
+		flags = append(flags, "-redis")
+	}
+	if r.pg.url != "" {
+		flags = append(flags, "-postgres")
+	}
+	for _, e := range r.backends {
+		if len(e.endpoints) > 0 {
+			flags = append(flags, "-"+e.b.Name)
+		}
+	}
+	return flags
+}
+
+// chosen returns the Backend the command line gave, or nil.
+func (r *storeFlags) chosen() *backendFlags {
+	for _, e := range r.backends {
+		if len(e.endpoints) > 0 {
+			return e
+		}
+	}
+	return nil
+}
+
+// synopsis is the store flags as a command's usage line gives them: -redis URL|-postgres URL,
+// and -Name URL for each Backend.
+func (r *storeFlags) synopsis() string {
+	s := "-redis URL|-postgres URL"
+	for _, e := range r.backends {
+		s += "|-" + e.b.Name + " URL"
+	}
+	return s
+}
+
+// help is a command's help text with the store flags of its usage line as synopsis gives them.
+func (r *storeFlags) help(text string) string {
+	return strings.ReplaceAll(text, "-redis URL|-postgres URL", r.synopsis())
+}
+
+// check returns an error naming the first bad flag: no store or two (of -redis, -postgres and
+// each Backend's), an unknown -driver, an empty -prefix or one with a brace, a bad PostgreSQL flag, a -redis that
 // is neither a URL nor host:port, the same server twice (which would count twice in a Redlock
-// quorum). Every flag given is checked, whichever store it is for.
+// quorum), a Backend's Check error. Every flag given is checked, whichever store it is for.
 func (r *storeFlags) check() error {
+	given := r.given()
 	switch {
-	case r.pg.url != "" && len(r.urls) > 0:
-		return fmt.Errorf("-redis and -postgres: give one store, not both")
-	case r.pg.url == "" && len(r.urls) == 0:
-		return fmt.Errorf("-redis or -postgres is required")
+	case len(given) > 1:
+		return fmt.Errorf("%s and %s: give one store, not both", given[0], given[1])
+	case len(given) == 0:
+		stores := []string{"-redis", "-postgres"}
+		for _, e := range r.backends {
+			stores = append(stores, "-"+e.b.Name)
+		}
+		return fmt.Errorf("%s or %s is required", strings.Join(stores[:len(stores)-1], ", "), stores[len(stores)-1])
 	case r.driver != driverGoredis && r.driver != driverValkey:
 		return fmt.Errorf("-driver %q: must be %s or %s", r.driver, driverGoredis, driverValkey)
 	case r.prefix == "":
@@ -86,6 +141,9 @@ func (r *storeFlags) check() error {
 	}
 	if r.pg.url != "" {
 		return r.pg.check()
+	}
+	if e := r.chosen(); e != nil {
+		return e.check()
 	}
 	seen := make(map[string]string, len(r.urls))
 	for _, u := range r.urls {
@@ -240,7 +298,8 @@ func (r *storeFlags) open(u string) (*server, error) {
 // values and line the commands then show), before they run a command in this process.
 var inProcessStore core.Store
 
-// connect returns the -postgres Store (see pgFlags.connect), or a Store over the -redis
+// connect returns the -postgres Store (see pgFlags.connect), a Backend's (backendFlags.connect),
+// or a Store over the -redis
 // servers, Redlock over them when there are several, and a func that closes everything. It
 // first checks every server in parallel (server.check: a PING within 3s, and when it fails, up
 // to 1s more to find out why). One server must answer. Of several, those that do not are
@@ -255,6 +314,9 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	}
 	if r.pg.url != "" {
 		return r.pg.connect(ctx)
+	}
+	if e := r.chosen(); e != nil {
+		return e.connect(ctx)
 	}
 	servers := make([]*server, 0, len(r.urls))
 	closeAll := func() {

@@ -375,12 +375,12 @@ func (c *runConfig) mismatch(err error) string {
 }
 
 // runCommand runs `leasehold run args` and returns the exit status.
-func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer, backends []Backend) int {
 	cfg := runConfig{name: "run"}
 	var value valueFlag
 	var keys keysFlag
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	cfg.store.register(fs)
+	cfg.store.register(fs, backends)
 	fs.Var(&keys, "key", "the lease `KEY` (required); given more than once, the command holds every key, all or nothing,\n"+
 		"a mutex on each (-limit and -permits 1): see above")
 	fs.IntVar(&cfg.limit, "limit", 1, "permits on the key: 1 is a mutex, more a semaphore")
@@ -389,7 +389,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.Var(&value, "value", "the `value` kept with the lease, which inspect shows: at most 1024 bytes (default:\n"+
 		"this host, leasehold's pid and the command, as in \"host-a pid 4242: make deploy\", cut to fit)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: leasehold run -redis URL|-postgres URL -key KEY [-key KEY...] [flags] -- command [args...]
+		fmt.Fprint(fs.Output(), cfg.store.help(fmt.Sprintf(`Usage: leasehold run -redis URL|-postgres URL -key KEY [-key KEY...] [flags] -- command [args...]
 
 Runs the command while holding a lease on KEY, like flock or consul lock: the lease is taken
 first, waiting until it is free (-wait D: at most D; -n: one try), refreshed while the
@@ -431,7 +431,7 @@ Exit status:
   1                 %s
 
 Flags:
-`, processGroupNote, exitBusy, exitLost, exitConfig, exitInterrupted, exitCannotStart, storeFailure)
+`, processGroupNote, exitBusy, exitLost, exitConfig, exitInterrupted, exitCannotStart, storeFailure)))
 		fs.PrintDefaults()
 	}
 	command, ok, code := parseRunFlags(fs, args, stdout, stderr)
