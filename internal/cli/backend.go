@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/leasehold/leasehold/core"
 )
@@ -40,8 +42,8 @@ type Backend struct {
 	Check func(endpoints []string) error
 	// Open connects to the store at endpoints (the -Name URLs in the order given, none empty, none
 	// twice), checks that it answers, and returns it with a func that closes the store and
-	// everything Open made. ctx bounds the opening, with a deadline of a few seconds; the store
-	// must outlive it. On error, nothing is left open and nothing is returned but the error, which
+	// everything Open made. ctx bounds the opening: it has a deadline of a few seconds, and ends
+	// sooner when no endpoint accepts a connection; the store must outlive it. On error, nothing is left open and nothing is returned but the error, which
 	// need not name the store: the command prefixes "Name: ", and when the store did not answer it
 	// probes the endpoints and says what is there instead (nothing: unreachable; a Redis or a
 	// PostgreSQL server; a server that accepts connections and says nothing).
@@ -133,12 +135,29 @@ func (e *backendFlags) check() error {
 	return err
 }
 
-// connect opens the store with Open, which has pingTimeout to answer. When it fails, the error
-// says what failed: Open's words, or what the endpoints' probes found (backendFailure).
+// connect opens the store with Open, which has pingTimeout to answer. If Open has not answered
+// within dialCheckAfter, it dials every endpoint, and if none can be dialled it ends Open's wait at
+// once: a client that waits for a server to come up (as etcd's does) would wait out pingTimeout
+// for nothing. (A store that opens sooner is never dialled but by its driver: a connection closed
+// at once is a line in some servers' logs.) When Open fails, the error says what failed: Open's
+// words, or what the endpoints' probes found (backendFailure).
 func (e *backendFlags) connect(ctx context.Context) (core.Store, func(), error) {
 	octx, cancel := context.WithTimeout(ctx, pingTimeout)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTimer(dialCheckAfter)
+		defer t.Stop()
+		select {
+		case <-octx.Done():
+		case <-t.C:
+			if noneDialled(octx, e.endpoints) {
+				cancel()
+			}
+		}
+	})
 	store, closeStore, err := e.b.Open(octx, slices.Clone(e.endpoints))
 	cancel()
+	wg.Wait()
 	if err == nil && (store == nil || closeStore == nil) {
 		if closeStore != nil {
 			closeStore()
@@ -199,6 +218,40 @@ func backendFailure(ctx context.Context, name string, endpoints []string, err er
 		return fmt.Errorf("%s: %v; unreachable: %s", name, err, strings.Join(down, ", "))
 	}
 	return fmt.Errorf("%s: %v", name, err)
+}
+
+// dialCheckAfter is how long connect lets Open wait before it checks whether any endpoint can be
+// dialled at all.
+const dialCheckAfter = 200 * time.Millisecond
+
+// noneDialled reports whether no endpoint could be dialled within probeTimeout: each one refused,
+// or had no route, no such host or socket (unreachable). An endpoint whose address endpointOf
+// cannot tell might be dialled: then false.
+func noneDialled(ctx context.Context, endpoints []string) bool {
+	eps := make([]endpoint, len(endpoints))
+	for i, u := range endpoints {
+		ep, ok := endpointOf(u)
+		if !ok {
+			return false
+		}
+		eps[i] = ep
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var down atomic.Int32
+	var wg sync.WaitGroup
+	for _, ep := range eps {
+		wg.Go(func() {
+			c, err := dial(ctx, ep)
+			if err == nil {
+				c.Close()
+			} else if ctx.Err() == nil && unreachable(err) {
+				down.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(down.Load()) == len(eps)
 }
 
 // aServer is "a name" or "an name", as name is said: "an etcd".

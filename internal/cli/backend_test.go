@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -271,6 +272,40 @@ func TestBackendFailuresSayWhatFailed(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestBackendOpenStopsWaitingWhenNoEndpointCanBeDialled: an Open that waits for its store to come
+// up (as etcd's client does) is canceled as soon as every endpoint refuses a connection, instead of
+// waiting out its deadline; while one endpoint accepts connections, it has its deadline.
+func TestBackendOpenStopsWaitingWhenNoEndpointCanBeDialled(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var ended []error
+	b := []Backend{{Name: "fake", Open: func(ctx context.Context, _ []string) (core.Store, func() error, error) {
+		<-ctx.Done()
+		mu.Lock()
+		ended = append(ended, ctx.Err())
+		mu.Unlock()
+		return nil, nil, ctx.Err()
+	}}}
+	code, _, errOut := runWith(t, b, "inspect", "-fake", "127.0.0.1:1,unix:///nonexistent/sock", "k")
+	if code != exitFail || !strings.HasPrefix(errOut, "leasehold inspect: fake unreachable: none of its 2 endpoints answers") {
+		t.Errorf("two endpoints refusing: exit %d, stderr %q; want %d, unreachable", code, errOut, exitFail)
+	}
+	if want := []error{context.Canceled}; !slices.Equal(ended, want) {
+		t.Errorf("Open's wait ended with %v, want %v", ended, want)
+	}
+	t.Run("one endpoint accepts connections", func(t *testing.T) {
+		testenv.SkipShort(t, "waits out Open's deadline")
+		ended = nil
+		code, _, errOut = runWith(t, b, "inspect", "-fake", "127.0.0.1:1,"+listen(t, silent), "k")
+		if code != exitFail || !strings.Contains(errOut, "not a fake server, or a stalled one") {
+			t.Errorf("one endpoint silent: exit %d, stderr %q; want %d, a stalled server", code, errOut, exitFail)
+		}
+		if want := []error{context.DeadlineExceeded}; !slices.Equal(ended, want) {
+			t.Errorf("Open's wait ended with %v, want %v", ended, want)
+		}
+	})
 }
 
 func TestEndpointOf(t *testing.T) {

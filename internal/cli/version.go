@@ -70,7 +70,10 @@ func versionLine(bi *debug.BuildInfo) string {
 			}
 			with := d.Version
 			if r := d.Replace; r != nil {
-				with = strings.TrimSpace("=> " + r.Path + " " + r.Version)
+				with = "=> " + r.Path // a directory, in a checkout; its Version is "(devel)" or ""
+				if r.Version != "" && r.Version != "(devel)" {
+					with += " " + r.Version
+				}
 			}
 			parts = append(parts, "with "+modulePath+" "+with)
 		}

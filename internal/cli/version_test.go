@@ -46,7 +46,7 @@ func TestVersionLine(t *testing.T) {
 			Deps: []*debug.Module{{Path: "go.etcd.io/etcd/client/v3", Version: "v3.7.3"}, {Path: modulePath, Version: "v1.2.3"}}, Settings: settings(platform...)},
 			"leasehold v0.4.0 of github.com/leasehold/leasehold/backend/etcd, with github.com/leasehold/leasehold v1.2.3, go1.26.8 linux/amd64"},
 		{"the etcd build in a checkout", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: modulePath + "/backend/etcd", Version: "(devel)"},
-			Deps:     []*debug.Module{{Path: modulePath, Version: "v0.0.0-00010101000000-000000000000", Replace: &debug.Module{Path: "../.."}}},
+			Deps:     []*debug.Module{{Path: modulePath, Version: "v0.0.0-00010101000000-000000000000", Replace: &debug.Module{Path: "../..", Version: "(devel)"}}},
 			Settings: settings(append(platform, "vcs.revision", rev, "vcs.time", "2026-11-23T19:00:00Z", "vcs.modified", "false")...)},
 			"leasehold (devel) of github.com/leasehold/leasehold/backend/etcd, with github.com/leasehold/leasehold => ../.., commit " + rev + ", committed 2026-11-23T19:00:00Z, go1.26.8 linux/amd64"},
 		{"no build information", nil, "leasehold (unknown version: the binary carries no build information)"},
