@@ -32,9 +32,11 @@ type Backend struct {
 	// in back quotes names the value). The help adds that several endpoints may be given.
 	Usage string
 	// Flags adds the store's own flags to fs, each named Name-something (-etcd-prefix). It is
-	// called for each command line, before it is parsed; Check and Open see what was set. A value
-	// wrong in itself should be refused by the flag's Set (flag.FlagSet.Func), which makes it a
-	// usage error whichever store the command line names.
+	// called for the command line before it is parsed, and Check and Open then see what was set;
+	// it is also called on sets that are never parsed (to list the flags in help), each time
+	// setting its variables to their defaults again. A value wrong in itself should be refused by
+	// the flag's Set (flag.FlagSet.Func), which makes it a usage error whichever store the
+	// command line names.
 	Flags func(fs *flag.FlagSet)
 	// Check, when the command line gives -Name, returns an error naming the first bad endpoint or
 	// flag, as "-etcd \"x\": not a URL". It connects to nothing. The command then exits 2, having
