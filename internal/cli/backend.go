@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -179,8 +180,9 @@ func (e *backendFlags) connect(ctx context.Context) (core.Store, func(), error) 
 // backendFailure is redisFailure for a Backend's store called name, which Open failed to open with
 // err: it probes every endpoint in parallel (probeTimeout) and says, in this order of precedence,
 // that one is another store's server (Redis, PostgreSQL), that one accepts connections but sends
-// nothing, or that none could be dialled (unreachable); else it gives err, naming the endpoints
-// that could not be dialled. An endpoint whose address it cannot tell (endpointOf) is not probed.
+// nothing, that the TLS handshake with an https:// one failed (and why: a plain server, a
+// certificate this machine does not trust), or that none could be dialled (unreachable); else it
+// gives err, naming the endpoints that could not be dialled. An endpoint whose address it cannot tell (endpointOf) is not probed.
 func backendFailure(ctx context.Context, name string, endpoints []string, err error) error {
 	eps := make([]endpoint, 0, len(endpoints))
 	for _, u := range endpoints {
@@ -209,6 +211,10 @@ func backendFailure(ctx context.Context, name string, endpoints []string, err er
 			return fmt.Errorf("%s: not %s server: it answers as a Redis server does (use -redis)", where, aServer(name))
 		case p.speaks == speaksSilence:
 			return fmt.Errorf("%s: not %s server, or a stalled one: it accepts connections but does not answer within %v: %v", where, aServer(name), probeTimeout, err)
+		case eps[i].tls != nil && p.tlsErr != nil && p.speaks == speaksHTTP:
+			return fmt.Errorf("%s: TLS handshake failed: the server speaks plain HTTP, not TLS (use http://, not https://)", where)
+		case eps[i].tls != nil && p.tlsErr != nil:
+			return fmt.Errorf("%s: TLS handshake failed: %v", where, p.tlsErr)
 		}
 	}
 	switch {
@@ -266,24 +272,29 @@ func aServer(name string) string {
 
 // endpointOf returns the address a store's endpoint URL names, to probe: a unix socket for
 // unix://path or unix:path (unixs too), host:port for scheme://[user@]host:port/... or plain
-// host:port. ok is false for a URL without a port, whose default only its driver knows.
+// host:port, with TLS for https://. ok is false for a URL without a port, whose default only
+// its driver knows.
 func endpointOf(u string) (ep endpoint, ok bool) {
 	for _, scheme := range []string{"unix://", "unixs://", "unix:", "unixs:"} {
 		if path, found := strings.CutPrefix(u, scheme); found {
 			return endpoint{network: "unix", addr: path}, path != ""
 		}
 	}
-	if _, rest, found := strings.Cut(u, "://"); found {
+	var conf *tls.Config
+	if scheme, rest, found := strings.Cut(u, "://"); found {
 		u, _, _ = strings.Cut(rest, "/")
 		if i := strings.LastIndex(u, "@"); i >= 0 {
 			u = u[i+1:]
+		}
+		if scheme == "https" {
+			conf = &tls.Config{}
 		}
 	}
 	host, port, err := net.SplitHostPort(u)
 	if err != nil || host == "" || port == "" {
 		return endpoint{}, false
 	}
-	return endpoint{network: "tcp", addr: u}, true
+	return endpoint{network: "tcp", addr: u, tls: conf}, true
 }
 
 // etcdInstall installs the leasehold built with the etcd driver (backend/etcd/cmd/leasehold): the

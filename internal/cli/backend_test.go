@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -252,6 +254,9 @@ func TestBackendFailuresSayWhatFailed(t *testing.T) {
 	b := []Backend{f.backend()}
 	redisAddr := redistest.StartServer(t).Addr
 	quiet, web := listen(t, silent), httpServer(t)
+	tlsServer := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(tlsServer.Close)
+	secure := tlsServer.Listener.Addr().String()
 	var wg sync.WaitGroup
 	for _, tc := range []struct {
 		endpoints, want string
@@ -261,6 +266,8 @@ func TestBackendFailuresSayWhatFailed(t *testing.T) {
 		{"http://127.0.0.1:1," + redisAddr, "fake " + redisAddr + ": not a fake server: it answers as a Redis server does (use -redis)"},
 		{"http://" + quiet, "fake " + quiet + ": not a fake server, or a stalled one: it accepts connections but does not answer within 1s: no answer within the deadline"},
 		{"http://" + web, "fake: no answer within the deadline"},
+		{"https://" + web, "fake " + web + ": TLS handshake failed: the server speaks plain HTTP, not TLS (use http://, not https://)"},
+		{"https://" + secure, "fake " + secure + ": TLS handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"},
 		{"http://" + web + ",http://127.0.0.1:1", "fake: no answer within the deadline; unreachable: 127.0.0.1:1 (dial tcp 127.0.0.1:1: connect: connection refused)"},
 		{"dns:///cluster.invalid", "fake: no answer within the deadline"},
 	} {
