@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -35,13 +34,19 @@ func (s *Store) grantLeases(ctx context.Context, ttl, delay time.Duration) (leas
 }
 
 // grantOps are the writes that grant r to holder on leases l, as a new lease or over the one the
-// holder has (whose create revision, the fence, the write keeps), and take its place out of the
-// line.
+// holder has (whose create revision the write keeps, and fence, the lease's fence, then says),
+// and take its place out of the line. r.idx is the grant's index among its transaction's grants.
 func grantOps(k keys, holder string, r rec, fence int64, l leases) []clientv3.Op {
 	r.fence = 0
+	if fence != 0 {
+		r.idx = uint8(fence & (1<<fenceShift - 1)) // the record's create revision stays; so must its index
+	}
 	ops := []clientv3.Op{clientv3.OpPut(k.of(kindLease, holder), r.encode(), clientv3.WithLease(l.own))}
 	if l.delay != 0 {
 		d := rec{permits: r.permits, limit: r.limit, ttl: r.ttl, delay: r.delay, fence: fence}
+		if fence == 0 {
+			d.fence = int64(r.idx)
+		}
 		ops = append(ops, clientv3.OpPut(k.of(kindDelay, holder), d.encode(), clientv3.WithLease(l.delay)))
 	} else {
 		ops = append(ops, clientv3.OpDelete(k.of(kindDelay, holder)))
@@ -49,11 +54,24 @@ func grantOps(k keys, holder string, r rec, fence int64, l leases) []clientv3.Op
 	return append(ops, clientv3.OpDelete(k.of(kindPlace, holder)))
 }
 
+// unshared returns the etcd leases of holder's lease e (and its delay d, when delayed) that no
+// other record of st is on: those that may be revoked once the holder's records leave them.
+func unshared(st *state, holder string, e, d entry, delayed bool) []clientv3.LeaseID {
+	var ids []clientv3.LeaseID
+	if !st.refs(e.lease, holder) {
+		ids = append(ids, e.lease)
+	}
+	if delayed && !st.refs(d.lease, holder) {
+		ids = append(ids, d.lease)
+	}
+	return ids
+}
+
 // plan is what one decision against a key's state writes, and what it answers.
 type plan struct {
 	cmps  []clientv3.Cmp
 	ops   []clientv3.Op
-	head  *entry             // a place the line grants in the same transaction
+	heads []entry            // the places the line grants in the same transaction
 	drop  []clientv3.LeaseID // leases no record is on once the transaction commits
 	fence int64              // the caller's grant's fence; 0: the transaction's revision
 	grant bool               // the caller is granted
@@ -68,15 +86,21 @@ func unchanged(k keys, st *state) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(k.base).WithPrefix(), "<", st.rev+1)
 }
 
-// serveHead adds to p the grant of the line's head, when the line would serve it once the
-// writes of p are done; used is the permits held then.
-func serveHead(p *plan, k keys, st *state, used int, except string) {
-	h, free, ok := st.head(used)
-	if !ok || !free || h.holder == except {
-		return
+// serveHeads adds to p the grants of the line's heads, from the head on while each one's
+// permits fit once the writes of p are done (used is the permits held then), at most maxGrants,
+// passing over except's place.
+func serveHeads(p *plan, k keys, st *state, used int, except string) {
+	for _, h := range st.line {
+		if _, ok := st.leases[h.holder]; ok || h.holder == except {
+			continue
+		}
+		if _, delayed := st.delays[h.holder]; delayed || used+h.permits > h.limit || len(p.heads) == maxGrants {
+			return
+		}
+		used += h.permits
+		p.heads = append(p.heads, h)
+		p.cmps = append(p.cmps, clientv3.Compare(clientv3.CreateRevision(k.of(kindPlace, h.holder)), "=", h.create))
 	}
-	p.head = &h
-	p.cmps = append(p.cmps, clientv3.Compare(clientv3.CreateRevision(k.of(kindPlace, h.holder)), "=", h.create))
 }
 
 // Acquire implements core.Store. A grant costs two round trips (an etcd lease, then one
@@ -118,35 +142,22 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 		lk := k.of(kindLease, req.Holder)
 		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", g.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(g.lease))).
-			Then(grantOps(k, req.Holder, r, g.create, mine)...).Commit()
+			Then(grantOps(k, req.Holder, r, g.fence, mine)...).Commit()
 		if err != nil {
 			return core.AcquireResult{}, err
 		}
 		if resp.Succeeded {
 			used = true
-			s.revoke(g.lease, g.delayLease)
-			return core.AcquireResult{Granted: true, Fence: uint64(g.create)}, nil
+			s.revoke(g.drop...)
+			return core.AcquireResult{Granted: true, Fence: uint64(g.fence)}, nil
 		}
 	}
-	unlock, err := s.lockKey(ctx, req.Key)
-	if err != nil {
-		return core.AcquireResult{}, err
-	}
-	defer unlock()
-	var rev int64
-	var kvs []*mvccpb.KeyValue
-	if s.busy(req.Key) {
-		// The Store's watch on the key says someone holds or waits: read first, so that a
-		// refusal asks etcd for no lease.
-		resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
-		if err != nil {
-			return core.AcquireResult{}, err
-		}
-		rev, kvs = resp.Header.Revision, resp.Kvs
-	} else {
+	st := s.seen(req.Key)
+	if st == nil {
 		// Nothing on the key, as far as the Store knows: the grant is one transaction, its
 		// fence the transaction's revision.
 		if mine.own == 0 {
+			var err error
 			if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
 				return core.AcquireResult{}, err
 			}
@@ -159,12 +170,25 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 		if resp.Succeeded {
 			used = true
-			return core.AcquireResult{Granted: true, Fence: uint64(resp.Header.Revision)}, nil
+			return core.AcquireResult{Granted: true, Fence: uint64(resp.Header.Revision << fenceShift)}, nil
 		}
-		rev, kvs = resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs
+		if st, err = k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs); err != nil {
+			return core.AcquireResult{}, err
+		}
+	} else if p, err := decideAcquire(k, st, req); err == nil && p.grant && mine.own == 0 {
+		// The Store's watch keeps the key's records: the decision starts from them, with no
+		// read, and its etcd leases are asked for before the Store's turn on the key.
+		if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+			return core.AcquireResult{}, err
+		}
 	}
+	unlock, err := s.lockKey(ctx, req.Key)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	defer unlock()
 	var sess clientv3.LeaseID
-	p, resp, st, err := s.commit(ctx, k, rev, kvs, func(st *state) (*plan, error) {
+	p, resp, st, err := s.commit(ctx, k, st, func(st *state) (*plan, error) {
 		p, err := decideAcquire(k, st, req)
 		if err != nil {
 			return nil, err
@@ -183,7 +207,11 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 					return nil, err
 				}
 			}
-			p.ops = append(p.ops, clientv3.OpPut(k.of(kindPlace, req.Holder), r.encode(), clientv3.WithLease(sess)))
+			if pl, ok := st.place(req.Holder); !ok || pl.lease != sess || pl.rec != r {
+				// A place already as asked is not written again: the write would only fail the
+				// others' transactions and wake the Store's waiters for nothing.
+				p.ops = append(p.ops, clientv3.OpPut(k.of(kindPlace, req.Holder), r.encode(), clientv3.WithLease(sess)))
+			}
 		}
 		return p, nil
 	})
@@ -197,7 +225,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		used = true
 		fence := p.fence
 		if fence == 0 {
-			fence = resp.Header.Revision
+			fence = resp.Header.Revision << fenceShift
 		}
 		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, nil
 	}
@@ -221,12 +249,10 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest) (*plan, error) {
 			return nil, fmt.Errorf("%w: holder already holds %d permits, asked for %d", core.ErrInvalid, e.permits, req.Permits)
 		}
 		// Granted again (or a grant of the line, taken): the same fence, a new expiry.
-		p.grant, p.fence = true, e.create
+		p.grant, p.fence = true, e.leaseFence()
 		p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, req.Holder)), "=", e.create)}
-		p.drop = []clientv3.LeaseID{e.lease}
-		if d, ok := st.delays[req.Holder]; ok {
-			p.drop = append(p.drop, d.lease)
-		}
+		d, delayed := st.delays[req.Holder]
+		p.drop = unshared(st, req.Holder, e, d, delayed)
 		return p, nil
 	}
 	p.cmps = []clientv3.Cmp{unchanged(k, st)}
@@ -238,50 +264,71 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest) (*plan, error) {
 	}
 	if req.Wait > 0 {
 		p.place = true
-		serveHead(p, k, st, used, req.Holder)
+		serveHeads(p, k, st, used, req.Holder)
 	}
 	return p, nil
 }
 
-// commit decides against the key's records kvs, read at revision rev, writes the decision in one
+// commit decides against the key's records st, writes the decision in one
 // transaction that holds only if the key's records are as decided on, and decides again on the
 // state a failed transaction returns, until one commits or nothing needs writing. It returns the
 // plan, the transaction's response (nil when nothing was written) and the state decided on.
-func (s *Store) commit(ctx context.Context, k keys, rev int64, kvs []*mvccpb.KeyValue, decide func(*state) (*plan, error)) (*plan, *clientv3.TxnResponse, *state, error) {
+func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*state) (*plan, error)) (*plan, *clientv3.TxnResponse, *state, error) {
 	for {
-		st, err := k.readState(rev, kvs)
-		if err != nil {
-			return nil, nil, nil, err
-		}
 		p, err := decide(st)
 		if err != nil {
 			return nil, nil, st, err
 		}
-		if len(p.ops) == 0 && p.head == nil {
+		if len(p.ops) == 0 && len(p.heads) == 0 {
+			if st.seen {
+				// A decision to write nothing is checked by no transaction: it must be taken on
+				// the records as they are, not as the watch last saw them.
+				resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
+				if err != nil {
+					return nil, nil, st, err
+				}
+				if st, err = k.readState(resp.Header.Revision, resp.Kvs); err != nil {
+					return nil, nil, nil, err
+				}
+				continue
+			}
 			return p, nil, st, nil // nothing to write: a refusal without a wait, a release of nothing
 		}
-		var hl leases
-		if h := p.head; h != nil {
-			if hl, err = s.grantLeases(ctx, h.ttl, h.delay); err != nil {
-				return nil, nil, st, err
+		// The heads the line grants share an etcd lease (and one for their delays) per TTL and
+		// delay: each takes its grant onto leases of its own, and the last one revokes these.
+		var granted []clientv3.LeaseID
+		type span struct{ ttl, delay time.Duration }
+		byTTL := map[span]leases{}
+		for i, h := range p.heads {
+			sp := span{h.ttl, h.delay}
+			hl, ok := byTTL[sp]
+			if !ok {
+				if hl, err = s.grantLeases(ctx, h.ttl, h.delay); err != nil {
+					s.revoke(granted...)
+					return nil, nil, st, err
+				}
+				byTTL[sp] = hl
+				granted = append(granted, hl.ids()...)
 			}
 			g := h.rec
-			g.untaken = true
+			g.untaken, g.idx = true, uint8(i)
 			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, hl)...)
 		}
 		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(p.ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
 		if err != nil {
-			s.revoke(hl.ids()...)
+			s.revoke(granted...)
 			return nil, nil, st, err
 		}
 		if resp.Succeeded {
 			return p, resp, st, nil
 		}
-		s.revoke(hl.ids()...)
+		s.revoke(granted...)
 		if err := ctx.Err(); err != nil {
 			return nil, nil, st, err
 		}
-		rev, kvs = resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs
+		if st, err = k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 }
 

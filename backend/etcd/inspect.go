@@ -43,7 +43,7 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 		if !ok {
 			return core.ExtendResult{}, core.ErrLost
 		}
-		res := core.ExtendResult{Permits: e.permits, Fence: uint64(e.create), Limit: e.limit, Value: e.value}
+		res := core.ExtendResult{Permits: e.permits, Fence: uint64(e.leaseFence()), Limit: e.limit, Value: e.value}
 		d, delayed := st.delays[req.Holder]
 		if !e.untaken && e.ttl == req.TTL {
 			// Renewed where it is: etcd restarts each lease's TTL.
@@ -66,7 +66,7 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 		r := e.rec
 		r.ttl, r.untaken = req.TTL, false
 		t, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", e.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", e.lease)).
-			Then(grantOps(k, req.Holder, r, e.create, mine)...).Commit()
+			Then(grantOps(k, req.Holder, r, e.leaseFence(), mine)...).Commit()
 		if err != nil {
 			s.revoke(mine.ids()...)
 			return core.ExtendResult{}, err
@@ -75,11 +75,7 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 			s.revoke(mine.ids()...)
 			continue // changed since the read: look again
 		}
-		if delayed {
-			s.revoke(e.lease, d.lease)
-		} else {
-			s.revoke(e.lease)
-		}
+		s.revoke(unshared(st, req.Holder, e, d, delayed)...)
 		return res, nil
 	}
 	return core.ExtendResult{}, core.ErrLost
@@ -134,7 +130,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		if !ok {
 			continue // gone since the read
 		}
-		snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: h, Permits: e.permits, Fence: uint64(e.create), TTL: l.left(e.ttl), Value: e.value})
+		snap.Leases = append(snap.Leases, core.LeaseInfo{Holder: h, Permits: e.permits, Fence: uint64(e.leaseFence()), TTL: l.left(e.ttl), Value: e.value})
 	}
 	for h, d := range st.delays {
 		if _, ok := st.leases[h]; ok {
@@ -144,7 +140,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		if !ok {
 			continue
 		}
-		snap.Delayed = append(snap.Delayed, core.DelayInfo{Holder: h, Permits: d.permits, Fence: uint64(d.fenceOf()), Left: l.left(d.ttl + d.delay)})
+		snap.Delayed = append(snap.Delayed, core.DelayInfo{Holder: h, Permits: d.permits, Fence: uint64(d.delayFence()), Left: l.left(d.ttl + d.delay)})
 	}
 	if err := ctx.Err(); err != nil {
 		return core.Snapshot{}, s.fail(ctx, "inspect", err)
@@ -159,17 +155,12 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	return snap, nil
 }
 
-// fenceOf is a delay record's lease's fence: written in it, or, for a record made with its lease,
-// its own create revision.
-func (e entry) fenceOf() int64 {
-	if e.fence != 0 {
-		return e.fence
-	}
-	return e.create
+// life is what etcd said of an etcd lease: the whole seconds it had left, and was granted, when
+// the Store asked.
+type life struct {
+	ttl, granted int64
+	asked        time.Time
 }
-
-// life is what etcd says of an etcd lease: the whole seconds it has left, and was granted.
-type life struct{ ttl, granted int64 }
 
 // left estimates the time an etcd lease asked for d has left: etcd reports whole seconds,
 // rounded down, of a TTL rounded up from d (or raised to its minimum). The estimate is at most a
@@ -195,7 +186,7 @@ func (s *Store) lives(ctx context.Context, ids []clientv3.LeaseID) map[clientv3.
 				return
 			}
 			mu.Lock()
-			out[id] = life{ttl: r.TTL, granted: r.GrantedTTL}
+			out[id] = life{ttl: r.TTL, granted: r.GrantedTTL, asked: time.Now()}
 			mu.Unlock()
 		})
 	}
@@ -245,7 +236,7 @@ func (s *Store) retryAfter(ctx context.Context, st *state, req core.AcquireReque
 	for i, c := range cs {
 		ids[i] = c.lease
 	}
-	lives := s.lives(ctx, ids)
+	lives := s.livesCached(ctx, ids)
 	type at struct {
 		permits int
 		left    time.Duration
@@ -253,7 +244,7 @@ func (s *Store) retryAfter(ctx context.Context, st *state, req core.AcquireReque
 	var ends []at
 	for _, c := range cs {
 		if l, ok := lives[c.lease]; ok {
-			ends = append(ends, at{c.permits, l.left(c.d)})
+			ends = append(ends, at{c.permits, max(l.left(c.d)-time.Since(l.asked), time.Millisecond)})
 		} else {
 			ends = append(ends, at{c.permits, time.Millisecond}) // ended since the read
 		}
@@ -265,4 +256,43 @@ func (s *Store) retryAfter(ctx context.Context, st *state, req core.AcquireReque
 		}
 	}
 	return 0
+}
+
+// livesCached is lives, but answers from what etcd said before, while that answer has not run
+// out. A lease renewed since lives longer than such an answer says, never shorter: an answer
+// from the cache is a lower bound, as RetryAfter must be (a waiter that asks again too early is
+// refused and told again). The cache keeps at most a few thousand answers.
+func (s *Store) livesCached(ctx context.Context, ids []clientv3.LeaseID) map[clientv3.LeaseID]life {
+	out := make(map[clientv3.LeaseID]life, len(ids))
+	var ask []clientv3.LeaseID
+	s.mu.Lock()
+	for _, id := range ids {
+		if l, ok := s.lifeCache[id]; ok && time.Since(l.asked) < time.Duration(l.ttl)*time.Second {
+			out[id] = l
+		} else {
+			ask = append(ask, id)
+		}
+	}
+	s.mu.Unlock()
+	if len(ask) == 0 {
+		return out
+	}
+	got := s.lives(ctx, ask)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lifeCache)+len(got) > 4096 {
+		for id, l := range s.lifeCache {
+			if time.Since(l.asked) >= time.Duration(l.ttl)*time.Second {
+				delete(s.lifeCache, id)
+			}
+		}
+		if len(s.lifeCache)+len(got) > 4096 {
+			clear(s.lifeCache)
+		}
+	}
+	for id, l := range got {
+		out[id] = l
+		s.lifeCache[id] = l
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -57,24 +58,35 @@ func unescape(s string) string {
 
 // rec is a record's value: what its request asked for.
 type rec struct {
+	idx            uint8 // a lease's index among the grants of the transaction that made it
 	permits, limit int
 	ttl, delay     time.Duration
 	untaken        bool  // a lease the line granted, not yet taken by its holder
-	fence          int64 // a delay record's lease's fence
+	fence          int64 // a delay record's lease's fence, or its index (below 1<<fenceShift)
 	value          string
 }
 
+// fenceShift places a grant's index among its transaction's grants below the transaction's
+// revision in its fence: a fence is revision<<fenceShift | index, so the grants one transaction
+// makes (a release that serves several waiters) have fences of their own, above every fence of
+// an earlier revision.
+const fenceShift = 8
+
+// maxGrants bounds the grants of one transaction (etcd takes at most 128 operations in one).
+const maxGrants = 32
+
 const recVersion = 1
 
-// encode writes r as: a version byte, a flags byte, uvarints permits, limit, TTL and delay in
-// milliseconds and fence, then the value's bytes as they are.
+// encode writes r as: the index byte (first, so that a transaction can compare it: a value
+// starting with byte i is at least "i" and below "i+1"), a version byte, a flags byte, uvarints
+// permits, limit, TTL and delay in milliseconds and fence, then the value's bytes as they are.
 func (r rec) encode() string {
-	b := make([]byte, 0, 2+5*binary.MaxVarintLen64+len(r.value))
+	b := make([]byte, 0, 3+5*binary.MaxVarintLen64+len(r.value))
 	flags := byte(0)
 	if r.untaken {
 		flags |= 1
 	}
-	b = append(b, recVersion, flags)
+	b = append(b, r.idx, recVersion, flags)
 	b = binary.AppendUvarint(b, uint64(r.permits))
 	b = binary.AppendUvarint(b, uint64(r.limit))
 	b = binary.AppendUvarint(b, uint64(r.ttl/time.Millisecond))
@@ -86,11 +98,11 @@ func (r rec) encode() string {
 var errBadRecord = errors.New("etcd: a record under the prefix is not Leasehold's (written by another program, or a newer version)")
 
 func decodeRec(b []byte) (rec, error) {
-	if len(b) < 2 || b[0] != recVersion {
+	if len(b) < 3 || b[1] != recVersion {
 		return rec{}, errBadRecord
 	}
-	r := rec{untaken: b[1]&1 != 0}
-	b = b[2:]
+	r := rec{idx: b[0], untaken: b[2]&1 != 0}
+	b = b[3:]
 	var v [5]uint64
 	for i := range v {
 		x, n := binary.Uvarint(b)
@@ -115,9 +127,35 @@ type entry struct {
 	lease  clientv3.LeaseID
 }
 
+// leaseFence is a lease record's fence: its create revision and its index.
+func (e entry) leaseFence() int64 { return e.create<<fenceShift | int64(e.idx) }
+
+// delayFence is a delay record's lease's fence: written in it, or, for a record made with its
+// lease, from its own create revision and the index written in it.
+func (e entry) delayFence() int64 {
+	if e.fence >= 1<<fenceShift {
+		return e.fence
+	}
+	return e.create<<fenceShift | e.fence
+}
+
+// refs reports whether a record other than holder's lease and delay is on etcd lease id: a
+// lease the line granted several waiters at once, which may be revoked only with the last.
+func (st *state) refs(id clientv3.LeaseID, holder string) bool {
+	for _, m := range []map[string]entry{st.leases, st.delays} {
+		for h, e := range m {
+			if h != holder && e.lease == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // state is a key's records at one revision.
 type state struct {
 	rev    int64
+	seen   bool             // a copy of the Store's watch's records, not read from etcd just now
 	leases map[string]entry // l/
 	delays map[string]entry // d/
 	line   []entry          // w/, in order
@@ -157,6 +195,15 @@ func (k keys) readState(rev int64, kvs []*mvccpb.KeyValue) (*state, error) {
 		}
 	}
 	return st, nil
+}
+
+// clone returns a copy of st that shares nothing it could change.
+func (st *state) clone() *state {
+	c := &state{rev: st.rev, seen: true, leases: make(map[string]entry, len(st.leases)), delays: make(map[string]entry, len(st.delays)),
+		line: slices.Clone(st.line)}
+	maps.Copy(c.leases, st.leases)
+	maps.Copy(c.delays, st.delays)
+	return c
 }
 
 // put applies a record as written; a key outside the key's records is ignored.
@@ -248,25 +295,16 @@ func (st *state) head(used int) (entry, bool, bool) {
 	return entry{}, false, false
 }
 
-// served returns the holders whose places the line, served from its head in order with nothing
-// else changing, would grant: the places from the head on while each one's permits fit.
-func (st *state) served() map[string]bool {
-	var out map[string]bool
-	used := st.used()
-	for _, p := range st.line {
-		if _, ok := st.leases[p.holder]; ok {
-			continue
-		}
-		if _, delayed := st.delays[p.holder]; delayed || used+p.permits > p.limit {
-			break
-		}
-		if out == nil {
-			out = map[string]bool{}
-		}
-		out[p.holder] = true
-		used += p.permits
+// next returns the holder of the place the line serves next, if the line would grant it now:
+// its permits fit and no lock delay of its holder's holds it back. Only the head is woken: the
+// others behind it would be refused while it waits, and it is woken again, as the head, once
+// the one before it is granted.
+func (st *state) next() (string, bool) {
+	h, free, ok := st.head(st.used())
+	if !ok || !free {
+		return "", false
 	}
-	return out
+	return h.holder, true
 }
 
 func (st *state) place(holder string) (entry, bool) {

@@ -17,17 +17,19 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		return false, err
 	}
 	k := s.keys(req.Key)
-	unlock, err := s.lockKey(ctx, req.Key)
-	if err != nil {
-		return false, s.fail(ctx, "release", err)
-	}
-	defer unlock()
 	lk, dk := k.of(kindLease, req.Holder), k.of(kindDelay, req.Holder)
-	own := clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(req.Fence))
-	if req.Fence == 0 {
-		own = clientv3.Compare(clientv3.CreateRevision(lk), ">", 0)
+	// The lease's fence is its create revision and, in the first byte of its value, its index:
+	// a value (never shorter than three bytes) starts with byte i if it is above "i" and below
+	// "i+1".
+	own := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), ">", 0)}
+	if req.Fence != 0 {
+		rev, idx := int64(req.Fence>>fenceShift), byte(req.Fence&(1<<fenceShift-1))
+		own = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", rev), clientv3.Compare(clientv3.Value(lk), ">", string([]byte{idx}))}
+		if idx < 1<<fenceShift-1 {
+			own = append(own, clientv3.Compare(clientv3.Value(lk), "<", string([]byte{idx + 1})))
+		}
 	}
-	resp, err := s.c.Txn(ctx).If(own, clientv3.Compare(clientv3.Version(k.base+string(kindPlace)+"/").WithPrefix(), "=", 0)).
+	resp, err := s.c.Txn(ctx).If(append(own, clientv3.Compare(clientv3.Version(k.base+string(kindPlace)+"/").WithPrefix(), "=", 0))...).
 		Then(clientv3.OpDelete(lk, clientv3.WithPrevKV()), clientv3.OpDelete(dk, clientv3.WithPrevKV())).
 		Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
 	if err != nil {
@@ -39,7 +41,16 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		}
 		return true, nil
 	}
-	p, _, _, err := s.commit(ctx, k, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, func(st *state) (*plan, error) {
+	st, err := k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return false, s.fail(ctx, "release", err)
+	}
+	unlock, err := s.lockKey(ctx, req.Key)
+	if err != nil {
+		return false, s.fail(ctx, "release", err)
+	}
+	defer unlock()
+	p, _, _, err := s.commit(ctx, k, st, func(st *state) (*plan, error) {
 		return decideRelease(k, st, req), nil
 	})
 	if err != nil {
@@ -54,20 +65,18 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 func decideRelease(k keys, st *state, req core.ReleaseRequest) *plan {
 	p := &plan{}
 	e, ok := st.leases[req.Holder]
-	if !ok || (req.Fence != 0 && uint64(e.create) != req.Fence) {
+	if !ok || (req.Fence != 0 && uint64(e.leaseFence()) != req.Fence) {
 		return p
 	}
 	p.grant = true
 	p.cmps = []clientv3.Cmp{unchanged(k, st), clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, req.Holder)), "=", e.create)}
 	p.ops = []clientv3.Op{clientv3.OpDelete(k.of(kindLease, req.Holder)), clientv3.OpDelete(k.of(kindDelay, req.Holder))}
-	p.drop = []clientv3.LeaseID{e.lease}
-	if d, ok := st.delays[req.Holder]; ok {
-		p.drop = append(p.drop, d.lease)
-	}
+	d, delayed := st.delays[req.Holder]
+	p.drop = unshared(st, req.Holder, e, d, delayed)
 	after := *st
 	after.leases = without(st.leases, req.Holder)
 	after.delays = without(st.delays, req.Holder)
-	serveHead(p, k, &after, after.used(), "")
+	serveHeads(p, k, &after, after.used(), "")
 	return p
 }
 
@@ -105,17 +114,15 @@ func decideLeave(k keys, st *state, holder string) *plan {
 		p.grant = true
 		p.ops = append(p.ops, clientv3.OpDelete(k.of(kindLease, holder)), clientv3.OpDelete(k.of(kindDelay, holder)))
 		p.cmps = append(p.cmps, clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, holder)), "=", e.create))
-		p.drop = append(p.drop, e.lease)
-		if d, ok := st.delays[holder]; ok {
-			p.drop = append(p.drop, d.lease)
-		}
+		d, delayed := st.delays[holder]
+		p.drop = append(p.drop, unshared(st, holder, e, d, delayed)...)
 		after.leases = without(st.leases, holder)
 		after.delays = without(st.delays, holder)
 	}
 	if !p.grant {
 		return &plan{}
 	}
-	serveHead(p, k, &after, after.used(), holder)
+	serveHeads(p, k, &after, after.used(), holder)
 	return p
 }
 
@@ -127,11 +134,17 @@ func (s *Store) leave(ctx context.Context, key, holder string) (bool, error) {
 		return false, err
 	}
 	defer unlock()
-	resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
-	if err != nil {
-		return false, err
+	st := s.seen(key)
+	if st == nil {
+		resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
+		if err != nil {
+			return false, err
+		}
+		if st, err = k.readState(resp.Header.Revision, resp.Kvs); err != nil {
+			return false, err
+		}
 	}
-	p, _, _, err := s.commit(ctx, k, resp.Header.Revision, resp.Kvs, func(st *state) (*plan, error) { return decideLeave(k, st, holder), nil })
+	p, _, _, err := s.commit(ctx, k, st, func(st *state) (*plan, error) { return decideLeave(k, st, holder), nil })
 	if err != nil {
 		return false, err
 	}

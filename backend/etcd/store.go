@@ -18,14 +18,15 @@ type Store struct {
 	prefix     string
 	sessionTTL time.Duration
 
-	mu       sync.Mutex
-	closed   bool
-	sess     clientv3.LeaseID // the session lease the Store's places are on; 0 until needed
-	sessDone chan struct{}    // closed when the session lease is lost
-	watches  map[string]*keyWatch
-	refused  map[string]refusal // key + "\x00" + holder → the state a refused try with Wait saw
-	leaving  map[string]*pending
-	locks    map[string]*keyLock
+	mu        sync.Mutex
+	closed    bool
+	sess      clientv3.LeaseID // the session lease the Store's places are on; 0 until needed
+	sessDone  chan struct{}    // closed when the session lease is lost
+	watches   map[string]*keyWatch
+	refused   map[string]refusal // key + "\x00" + holder → the state a refused try with Wait saw
+	leaving   map[string]*pending
+	locks     map[string]*keyLock
+	lifeCache map[clientv3.LeaseID]life // what etcd said of leases, for RetryAfter
 
 	bg    sync.WaitGroup     // work the Store owes: leaving lines, revoking leases
 	loops sync.WaitGroup     // the session's renewal and the key watches
@@ -66,7 +67,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: etcd.New: client is nil", core.ErrInvalid)
 	}
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
-		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, leaving: map[string]*pending{}, locks: map[string]*keyLock{}}
+		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, leaving: map[string]*pending{}, locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -287,25 +288,30 @@ func (s *Store) lockKey(ctx context.Context, key string) (func(), error) {
 	}
 }
 
-// busy reports whether the Store's watch on key, if it has one, saw the key held or waited for.
-func (s *Store) busy(key string) bool {
+// seen returns a copy of the key's records as the Store's watch on key last saw them, or nil
+// when the Store has no watch on key, or its watch saw nothing there.
+func (s *Store) seen(key string) *state {
 	s.mu.Lock()
 	kw := s.watches[key]
 	s.mu.Unlock()
 	if kw == nil {
-		return false
+		return nil
 	}
 	kw.mu.Lock()
 	defer kw.mu.Unlock()
-	_, busy := kw.st.limit()
-	return busy
+	if _, busy := kw.st.limit(); !busy || !kw.reliable {
+		return nil
+	}
+	return kw.st.clone()
 }
 
 // seenGrant is a grant of the line that the Store's watch on its key saw, not yet taken.
 type seenGrant struct {
-	permits           int
-	create            int64
-	lease, delayLease clientv3.LeaseID
+	permits int
+	create  int64
+	fence   int64
+	lease   clientv3.LeaseID
+	drop    []clientv3.LeaseID // its etcd leases that no other grant is on
 }
 
 // untaken returns the grant of the line to holder on key that the Store's watch saw, if it saw
@@ -323,9 +329,9 @@ func (s *Store) untaken(key, holder string) (seenGrant, bool) {
 	if !ok || !e.untaken {
 		return seenGrant{}, false
 	}
-	g := seenGrant{permits: e.permits, create: e.create, lease: e.lease}
-	if d, ok := kw.st.delays[holder]; ok {
-		g.delayLease = d.lease
-	}
-	return g, true
+	d, delayed := kw.st.delays[holder]
+	// The watch saw every record the grant's transaction made, so it sees at least the grants
+	// still on a shared lease: one it does not see on it is gone.
+	return seenGrant{permits: e.permits, create: e.create, fence: e.leaseFence(), lease: e.lease,
+		drop: unshared(kw.st, holder, e, d, delayed)}, true
 }

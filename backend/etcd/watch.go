@@ -188,9 +188,9 @@ func (kw *keyWatch) apply(events []*clientv3.Event) {
 		}
 		kw.st.rev = max(kw.st.rev, ev.Kv.ModRevision)
 	}
-	served := kw.st.served()
+	next, _ := kw.st.next()
 	for _, w := range kw.waiters {
-		if w.due(kw.st, served) {
+		if w.due(kw.st, next) {
 			w.wake()
 		}
 	}
@@ -237,13 +237,13 @@ type waiter struct {
 	once   sync.Once
 }
 
-// due reports whether the waiter should try again on st: the line granted it, or would serve
-// it, or its place is gone (its session ended, or a janitor took it) and it must ask again.
-func (w *waiter) due(st *state, served map[string]bool) bool {
+// due reports whether the waiter should try again on st: the line granted it, or it is the
+// head and would be granted (next is the holder the line serves next), or its place is gone (its session ended, or a janitor took it) and it must ask again.
+func (w *waiter) due(st *state, next string) bool {
 	if e, ok := st.leases[w.holder]; ok {
 		return e.untaken
 	}
-	if served[w.holder] {
+	if next == w.holder {
 		return true
 	}
 	if _, ok := st.place(w.holder); ok {
@@ -276,7 +276,8 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wai
 	kw.waiters = append(kw.waiters, w)
 	if known {
 		w.placed = ref.placed
-		if w.due(kw.st, kw.st.served()) {
+		next, _ := kw.st.next()
+		if w.due(kw.st, next) {
 			w.wake()
 		}
 	} else {
