@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 )
 
@@ -37,9 +36,9 @@ func serverCommand() (string, []string, error) {
 				return
 			}
 			out := filepath.Join(dir, "server")
-			goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-			if _, err := os.Stat(goTool); err != nil {
-				goTool = "go"
+			goTool, err := exec.LookPath("go")
+			if err != nil {
+				goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 			}
 			cmd := exec.Command(goTool, "build", "-o", out, "github.com/leasehold/leasehold/backend/etcd/internal/etcdtest/server")
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
