@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -88,9 +89,10 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	res, err := s.acquire(ctx, req)
 	if err != nil {
-		if req.Wait > 0 {
+		if req.Wait > 0 && !errors.Is(err, core.ErrLimitMismatch) && !errors.Is(err, core.ErrInvalid) {
 			// It may have taken a place, now or when it arrives late; its caller will not
-			// Register, so the Store leaves for it.
+			// Register, so the Store leaves for it. A refusal as invalid or as a limit mismatch
+			// was decided on a read and wrote nothing: the place and grant the holder has stay.
 			s.leaveAfterError(req.Key, req.Holder)
 		}
 		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
@@ -108,7 +110,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 	}()
 	r := rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}
-	if g, ok := s.untaken(req.Key, req.Holder); ok && g.permits == req.Permits {
+	if g, ok := s.untaken(req.Key, req.Holder); ok && g.permits == req.Permits && g.limit == req.Limit {
 		// The Store's watch saw the line grant the caller: it is taken in one transaction on
 		// the caller's own etcd leases, with no read and without waiting for the Store's other
 		// operations on the key, as long as it is still as seen.

@@ -303,7 +303,7 @@ func (s *Store) busy(key string) bool {
 
 // seenGrant is a grant of the line that the Store's watch on its key saw, not yet taken.
 type seenGrant struct {
-	permits           int
+	permits, limit    int
 	create            int64
 	lease, delayLease clientv3.LeaseID
 }
@@ -323,7 +323,7 @@ func (s *Store) untaken(key, holder string) (seenGrant, bool) {
 	if !ok || !e.untaken {
 		return seenGrant{}, false
 	}
-	g := seenGrant{permits: e.permits, create: e.create, lease: e.lease}
+	g := seenGrant{permits: e.permits, limit: e.limit, create: e.create, lease: e.lease}
 	if d, ok := kw.st.delays[holder]; ok {
 		g.delayLease = d.lease
 	}
