@@ -126,7 +126,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 		if resp.Succeeded {
 			used = true
-			s.revoke(g.lease, g.delayLease)
+			s.revoke(g.delayLease) // g.lease is the waiter's session
 			return core.AcquireResult{Granted: true, Fence: uint64(g.create)}, nil
 		}
 	}
@@ -225,10 +225,7 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest) (*plan, error) {
 		// Granted again (or a grant of the line, taken): the same fence, a new expiry.
 		p.grant, p.fence = true, e.create
 		p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, req.Holder)), "=", e.create)}
-		p.drop = []clientv3.LeaseID{e.lease}
-		if d, ok := st.delays[req.Holder]; ok {
-			p.drop = append(p.drop, d.lease)
-		}
+		p.drop = st.leasesOf(req.Holder)
 		return p, nil
 	}
 	p.cmps = []clientv3.Cmp{unchanged(k, st)}
@@ -262,24 +259,20 @@ func (s *Store) commit(ctx context.Context, k keys, rev int64, kvs []*mvccpb.Key
 		if len(p.ops) == 0 && p.head == nil {
 			return p, nil, st, nil // nothing to write: a refusal without a wait, a release of nothing
 		}
-		var hl leases
 		if h := p.head; h != nil {
-			if hl, err = s.grantLeases(ctx, h.ttl, h.delay); err != nil {
-				return nil, nil, st, err
-			}
+			// The head's grant is on the session lease its place is on (the compare on the
+			// place holds it there): a waiter that dies before taking it takes it along.
 			g := h.rec
 			g.untaken = true
-			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, hl)...)
+			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, leases{own: h.lease})...)
 		}
 		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(p.ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
 		if err != nil {
-			s.revoke(hl.ids()...)
 			return nil, nil, st, err
 		}
 		if resp.Succeeded {
 			return p, resp, st, nil
 		}
-		s.revoke(hl.ids()...)
 		if err := ctx.Err(); err != nil {
 			return nil, nil, st, err
 		}

@@ -75,11 +75,7 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 			s.revoke(mine.ids()...)
 			continue // changed since the read: look again
 		}
-		if delayed {
-			s.revoke(e.lease, d.lease)
-		} else {
-			s.revoke(e.lease)
-		}
+		s.revoke(st.leasesOf(req.Holder)...)
 		return res, nil
 	}
 	return core.ExtendResult{}, core.ErrLost

@@ -68,7 +68,6 @@ func holds(t *testing.T, s core.Store, key, holder string) bool {
 // A grant the line made to a waiter whose process then died (its Store's session lease ends)
 // holds nothing up for the grant's TTL: it goes with the session, as the waiter's place would.
 func TestUntakenGrantOfADeadWaiterIsPassedOn(t *testing.T) {
-	t.Skip("bug open: the line's grant is on an etcd lease of the waiter's TTL, not on its session")
 	t.Parallel()
 	key := uniqueKey(t)
 	srv := etcdtest.Shared(t)

@@ -16,6 +16,8 @@ import (
 //
 //	l/<holder>  a lease: held while its etcd lease lives (the grant's, TTL rounded up to whole
 //	            seconds), or, granted by the line and not yet taken, while its waiter's session does
+//	            (the grant is on the session lease its place was on, so that it goes with a dead
+//	            waiter; it gets etcd leases, and a lock delay, of its own when taken)
 //	d/<holder>  a lease's lock delay: on an etcd lease of TTL + delay, renewed with the lease, so
 //	            that it outlives an unreleased lease by the delay
 //	w/<holder>  a place in the line, on its waiter's session; the line's order is the records'
@@ -267,6 +269,20 @@ func (st *state) served() map[string]bool {
 		used += p.permits
 	}
 	return out
+}
+
+// leasesOf returns the etcd leases of holder's lease and delay records that are the grant's own,
+// to revoke once the records are gone or moved: not the waiter's session an untaken grant of the
+// line is on, which the waiter's Store renews and revokes.
+func (st *state) leasesOf(holder string) []clientv3.LeaseID {
+	var ids []clientv3.LeaseID
+	if e, ok := st.leases[holder]; ok && !e.untaken {
+		ids = append(ids, e.lease)
+	}
+	if d, ok := st.delays[holder]; ok {
+		ids = append(ids, d.lease)
+	}
+	return ids
 }
 
 func (st *state) place(holder string) (entry, bool) {
