@@ -222,9 +222,12 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest) (*plan, error) {
 		if e.permits != req.Permits {
 			return nil, fmt.Errorf("%w: holder already holds %d permits, asked for %d", core.ErrInvalid, e.permits, req.Permits)
 		}
-		// Granted again (or a grant of the line, taken): the same fence, a new expiry.
+		// Granted again (or a grant of the line, taken): the same fence, a new expiry. The
+		// compare on the etcd lease too: a concurrent re-grant that moved the records onto
+		// leases of its own makes this one decide again, so that it revokes those.
 		p.grant, p.fence = true, e.create
-		p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, req.Holder)), "=", e.create)}
+		lk := k.of(kindLease, req.Holder)
+		p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", e.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(e.lease))}
 		p.drop = st.leasesOf(req.Holder)
 		return p, nil
 	}
