@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/core"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -88,6 +89,11 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return core.AcquireResult{}, err
 	}
 	res, err := s.acquire(ctx, req)
+	if errors.Is(err, errSessionLost) {
+		// The place went to a session lease etcd had ended before the Store noticed: once
+		// more, on a new session.
+		res, err = s.acquire(ctx, req)
+	}
 	if err != nil {
 		if req.Wait > 0 && !errors.Is(err, core.ErrLimitMismatch) && !errors.Is(err, core.ErrInvalid) {
 			// It may have taken a place, now or when it arrives late; its caller will not
@@ -190,6 +196,10 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return p, nil
 	})
 	if err != nil {
+		if sess != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.forgetSession(sess)
+			return core.AcquireResult{}, errSessionLost
+		}
 		return core.AcquireResult{}, err
 	}
 	if resp != nil {
@@ -210,6 +220,9 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	res.RetryAfter = s.retryAfter(ctx, st, req)
 	return res, nil
 }
+
+// errSessionLost says that a try put its place on a session lease etcd no longer has.
+var errSessionLost = errors.New("etcd: the Store's session lease ended")
 
 // decideAcquire decides req against st. A plan that grants the caller has no writes of the grant
 // yet: they go on etcd leases the caller asks for then (grantOps, with plan.fence).

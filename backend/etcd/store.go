@@ -184,6 +184,16 @@ func (s *Store) revoke(ids ...clientv3.LeaseID) {
 	})
 }
 
+// forgetSession makes the next place go on a new session lease when id, the current one, was
+// found ended before its renewal noticed (its renewal's end still wakes the waiters).
+func (s *Store) forgetSession(id clientv3.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess == id {
+		s.sess = 0
+	}
+}
+
 func (s *Store) currentSession() clientv3.LeaseID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
