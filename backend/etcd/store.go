@@ -27,10 +27,13 @@ type Store struct {
 	leaving  map[string]*pending
 	locks    map[string]*keyLock
 
-	bg    sync.WaitGroup     // work the Store owes: leaving lines, revoking leases
-	loops sync.WaitGroup     // the session's renewal and the key watches
-	stop  context.CancelFunc // ends the background work
-	ctx   context.Context
+	// The work the Store owes (leaving lines, revoking leases), counted under mu rather than in
+	// a WaitGroup: operations in flight at Close may still add to it while Close waits.
+	bgN    int
+	bgIdle chan struct{}      // closed when bgN drops to 0, while Close waits for that
+	loops  sync.WaitGroup     // the session's renewal and the key watches
+	stop   context.CancelFunc // ends the background work
+	ctx    context.Context
 }
 
 var (
@@ -97,14 +100,12 @@ func (s *Store) Close() error {
 	for _, kw := range ws {
 		kw.shut()
 	}
-	done := make(chan struct{})
-	go func() { s.bg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.idle():
 	case <-time.After(5 * time.Second):
 	}
-	s.stop()
-	defer func() { <-done; s.loops.Wait() }()
+	s.stop() // no background work starts after this: goBackground checks s.ctx under mu
+	defer func() { <-s.idle(); s.loops.Wait() }()
 	var err error
 	if sess != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -156,14 +157,38 @@ func (s *Store) goBackground(fn func(ctx context.Context)) {
 		s.mu.Unlock()
 		return
 	}
-	s.bg.Add(1)
+	s.bgN++
 	s.mu.Unlock()
 	go func() {
-		defer s.bg.Done()
+		defer s.doneBackground()
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		defer cancel()
 		fn(ctx)
 	}()
+}
+
+func (s *Store) doneBackground() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bgN--; s.bgN == 0 && s.bgIdle != nil {
+		close(s.bgIdle)
+		s.bgIdle = nil
+	}
+}
+
+// idle returns a channel closed once no background work runs.
+func (s *Store) idle() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bgN == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if s.bgIdle == nil {
+		s.bgIdle = make(chan struct{})
+	}
+	return s.bgIdle
 }
 
 // revoke ends etcd leases that no record is on any more, in the background.
