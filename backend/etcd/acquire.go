@@ -215,6 +215,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	if req.Wait > 0 && resp != nil {
 		s.noteRefusal(req, st, resp.Header.Revision)
+		s.leaveWhenWaitEnds(req)
 	}
 	res := p.res
 	res.RetryAfter = s.retryAfter(ctx, st, req)

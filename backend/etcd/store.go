@@ -23,7 +23,8 @@ type Store struct {
 	sess     clientv3.LeaseID // the session lease the Store's places are on; 0 until needed
 	sessDone chan struct{}    // closed when the session lease is lost
 	watches  map[string]*keyWatch
-	refused  map[string]refusal // key + "\x00" + holder → the state a refused try with Wait saw
+	refused  map[string]refusal     // key + "\x00" + holder → the state a refused try with Wait saw
+	waitEnds map[string]*time.Timer // key + "\x00" + holder → the end of its place's Wait
 	leaving  map[string]*pending
 	locks    map[string]*keyLock
 
@@ -69,7 +70,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: etcd.New: client is nil", core.ErrInvalid)
 	}
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
-		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, leaving: map[string]*pending{}, locks: map[string]*keyLock{}}
+		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, waitEnds: map[string]*time.Timer{}, leaving: map[string]*pending{}, locks: map[string]*keyLock{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -93,6 +94,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	for id, t := range s.waitEnds {
+		t.Stop()
+		delete(s.waitEnds, id)
+	}
 	ws := s.watches
 	s.watches = map[string]*keyWatch{}
 	sess := s.sess
