@@ -2,10 +2,12 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -54,19 +56,6 @@ func grantOps(k keys, holder string, r rec, fence int64, l leases) []clientv3.Op
 	return append(ops, clientv3.OpDelete(k.of(kindPlace, holder)))
 }
 
-// unshared returns the etcd leases of holder's lease e (and its delay d, when delayed) that no
-// other record of st is on: those that may be revoked once the holder's records leave them.
-func unshared(st *state, holder string, e, d entry, delayed bool) []clientv3.LeaseID {
-	var ids []clientv3.LeaseID
-	if !st.refs(e.lease, holder) {
-		ids = append(ids, e.lease)
-	}
-	if delayed && !st.refs(d.lease, holder) {
-		ids = append(ids, d.lease)
-	}
-	return ids
-}
-
 // plan is what one decision against a key's state writes, and what it answers.
 type plan struct {
 	cmps  []clientv3.Cmp
@@ -111,10 +100,16 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return core.AcquireResult{}, err
 	}
 	res, err := s.acquire(ctx, req)
+	if errors.Is(err, errSessionLost) {
+		// The place went to a session lease etcd had ended before the Store noticed: once
+		// more, on a new session.
+		res, err = s.acquire(ctx, req)
+	}
 	if err != nil {
-		if req.Wait > 0 {
+		if req.Wait > 0 && !errors.Is(err, core.ErrLimitMismatch) && !errors.Is(err, core.ErrInvalid) {
 			// It may have taken a place, now or when it arrives late; its caller will not
-			// Register, so the Store leaves for it.
+			// Register, so the Store leaves for it. A refusal as invalid or as a limit mismatch
+			// was decided on a read and wrote nothing: the place and grant the holder has stay.
 			s.leaveAfterError(req.Key, req.Holder)
 		}
 		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
@@ -132,7 +127,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 	}()
 	r := rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}
-	if g, ok := s.untaken(req.Key, req.Holder); ok && g.permits == req.Permits {
+	if g, ok := s.untaken(req.Key, req.Holder); ok && g.permits == req.Permits && g.limit == req.Limit {
 		// The Store's watch saw the line grant the caller: it is taken in one transaction on
 		// the caller's own etcd leases, with no read and without waiting for the Store's other
 		// operations on the key, as long as it is still as seen.
@@ -148,7 +143,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		}
 		if resp.Succeeded {
 			used = true
-			s.revoke(g.drop...)
+			s.revoke(g.delayLease) // g.lease is the waiter's session
 			return core.AcquireResult{Granted: true, Fence: uint64(g.fence)}, nil
 		}
 	}
@@ -216,6 +211,10 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return p, nil
 	})
 	if err != nil {
+		if sess != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.forgetSession(sess)
+			return core.AcquireResult{}, errSessionLost
+		}
 		return core.AcquireResult{}, err
 	}
 	if resp != nil {
@@ -231,11 +230,15 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	if req.Wait > 0 && resp != nil {
 		s.noteRefusal(req, st, resp.Header.Revision)
+		s.leaveWhenWaitEnds(req)
 	}
 	res := p.res
 	res.RetryAfter = s.retryAfter(ctx, st, req)
 	return res, nil
 }
+
+// errSessionLost says that a try put its place on a session lease etcd no longer has.
+var errSessionLost = errors.New("etcd: the Store's session lease ended")
 
 // decideAcquire decides req against st. A plan that grants the caller has no writes of the grant
 // yet: they go on etcd leases the caller asks for then (grantOps, with plan.fence).
@@ -248,11 +251,13 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest) (*plan, error) {
 		if e.permits != req.Permits {
 			return nil, fmt.Errorf("%w: holder already holds %d permits, asked for %d", core.ErrInvalid, e.permits, req.Permits)
 		}
-		// Granted again (or a grant of the line, taken): the same fence, a new expiry.
+		// Granted again (or a grant of the line, taken): the same fence, a new expiry. The
+		// compare on the etcd lease too: a concurrent re-grant that moved the records onto
+		// leases of its own makes this one decide again, so that it revokes those.
 		p.grant, p.fence = true, e.leaseFence()
-		p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, req.Holder)), "=", e.create)}
-		d, delayed := st.delays[req.Holder]
-		p.drop = unshared(st, req.Holder, e, d, delayed)
+		lk := k.of(kindLease, req.Holder)
+		p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", e.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(e.lease))}
+		p.drop = st.leasesOf(req.Holder)
 		return p, nil
 	}
 	p.cmps = []clientv3.Cmp{unchanged(k, st)}
@@ -294,35 +299,21 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 			}
 			return p, nil, st, nil // nothing to write: a refusal without a wait, a release of nothing
 		}
-		// The heads the line grants share an etcd lease (and one for their delays) per TTL and
-		// delay: each takes its grant onto leases of its own, and the last one revokes these.
-		var granted []clientv3.LeaseID
-		type span struct{ ttl, delay time.Duration }
-		byTTL := map[span]leases{}
+		// Each head's grant is on the session lease its place is on (the compare on the place
+		// holds it there): a waiter that dies before taking it takes it along. Its lock delay
+		// begins when it is taken.
 		for i, h := range p.heads {
-			sp := span{h.ttl, h.delay}
-			hl, ok := byTTL[sp]
-			if !ok {
-				if hl, err = s.grantLeases(ctx, h.ttl, h.delay); err != nil {
-					s.revoke(granted...)
-					return nil, nil, st, err
-				}
-				byTTL[sp] = hl
-				granted = append(granted, hl.ids()...)
-			}
 			g := h.rec
 			g.untaken, g.idx = true, uint8(i)
-			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, hl)...)
+			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, leases{own: h.lease})...)
 		}
 		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(p.ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
 		if err != nil {
-			s.revoke(granted...)
 			return nil, nil, st, err
 		}
 		if resp.Succeeded {
 			return p, resp, st, nil
 		}
-		s.revoke(granted...)
 		if err := ctx.Err(); err != nil {
 			return nil, nil, st, err
 		}

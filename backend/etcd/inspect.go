@@ -30,7 +30,12 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
 	k := s.keys(req.Key)
 	lk, dk := k.of(kindLease, req.Holder), k.of(kindDelay, req.Holder)
-	for range 3 {
+	// Each pass that does not answer found the lease moved or gone since its read (a concurrent
+	// Extend with another TTL, an idempotent re-acquire, a release, expiry): the next read tells.
+	for {
+		if err := ctx.Err(); err != nil {
+			return core.ExtendResult{}, err
+		}
 		resp, err := s.c.Txn(ctx).Then(clientv3.OpGet(lk), clientv3.OpGet(dk)).Commit()
 		if err != nil {
 			return core.ExtendResult{}, err
@@ -53,7 +58,7 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 			}
 			if err := s.keepAlive(ctx, ids); err != nil {
 				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-					return core.ExtendResult{}, core.ErrLost // it expired, or was released, since the read
+					continue // revoked since the read: the lease expired or was released (the next read finds it gone), or it moved onto new etcd leases
 				}
 				return core.ExtendResult{}, err
 			}
@@ -75,10 +80,9 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 			s.revoke(mine.ids()...)
 			continue // changed since the read: look again
 		}
-		s.revoke(unshared(st, req.Holder, e, d, delayed)...)
+		s.revoke(st.leasesOf(req.Holder)...)
 		return res, nil
 	}
-	return core.ExtendResult{}, core.ErrLost
 }
 
 // keepAlive renews etcd leases at once.

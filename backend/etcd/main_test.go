@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/etcd/internal/etcdtest"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestMain(m *testing.M) {
@@ -62,3 +63,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	conformance.Run(t, harness{}, conformance.WithResolution(resolution))
 }
+
+// etcdClient returns a client of the package's shared server, for a test that looks at or
+// changes records and leases behind the Stores' backs.
+func etcdClient(t testing.TB) *clientv3.Client { return etcdtest.Shared(t).Client(t) }

@@ -17,6 +17,8 @@ import (
 //
 //	l/<holder>  a lease: held while its etcd lease lives (the grant's, TTL rounded up to whole
 //	            seconds), or, granted by the line and not yet taken, while its waiter's session does
+//	            (the grant is on the session lease its place was on, so that it goes with a dead
+//	            waiter; it gets etcd leases, and a lock delay, of its own when taken)
 //	d/<holder>  a lease's lock delay: on an etcd lease of TTL + delay, renewed with the lease, so
 //	            that it outlives an unreleased lease by the delay
 //	w/<holder>  a place in the line, on its waiter's session; the line's order is the records'
@@ -137,19 +139,6 @@ func (e entry) delayFence() int64 {
 		return e.fence
 	}
 	return e.create<<fenceShift | e.fence
-}
-
-// refs reports whether a record other than holder's lease and delay is on etcd lease id: a
-// lease the line granted several waiters at once, which may be revoked only with the last.
-func (st *state) refs(id clientv3.LeaseID, holder string) bool {
-	for _, m := range []map[string]entry{st.leases, st.delays} {
-		for h, e := range m {
-			if h != holder && e.lease == id {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // state is a key's records at one revision.
@@ -305,6 +294,20 @@ func (st *state) next() (string, bool) {
 		return "", false
 	}
 	return h.holder, true
+}
+
+// leasesOf returns the etcd leases of holder's lease and delay records that are the grant's own,
+// to revoke once the records are gone or moved: not the waiter's session an untaken grant of the
+// line is on, which the waiter's Store renews and revokes.
+func (st *state) leasesOf(holder string) []clientv3.LeaseID {
+	var ids []clientv3.LeaseID
+	if e, ok := st.leases[holder]; ok && !e.untaken {
+		ids = append(ids, e.lease)
+	}
+	if d, ok := st.delays[holder]; ok {
+		ids = append(ids, d.lease)
+	}
+	return ids
 }
 
 func (st *state) place(holder string) (entry, bool) {

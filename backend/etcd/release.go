@@ -71,8 +71,7 @@ func decideRelease(k keys, st *state, req core.ReleaseRequest) *plan {
 	p.grant = true
 	p.cmps = []clientv3.Cmp{unchanged(k, st), clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, req.Holder)), "=", e.create)}
 	p.ops = []clientv3.Op{clientv3.OpDelete(k.of(kindLease, req.Holder)), clientv3.OpDelete(k.of(kindDelay, req.Holder))}
-	d, delayed := st.delays[req.Holder]
-	p.drop = unshared(st, req.Holder, e, d, delayed)
+	p.drop = st.leasesOf(req.Holder)
 	after := *st
 	after.leases = without(st.leases, req.Holder)
 	after.delays = without(st.delays, req.Holder)
@@ -114,8 +113,7 @@ func decideLeave(k keys, st *state, holder string) *plan {
 		p.grant = true
 		p.ops = append(p.ops, clientv3.OpDelete(k.of(kindLease, holder)), clientv3.OpDelete(k.of(kindDelay, holder)))
 		p.cmps = append(p.cmps, clientv3.Compare(clientv3.CreateRevision(k.of(kindLease, holder)), "=", e.create))
-		d, delayed := st.delays[holder]
-		p.drop = append(p.drop, unshared(st, holder, e, d, delayed)...)
+		p.drop = append(p.drop, st.leasesOf(holder)...)
 		after.leases = without(st.leases, holder)
 		after.delays = without(st.delays, holder)
 	}
@@ -212,10 +210,14 @@ func (s *Store) waitLeaving(ctx context.Context, key string) error {
 
 func (s *Store) leaveAfterError(key, holder string) { s.leaveInBackground(key, holder, true) }
 
-// deletedLeases are the etcd leases of the records a transaction deleted.
+// deletedLeases are the etcd leases of the records a transaction deleted, but for the session
+// lease of an untaken grant of the line.
 func deletedLeases(kvs []*mvccpb.KeyValue) []clientv3.LeaseID {
 	ids := make([]clientv3.LeaseID, 0, len(kvs))
 	for _, kv := range kvs {
+		if r, err := decodeRec(kv.Value); err == nil && r.untaken {
+			continue
+		}
 		ids = append(ids, clientv3.LeaseID(kv.Lease))
 	}
 	return ids

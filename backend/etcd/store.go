@@ -23,15 +23,19 @@ type Store struct {
 	sess      clientv3.LeaseID // the session lease the Store's places are on; 0 until needed
 	sessDone  chan struct{}    // closed when the session lease is lost
 	watches   map[string]*keyWatch
-	refused   map[string]refusal // key + "\x00" + holder → the state a refused try with Wait saw
+	refused   map[string]refusal     // key + "\x00" + holder → the state a refused try with Wait saw
+	waitEnds  map[string]*time.Timer // key + "\x00" + holder → the end of its place's Wait
 	leaving   map[string]*pending
 	locks     map[string]*keyLock
 	lifeCache map[clientv3.LeaseID]life // what etcd said of leases, for RetryAfter
 
-	bg    sync.WaitGroup     // work the Store owes: leaving lines, revoking leases
-	loops sync.WaitGroup     // the session's renewal and the key watches
-	stop  context.CancelFunc // ends the background work
-	ctx   context.Context
+	// The work the Store owes (leaving lines, revoking leases), counted under mu rather than in
+	// a WaitGroup: operations in flight at Close may still add to it while Close waits.
+	bgN    int
+	bgIdle chan struct{}      // closed when bgN drops to 0, while Close waits for that
+	loops  sync.WaitGroup     // the session's renewal and the key watches
+	stop   context.CancelFunc // ends the background work
+	ctx    context.Context
 }
 
 var (
@@ -67,7 +71,8 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: etcd.New: client is nil", core.ErrInvalid)
 	}
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
-		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, leaving: map[string]*pending{}, locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{}}
+		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, waitEnds: map[string]*time.Timer{}, leaving: map[string]*pending{},
+		locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -91,6 +96,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	for id, t := range s.waitEnds {
+		t.Stop()
+		delete(s.waitEnds, id)
+	}
 	ws := s.watches
 	s.watches = map[string]*keyWatch{}
 	sess := s.sess
@@ -98,14 +107,12 @@ func (s *Store) Close() error {
 	for _, kw := range ws {
 		kw.shut()
 	}
-	done := make(chan struct{})
-	go func() { s.bg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.idle():
 	case <-time.After(5 * time.Second):
 	}
-	s.stop()
-	defer func() { <-done; s.loops.Wait() }()
+	s.stop() // no background work starts after this: goBackground checks s.ctx under mu
+	defer func() { <-s.idle(); s.loops.Wait() }()
 	var err error
 	if sess != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -157,14 +164,38 @@ func (s *Store) goBackground(fn func(ctx context.Context)) {
 		s.mu.Unlock()
 		return
 	}
-	s.bg.Add(1)
+	s.bgN++
 	s.mu.Unlock()
 	go func() {
-		defer s.bg.Done()
+		defer s.doneBackground()
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		defer cancel()
 		fn(ctx)
 	}()
+}
+
+func (s *Store) doneBackground() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bgN--; s.bgN == 0 && s.bgIdle != nil {
+		close(s.bgIdle)
+		s.bgIdle = nil
+	}
+}
+
+// idle returns a channel closed once no background work runs.
+func (s *Store) idle() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bgN == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if s.bgIdle == nil {
+		s.bgIdle = make(chan struct{})
+	}
+	return s.bgIdle
 }
 
 // revoke ends etcd leases that no record is on any more, in the background.
@@ -183,6 +214,16 @@ func (s *Store) revoke(ids ...clientv3.LeaseID) {
 			s.c.Revoke(ctx, id) // a lease already gone is what we want; other errors leave it to its TTL
 		}
 	})
+}
+
+// forgetSession makes the next place go on a new session lease when id, the current one, was
+// found ended before its renewal noticed (its renewal's end still wakes the waiters).
+func (s *Store) forgetSession(id clientv3.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess == id {
+		s.sess = 0
+	}
 }
 
 func (s *Store) currentSession() clientv3.LeaseID {
@@ -307,11 +348,10 @@ func (s *Store) seen(key string) *state {
 
 // seenGrant is a grant of the line that the Store's watch on its key saw, not yet taken.
 type seenGrant struct {
-	permits int
-	create  int64
-	fence   int64
-	lease   clientv3.LeaseID
-	drop    []clientv3.LeaseID // its etcd leases that no other grant is on
+	permits, limit    int
+	create            int64
+	fence             int64
+	lease, delayLease clientv3.LeaseID
 }
 
 // untaken returns the grant of the line to holder on key that the Store's watch saw, if it saw
@@ -329,9 +369,9 @@ func (s *Store) untaken(key, holder string) (seenGrant, bool) {
 	if !ok || !e.untaken {
 		return seenGrant{}, false
 	}
-	d, delayed := kw.st.delays[holder]
-	// The watch saw every record the grant's transaction made, so it sees at least the grants
-	// still on a shared lease: one it does not see on it is gone.
-	return seenGrant{permits: e.permits, create: e.create, fence: e.leaseFence(), lease: e.lease,
-		drop: unshared(kw.st, holder, e, d, delayed)}, true
+	g := seenGrant{permits: e.permits, limit: e.limit, create: e.create, fence: e.leaseFence(), lease: e.lease}
+	if d, ok := kw.st.delays[holder]; ok {
+		g.delayLease = d.lease
+	}
+	return g, true
 }

@@ -52,6 +52,54 @@ func (s *Store) noteRefusal(req core.AcquireRequest, st *state, placed int64) {
 	s.refused[refusalID(req.Key, req.Holder)] = refusal{st: st, placed: placed, at: time.Now()}
 }
 
+// leaveWhenWaitEnds leaves the place req's refused try took once req.Wait has passed, unless a
+// Waiter of its holder on the key is open then (its Close leaves) or a later try of the holder
+// set a new end: a place is held for the Wait, and no longer, even when its caller neither
+// registers nor asks again.
+func (s *Store) leaveWhenWaitEnds(req core.AcquireRequest) {
+	id := refusalID(req.Key, req.Holder)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if t := s.waitEnds[id]; t != nil {
+		t.Stop()
+	}
+	var t *time.Timer
+	t = time.AfterFunc(req.Wait, func() {
+		s.mu.Lock()
+		if s.waitEnds[id] != t {
+			s.mu.Unlock()
+			return
+		}
+		delete(s.waitEnds, id)
+		kw := s.watches[req.Key]
+		s.mu.Unlock()
+		if kw != nil {
+			kw.mu.Lock()
+			open := slices.ContainsFunc(kw.waiters, func(w *waiter) bool { return w.holder == req.Holder })
+			kw.mu.Unlock()
+			if open {
+				return
+			}
+		}
+		s.leaveInBackground(req.Key, req.Holder, false)
+	})
+	s.waitEnds[id] = t
+}
+
+// stopWaitEnd forgets the end of holder's Wait on key: its Waiter leaves.
+func (s *Store) stopWaitEnd(key, holder string) {
+	id := refusalID(key, holder)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.waitEnds[id]; t != nil {
+		t.Stop()
+		delete(s.waitEnds, id)
+	}
+}
+
 // watchKey returns the Store's watch on key, started from seed (the key's records as a refused
 // try read them) or, without one, from a read now.
 func (s *Store) watchKey(ctx context.Context, key string, seed *state) (*keyWatch, error) {
@@ -301,6 +349,7 @@ func (w *waiter) Close() {
 		other := slices.ContainsFunc(kw.waiters, func(x *waiter) bool { return x.holder == w.holder })
 		kw.mu.Unlock()
 		if !other {
+			kw.s.stopWaitEnd(kw.key, w.holder)
 			kw.s.leaveInBackground(kw.key, w.holder, false)
 		}
 		kw.release()
