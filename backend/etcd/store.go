@@ -23,8 +23,8 @@ type Store struct {
 	sess      clientv3.LeaseID // the session lease the Store's places are on; 0 until needed
 	sessDone  chan struct{}    // closed when the session lease is lost
 	watches   map[string]*keyWatch
-	refused   map[string]refusal     // key + "\x00" + holder → the state a refused try with Wait saw
-	waitEnds  map[string]*time.Timer // key + "\x00" + holder → the end of its place's Wait
+	refused   map[placeID]refusal     // the state a refused try with Wait saw, for its Register
+	waitEnds  map[placeID]*time.Timer // the end of a place's Wait
 	leaving   map[string]*pending
 	locks     map[string]*keyLock
 	lifeCache map[clientv3.LeaseID]life // what etcd said of leases, for RetryAfter
@@ -71,7 +71,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: etcd.New: client is nil", core.ErrInvalid)
 	}
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
-		watches: map[string]*keyWatch{}, refused: map[string]refusal{}, waitEnds: map[string]*time.Timer{}, leaving: map[string]*pending{},
+		watches: map[string]*keyWatch{}, refused: map[placeID]refusal{}, waitEnds: map[placeID]*time.Timer{}, leaving: map[string]*pending{},
 		locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{}}
 	for _, o := range opts {
 		o(s)

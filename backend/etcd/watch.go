@@ -36,7 +36,11 @@ type refusal struct {
 	at     time.Time
 }
 
-func refusalID(key, holder string) string { return key + "\x00" + holder }
+// placeID names a holder's place on a key (a struct, not a joined string: keys and holders may
+// hold any byte).
+type placeID struct{ key, holder string }
+
+func refusalID(key, holder string) placeID { return placeID{key, holder} }
 
 // noteRefusal keeps what a refused try with a Wait saw, for its Register.
 func (s *Store) noteRefusal(req core.AcquireRequest, st *state, placed int64) {
