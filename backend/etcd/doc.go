@@ -23,6 +23,8 @@
 //
 // # Time
 //
+// Fences are the grant's revision times 256 plus its index among the grants of its transaction.
+//
 // Expiry is etcd's: a lease is held while its etcd lease lives, and etcd, not the caller, ends
 // it. etcd counts lease TTLs in whole seconds, so a TTL is rounded up to the next second (and
 // etcd raises one below its minimum, 1.5 election timeouts — 2 s with etcd's defaults — to that
@@ -54,32 +56,36 @@
 //     only to grant: a refusal is a read, and, with a Wait, a transaction that writes its place;
 //     then, for RetryAfter, one question per lease in the way (at most 16, in parallel).
 //   - Release with nobody waiting: one transaction; the released grant's etcd leases are
-//     revoked in the background. With a line: a read, an etcd lease for the head, and a
-//     transaction that releases and grants the head (one grant per transaction, so each has
-//     a fence of its own; the next heads are woken and take theirs).
+//     revoked in the background. With a line, that transaction fails and returns the key's
+//     records; a second one releases and grants every head that then fits (up to 32), each on
+//     its waiter's session lease, each with a fence of its own. No etcd lease is asked for.
 //   - Extend with the same TTL: a read and a renewal of the etcd leases (two round trips); with
 //     another TTL, new etcd leases and one transaction that moves the records onto them.
 //   - Inspect: a read, and one question per lease for its time left, in parallel.
 //
 // # The line and the watch
 //
-// A refused request with a Wait writes its place; the places' create revisions are the line's
-// order. While anyone waits no newcomer is granted; a release, and a waiter leaving, grant the
-// head if its permits are free, as a lease marked untaken on an etcd lease of the head's TTL.
+// A refused request with a Wait writes its place, which lasts for its Wait; the places' create
+// revisions are the line's order. While anyone waits no newcomer is granted; a release, and a
+// waiter leaving, grant every head whose permits are free, in order, as leases marked untaken on
+// the session lease of each head's place. A grant is untaken until its waiter takes it onto etcd
+// leases of its own TTL (its lock delay starts then); a waiter that dies first takes its grant
+// along when its session ends.
 //
 // Each Store keeps one etcd watch per key it has waiters or watches on, starting from the
 // revision its refused try read (so nothing between the refusal and Register is missed), and a
 // copy of the key's records kept current by the watch's events. After each batch of events it
 // wakes exactly the waiters the line would now serve, and the one whose grant the line made;
-// that waiter takes its grant with one etcd lease and one transaction, without a read. Idle
+// that waiter takes its grant with one etcd lease and one transaction, without a read. When
+// expiry, not a release, frees room, the head is woken and grants itself. Idle
 // waiters send nothing: etcd pushes the events. A watch etcd cancels (its revision compacted,
 // the member without a leader) is started again from a fresh read, and every waiter is woken
 // to look again.
 //
 // A Store's places are on one etcd lease of its own, its session (WithSessionTTL, 10 s by
 // default), renewed while the Store lives: a waiter whose process dies or stalls leaves every
-// line when the session ends, and the line passes it over. A grant the line made to it in that
-// window is held until its TTL. A waiter that gives up leaves its place (a read and a
+// line when the session ends, with any grant the line made it, and the line passes it over. A
+// waiter that gives up leaves its place (a read and a
 // transaction, in the background; Inspect through the same Store waits for it), and gives back
 // a grant it has not taken; so does a request that failed with a Wait, which may have taken a
 // place. Close revokes the session: every place of the Store goes at once.
