@@ -12,6 +12,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/leasehold/leasehold/backend/etcd"
 	"github.com/leasehold/leasehold/backend/etcd/internal/etcdtest"
@@ -47,20 +50,61 @@ func noLeaks(t *testing.T) {
 // that the fault comes while the workload runs.
 const faultHolders = 7
 
-// faultStores returns a maker of Stores, each with a client of its own on srv (through
-// endpoint, a fault proxy's URL, when given), a wait until the workload has made its Stores,
-// and a summary of the calls that failed, by cause (the Stores are recorded in a Recorder of
-// their own too, since history.Fault keeps its own to itself).
-func faultStores(t *testing.T, srv *etcdtest.Server, endpoint ...string) (newStore func() core.Store, made func(), failed func() string) {
+// faultStores returns a maker of Stores, each with a client of its own (faultClient) on srv
+// (through endpoint, a fault proxy's URL, when given), a wait until the workload has made its
+// Stores, and the calls of those Stores (recorded in a Recorder of their own too, since
+// history.Fault keeps its own to itself).
+func faultStores(t *testing.T, srv *etcdtest.Server, endpoint ...string) (newStore func() core.Store, made func(), ops func() []history.Op) {
+	if len(endpoint) == 0 {
+		endpoint = []string{srv.Endpoint()}
+	}
 	var n atomic.Int32
 	var rec history.Recorder
 	newStore = func() core.Store {
-		s := history.Record(clientStore(t, srv.Client(t, endpoint...)), &rec)
+		s := history.Record(clientStore(t, faultClient(t, endpoint...)), &rec)
 		n.Add(1)
 		return s
 	}
 	made = func() { poll.Until(t, "the workload's Stores made", func() bool { return n.Load() == faultHolders }) }
-	return newStore, made, func() string { return failures(rec.Ops()) }
+	return newStore, made, rec.Ops
+}
+
+// faultClient returns a client of endpoints, closed when t ends, that waits at most half a
+// second between its attempts to reconnect (gRPC's default waits a second, then 1.6, 2.6...):
+// how soon a client finds a restarted or healed server is gRPC's business, and the default's
+// waits, not the driver, would decide whether the lease held across a restart is kept.
+func faultClient(t *testing.T, endpoints ...string) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+			MinConnectTimeout: 2 * time.Second,
+		})},
+	})
+	if err != nil {
+		panic(err) // New fails only for a bad configuration; called off the test's goroutine too
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// grantedAfter fails t unless each of the workload's keys was granted, after at, to a call
+// that began then: nobody was left waiting for good, the line served again.
+func grantedAfter(t *testing.T, ops []history.Op, at time.Time) {
+	t.Helper()
+	n := map[string]int{}
+	for _, op := range ops {
+		if op.Kind == history.Acquire && op.OK && op.Call.After(at) {
+			n[op.Key]++
+		}
+	}
+	for _, key := range []string{"fault0", "fault1"} {
+		if n[key] == 0 {
+			t.Errorf("%s was granted to no call made after the fault ended", key)
+		}
+	}
 }
 
 // failures counts the calls in ops that failed, by kind and cause: a transaction cut in flight
@@ -73,6 +117,9 @@ func failures(ops []history.Op) string {
 			continue
 		}
 		cause := "other (" + op.Err.Error() + ")"
+		if errors.Is(op.Err, context.Canceled) {
+			cause = "canceled" // a refresh that Release cut short
+		}
 		switch msg := op.Err.Error(); {
 		case errors.Is(op.Err, context.DeadlineExceeded), strings.Contains(msg, "DeadlineExceeded"), strings.Contains(msg, "deadline exceeded"):
 			cause = "deadline"
@@ -122,12 +169,13 @@ func TestFaultServerPausedPastTheTTL(t *testing.T) {
 	noLeaks(t)
 	srv := etcdtest.Start(t)
 	const ttl, pause = time.Second, 3 * time.Second
-	stores, made, failed := faultStores(t, srv)
+	stores, made, ops := faultStores(t, srv)
 	stale := startStale(t, srv.Client(t), srv.Client(t), "stale", ttl)
 	var paused time.Duration
+	var resumed time.Time
 	history.Fault{
 		NewStore: stores,
-		TTL:      ttl, Duration: 5 * time.Second,
+		TTL:      ttl, Duration: 6 * time.Second,
 		Linearizable: true, Lost: true,
 		Inject: func() {
 			made()
@@ -136,12 +184,14 @@ func TestFaultServerPausedPastTheTTL(t *testing.T) {
 			srv.Pause(t)
 			time.Sleep(pause)
 			srv.Resume(t)
-			paused = time.Since(at)
+			resumed = time.Now()
+			paused = resumed.Sub(at)
 			stale.next()
 		},
 	}.Run(t)
+	grantedAfter(t, ops(), resumed)
 	f := stale.finish()
-	t.Logf("paused %v (TTL %v); %s; %s", paused.Round(time.Millisecond), ttl, failed(), f)
+	t.Logf("paused %v (TTL %v); %s; %s", paused.Round(time.Millisecond), ttl, failures(ops()), f)
 }
 
 // TestFaultServerKilledAndRestarted: the server is SIGKILLed mid-workload and restarted on its
@@ -149,16 +199,19 @@ func TestFaultServerPausedPastTheTTL(t *testing.T) {
 // every lease to its full TTL as it restarts (leases last longer, never shorter), so the lease
 // held across the kill, refreshed once clients have reconnected, is kept. Its TTL is 6s: the
 // refresh after the kill must come within the TTL less a refresh interval (2s) and the stop
-// margin, and gRPC waits about a second, then 1.6 more, between its attempts to reconnect.
+// margin. Then each key is taken once more: a lease whose Release the kill cut off stays for a
+// TTL after the restart, no longer.
 func TestFaultServerKilledAndRestarted(t *testing.T) {
 	testenv.SkipShort(t, "kills and restarts a server")
 	noLeaks(t)
 	srv := etcdtest.Start(t)
-	stores, made, failed := faultStores(t, srv)
+	const ttl = 6 * time.Second
+	stores, made, ops := faultStores(t, srv)
 	var down time.Duration
+	var restarted time.Time
 	history.Fault{
 		NewStore: stores,
-		TTL:      6 * time.Second, Duration: 5 * time.Second,
+		TTL:      ttl, Duration: 6 * time.Second,
 		Linearizable: true, Lost: false,
 		Inject: func() {
 			made()
@@ -166,10 +219,29 @@ func TestFaultServerKilledAndRestarted(t *testing.T) {
 			at := time.Now()
 			srv.Kill(t)
 			srv.Restart(t)
-			down = time.Since(at)
+			restarted = time.Now()
+			down = restarted.Sub(at)
 		},
 	}.Run(t)
-	t.Logf("down %v, from the kill until the restarted server answered; %s", down.Round(time.Millisecond), failed())
+	var waits []string
+	for _, key := range []string{"fault0", "fault1"} {
+		m, err := primitives.NewMutex(stores(), key, primitives.WithTTL(ttl), primitives.WithAcquireTimeout(ttl+resolution+10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		l, err := m.Acquire(context.Background())
+		if err != nil {
+			t.Fatalf("%s after the restart: %v", key, err)
+		}
+		if since := time.Since(restarted); since > ttl+resolution+2*time.Second {
+			t.Errorf("%s was granted %v after the restart: longer than a TTL", key, since)
+		}
+		waits = append(waits, fmt.Sprintf("%s %v", key, time.Since(start).Round(time.Millisecond)))
+		l.Release(context.Background())
+	}
+	t.Logf("down %v, from the kill until the restarted server answered; %s; then waited for %s",
+		down.Round(time.Millisecond), failures(ops()), strings.Join(waits, ", "))
 }
 
 // TestFaultConnectionsCut: every Store's client reaches the server through a fault proxy that
@@ -185,12 +257,13 @@ func TestFaultConnectionsCut(t *testing.T) {
 	srv := etcdtest.Start(t)
 	px, pxStale := srv.Proxy(t), srv.Proxy(t)
 	const ttl, hold = time.Second, 3 * time.Second
-	stores, made, failed := faultStores(t, srv, "http://"+px.Addr)
+	stores, made, ops := faultStores(t, srv, "http://"+px.Addr)
 	stale := startStale(t, srv.Client(t, "http://"+pxStale.Addr), srv.Client(t), "stale", ttl)
 	var held time.Duration
+	var healed time.Time
 	history.Fault{
 		NewStore: stores,
-		TTL:      ttl, Duration: 7 * time.Second,
+		TTL:      ttl, Duration: 8 * time.Second,
 		Linearizable: true, Lost: true,
 		Inject: func() {
 			made()
@@ -206,15 +279,19 @@ func TestFaultConnectionsCut(t *testing.T) {
 			px.Hold(true)
 			pxStale.Hold(true)
 			time.Sleep(hold)
-			stale.next() // the next holder takes the key and writes while the stale one is held
+			// The next holder takes the key and writes while the stale one is held.
+			stale.next()
+			poll.Until(t, "the next holder's first write accepted", stale.hasWritten)
 			px.Cut()
 			px.Hold(false)
 			pxStale.Hold(false) // its held writes arrive now, not cut
-			held = time.Since(at)
+			healed = time.Now()
+			held = healed.Sub(at)
 		},
 	}.Run(t)
+	grantedAfter(t, ops(), healed)
 	f := stale.finish()
-	t.Logf("held %v (TTL %v); %s; %s", held.Round(time.Millisecond), ttl, failed(), f)
+	t.Logf("held %v (TTL %v); %s; %s", held.Round(time.Millisecond), ttl, failures(ops()), f)
 }
 
 // TestFaultHolderStallsPastTTL: a holder whose refresh stops (a long GC pause) and that goes on
@@ -232,10 +309,10 @@ func TestFaultHolderStallsPastTTL(t *testing.T) {
 // staleRun is the stale holder's scenario on a key: holder a takes it and writes to a resource
 // fenced in etcd every 10ms, minding nothing (a holder stalled or cut off does not know); a
 // fault makes it lose its lease; holder b then takes the key (next) and writes too, until a has
-// had writes refused. finish checks that no write landed out of fence order, that etcd holds
-// the resource's writes in rising fence order, that a's writes after b's were refused, that the
-// two holders' tenures (a's until its lease's deadline) never overlapped, and the history of
-// both.
+// had writes refused; a releases the key meanwhile, which must leave b's lease alone. finish
+// checks that no write landed out of fence order, that etcd holds the resource's writes in
+// rising fence order, that a's writes after b's were refused, that the two holders' tenures
+// (a's until its lease's deadline) never overlapped, and the history of both.
 type staleRun struct {
 	t        *testing.T
 	key, res string
@@ -250,6 +327,8 @@ type staleRun struct {
 	stopA    chan struct{}
 	aDone    chan struct{}
 	bDone    chan struct{}
+	bWrote   chan struct{} // closed once b's first write was accepted
+	wrote    bool
 	refusedA atomic.Int32
 }
 
@@ -328,7 +407,7 @@ func (r *staleRun) stop() {
 // every 5ms, until a has had three writes refused (or for at most 20s), then releases it.
 // finish waits for it.
 func (r *staleRun) next() {
-	r.bDone = make(chan struct{})
+	r.bDone, r.bWrote = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(r.bDone)
 		t := r.t
@@ -340,9 +419,22 @@ func (r *staleRun) next() {
 		r.lb, r.bFrom = lb, time.Now()
 		ctx, cancel := primitives.LeaseContext(context.Background(), lb)
 		defer cancel()
-		for end := time.Now().Add(20 * time.Second); ctx.Err() == nil && r.refusedA.Load() < 3; {
-			if w := r.write(ctx, r.cb, "b", lb.Fence()); w.Stale {
+		for end, i := time.Now().Add(20*time.Second), 0; ctx.Err() == nil && r.refusedA.Load() < 3; i++ {
+			w := r.write(ctx, r.cb, "b", lb.Fence())
+			if w.Stale {
 				t.Errorf("the next holder's write with fence %d was refused", lb.Fence())
+			}
+			if w.Accepted && !r.wrote {
+				r.wrote = true
+				close(r.bWrote)
+			}
+			if i == 0 {
+				// The stale holder, unaware, releases the key while b holds it: its fence no
+				// longer names a lease, so b's stays (b's later writes, refreshes and release
+				// would fail if it had gone).
+				if err := r.la.Release(context.Background()); !errors.Is(err, core.ErrLost) {
+					t.Errorf("the stale holder's Release while the next one held the key: %v, want ErrLost", err)
+				}
 			}
 			if time.Now().After(end) {
 				t.Errorf("the stale holder had %d writes refused in the next holder's first 20s", r.refusedA.Load())
@@ -355,6 +447,16 @@ func (r *staleRun) next() {
 			t.Errorf("the next holder's Release: %v", err)
 		}
 	}()
+}
+
+// hasWritten reports whether b has had a write accepted.
+func (r *staleRun) hasWritten() bool {
+	select {
+	case <-r.bWrote:
+		return true
+	default:
+		return false
+	}
 }
 
 // staleFigures are what a staleRun measured.
@@ -385,9 +487,6 @@ func (r *staleRun) finish() staleFigures {
 	case aLost = <-r.aLostAt:
 	default:
 		t.Fatal("the stale holder's lease was not reported lost")
-	}
-	if err := r.la.Release(context.Background()); !errors.Is(err, core.ErrLost) {
-		t.Errorf("the stale holder's Release: %v, want ErrLost", err)
 	}
 	if r.lb.Fence() <= r.la.Fence() {
 		t.Errorf("the next holder's fence %d is not above the stale holder's %d", r.lb.Fence(), r.la.Fence())
