@@ -406,7 +406,9 @@ type contender struct {
 //
 // The release comes once the waiter's client has a watch etcd confirmed; when settled is set,
 // only once etcd also says the watch is synced (a progress notification, asked for with a write
-// to another key by a client of the benchmark's own). A watch that starts from a revision already
+// to another key by a client of the benchmark's own). Those requests are not counted in
+// rpcs/op, but their CPU is in the CPU columns: of settled handoffs, read only the latencies and
+// rpcs/op. A watch that starts from a revision already
 // written (both libraries start theirs from the revision of a read or write the wait made) is
 // not synced at once: etcd catches such watches up every 100ms (watchResyncPeriod), and a
 // release before then reaches the waiter only then. Settled handoffs are those of a waiter that
