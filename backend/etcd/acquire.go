@@ -229,7 +229,13 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, nil
 	}
 	if req.Wait > 0 && resp != nil {
-		s.noteRefusal(req, st, resp.Header.Revision)
+		seed := st
+		if p.place {
+			if after, err := k.readState(resp.Header.Revision, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs); err == nil {
+				seed = after
+			}
+		}
+		s.noteRefusal(req, seed, resp.Header.Revision)
 		s.leaveWhenWaitEnds(req)
 	}
 	res := p.res
@@ -307,7 +313,14 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 			g.untaken, g.idx = true, uint8(i)
 			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, leases{own: h.lease})...)
 		}
-		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(p.ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
+		ops := p.ops
+		if p.place {
+			// The records as this transaction leaves them, for the waiter's watch to start from
+			// its revision: a watch from an earlier revision is caught up by etcd only every
+			// 100 ms, and a release in between would reach the waiter that late.
+			ops = append(ops[:len(ops):len(ops)], clientv3.OpGet(k.base, clientv3.WithPrefix()))
+		}
+		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
 		if err != nil {
 			return nil, nil, st, err
 		}
