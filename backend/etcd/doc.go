@@ -50,18 +50,23 @@
 // operations of one Store on one key take turns, so they do not fail against each other.
 //
 //   - Acquire on a key with nothing on it: an etcd lease, then one transaction that writes the
-//     lease if the key's range is still empty (two round trips). The fence is the transaction's
-//     revision: strictly increasing per key, and across the whole cluster, forever.
-//   - Acquire on a busy key (the Store's watch says so) reads first, and asks for an etcd lease
-//     only to grant: a refusal is a read, and, with a Wait, a transaction that writes its place;
-//     then, for RetryAfter, one question per lease in the way (at most 16, in parallel).
+//     lease if the key's range is still empty (two round trips).
+//   - Acquire on a key the Store's watch sees busy decides on the watch's copy of the records,
+//     and asks for an etcd lease only to grant; a refusal with a Wait is one transaction that
+//     writes its place; a decision to write nothing (a refusal without a wait) reads first. A
+//     refusal also asks how long the leases in the way have left, for RetryAfter (at most 16, in
+//     parallel, and not again while etcd's earlier answer lasts).
 //   - Release with nobody waiting: one transaction; the released grant's etcd leases are
 //     revoked in the background. With a line, that transaction fails and returns the key's
 //     records; a second one releases and grants every head that then fits (up to 32), each on
 //     its waiter's session lease, each with a fence of its own. No etcd lease is asked for.
-//   - Extend with the same TTL: a read and a renewal of the etcd leases (two round trips); with
-//     another TTL, new etcd leases and one transaction that moves the records onto them.
+//   - The woken waiter takes its grant with an etcd lease and one transaction.
+//   - Extend with the same TTL (a refresh): a read and a renewal of the etcd leases (two round
+//     trips, neither a consensus write); with another TTL, new etcd leases and one transaction
+//     that moves the records onto them.
 //   - Inspect: a read, and one question per lease for its time left, in parallel.
+//
+// docs/etcd.md has the measured counts, and the figures beside etcd's own concurrency package.
 //
 // # The line and the watch
 //
