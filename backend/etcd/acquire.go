@@ -100,9 +100,10 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return core.AcquireResult{}, err
 	}
 	res, err := s.acquire(ctx, req)
-	if errors.Is(err, errSessionLost) {
-		// The place went to a session lease etcd had ended before the Store noticed: once
-		// more, on a new session.
+	if errors.Is(err, errSessionLost) || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The place went to a session lease etcd had ended before the Store noticed, or the
+		// grant's own etcd lease ended before its transaction (a stall longer than the TTL):
+		// once more, on a new session and new leases.
 		res, err = s.acquire(ctx, req)
 	}
 	if err != nil {
@@ -155,6 +156,9 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 			var err error
 			if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
 				return core.AcquireResult{}, err
+			}
+			if afterGrantHook != nil {
+				afterGrantHook()
 			}
 		}
 		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(k.base).WithPrefix(), "=", 0)).
@@ -243,6 +247,10 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	return res, nil
 }
 
+// afterGrantHook, set by a test, runs after a try's etcd leases are granted, before they are
+// used: a stall there longer than the TTL ends them first.
+var afterGrantHook func()
+
 // errSessionLost says that a try put its place on a session lease etcd no longer has.
 var errSessionLost = errors.New("etcd: the Store's session lease ended")
 
@@ -285,6 +293,7 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest) (*plan, error) {
 // state a failed transaction returns, until one commits or nothing needs writing. It returns the
 // plan, the transaction's response (nil when nothing was written) and the state decided on.
 func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*state) (*plan, error)) (*plan, *clientv3.TxnResponse, *state, error) {
+	gone := 0 // tries that met a head's ended session
 	for {
 		p, err := decide(st)
 		if err != nil {
@@ -321,6 +330,24 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 			ops = append(ops[:len(ops):len(ops)], clientv3.OpGet(k.base, clientv3.WithPrefix()))
 		}
 		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
+		if err != nil && len(p.heads) > 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) && gone < 20 {
+			// A head's session ended and etcd is about to delete its place (it revokes ended
+			// leases twice a second): read again shortly, and serve the line without it.
+			gone++
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, nil, st, ctx.Err()
+			}
+			r, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
+			if err != nil {
+				return nil, nil, st, err
+			}
+			if st, err = k.readState(r.Header.Revision, r.Kvs); err != nil {
+				return nil, nil, nil, err
+			}
+			continue
+		}
 		if err != nil {
 			return nil, nil, st, err
 		}

@@ -348,7 +348,9 @@ func startStale(t *testing.T, ca, cb *clientv3.Client, key string, ttl time.Dura
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.b, err = primitives.NewMutex(history.Record(clientStore(t, cb), &r.rec), key, primitives.WithTTL(ttl),
+	// b's TTL is longer: only a's lease is meant to be lost; with a's 1s, b's refreshes missed
+	// their deadline when two runs of the suite shared two loaded cores.
+	r.b, err = primitives.NewMutex(history.Record(clientStore(t, cb), &r.rec), key, primitives.WithTTL(5*ttl),
 		primitives.WithAcquireTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,9 @@ func TestUntakenGrantOfADeadWaiterIsPassedOn(t *testing.T) {
 	srv := etcdtest.Shared(t)
 	holder, other := storeOn(t, srv), storeOn(t, srv)
 	c := srv.Client(t)
-	dying, err := etcd.New(c, etcd.WithSessionTTL(time.Second))
+	// A session of 3s: with 1s, a loaded machine's stalls ended it before the release, so the
+	// waiter was no longer in line to be granted.
+	dying, err := etcd.New(c, etcd.WithSessionTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
