@@ -12,25 +12,31 @@ import (
 )
 
 // leases are the etcd leases of one grant: the lease's own (TTL) and, with a lock delay, its
-// delay record's (TTL + delay).
-type leases struct{ own, delay clientv3.LeaseID }
+// delay record's (TTL + delay), with the whole seconds each was asked for.
+type leases struct {
+	own, delay         clientv3.LeaseID
+	ownSecs, delaySecs int64
+}
 
-func (l leases) ids() []clientv3.LeaseID { return []clientv3.LeaseID{l.own, l.delay} }
+// spares are l's leases, to recycle once no record is on them.
+func (l leases) spares() []spare {
+	return []spare{{l.own, l.ownSecs}, {l.delay, l.delaySecs}}
+}
 
-// grantLeases asks etcd for the leases of a grant of ttl with a lock delay.
+// grantLeases returns the etcd leases of a grant of ttl with a lock delay: spares of the Store's
+// of the same TTL, renewed, or new ones.
 func (s *Store) grantLeases(ctx context.Context, ttl, delay time.Duration) (leases, error) {
-	g, err := s.c.Grant(ctx, seconds(ttl))
-	if err != nil {
+	l := leases{ownSecs: seconds(ttl)}
+	var err error
+	if l.own, err = s.lease(ctx, l.ownSecs); err != nil {
 		return leases{}, err
 	}
-	l := leases{own: g.ID}
 	if delay > 0 {
-		d, err := s.c.Grant(ctx, seconds(ttl+delay))
-		if err != nil {
-			s.revoke(l.own)
+		l.delaySecs = seconds(ttl + delay)
+		if l.delay, err = s.lease(ctx, l.delaySecs); err != nil {
+			s.recycle(spare{l.own, l.ownSecs})
 			return leases{}, err
 		}
-		l.delay = d.ID
 	}
 	return l, nil
 }
@@ -60,11 +66,11 @@ func grantOps(k keys, holder string, r rec, fence int64, l leases) []clientv3.Op
 type plan struct {
 	cmps  []clientv3.Cmp
 	ops   []clientv3.Op
-	heads []entry            // the places the line grants in the same transaction
-	drop  []clientv3.LeaseID // leases no record is on once the transaction commits
-	fence int64              // the caller's grant's fence; 0: the transaction's revision
-	grant bool               // the caller is granted
-	place bool               // the caller's place in the line is written
+	heads []entry // the places the line grants in the same transaction
+	drop  []spare // leases no record is on once the transaction commits
+	fence int64   // the caller's grant's fence; 0: the transaction's revision
+	grant bool    // the caller is granted
+	place bool    // the caller's place in the line is written
 	res   core.AcquireResult
 }
 
@@ -124,7 +130,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	used := false
 	defer func() {
 		if !used {
-			s.revoke(mine.ids()...)
+			s.recycle(mine.spares()...)
 		}
 	}()
 	r := rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}
@@ -222,7 +228,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return core.AcquireResult{}, err
 	}
 	if resp != nil {
-		s.revoke(p.drop...)
+		s.recycle(p.drop...)
 	}
 	if p.grant {
 		used = true

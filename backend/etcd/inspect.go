@@ -73,14 +73,14 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 		t, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", e.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", e.lease)).
 			Then(grantOps(k, req.Holder, r, e.leaseFence(), mine)...).Commit()
 		if err != nil {
-			s.revoke(mine.ids()...)
+			s.recycle(mine.spares()...)
 			return core.ExtendResult{}, err
 		}
 		if !t.Succeeded {
-			s.revoke(mine.ids()...)
+			s.recycle(mine.spares()...)
 			continue // changed since the read: look again
 		}
-		s.revoke(st.leasesOf(req.Holder)...)
+		s.recycle(st.leasesOf(req.Holder)...)
 		return res, nil
 	}
 }

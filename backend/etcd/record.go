@@ -297,15 +297,15 @@ func (st *state) next() (string, bool) {
 }
 
 // leasesOf returns the etcd leases of holder's lease and delay records that are the grant's own,
-// to revoke once the records are gone or moved: not the waiter's session an untaken grant of the
+// to recycle once the records are gone or moved: not the waiter's session an untaken grant of the
 // line is on, which the waiter's Store renews and revokes.
-func (st *state) leasesOf(holder string) []clientv3.LeaseID {
-	var ids []clientv3.LeaseID
+func (st *state) leasesOf(holder string) []spare {
+	var ids []spare
 	if e, ok := st.leases[holder]; ok && !e.untaken {
-		ids = append(ids, e.lease)
+		ids = append(ids, spare{e.lease, seconds(e.ttl)})
 	}
 	if d, ok := st.delays[holder]; ok {
-		ids = append(ids, d.lease)
+		ids = append(ids, spare{d.lease, seconds(d.ttl + d.delay)})
 	}
 	return ids
 }

@@ -36,9 +36,8 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		return false, s.fail(ctx, "release", err)
 	}
 	if resp.Succeeded {
-		for _, r := range resp.Responses {
-			s.revoke(deletedLeases(r.GetResponseDeleteRange().PrevKvs)...)
-		}
+		s.recycle(deletedLeases(resp.Responses[0].GetResponseDeleteRange().PrevKvs, false)...)
+		s.recycle(deletedLeases(resp.Responses[1].GetResponseDeleteRange().PrevKvs, true)...)
 		return true, nil
 	}
 	st, err := k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs)
@@ -56,7 +55,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 	if err != nil {
 		return false, s.fail(ctx, "release", err)
 	}
-	s.revoke(p.drop...)
+	s.recycle(p.drop...)
 	return p.grant, nil
 }
 
@@ -146,7 +145,7 @@ func (s *Store) leave(ctx context.Context, key, holder string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	s.revoke(p.drop...)
+	s.recycle(p.drop...)
 	return p.grant, nil
 }
 
@@ -210,15 +209,20 @@ func (s *Store) waitLeaving(ctx context.Context, key string) error {
 
 func (s *Store) leaveAfterError(key, holder string) { s.leaveInBackground(key, holder, true) }
 
-// deletedLeases are the etcd leases of the records a transaction deleted, but for the session
-// lease of an untaken grant of the line.
-func deletedLeases(kvs []*mvccpb.KeyValue) []clientv3.LeaseID {
-	ids := make([]clientv3.LeaseID, 0, len(kvs))
+// deletedLeases are the etcd leases of the lease records (or, with delays, the delay records) a
+// transaction deleted, but for the session lease of an untaken grant of the line.
+func deletedLeases(kvs []*mvccpb.KeyValue, delays bool) []spare {
+	ids := make([]spare, 0, len(kvs))
 	for _, kv := range kvs {
-		if r, err := decodeRec(kv.Value); err == nil && r.untaken {
+		r, err := decodeRec(kv.Value)
+		switch {
+		case err != nil || r.untaken:
 			continue
+		case delays:
+			ids = append(ids, spare{clientv3.LeaseID(kv.Lease), seconds(r.ttl + r.delay)})
+		default:
+			ids = append(ids, spare{clientv3.LeaseID(kv.Lease), seconds(r.ttl)})
 		}
-		ids = append(ids, clientv3.LeaseID(kv.Lease))
 	}
 	return ids
 }

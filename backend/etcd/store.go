@@ -28,6 +28,9 @@ type Store struct {
 	leaving   map[string]*pending
 	locks     map[string]*keyLock
 	lifeCache map[clientv3.LeaseID]life // what etcd said of leases, for RetryAfter
+	pool      map[int64][]pooled        // spare etcd leases, by their whole seconds
+	inPool    map[clientv3.LeaseID]bool
+	pooledN   int
 
 	// The work the Store owes (leaving lines, revoking leases), counted under mu rather than in
 	// a WaitGroup: operations in flight at Close may still add to it while Close waits.
@@ -72,7 +75,8 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	}
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
 		watches: map[string]*keyWatch{}, refused: map[placeID]refusal{}, waitEnds: map[placeID]*time.Timer{}, leaving: map[string]*pending{},
-		locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{}}
+		locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{},
+		pool: map[int64][]pooled{}, inPool: map[clientv3.LeaseID]bool{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -114,10 +118,13 @@ func (s *Store) Close() error {
 	s.stop() // no background work starts after this: goBackground checks s.ctx under mu
 	defer func() { <-s.idle(); s.loops.Wait() }()
 	var err error
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, id := range s.dropSpares() {
+		s.c.Revoke(ctx, id) // one not revoked ends at its TTL, with no record on it
+	}
 	if sess != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = s.c.Revoke(ctx, sess)
-		cancel()
 		if err != nil {
 			err = fmt.Errorf("etcd: revoke the session lease: %w", err)
 		}
