@@ -124,8 +124,9 @@ func WithLateReleases() Option {
 // WithResolution tells Run that the Store keeps time in steps of d: it rounds each TTL and lock
 // delay up to a whole number of steps, and its leases end up to d after that (etcd counts lease
 // TTLs in whole seconds and checks for expiry twice a second). A lease never ends early; it may
-// end late by up to d. Run then waits d longer wherever it waits for an expiry on real time, and
-// accepts a TTL or delay that Inspect reports up to d longer than the model's.
+// end late by up to d. Run then waits d longer wherever it waits for an expiry on real time,
+// accepts a TTL or delay that Inspect reports up to d longer than the model's, and a RetryAfter
+// up to d shorter than the time the leases in the way have left.
 func WithResolution(d time.Duration) Option {
 	return func(s *suite) { s.resolution = d }
 }
