@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 )
 
@@ -42,6 +43,12 @@ func serverCommand() (string, []string, error) {
 			}
 			cmd := exec.Command(goTool, "build", "-o", out, "github.com/leasehold/leasehold/backend/etcd/internal/etcdtest/server")
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			// In this package's own directory, so that the build finds the module wherever the
+			// test binary runs (go test runs it in its package's directory; a binary built with
+			// -c may run anywhere).
+			if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+				cmd.Dir = filepath.Dir(file)
+			}
 			if cmd.Run() == nil {
 				server.path, server.dir = out, dir
 			} else {
