@@ -50,20 +50,23 @@
 // operations of one Store on one key take turns, so they do not fail against each other.
 //
 //   - Acquire on a key with nothing on it: an etcd lease, then one transaction that writes the
-//     lease if the key's range is still empty (two round trips).
+//     lease if the key's range is still empty (two round trips). The etcd lease is a spare of the
+//     Store's when it has one of the same TTL — the lease of a grant it released, renewed with a
+//     keep-alive, which is not a write through etcd's consensus — or a new one. So an
+//     uncontended pair is two consensus writes, the acquire's and the release's transactions, as
+//     etcd's own Mutex's is. Close revokes the spares; one nobody takes ends at its TTL.
 //   - Acquire on a key the Store's watch sees busy decides on the watch's copy of the records,
 //     and asks for an etcd lease only to grant; a refusal with a Wait is one transaction that
 //     writes its place; a decision to write nothing (a refusal without a wait) reads first. A
 //     refusal also asks how long the leases in the way have left, for RetryAfter (at most 16, in
 //     parallel, and not again while etcd's earlier answer lasts).
-//   - Release with nobody waiting: one transaction; the released grant's etcd leases are
-//     revoked in the background. With a line, that transaction fails and returns the key's
-//     records; a second one releases and grants every head that then fits (up to 32), each on
-//     its waiter's session lease, each with a fence of its own. No etcd lease is asked for.
+//   - Release with nobody waiting: one transaction. With a line, that transaction fails and
+//     returns the key's records; a second one releases and grants every head that then fits
+//     (up to 32), each on its waiter's session lease, each with a fence of its own.
 //   - The woken waiter takes its grant with an etcd lease and one transaction.
 //   - Extend with the same TTL (a refresh): a read and a renewal of the etcd leases (two round
-//     trips, neither a consensus write); with another TTL, new etcd leases and one transaction
-//     that moves the records onto them.
+//     trips, neither a consensus write); with another TTL, an etcd lease and one transaction
+//     that moves the records onto it.
 //   - Inspect: a read, and one question per lease for its time left, in parallel.
 //
 // docs/etcd.md has the measured counts, and the figures beside etcd's own concurrency package.
