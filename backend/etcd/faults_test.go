@@ -104,6 +104,13 @@ func grantedAfter(t *testing.T, ops []history.Op, at time.Time) {
 	}
 	for _, key := range []string{"fault0", "fault1"} {
 		if n[key] == 0 {
+			var after []string
+			for _, op := range ops {
+				if op.Key == key && op.Kind == history.Acquire && op.Call.After(at) {
+					after = append(after, fmt.Sprintf("%s at +%v for %v: %v %v", op.Holder, op.Call.Sub(at).Round(time.Millisecond), op.Return.Sub(op.Call).Round(time.Millisecond), op.OK, op.Err))
+				}
+			}
+			t.Logf("%s's acquires after the fault: %q", key, after)
 			t.Errorf("%s was granted to no call made after the fault ended", key)
 		}
 	}

@@ -224,7 +224,7 @@ func TestReleaseComparesTheLargestIndex(t *testing.T) {
 	if fs := fencesOf(t, st, key); fs["x"] != rev<<8|255 || fs["y"] != rev<<8|254 {
 		t.Fatalf("fences = %v; want x %#x, y %#x", fs, rev<<8|255, rev<<8|254)
 	}
-	for _, r := range []core.ReleaseRequest{{Holder: "x", Fence: rev<<8 | 254}, {Holder: "x", Fence: rev<<8 | 0}, {Holder: "y", Fence: rev<<8 | 255}, {Holder: "x", Fence: (rev+1)<<8 | 255}} {
+	for _, r := range []core.ReleaseRequest{{Holder: "x", Fence: rev<<8 | 254}, {Holder: "x", Fence: rev << 8}, {Holder: "y", Fence: rev<<8 | 255}, {Holder: "x", Fence: (rev+1)<<8 | 255}} {
 		r.Key = key
 		if ok, err := st.Release(ctx, r); err != nil || ok {
 			t.Fatalf("Release(%s, %#x) = %v, %v; want false", r.Holder, r.Fence, ok, err)
