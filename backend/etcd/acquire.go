@@ -302,22 +302,24 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 	gone := 0 // tries that met a head's ended session
 	for {
 		p, err := decide(st)
+		if st.seen && (err != nil || len(p.ops) == 0 && len(p.heads) == 0) {
+			// A decision to write nothing, or a refusal as an error (a limit mismatch, permits
+			// other than those held), is checked by no transaction: it must be taken on the
+			// records as they are, not as the watch last saw them (a release that returned
+			// before the request began may not be in the copy yet).
+			resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
+			if err != nil {
+				return nil, nil, st, err
+			}
+			if st, err = k.readState(resp.Header.Revision, resp.Kvs); err != nil {
+				return nil, nil, nil, err
+			}
+			continue
+		}
 		if err != nil {
 			return nil, nil, st, err
 		}
 		if len(p.ops) == 0 && len(p.heads) == 0 {
-			if st.seen {
-				// A decision to write nothing is checked by no transaction: it must be taken on
-				// the records as they are, not as the watch last saw them.
-				resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
-				if err != nil {
-					return nil, nil, st, err
-				}
-				if st, err = k.readState(resp.Header.Revision, resp.Kvs); err != nil {
-					return nil, nil, nil, err
-				}
-				continue
-			}
 			return p, nil, st, nil // nothing to write: a refusal without a wait, a release of nothing
 		}
 		// Each head's grant is on the session lease its place is on (the compare on the place
