@@ -144,7 +144,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 		if !ok {
 			continue
 		}
-		snap.Delayed = append(snap.Delayed, core.DelayInfo{Holder: h, Permits: d.permits, Fence: uint64(d.delayFence()), Left: l.left(d.ttl + d.delay)})
+		snap.Delayed = append(snap.Delayed, core.DelayInfo{Holder: h, Permits: d.permits, Fence: uint64(d.delayFence()), Left: min(l.left(d.ttl+d.delay), d.delay)})
 	}
 	if err := ctx.Err(); err != nil {
 		return core.Snapshot{}, s.fail(ctx, "inspect", err)
