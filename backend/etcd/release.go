@@ -166,18 +166,42 @@ func (s *Store) leaveInBackground(key, holder string, late bool) {
 	}
 	pd.n++
 	s.mu.Unlock()
-	s.goBackground(func(ctx context.Context) {
+	s.goBackgroundFor(leaveBudget, func(ctx context.Context) {
 		defer s.doneLeaving(key, pd)
-		found, err := s.leave(ctx, key, holder)
+		found, err := s.leaveAgain(ctx, key, holder)
 		if err != nil || found || !late {
 			return
 		}
 		select {
 		case <-time.After(time.Second):
-			s.leave(ctx, key, holder)
+			s.leaveAgain(ctx, key, holder)
 		case <-ctx.Done():
 		}
 	})
+}
+
+// leaveBudget bounds how long a Store goes on trying to leave a place it owes: a place left
+// behind holds up the line (and takes the grants it is made) while the Store's session lives.
+const leaveBudget = 2 * time.Minute
+
+// leaveAgain is leave, tried again (each try within ten seconds, 100 ms to 2 s apart) while
+// etcd cannot be reached, until ctx ends: a leave cut off in flight must not leave its place.
+func (s *Store) leaveAgain(ctx context.Context, key, holder string) (bool, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		try, cancel := context.WithTimeout(ctx, 10*time.Second)
+		found, err := s.leave(try, key, holder)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return found, err
+		}
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 2*time.Second)
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 }
 
 func (s *Store) doneLeaving(key string, pd *pending) {

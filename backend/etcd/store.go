@@ -165,7 +165,10 @@ func (s *Store) fail(ctx context.Context, what string, err error) error {
 }
 
 // go runs fn in the background, tracked so that Close waits for it.
-func (s *Store) goBackground(fn func(ctx context.Context)) {
+func (s *Store) goBackground(fn func(ctx context.Context)) { s.goBackgroundFor(10*time.Second, fn) }
+
+// goBackgroundFor runs fn in the background, as goBackground, with budget d.
+func (s *Store) goBackgroundFor(d time.Duration, fn func(ctx context.Context)) {
 	s.mu.Lock()
 	if s.closed && s.ctx.Err() != nil {
 		s.mu.Unlock()
@@ -175,7 +178,7 @@ func (s *Store) goBackground(fn func(ctx context.Context)) {
 	s.mu.Unlock()
 	go func() {
 		defer s.doneBackground()
-		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(s.ctx, d)
 		defer cancel()
 		fn(ctx)
 	}()
