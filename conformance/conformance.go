@@ -121,7 +121,18 @@ func WithLateReleases() Option {
 	return func(s *suite) { s.lateReleases = true }
 }
 
+// WithResolution tells Run that the Store keeps time in steps of d: it rounds each TTL and lock
+// delay up to a whole number of steps, and its leases end up to d after that (etcd counts lease
+// TTLs in whole seconds and checks for expiry twice a second). A lease never ends early; it may
+// end late by up to d. Run then waits d longer wherever it waits for an expiry on real time,
+// accepts a TTL or delay that Inspect reports up to d longer than the model's, and a RetryAfter
+// up to d shorter than the time the leases in the way have left.
+func WithResolution(d time.Duration) Option {
+	return func(s *suite) { s.resolution = d }
+}
+
 type suite struct {
+	resolution   time.Duration // WithResolution: a lease may end this much after its TTL
 	h            Harness
 	manual       bool          // the backend's time can be moved
 	noNotifier   bool          // WithoutNotifier: the Store is meant to have no notifications
@@ -132,7 +143,7 @@ type suite struct {
 // elapse lets d pass on the backend's clock: moved if the harness can, waited for if not.
 func (s *suite) elapse(d time.Duration) {
 	if !s.h.Advance(d) {
-		time.Sleep(d)
+		time.Sleep(d + s.resolution)
 	}
 }
 

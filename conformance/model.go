@@ -274,7 +274,7 @@ func (mc *machine) compare(rt *rapid.T, key string) {
 		switch {
 		case !ok || got.Permits != want.permits || got.Fence != want.fence:
 			rt.Fatalf("Inspect: delayed lease %+v, model's delayed leases %+v", got, delayed)
-		case mc.s.manual && got.Left != left, got.Left <= 0 || got.Left > left:
+		case mc.s.manual && got.Left != left, got.Left <= 0 || got.Left > left+mc.s.resolution:
 			rt.Fatalf("Inspect: %s's delay has %v left, model %v", got.Holder, got.Left, left)
 		case i > 0 && snap.Delayed[i-1].Fence >= got.Fence:
 			rt.Fatalf("Inspect: delayed leases not ordered by fence: %+v", snap.Delayed)
@@ -291,7 +291,7 @@ func (mc *machine) compare(rt *rapid.T, key string) {
 			rt.Fatalf("Inspect: %s's value is %.40q, model %.40q", got.Holder, got.Value, want.value)
 		case mc.s.manual && got.TTL != want.expiry-mc.m.now:
 			rt.Fatalf("Inspect: %s has %v left, model %v", got.Holder, got.TTL, want.expiry-mc.m.now)
-		case got.TTL <= 0 || got.TTL > want.expiry-mc.m.now:
+		case got.TTL <= 0 || got.TTL > want.expiry-mc.m.now+mc.s.resolution:
 			rt.Fatalf("Inspect: %s has %v left, model at most %v", got.Holder, got.TTL, want.expiry-mc.m.now)
 		case i > 0 && snap.Leases[i-1].Fence >= got.Fence:
 			rt.Fatalf("Inspect: leases not ordered by fence: %+v", snap.Leases)

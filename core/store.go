@@ -42,6 +42,13 @@ const MaxKeyLen = 1024
 // without any action of their holder. Each operation is atomic with respect to every other
 // operation on the same key, from this or any other process sharing the backend.
 //
+// A store may keep time more coarsely than a millisecond (etcd counts lease TTLs in whole
+// seconds): it may round a TTL or a lock delay up to its resolution, never down, and so end a
+// lease or a delay late, never early, and it reports TTLs (in Inspect) as the time left to that
+// resolution, never more than the TTL asked for. The holder's own deadline, counted from its
+// TTL, then still comes first. The driver's documentation says its resolution; conformance.Run
+// is told it with WithResolution.
+//
 // Errors: an operation that fails for a reason other than the ones documented below returns an
 // error describing it (a network error, say); if ctx ended, the error satisfies errors.Is(err,
 // ctx.Err()). After Close, operations return an error wrapping ErrClosed.
@@ -60,7 +67,9 @@ type Store interface {
 	// returns ErrLost, Release reports false and ends no delay, and its holder's own requests
 	// are refused (or wait in line) while the delay lasts. A released lease leaves no delay.
 	//
-	// A new grant gets a fence strictly greater than every fence granted before on the key.
+	// A new grant gets a fence strictly greater than every fence granted before on the key, and
+	// no two leases on a key ever share a fence, not even two granted by one atomic step (a
+	// release that grants several waiters).
 	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
 	// lease is granted again with its fence unchanged, its expiry moved to now+TTL and its lock
 	// delay set to req.LockDelay, so a request retried after a lost reply is safe. When the holder holds a different number of
@@ -79,7 +88,8 @@ type Store interface {
 	// freed permits go to the head of the line, which waits until its permits are free, and
 	// while anyone waits no request behind it, nor a newcomer, nor one with Wait = 0 is granted.
 	// A release (or expiry, or a waiter leaving) may grant the head its lease before it asks
-	// again, and wake its Waiter; the waiter's next Acquire takes that grant (idempotently, as
+	// again, and wake its Waiter (a store may grant only the first of the heads it frees room
+	// for, and wake the others, which then ask and are granted in turn); the waiter's next Acquire takes that grant (idempotently, as
 	// above: same fence, expiry now+TTL), or returns it without a round trip, with
 	// AcquireResult.TTL saying how long it has left. A waiter that stops waiting closes its
 	// Waiter, which takes it out of the line and passes on a grant it has not taken.

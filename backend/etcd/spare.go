@@ -1,0 +1,93 @@
+package etcd
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// spare is an etcd lease of the Store's that no record is on any more (its grant was released,
+// or moved onto new leases), and the whole seconds it was granted for.
+type spare struct {
+	id   clientv3.LeaseID
+	secs int64
+}
+
+// maxSpares bounds the etcd leases a Store keeps for its next grants.
+const maxSpares = 64
+
+// pooled is a spare kept for a next grant of the same TTL, since when.
+type pooled struct {
+	id clientv3.LeaseID
+	at time.Time
+}
+
+// recycle keeps leases no record is on for the Store's next grants of the same TTL, and revokes
+// (in the background) those it has no room for. A grant on a spare renews it first — a
+// keep-alive, not a write through etcd's consensus as a new lease and its revocation are — so
+// an uncontended pair costs two consensus writes, as etcd's own Mutex does. A spare nobody takes
+// ends at its TTL by itself; Close revokes those left.
+func (s *Store) recycle(sp ...spare) {
+	var revoke []clientv3.LeaseID
+	s.mu.Lock()
+	for _, x := range sp {
+		switch {
+		case x.id == 0 || x.id == s.sess || s.inPool[x.id]:
+		case s.closed || s.pooledN >= maxSpares:
+			revoke = append(revoke, x.id)
+		default:
+			s.pool[x.secs] = append(s.pool[x.secs], pooled{x.id, time.Now()})
+			s.inPool[x.id] = true
+			s.pooledN++
+		}
+	}
+	s.mu.Unlock()
+	s.revoke(revoke...)
+}
+
+// lease returns an etcd lease of secs seconds from now: a spare, renewed, or a new one.
+func (s *Store) lease(ctx context.Context, secs int64) (clientv3.LeaseID, error) {
+	for {
+		s.mu.Lock()
+		var p pooled
+		ok := false
+		for len(s.pool[secs]) > 0 && !ok {
+			q := s.pool[secs]
+			p, s.pool[secs] = q[len(q)-1], q[:len(q)-1]
+			delete(s.inPool, p.id)
+			s.pooledN--
+			// One near its end may be gone before its renewal arrives: let it go.
+			ok = time.Since(p.at) < time.Duration(secs)*time.Second-250*time.Millisecond
+		}
+		s.mu.Unlock()
+		if !ok {
+			g, err := s.c.Grant(ctx, secs)
+			if err != nil {
+				return 0, err
+			}
+			return g.ID, nil
+		}
+		if r, err := s.c.KeepAliveOnce(ctx, p.id); err == nil && r.TTL >= secs {
+			return p.id, nil
+		} else if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// dropSpares revokes the spares the Store kept (Close).
+func (s *Store) dropSpares() []clientv3.LeaseID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []clientv3.LeaseID
+	for _, q := range s.pool {
+		for _, p := range q {
+			ids = append(ids, p.id)
+		}
+	}
+	clear(s.pool)
+	clear(s.inPool)
+	s.pooledN = 0
+	return ids
+}
