@@ -93,10 +93,10 @@
 // A Store's places are on one etcd lease of its own, its session (WithSessionTTL, 10 s by
 // default), renewed while the Store lives: a waiter whose process dies or stalls leaves every
 // line when the session ends, with any grant the line made it, and the line passes it over. A
-// waiter that gives up leaves its place (a read and a
-// transaction, in the background; Inspect through the same Store waits for it), and gives back
-// a grant it has not taken; so does a request that failed with a Wait, which may have taken a
-// place. Close revokes the session: every place of the Store goes at once.
+// waiter that gives up leaves its place (a read and a transaction, in the background, tried
+// again for up to two minutes while etcd cannot be reached; Inspect through the same Store waits
+// for it), and gives back a grant it has not taken; so does a request that failed with a Wait,
+// which may have taken a place. Close revokes the session: every place of the Store goes at once.
 //
 // # What etcd does not give
 //
