@@ -339,12 +339,52 @@ func fencesKey(key string) string {
 }
 
 // busy is what the key is when the lease could not be had: busy for run; led for elect. With
-// several keys, it names the busy one.
-func (c *runConfig) busy() string {
-	if c.elect {
-		return fmt.Sprintf("%q has a leader", c.key)
+// several keys, it names the busy one. by, when not "", says who holds it (holdersText).
+func (c *runConfig) busy(by string) string {
+	if by != "" {
+		by = " (" + by + ")"
 	}
-	return fmt.Sprintf("%q is busy", c.refusedKey())
+	if c.elect {
+		return fmt.Sprintf("%q has a leader%s", c.key, by)
+	}
+	return fmt.Sprintf("%q is busy%s", c.refusedKey(), by)
+}
+
+// holdersOf asks store who holds key, within a second, for the busy line: holdersText of its
+// snapshot, or "" if the store cannot tell in time.
+func holdersOf(ctx context.Context, store core.Store, key string) string {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	snap, err := store.Inspect(ictx, key)
+	if err != nil {
+		return ""
+	}
+	return holdersText(snap)
+}
+
+// holderValueWidth is the most of a holder's value the busy line shows.
+const holderValueWidth = 80
+
+// holdersText says who holds the key snap describes: its first holder, by value (what it said of
+// itself: run's -value, by default host, pid and command) or else its id, and how many more;
+// with no holder, the lock delay that keeps it closed; "" when it is free by now.
+func holdersText(snap core.Snapshot) string {
+	name := func(holder, value string) string {
+		if value != "" {
+			return quoteValue(value, holderValueWidth)
+		}
+		return "holder " + plainOrQuoted(holder)
+	}
+	switch {
+	case len(snap.Leases) == 1:
+		return "held by " + name(snap.Leases[0].Holder, snap.Leases[0].Value)
+	case len(snap.Leases) > 1:
+		return fmt.Sprintf("held by %s and %d more", name(snap.Leases[0].Holder, snap.Leases[0].Value), len(snap.Leases)-1)
+	case len(snap.Delayed) > 0:
+		d := snap.Delayed[0]
+		return fmt.Sprintf("closed %v more by the lock delay of holder %s, whose lease expired unreleased", d.Left.Round(time.Millisecond), plainOrQuoted(d.Holder))
+	}
+	return ""
 }
 
 // noneTaken ends the busy line of a run on several keys: none was acquired. For one key, "".
@@ -557,10 +597,10 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		say("%s; nothing acquired, the command not started", cfg.mismatch(err))
 		return exitConfig
 	case errors.Is(err, core.ErrNotAcquired) && cfg.oneTry():
-		say("%s%s", cfg.busy(), cfg.noneTaken())
+		say("%s%s", cfg.busy(holdersOf(ctx, store, cfg.refusedKey())), cfg.noneTaken())
 		return exitBusy
 	case errors.Is(err, core.ErrNotAcquired):
-		say("%s: not acquired within %v%s", cfg.busy(), cfg.wait.d, cfg.noneTaken())
+		say("%s: not acquired within %v%s", cfg.busy(holdersOf(ctx, store, cfg.refusedKey())), cfg.wait.d, cfg.noneTaken())
 		return exitBusy
 	case err != nil:
 		say("%v", err)

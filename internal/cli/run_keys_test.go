@@ -53,7 +53,7 @@ func TestRunsOnSeveralKeysInAnyOrderNeverOverlapNorDeadlock(t *testing.T) {
 func TestRunHoldingSeveralKeysKeepsEachBusy(t *testing.T) {
 	useMemoryStore(t)
 	command, open := gate(t)
-	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "c", "-key", "b", "--"}, command...)...)
+	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "c", "-key", "b", "-value", "the holder", "--"}, command...)...)
 	inspectUntil(t, "b", "1 holder(s)")
 	inspectUntil(t, "c", "1 holder(s)")
 
@@ -61,9 +61,9 @@ func TestRunHoldingSeveralKeysKeepsEachBusy(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-key", "b", "-n"}, `leasehold run: "b" is busy` + "\n"},
-		{[]string{"-key", "c", "-key", "a", "-n"}, `leasehold run: "c" is busy; none of "c" and "a" acquired` + "\n"},
-		{[]string{"-key", "a", "-key", "c", "-key", "d", "-wait", "100ms"}, `leasehold run: "c" is busy: not acquired within 100ms; none of "a", "c" and "d" acquired` + "\n"},
+		{[]string{"-key", "b", "-n"}, `leasehold run: "b" is busy (held by "the holder")` + "\n"},
+		{[]string{"-key", "c", "-key", "a", "-n"}, `leasehold run: "c" is busy (held by "the holder"); none of "c" and "a" acquired` + "\n"},
+		{[]string{"-key", "a", "-key", "c", "-key", "d", "-wait", "100ms"}, `leasehold run: "c" is busy (held by "the holder"): not acquired within 100ms; none of "a", "c" and "d" acquired` + "\n"},
 	} {
 		s := start(t, append(append([]string{"run", "-redis", memoryRedis}, tc.args...), "--", "echo", "ran")...)
 		if code := s.exit(t); code != exitBusy || s.err.String() != tc.want || s.out.String() != "" {
