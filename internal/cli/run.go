@@ -177,13 +177,18 @@ func (c *runConfig) stopTimes(deadline time.Time) (term, kill time.Time) {
 	return kill.Add(-c.graceOrDefault()), kill
 }
 
-// checkTiming returns an error naming the first bad flag of those registerTiming adds.
+// checkTiming returns an error naming the first bad flag of those registerTiming adds (both,
+// when -wait and -grace are both negative), with its bound.
 func (c *runConfig) checkTiming() error {
 	switch {
 	case c.ttl < primitives.MinTTL:
 		return fmt.Errorf("-ttl %v: must be at least %v", c.ttl, primitives.MinTTL)
-	case c.wait.d < 0 || c.grace.d < 0:
-		return errors.New("-wait and -grace must not be negative")
+	case c.wait.d < 0 && c.grace.d < 0:
+		return fmt.Errorf("-wait %v and -grace %v: must not be negative", c.wait.d, c.grace.d)
+	case c.wait.d < 0:
+		return fmt.Errorf("-wait %v: must not be negative", c.wait.d)
+	case c.grace.d < 0:
+		return fmt.Errorf("-grace %v: must not be negative", c.grace.d)
 	case c.nowait && c.wait.set:
 		return errors.New("-n and -wait: give one")
 	case c.grace.d > c.maxGrace():
@@ -199,8 +204,9 @@ func (c *runConfig) checkTiming() error {
 	return nil
 }
 
-// acquire takes the lease the command runs under: cfg.permits of the key's cfg.limit for run,
-// the key's leadership for elect, with cfg.value; waiting as -wait and -n say. With several
+// acquire takes the lease the command runs under: cfg.permits of the key's cfg.limit for run
+// (a primitives.Mutex when the limit is 1, a Semaphore otherwise, as errors name it), the key's
+// leadership for elect, with cfg.value; waiting as -wait and -n say. With several
 // keys, it takes a mutex on each, all or nothing (a primitives.MultiLock: in sorted order, so
 // that runs naming the same keys in other orders cannot deadlock), -wait bounding the whole and
 // -n trying each once. A bad argument is an error wrapping core.ErrInvalid; a busy key, one
@@ -261,7 +267,18 @@ func (c *runConfig) acquire(ctx context.Context, store core.Store) (heldLease, e
 		}
 		return multiHeld{m, m.Leases()}, nil
 	}
-	sem, err := primitives.NewSemaphore(store, c.key, c.limit, append(opts, primitives.WithValue(c.value))...)
+	opts = append(opts, primitives.WithValue(c.value))
+	if c.limit == 1 { // a mutex, so named in its errors
+		mu, err := primitives.NewMutex(store, c.key, opts...)
+		if err != nil {
+			return nil, err
+		}
+		if c.oneTry() {
+			return mu.TryAcquire(ctx)
+		}
+		return mu.Acquire(ctx)
+	}
+	sem, err := primitives.NewSemaphore(store, c.key, c.limit, opts...)
 	if err != nil {
 		return nil, err
 	}
