@@ -74,15 +74,15 @@ func (ml *MultiLock) Do(ctx context.Context, fn func(ctx context.Context, leases
 	return do(ctx, ml.cfg.ttl, func() (*MultiLease, error) { return ml.Acquire(ctx) }, fn)
 }
 
-// held is what do runs fn under: a Lease or a MultiLease.
-type held interface {
+// releasable is what do runs fn under: a Lease or a MultiLease.
+type releasable interface {
 	Ending
 	Release(ctx context.Context) error
 }
 
 // do is Do for any acquire: it runs fn with what acquire returns and releases it, bounded by ttl
 // and 10s even when ctx has ended.
-func do[L held](ctx context.Context, ttl time.Duration, acquire func() (L, error), fn func(ctx context.Context, lease L) error) (err error) {
+func do[L releasable](ctx context.Context, ttl time.Duration, acquire func() (L, error), fn func(ctx context.Context, lease L) error) (err error) {
 	l, err := acquire()
 	if err != nil {
 		return err
