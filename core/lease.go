@@ -68,6 +68,9 @@ type Lease interface {
 	// the store does not hold it and it was not released, the lease is lost at once (Done closes,
 	// Err wraps ErrLost, the primitives' OnLost runs) and Held returns false, nil; when the Store
 	// was closed, the lease is lost likewise and Held returns an error wrapping ErrClosed. Held of
-	// a released lease returns false, nil and sends nothing.
+	// an ended lease, released or lost (Err non-nil, even while the store still holds it inside
+	// the stop margin), returns false, nil and sends nothing; Err tells the two apart. Held never
+	// returns true once Err wraps ErrLost: a lease that ends, or reaches its stop point, while the
+	// call is on its way is reported lost then and Held returns false, nil.
 	Held(ctx context.Context) (bool, error)
 }

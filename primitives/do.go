@@ -5,12 +5,24 @@ import (
 	"time"
 )
 
-// LeaseContext returns a context derived from parent that is canceled when the lease ends: with
-// a cause wrapping ErrLost (the lease's Err) if it is lost, with context.Canceled if it is
-// released, or when cancel is called. context.Cause tells which. It runs one goroutine, which
-// ends with the lease, with parent, or with cancel; call cancel when done, as with
+// Ending is what LeaseContext watches: a Lease or a MultiLease. Done is closed when it ends;
+// Err is then nil if it was released, and an error wrapping ErrLost if it was lost.
+type Ending interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+var (
+	_ Ending = Lease(nil)
+	_ Ending = (*MultiLease)(nil)
+)
+
+// LeaseContext returns a context derived from parent that is canceled when l, a Lease or a
+// MultiLease, ends: with a cause wrapping ErrLost (l's Err) if it is lost, with context.Canceled
+// if it is released, or when cancel is called. context.Cause tells which. It runs one goroutine,
+// which ends with l, with parent, or with cancel; call cancel when done, as with
 // context.WithCancel.
-func LeaseContext(parent context.Context, l Lease) (context.Context, context.CancelFunc) {
+func LeaseContext(parent context.Context, l Ending) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	go func() {
 		select {
@@ -50,9 +62,27 @@ func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context, 
 	return do(ctx, s.cfg.ttl, func() (Lease, error) { return s.Acquire(ctx, n) }, fn)
 }
 
-// do is Do for any acquire: it runs fn with the lease acquire returns and releases it, bounded
-// by ttl and 10s even when ctx has ended.
-func do(ctx context.Context, ttl time.Duration, acquire func() (Lease, error), fn func(ctx context.Context, lease Lease) error) (err error) {
+// Do takes every key as Acquire does, runs fn with the MultiLease and with a context derived from
+// ctx that is canceled if the MultiLease ends first (any member lost: a cause wrapping ErrLost
+// that names the key), and releases every key when fn returns or panics (the panic then goes
+// on). If the acquire fails, Do returns its error, holds nothing, and fn does not run. Otherwise
+// it returns fn's error as it is when the release succeeds, else one error of both, as Mutex.Do
+// does. The release is sent even when ctx has ended, bounded by the TTL and 10s for all the keys.
+// Costs: those of Acquire and Release, and one goroutine while fn runs. fn should leave Release
+// to Do.
+func (ml *MultiLock) Do(ctx context.Context, fn func(ctx context.Context, leases *MultiLease) error) error {
+	return do(ctx, ml.cfg.ttl, func() (*MultiLease, error) { return ml.Acquire(ctx) }, fn)
+}
+
+// releasable is what do runs fn under: a Lease or a MultiLease.
+type releasable interface {
+	Ending
+	Release(ctx context.Context) error
+}
+
+// do is Do for any acquire: it runs fn with what acquire returns and releases it, bounded by ttl
+// and 10s even when ctx has ended.
+func do[L releasable](ctx context.Context, ttl time.Duration, acquire func() (L, error), fn func(ctx context.Context, lease L) error) (err error) {
 	l, err := acquire()
 	if err != nil {
 		return err

@@ -274,3 +274,112 @@ func TestDoLeaseAfterReturn(t *testing.T) {
 		t.Errorf("the store holds %+v", snap.Leases)
 	}
 }
+
+// TestMultiLockDoRunsUnderEveryKeyAndReleases: fn runs while the store holds every key for the
+// MultiLease's holders, and every key is free once Do returns fn's error.
+func TestMultiLockDoRunsUnderEveryKeyAndReleases(t *testing.T) {
+	store := memory.New()
+	keys := []string{"b", "a", "c"}
+	ml := mustMultiLock(t, store, keys)
+	errWork := errors.New("work failed")
+	ran := false
+	err := ml.Do(t.Context(), func(ctx context.Context, ms *primitives.MultiLease) error {
+		ran = true
+		for _, l := range ms.Leases() {
+			snap, err := store.Inspect(ctx, l.Key())
+			if err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != l.Holder() || snap.Leases[0].Fence != l.Fence() {
+				t.Errorf("inside Do, key %q: %+v, %v; want held by fn's lease", l.Key(), snap.Leases, err)
+			}
+		}
+		return errWork
+	})
+	if !ran || err != errWork {
+		t.Errorf("Do = %v (fn ran: %v), want fn's error itself", err, ran)
+	}
+	for _, k := range keys {
+		if snap, _ := store.Inspect(t.Context(), k); len(snap.Leases) != 0 {
+			t.Errorf("after Do, key %q: %+v, want released", k, snap.Leases)
+		}
+	}
+}
+
+// TestMultiLockDoCancelsOnTheLossOfAnyKey: a member lost while fn runs cancels fn's ctx with a
+// cause wrapping ErrLost that names the key, and Do reports the loss beside fn's error.
+func TestMultiLockDoCancelsOnTheLossOfAnyKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		ml := mustMultiLock(t, store, []string{"a", "b"}, primitives.WithTTL(3*time.Second))
+		err := ml.Do(context.Background(), func(ctx context.Context, ms *primitives.MultiLease) error {
+			b := ms.Leases()[1]
+			store.Release(ctx, core.ReleaseRequest{Key: b.Key(), Holder: b.Holder(), Fence: b.Fence()}) // taken away behind its back
+			<-ctx.Done()
+			if cause := context.Cause(ctx); !errors.Is(cause, core.ErrLost) || !strings.Contains(cause.Error(), `"b"`) {
+				t.Errorf("cause = %v, want ErrLost naming key b", cause)
+			}
+			return ctx.Err()
+		})
+		if !errors.Is(err, core.ErrLost) || !errors.Is(err, context.Canceled) {
+			t.Errorf("Do = %v, want fn's cancellation joined with the loss", err)
+		}
+		synctest.Wait()
+		if snap, _ := store.Inspect(context.Background(), "a"); len(snap.Leases) != 0 {
+			t.Errorf("key a after Do: %+v, want released", snap.Leases)
+		}
+	})
+}
+
+// TestMultiLockDoHoldsNothingWhenTheAcquireFails: a key held elsewhere past the acquire timeout
+// fails Do with ErrNotAcquired, fn never runs, and the keys taken before are released.
+func TestMultiLockDoHoldsNothingWhenTheAcquireFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		other := mustAcquire(t, mustMutexOn(t, store, "b"))
+		defer mustRelease(t, other)
+		ml := mustMultiLock(t, store, []string{"a", "b"}, primitives.WithAcquireTimeout(time.Second))
+		ran := false
+		err := ml.Do(context.Background(), func(context.Context, *primitives.MultiLease) error { ran = true; return nil })
+		if !errors.Is(err, core.ErrNotAcquired) || ran {
+			t.Errorf("Do with b held elsewhere = %v (fn ran: %v), want ErrNotAcquired and no run", err, ran)
+		}
+		if snap, _ := store.Inspect(context.Background(), "a"); len(snap.Leases) != 0 {
+			t.Errorf("key a after the failed Do: %+v, want released", snap.Leases)
+		}
+	})
+}
+
+// TestLeaseContextOfAMultiLease: the context ends with the MultiLease: context.Canceled after a
+// release, a cause wrapping ErrLost naming the key after a member's loss.
+func TestLeaseContextOfAMultiLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		ml := mustMultiLock(t, store, []string{"a", "b"})
+
+		ms, err := ml.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := primitives.LeaseContext(context.Background(), ms)
+		defer cancel()
+		if err := ms.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-ctx.Done()
+		if c := context.Cause(ctx); !errors.Is(c, context.Canceled) || errors.Is(c, core.ErrLost) {
+			t.Errorf("cause after a clean release = %v, want context.Canceled", c)
+		}
+
+		ms, err = ml.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel = primitives.LeaseContext(context.Background(), ms)
+		defer cancel()
+		a := ms.Leases()[0]
+		store.Release(context.Background(), core.ReleaseRequest{Key: a.Key(), Holder: a.Holder(), Fence: a.Fence()})
+		<-ctx.Done()
+		if c := context.Cause(ctx); !errors.Is(c, core.ErrLost) || !strings.Contains(c.Error(), `"a"`) {
+			t.Errorf("cause after key a was taken = %v, want ErrLost naming a", c)
+		}
+		ms.Release(context.Background())
+	})
+}

@@ -33,7 +33,8 @@
 //
 // Do acquires, runs a function with a context that is canceled when the lease is lost, and
 // releases, even if the function panics; its error joins the function's and the release's.
-// [LeaseContext] gives the same context for a lease the caller manages itself. Inspect reports a
+// [MultiLock.Do] does the same with every key of a MultiLock. [LeaseContext] gives the same
+// context for a [Lease] or [MultiLease] the caller manages itself. Inspect reports a
 // key's leases (holder, permits, fence, time left, value) and its line of waiters, head first
 // ([Status], [RWStatus]); it changes nothing.
 //

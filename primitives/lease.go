@@ -277,9 +277,9 @@ func (l *lease) loseLocked(op string, cause error) func() {
 
 func (l *lease) Held(ctx context.Context) (bool, error) {
 	l.mu.Lock()
-	released := l.released
+	ended := l.released || l.ended
 	l.mu.Unlock()
-	if released {
+	if ended {
 		return false, nil
 	}
 	snap, err := l.p.store.Inspect(ctx, l.p.key)
@@ -291,13 +291,38 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 	}
 	for _, info := range snap.Leases {
 		if info.Holder == l.p.holder && info.Fence == l.p.fence {
-			return true, nil
+			return l.heldLocally(), nil
 		}
 	}
 	// Gone for certain: a store never revives a lease, so unless Release ended it meanwhile
 	// (which lose checks), it is lost now rather than at the next refresh or the deadline.
 	l.lose("held", errors.New("the store no longer holds it (expired or taken)"))
 	return false, nil
+}
+
+// heldLocally reports whether the lease, which the store was just found to hold, is still held
+// by the lease's own account: neither released nor lost during the call, and not past its stop
+// point. Past it, it is lost now, as the timer about to fire would find, so that Held never says
+// true of a lease whose Err is about to wrap ErrLost.
+func (l *lease) heldLocally() bool {
+	l.mu.Lock()
+	if l.released || l.ended {
+		l.mu.Unlock()
+		return false
+	}
+	if time.Now().Before(l.stopAtLocked()) {
+		l.mu.Unlock()
+		return true
+	}
+	notify, release := l.loseAtStopLocked()
+	l.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+	if release != nil {
+		go release() // bounded; not on the caller's time
+	}
+	return false
 }
 
 // lose ends the lease as lost, found so by the operation op, unless it has ended or is being

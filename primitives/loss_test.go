@@ -137,3 +137,54 @@ func TestHeldAfterReleaseIsNoLoss(t *testing.T) {
 		t.Errorf("after Release and Held: Err %v, OnLost %d times; want nil and none", err, lost.Load())
 	}
 }
+
+// TestHeldOfALeaseReportedLostIsFalse: a lease reported lost at its stop point, which the store
+// still holds for the margin, answers Held as lost (false, nil, nothing sent), as Err does.
+func TestHeldOfALeaseReportedLostIsFalse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newRecorder()
+		m := mustMutex(t, store, primitives.WithTTL(10*time.Second), primitives.WithoutRefresh(), primitives.WithStopMargin(2*time.Second))
+		l := mustAcquire(t, m)
+		<-l.Done()
+		snap, err := store.Inspect(context.Background(), l.Key())
+		if err != nil || len(snap.Leases) != 1 {
+			t.Fatalf("the store's view inside the stop margin: %+v, %v; want the lease still held", snap, err)
+		}
+		calls := store.calls()
+		if held, err := l.Held(context.Background()); held || err != nil {
+			t.Errorf("Held of a lease whose Err is %v = %v, %v; want false, nil", l.Err(), held, err)
+		}
+		if n := store.calls() - calls; n != 0 {
+			t.Errorf("Held of a lost lease sent %d calls, want none", n)
+		}
+		assertLostNow(t, l, nil)
+	})
+}
+
+// slowInspect is a Store whose Inspect takes a while, by the bubble's clock, after reading.
+type slowInspect struct {
+	core.Store
+	delay time.Duration
+}
+
+func (s slowInspect) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
+	snap, err := s.Store.Inspect(ctx, key)
+	time.Sleep(s.delay)
+	return snap, err
+}
+
+// TestHeldOfALeaseLostDuringTheCallIsFalse: when the lease reaches its stop point while Held's
+// reply is on its way (the store said held), Held answers as the lease now does: false, nil,
+// with Err wrapping ErrLost.
+func TestHeldOfALeaseLostDuringTheCallIsFalse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := slowInspect{Store: memory.New(), delay: 5 * time.Second}
+		m := mustMutex(t, store, primitives.WithTTL(10*time.Second), primitives.WithoutRefresh(), primitives.WithStopMargin(2*time.Second))
+		l := mustAcquire(t, m)
+		time.Sleep(4 * time.Second) // the stop point (at about 7.9s) falls inside Held's call
+		if held, err := l.Held(context.Background()); held || err != nil {
+			t.Errorf("Held across the stop point = %v, %v (Err %v); want false, nil", held, err, l.Err())
+		}
+		assertLostNow(t, l, nil)
+	})
+}

@@ -14,14 +14,31 @@ type Lease = core.Lease
 // redlock.New); the primitives take any Store.
 type Store = core.Store
 
-// LeaseInfo is one lease as Inspect reports it: holder, permits, fence, expiry and value.
+// LeaseInfo is one lease as Inspect reports it (Status.Leases, ordered by fence). Its fields:
+//
+//	Holder  string        // the holder id (Lease.Holder; WithHolder, Adopt)
+//	Permits int           // the permits it holds
+//	Fence   uint64        // its fencing token (Lease.Fence)
+//	TTL     time.Duration // the time it has left by the store's clock
+//	Value   string        // the value of the request that granted or last renewed it (WithValue)
 type LeaseInfo = core.LeaseInfo
 
-// WaiterInfo is one waiter in a key's line as Inspect reports it.
+// WaiterInfo is one place in a key's line as Inspect reports it (Status.Waiters, head first: the
+// order the line serves them). Its fields:
+//
+//	Holder  string // the waiting request's holder id
+//	Permits int    // the permits it waits for
+//	Value   string // its value (WithValue)
 type WaiterInfo = core.WaiterInfo
 
-// DelayInfo describes, in Inspect's report, a lease that expired unreleased and whose lock delay
-// (WithLockDelay) still keeps its permits closed.
+// DelayInfo is, in Inspect's report (Status.Delayed, ordered by fence), a lease that expired
+// unreleased and whose lock delay (WithLockDelay) still keeps its permits closed: they count in
+// Status.Closed, not in Free, until Left has passed. Its fields:
+//
+//	Holder  string        // the expired lease's holder id, as granted
+//	Permits int           // the permits it held, which the delay keeps closed
+//	Fence   uint64        // its fencing token, as granted
+//	Left    time.Duration // the time, by the store's clock, until the delay ends and the permits are free
 type DelayInfo = core.DelayInfo
 
 // LimitMismatchError is the error, matching ErrLimitMismatch, of a request whose limit is not

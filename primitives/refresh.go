@@ -43,29 +43,13 @@ func (l *lease) tick() {
 		return
 	}
 	if !now.Before(l.stopAtLocked()) {
-		var cause error = errDeadline
-		if l.failures > 0 {
-			cause = &refreshError{n: l.failures, last: l.lastFailure}
-		}
-		// A refresh that failed here may have reached the store, which then holds the lease
-		// for up to a TTL more. Not after StopRefresh: the lease is another's to keep (Adopt).
-		// Not under a holder id shared with other leases (WithHolder, Adopt): an acquire by
-		// that id now gets this lease again, fence and all, which the release would end.
-		release := l.failures > 0 && !l.stopped && l.p.own
-		notify := l.loseLocked("hold", cause)
-		if notify == nil {
-			release = false
-		}
-		if release {
-			l.running.Add(1) // Release waits for the release below
-		}
+		notify, release := l.loseAtStopLocked()
 		l.mu.Unlock()
 		if notify != nil {
 			notify()
 		}
-		if release {
-			l.releaseLost()
-			l.running.Done()
+		if release != nil {
+			release()
 		}
 		return
 	}
@@ -222,6 +206,31 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		return fail(err)
 	}
 	return deadline, nil
+}
+
+// loseAtStopLocked ends the lease as lost at its stop point, unrenewed, and returns what is left
+// to do once l.mu is released: notify reports the loss; release, when a failed refresh may have
+// reached the store, releases the lease there (bounded in time; Release waits for it). Either
+// may be nil. l.mu must be held.
+func (l *lease) loseAtStopLocked() (notify, release func()) {
+	var cause error = errDeadline
+	if l.failures > 0 {
+		cause = &refreshError{n: l.failures, last: l.lastFailure}
+	}
+	// A refresh that failed here may have reached the store, which then holds the lease for up
+	// to a TTL more. Not after StopRefresh: the lease is another's to keep (Adopt). Not under a
+	// holder id shared with other leases (WithHolder, Adopt): an acquire by that id now gets
+	// this lease again, fence and all, which the release would end.
+	send := l.failures > 0 && !l.stopped && l.p.own
+	notify = l.loseLocked("hold", cause)
+	if notify == nil || !send {
+		return notify, nil
+	}
+	l.running.Add(1) // Release waits for this release
+	return notify, func() {
+		defer l.running.Done()
+		l.releaseLost()
+	}
 }
 
 // releaseLost releases the lease, lost at its deadline after failed refreshes, best-effort and

@@ -162,7 +162,7 @@ func New(stores []core.Store, opts ...Option) (*Store, error) {
 	}
 	for i, s := range stores {
 		if s == nil || (reflect.ValueOf(s).Kind() == reflect.Pointer && reflect.ValueOf(s).IsNil()) {
-			return fail("stores[%d]: nil", i)
+			return fail("stores[%d]: must not be nil", i)
 		}
 		for j := range i {
 			if reflect.TypeOf(s).Comparable() && reflect.TypeOf(stores[j]) == reflect.TypeOf(s) && stores[j] == s {

@@ -60,8 +60,8 @@ func TestNewRefusesBadInput(t *testing.T) {
 		want   string
 	}{
 		{"none", nil, nil, "stores"},
-		{"nil store", []core.Store{a, nil, b}, nil, "stores[1]"},
-		{"typed nil store", []core.Store{a, nilStore, b}, nil, "stores[1]"},
+		{"nil store", []core.Store{a, nil, b}, nil, "redlock: new: invalid argument: stores[1]: must not be nil"},
+		{"typed nil store", []core.Store{a, nilStore, b}, nil, "redlock: new: invalid argument: stores[1]: must not be nil"},
 		{"same store twice", []core.Store{a, b, a}, nil, "stores[0] and stores[2]"},
 		{"node timeout", []core.Store{a}, []redlock.Option{redlock.WithNodeTimeout(0)}, "node timeout"},
 		{"drift", []core.Store{a}, []redlock.Option{redlock.WithDrift(1.5, 0)}, "drift"},

@@ -71,7 +71,7 @@ const DefaultPrefix = "leasehold/"
 // returns an error wrapping core.ErrInvalid for a nil client or a session TTL below 1s.
 func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: etcd.New: client is nil", core.ErrInvalid)
+		return nil, fmt.Errorf("etcd: new: %w: client: must not be nil", core.ErrInvalid)
 	}
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
 		watches: map[string]*keyWatch{}, refused: map[placeID]refusal{}, waitEnds: map[placeID]*time.Timer{}, leaving: map[string]*pending{},

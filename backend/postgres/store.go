@@ -51,7 +51,7 @@ var (
 // open.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: pool: must not be nil", core.ErrInvalid)
+		return nil, fmt.Errorf("postgres: new: %w: pool: must not be nil", core.ErrInvalid)
 	}
 	o, err := newOptions(opts)
 	if err != nil {

@@ -258,8 +258,8 @@ func TestElectWithALeaderAndNoWaitIsBusy(t *testing.T) {
 	for _, tc := range []struct {
 		flag, want string
 	}{
-		{"-n", `leasehold elect: "job" has a leader` + "\n"},
-		{"-wait=300ms", `leasehold elect: "job" has a leader: not acquired within 300ms` + "\n"},
+		{"-n", `leasehold elect: "job" has a leader (held by "v")` + "\n"},
+		{"-wait=300ms", `leasehold elect: "job" has a leader (held by "v"): not acquired within 300ms` + "\n"},
 	} {
 		code, stdout, stderr := runArgs(t, t.Context(), "elect", "-redis", url, tc.flag, "job", "w", "--", "echo", "ran")
 		if code != exitBusy || stdout != "" || stderr != tc.want {

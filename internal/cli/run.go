@@ -177,13 +177,18 @@ func (c *runConfig) stopTimes(deadline time.Time) (term, kill time.Time) {
 	return kill.Add(-c.graceOrDefault()), kill
 }
 
-// checkTiming returns an error naming the first bad flag of those registerTiming adds.
+// checkTiming returns an error naming the first bad flag of those registerTiming adds (both,
+// when -wait and -grace are both negative), with its bound.
 func (c *runConfig) checkTiming() error {
 	switch {
 	case c.ttl < primitives.MinTTL:
 		return fmt.Errorf("-ttl %v: must be at least %v", c.ttl, primitives.MinTTL)
-	case c.wait.d < 0 || c.grace.d < 0:
-		return errors.New("-wait and -grace must not be negative")
+	case c.wait.d < 0 && c.grace.d < 0:
+		return fmt.Errorf("-wait %v and -grace %v: must not be negative", c.wait.d, c.grace.d)
+	case c.wait.d < 0:
+		return fmt.Errorf("-wait %v: must not be negative", c.wait.d)
+	case c.grace.d < 0:
+		return fmt.Errorf("-grace %v: must not be negative", c.grace.d)
 	case c.nowait && c.wait.set:
 		return errors.New("-n and -wait: give one")
 	case c.grace.d > c.maxGrace():
@@ -199,8 +204,9 @@ func (c *runConfig) checkTiming() error {
 	return nil
 }
 
-// acquire takes the lease the command runs under: cfg.permits of the key's cfg.limit for run,
-// the key's leadership for elect, with cfg.value; waiting as -wait and -n say. With several
+// acquire takes the lease the command runs under: cfg.permits of the key's cfg.limit for run
+// (a primitives.Mutex when the limit is 1, a Semaphore otherwise, as errors name it), the key's
+// leadership for elect, with cfg.value; waiting as -wait and -n say. With several
 // keys, it takes a mutex on each, all or nothing (a primitives.MultiLock: in sorted order, so
 // that runs naming the same keys in other orders cannot deadlock), -wait bounding the whole and
 // -n trying each once. A bad argument is an error wrapping core.ErrInvalid; a busy key, one
@@ -261,7 +267,18 @@ func (c *runConfig) acquire(ctx context.Context, store core.Store) (heldLease, e
 		}
 		return multiHeld{m, m.Leases()}, nil
 	}
-	sem, err := primitives.NewSemaphore(store, c.key, c.limit, append(opts, primitives.WithValue(c.value))...)
+	opts = append(opts, primitives.WithValue(c.value))
+	if c.limit == 1 { // a mutex, so named in its errors
+		mu, err := primitives.NewMutex(store, c.key, opts...)
+		if err != nil {
+			return nil, err
+		}
+		if c.oneTry() {
+			return mu.TryAcquire(ctx)
+		}
+		return mu.Acquire(ctx)
+	}
+	sem, err := primitives.NewSemaphore(store, c.key, c.limit, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -339,12 +356,52 @@ func fencesKey(key string) string {
 }
 
 // busy is what the key is when the lease could not be had: busy for run; led for elect. With
-// several keys, it names the busy one.
-func (c *runConfig) busy() string {
-	if c.elect {
-		return fmt.Sprintf("%q has a leader", c.key)
+// several keys, it names the busy one. by, when not "", says who holds it (holdersText).
+func (c *runConfig) busy(by string) string {
+	if by != "" {
+		by = " (" + by + ")"
 	}
-	return fmt.Sprintf("%q is busy", c.refusedKey())
+	if c.elect {
+		return fmt.Sprintf("%q has a leader%s", c.key, by)
+	}
+	return fmt.Sprintf("%q is busy%s", c.refusedKey(), by)
+}
+
+// holdersOf asks store who holds key, within a second, for the busy line: holdersText of its
+// snapshot, or "" if the store cannot tell in time.
+func holdersOf(ctx context.Context, store core.Store, key string) string {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	snap, err := store.Inspect(ictx, key)
+	if err != nil {
+		return ""
+	}
+	return holdersText(snap)
+}
+
+// holderValueWidth is the most of a holder's value the busy line shows.
+const holderValueWidth = 80
+
+// holdersText says who holds the key snap describes: its first holder, by value (what it said of
+// itself: run's -value, by default host, pid and command) or else its id, and how many more;
+// with no holder, the lock delay that keeps it closed; "" when it is free by now.
+func holdersText(snap core.Snapshot) string {
+	name := func(holder, value string) string {
+		if value != "" {
+			return quoteValue(value, holderValueWidth)
+		}
+		return "holder " + plainOrQuoted(holder)
+	}
+	switch {
+	case len(snap.Leases) == 1:
+		return "held by " + name(snap.Leases[0].Holder, snap.Leases[0].Value)
+	case len(snap.Leases) > 1:
+		return fmt.Sprintf("held by %s and %d more", name(snap.Leases[0].Holder, snap.Leases[0].Value), len(snap.Leases)-1)
+	case len(snap.Delayed) > 0:
+		d := snap.Delayed[0]
+		return fmt.Sprintf("closed %v more by the lock delay of holder %s, whose lease expired unreleased", d.Left.Round(time.Millisecond), plainOrQuoted(d.Holder))
+	}
+	return ""
 }
 
 // noneTaken ends the busy line of a run on several keys: none was acquired. For one key, "".
@@ -557,10 +614,10 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 		say("%s; nothing acquired, the command not started", cfg.mismatch(err))
 		return exitConfig
 	case errors.Is(err, core.ErrNotAcquired) && cfg.oneTry():
-		say("%s%s", cfg.busy(), cfg.noneTaken())
+		say("%s%s", cfg.busy(holdersOf(ctx, store, cfg.refusedKey())), cfg.noneTaken())
 		return exitBusy
 	case errors.Is(err, core.ErrNotAcquired):
-		say("%s: not acquired within %v%s", cfg.busy(), cfg.wait.d, cfg.noneTaken())
+		say("%s: not acquired within %v%s", cfg.busy(holdersOf(ctx, store, cfg.refusedKey())), cfg.wait.d, cfg.noneTaken())
 		return exitBusy
 	case err != nil:
 		say("%v", err)

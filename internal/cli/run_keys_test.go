@@ -53,7 +53,7 @@ func TestRunsOnSeveralKeysInAnyOrderNeverOverlapNorDeadlock(t *testing.T) {
 func TestRunHoldingSeveralKeysKeepsEachBusy(t *testing.T) {
 	useMemoryStore(t)
 	command, open := gate(t)
-	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "c", "-key", "b", "--"}, command...)...)
+	holder := start(t, append([]string{"run", "-redis", memoryRedis, "-key", "c", "-key", "b", "-value", "the holder", "--"}, command...)...)
 	inspectUntil(t, "b", "1 holder(s)")
 	inspectUntil(t, "c", "1 holder(s)")
 
@@ -61,9 +61,9 @@ func TestRunHoldingSeveralKeysKeepsEachBusy(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-key", "b", "-n"}, `leasehold run: "b" is busy` + "\n"},
-		{[]string{"-key", "c", "-key", "a", "-n"}, `leasehold run: "c" is busy; none of "c" and "a" acquired` + "\n"},
-		{[]string{"-key", "a", "-key", "c", "-key", "d", "-wait", "100ms"}, `leasehold run: "c" is busy: not acquired within 100ms; none of "a", "c" and "d" acquired` + "\n"},
+		{[]string{"-key", "b", "-n"}, `leasehold run: "b" is busy (held by "the holder")` + "\n"},
+		{[]string{"-key", "c", "-key", "a", "-n"}, `leasehold run: "c" is busy (held by "the holder"); none of "c" and "a" acquired` + "\n"},
+		{[]string{"-key", "a", "-key", "c", "-key", "d", "-wait", "100ms"}, `leasehold run: "c" is busy (held by "the holder"): not acquired within 100ms; none of "a", "c" and "d" acquired` + "\n"},
 	} {
 		s := start(t, append(append([]string{"run", "-redis", memoryRedis}, tc.args...), "--", "echo", "ran")...)
 		if code := s.exit(t); code != exitBusy || s.err.String() != tc.want || s.out.String() != "" {
@@ -407,7 +407,8 @@ func TestRunOnAThousandKeysNamesAFewInItsMessages(t *testing.T) {
 		args = append(args, "-key", fmt.Sprintf("k%04d", i))
 	}
 	s := start(t, append(args, "--", "echo", "ran")...)
-	if code := s.exit(t); code != exitBusy || s.out.String() != "" || len(s.err.String()) > 200 ||
+	// 200 bytes, and the holder's name, its value cut to holderValueWidth.
+	if code := s.exit(t); code != exitBusy || s.out.String() != "" || len(s.err.String()) > 200+len(` (held by "…")`)+holderValueWidth ||
 		!containsAll(s.err.String(), []string{`"k0777" is busy`, `"k0000"`, "and 995 more"}) {
 		t.Errorf("exit %d, stdout %q, stderr of %d bytes %.300q; want %d, nothing run, and one short line naming k0777 and counting the rest",
 			code, s.out.String(), len(s.err.String()), s.err.String(), exitBusy)
