@@ -1,5 +1,5 @@
 // Package faultproxy is a TCP proxy on loopback for the fault tests of every backend: latency,
-// connections cut, traffic held back (a partition), and healing.
+// connections cut, traffic held back (a partition), replies lost, and healing.
 package faultproxy
 
 import (
@@ -10,7 +10,7 @@ import (
 )
 
 // Proxy is a TCP proxy on loopback between clients and a server, for injecting network faults:
-// latency, connections cut, traffic held back (a partition), and healing. Clients dial Addr. A
+// latency, connections cut, traffic held back (a partition), replies lost, and healing. Clients dial Addr. A
 // Proxy is safe for concurrent use; it is closed, with every connection, when the test ends.
 type Proxy struct {
 	Addr   string
@@ -21,6 +21,8 @@ type Proxy struct {
 	cond    *sync.Cond // signalled when held changes
 	latency time.Duration
 	held    bool
+	drop    int // how many more reads from the server to drop (DropReplies)
+	dropped int // reads from the server dropped so far
 	conns   map[net.Conn]struct{}
 	closed  bool
 	wg      sync.WaitGroup
@@ -55,6 +57,23 @@ func (p *Proxy) Hold(held bool) {
 	p.held = held
 	p.cond.Broadcast()
 	p.mu.Unlock()
+}
+
+// DropReplies drops the next n reads of what the server sends, on whichever connections they come:
+// the request each answers has reached the server, and the client waits for a reply that never
+// comes (until its own timeout), as when a reply is lost on the way. A read is one request's reply
+// when the client waits for each reply before it sends the next request.
+func (p *Proxy) DropReplies(n int) {
+	p.mu.Lock()
+	p.drop = n
+	p.mu.Unlock()
+}
+
+// Dropped returns how many reads of what the server sends were dropped (see DropReplies).
+func (p *Proxy) Dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
 }
 
 // Cut closes every open connection, as a network reset would; new ones are accepted.
@@ -98,14 +117,14 @@ func (p *Proxy) accept() {
 		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pump(s, c) })
-		p.wg.Go(func() { p.pump(c, s) })
+		p.wg.Go(func() { p.pump(s, c, false) })
+		p.wg.Go(func() { p.pump(c, s, true) })
 	}
 }
 
-// pump copies from src to dst, waiting while held and delaying by the latency; when either side
-// ends it closes both.
-func (p *Proxy) pump(dst, src net.Conn) {
+// pump copies from src to dst, waiting while held and delaying by the latency, and dropping what
+// DropReplies says when src is the server (fromServer); when either side ends it closes both.
+func (p *Proxy) pump(dst, src net.Conn, fromServer bool) {
 	defer func() {
 		p.mu.Lock()
 		delete(p.conns, src)
@@ -123,9 +142,17 @@ func (p *Proxy) pump(dst, src net.Conn) {
 				p.cond.Wait()
 			}
 			d := p.latency
+			drop := fromServer && p.drop > 0
+			if drop {
+				p.drop--
+				p.dropped++
+			}
 			p.mu.Unlock()
 			if d > 0 {
 				time.Sleep(d)
+			}
+			if drop {
+				continue
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
