@@ -3,6 +3,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"testing"
@@ -23,6 +24,8 @@ type Proxy struct {
 	held    bool
 	drop    int // how many more reads from the server to drop (DropReplies)
 	dropped int // reads from the server dropped so far
+	hold    *heldRequest
+	stop    chan struct{} // closed by Close
 	conns   map[net.Conn]struct{}
 	closed  bool
 	wg      sync.WaitGroup
@@ -35,7 +38,7 @@ func Start(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Go(p.accept)
 	t.Cleanup(p.Close)
@@ -69,6 +72,25 @@ func (p *Proxy) DropReplies(n int) {
 	p.mu.Unlock()
 }
 
+// heldRequest is a request HoldRequest waits for, and holds back.
+type heldRequest struct {
+	match             []byte
+	arrived, delivery chan struct{}
+	deliver           sync.Once
+}
+
+// HoldRequest holds back the next read of what a client sends that contains match, on its own
+// connection (which sends nothing more meanwhile; the others go on), until deliver is called:
+// then it reaches the server, late, as a request stuck on the way would. arrived is closed once
+// the proxy holds it.
+func (p *Proxy) HoldRequest(match string) (arrived <-chan struct{}, deliver func()) {
+	h := &heldRequest{match: []byte(match), arrived: make(chan struct{}), delivery: make(chan struct{})}
+	p.mu.Lock()
+	p.hold = h
+	p.mu.Unlock()
+	return h.arrived, func() { h.deliver.Do(func() { close(h.delivery) }) }
+}
+
 // Dropped returns how many reads of what the server sends were dropped (see DropReplies).
 func (p *Proxy) Dropped() int {
 	p.mu.Lock()
@@ -88,6 +110,9 @@ func (p *Proxy) Cut() {
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.stop)
+	}
 	p.closed = true
 	p.held = false
 	p.cond.Broadcast()
@@ -147,7 +172,19 @@ func (p *Proxy) pump(dst, src net.Conn, fromServer bool) {
 				p.drop--
 				p.dropped++
 			}
+			var h *heldRequest
+			if !fromServer && p.hold != nil && bytes.Contains(buf[:n], p.hold.match) {
+				h, p.hold = p.hold, nil
+			}
 			p.mu.Unlock()
+			if h != nil {
+				close(h.arrived)
+				select {
+				case <-h.delivery:
+				case <-p.stop:
+					return
+				}
+			}
 			if d > 0 {
 				time.Sleep(d)
 			}

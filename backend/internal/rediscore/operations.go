@@ -65,7 +65,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	if subs != nil && waits {
 		t = subs.beforeTry(req.Key, req.Holder)
 	}
-	call := acquireCall{req: req, fences: f}
+	call := acquireCall{req: req, fences: f, overtakes: s.leaves.overtaken(req.Key, req.Holder)}
 	if waits {
 		call.try = tryID(s.id, s.tries.Add(1))
 		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
@@ -89,6 +89,9 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	}
 	var res core.AcquireResult
 	var last uint64
+	if err == nil && call.overtakes != "" {
+		s.leaves.overtook(req.Key, req.Holder, call.overtakes)
+	}
 	if err == nil {
 		res, last, err = parseAcquire(r, req.Permits, req.Limit)
 		err = s.replyError(err)
