@@ -31,8 +31,8 @@ type driver struct {
 }
 
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
-// refuses functions uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns by
-// ctx's deadline; the package doc says how a call ends with a ctx without one.
+// refuses functions EVALSHA, and EVAL on NOSCRIPT; each command is sent once (see send). It
+// returns by ctx's deadline; the package doc says how a call ends with a ctx without one.
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	if d.direct(ctx) {
 		// A reply that came after ctx ended is returned as it is: it says what the server did
