@@ -92,18 +92,21 @@ func (ls *leaves) await(ctx context.Context, key, holder string) error {
 	}
 }
 
-// unanswered records that the leave id of holder on key may still reach the server.
+// unanswered records that the leave id of holder on key may still reach the server, and forgets
+// the leaves recorded tryHold ago or more (a holder that never tries again, as an unshared one,
+// leaves nothing behind for longer).
 func (ls *leaves) unanswered(key, holder, id string) {
 	ls.pendingMu.Lock()
 	defer ls.pendingMu.Unlock()
 	if ls.unsure == nil {
 		ls.unsure = map[string][]unsureLeave{}
 	}
-	k := key + "\x00" + holder
-	if ls.unsure[k] == nil {
-		ls.unsureN.Add(1)
+	for k, us := range ls.unsure {
+		live := slices.DeleteFunc(us, func(u unsureLeave) bool { return time.Since(u.at) >= tryHold })
+		ls.setUnsureLocked(k, live)
 	}
-	ls.unsure[k] = append(ls.unsure[k], unsureLeave{id: id, at: time.Now()})
+	k := key + "\x00" + holder
+	ls.setUnsureLocked(k, append(ls.unsure[k], unsureLeave{id: id, at: time.Now()}))
 }
 
 // overtaken returns the ids, space-separated, of holder's leaves of key that may still reach
@@ -152,6 +155,9 @@ func (ls *leaves) setUnsureLocked(k string, us []unsureLeave) {
 		delete(ls.unsure, k)
 		ls.unsureN.Add(-1)
 	case len(us) > 0:
+		if !had {
+			ls.unsureN.Add(1)
+		}
 		ls.unsure[k] = us
 	}
 }
