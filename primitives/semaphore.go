@@ -78,8 +78,9 @@ func (s *Semaphore) Limit() int { return s.limit }
 // wrapping ErrNotAcquired), the attempts run out (likewise), or ctx ends (an error for which
 // errors.Is(err, ctx.Err()) holds). On failure the caller holds nothing: a grant that may have
 // raced the end of ctx is released in the background, except under WithHolder, whose id may name a
-// lease held elsewhere, where such a grant is left to expire. Cost: one store round trip per try;
-// an uncontended acquire is one.
+// lease held elsewhere, where such a grant is left to expire. A ctx that has ended already sends
+// nothing to the store (no try, no release, no event). Cost: one store round trip per try; an
+// uncontended acquire is one.
 //
 // A waiter tries again when a release notification wakes it, when the store says the leases in its
 // way expire, or after the retry interval, whichever comes first. On a store without notifications
@@ -119,6 +120,10 @@ func (s *Semaphore) Adopt(ctx context.Context, holder string) (Lease, error) {
 func (s *Semaphore) acquire(ctx context.Context, n, attempts int) (Lease, error) {
 	if n < 1 || n > s.limit {
 		return nil, fmt.Errorf("leasehold: acquire %s: %w: permits %d: must be in [1, %d]", quoteKey(s.key), ErrInvalid, n, s.limit)
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing is sent for a ctx that has ended: no try, so nothing to give back either.
+		return nil, fmt.Errorf("leasehold: acquire %s: %w", quoteKey(s.key), err)
 	}
 	holder := s.cfg.holder
 	if holder == "" {

@@ -60,7 +60,7 @@ func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) (any, error) {
 	if b.inFlight < maxInFlight {
 		b.inFlight++
 		b.mu.Unlock()
-		_ = b.c.Process(ctx, cmd)
+		_ = b.c.Process(ctx, once{cmd})
 		b.sent()
 		return cmd.Result()
 	}
@@ -122,7 +122,7 @@ func (b *batcher) pipeline(batch []*queued) {
 		var taken []*queued
 		for _, q := range batch {
 			if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
-				pipe.Process(context.Background(), q.cmd)
+				pipe.Process(context.Background(), once{q.cmd})
 				taken = append(taken, q)
 			}
 		}

@@ -3,6 +3,7 @@ package goredis
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"time"
 
@@ -30,8 +31,8 @@ type driver struct {
 }
 
 // Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
-// refuses functions uses go-redis's script helper: EVALSHA, and EVAL on NOSCRIPT. It returns by
-// ctx's deadline; the package doc says how a call ends with a ctx without one.
+// refuses functions EVALSHA, and EVAL on NOSCRIPT; each command is sent once (see send). It
+// returns by ctx's deadline; the package doc says how a call ends with a ctx without one.
 func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	if d.direct(ctx) {
 		// A reply that came after ctx ended is returned as it is: it says what the server did
@@ -74,27 +75,78 @@ var functions = func() (f [len(rediscore.Sources)]any) {
 }()
 
 // FCall implements rediscore.FunctionClient: the command go-redis's FCall builds, sent from
-// c.Args as they are.
+// c.Args as they are, once (see send).
 func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
 	c.Args[0], c.Args[1], c.Args[2] = "fcall", functions[s], c.Keys
-	cmd := redis.NewCmd(ctx, c.Args...)
-	if c.Keys > 0 {
-		cmd.SetFirstKeyPos(rediscore.Head)
-	}
-	if d.batch != nil {
-		return d.batch.do(ctx, cmd)
-	}
-	_ = d.c.Process(ctx, cmd)
-	return cmd.Result()
+	return d.send(ctx, c, true)
 }
 
-// Eval implements rediscore.FunctionClient: go-redis's script helper.
+// Eval implements rediscore.FunctionClient: EVALSHA, and EVAL when the server has not seen the
+// script (NOSCRIPT), as go-redis's script helper does, each sent once (see send).
 func (d *driver) Eval(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
-	keys := make([]string, c.Keys)
-	for i := range keys {
-		keys[i] = c.Key(i)
+	c.Args[0], c.Args[1], c.Args[2] = "evalsha", scripts[s].Hash(), c.Keys
+	v, err := d.send(ctx, c, false)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		c.Args[0], c.Args[1] = "eval", rediscore.Sources[s]
+		v, err = d.send(ctx, c, false)
 	}
-	return scripts[s].Run(ctx, d.c, keys, c.ARGV()...).Result()
+	return v, err
+}
+
+// unsentTries bounds the sends of one script call whose sends failed before the command left the
+// client (see unsent).
+const unsentTries = 3
+
+// send sends the command c.Args once: go-redis would send it again after a read timeout or a
+// connection broken once it was written (its MaxRetries), when the server may have run it
+// already, and the second run's reply would stand for the first's (a release that went through
+// would report the lease gone; see once). Only a send that failed before the command left the
+// client (unsent) is made again, up to unsentTries in all, a few milliseconds apart, while ctx
+// lasts. batched says the call may share a pipeline with others (see batcher).
+func (d *driver) send(ctx context.Context, c rediscore.Call, batched bool) (any, error) {
+	backoff := 8 * time.Millisecond
+	for i := 1; ; i++ {
+		cmd := redis.NewCmd(ctx, c.Args...)
+		if c.Keys > 0 {
+			cmd.SetFirstKeyPos(rediscore.Head)
+		}
+		var v any
+		var err error
+		if batched && d.batch != nil {
+			v, err = d.batch.do(ctx, cmd)
+		} else {
+			_ = d.c.Process(ctx, once{cmd})
+			v, err = cmd.Result()
+		}
+		if err == nil || i == unsentTries || !unsent(err) || rediscore.CtxErr(ctx) != nil {
+			return v, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}
+
+// once is a script call that go-redis sends at most once: NoRetry keeps it from running the
+// command again after an error that may have come after the server ran it (a read timeout, a
+// connection broken after the write), in a pipeline too. The reply that did not come is then an
+// error, which the Store and the portable layer treat as a reply lost (a Release that finds
+// nothing after one whose reply was lost reports the lease released, not lost).
+type once struct{ *redis.Cmd }
+
+// NoRetry implements redis.Cmder: never sent again once it may have reached the server.
+func (once) NoRetry() bool { return true }
+
+// unsent reports whether err says the command never left the client: a failed dial, or no
+// connection free in the pool in time.
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
 }
 
 // LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on the server, every primary of

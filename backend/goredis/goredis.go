@@ -47,6 +47,18 @@
 // goroutine and returns when ctx ends. The waits between calls (for a grant, a retry, a refresh)
 // always end when ctx does.
 //
+// # Lost replies
+//
+// go-redis sends a command again after a read timeout or a connection broken once it was written
+// (MaxRetries, 3 by default), when the server may have run it already; the second run's reply
+// would then stand for the first's, and a Release that went through would report the lease lost.
+// So the Store's script calls are each sent once (go-redis's NoRetry), in a pipeline too; only a
+// call that failed before it left the client (a failed dial, no pooled connection in time) is
+// made again, up to three times in all. A reply that does not come is an error: Acquire takes
+// back what the try may have taken, as for a canceled try, and a Release that finds nothing after
+// one whose reply was lost is reported by Lease.Release as a release, not a loss. The client's
+// own retries of the caller's other commands are left as they are.
+//
 // # Concurrent callers
 //
 // A Store has at most two sends out at once. A call made while two are out waits; when a send
@@ -146,7 +158,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 //
 // On error the try leaves nothing behind: when it would wait, or its holder id is unshared and ctx
 // can end, a leave sent in the background takes back any place or lease it took, even if it reaches
-// the server late.
+// the server late. A call whose ctx has ended already sends nothing and leaves nothing to take back.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.rs.Acquire(ctx, req)
 }

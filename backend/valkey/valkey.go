@@ -106,7 +106,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 //
 // On error the try leaves nothing behind: when it would wait, or its holder id is unshared and ctx
 // can end, a leave sent in the background takes back any place or lease it took, even if it reaches
-// the server late.
+// the server late. A call whose ctx has ended already sends nothing and leaves nothing to take back.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.rs.Acquire(ctx, req)
 }

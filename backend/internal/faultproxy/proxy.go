@@ -1,8 +1,9 @@
 // Package faultproxy is a TCP proxy on loopback for the fault tests of every backend: latency,
-// connections cut, traffic held back (a partition), and healing.
+// connections cut, traffic held back (a partition), replies lost, and healing.
 package faultproxy
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"testing"
@@ -10,7 +11,7 @@ import (
 )
 
 // Proxy is a TCP proxy on loopback between clients and a server, for injecting network faults:
-// latency, connections cut, traffic held back (a partition), and healing. Clients dial Addr. A
+// latency, connections cut, traffic held back (a partition), replies lost, and healing. Clients dial Addr. A
 // Proxy is safe for concurrent use; it is closed, with every connection, when the test ends.
 type Proxy struct {
 	Addr   string
@@ -21,6 +22,10 @@ type Proxy struct {
 	cond    *sync.Cond // signalled when held changes
 	latency time.Duration
 	held    bool
+	drop    int // how many more reads from the server to drop (DropReplies)
+	dropped int // reads from the server dropped so far
+	hold    *heldRequest
+	stop    chan struct{} // closed by Close
 	conns   map[net.Conn]struct{}
 	closed  bool
 	wg      sync.WaitGroup
@@ -33,7 +38,7 @@ func Start(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Go(p.accept)
 	t.Cleanup(p.Close)
@@ -57,6 +62,42 @@ func (p *Proxy) Hold(held bool) {
 	p.mu.Unlock()
 }
 
+// DropReplies drops the next n reads of what the server sends, on whichever connections they come:
+// the request each answers has reached the server, and the client waits for a reply that never
+// comes (until its own timeout), as when a reply is lost on the way. A read is one request's reply
+// when the client waits for each reply before it sends the next request.
+func (p *Proxy) DropReplies(n int) {
+	p.mu.Lock()
+	p.drop = n
+	p.mu.Unlock()
+}
+
+// heldRequest is a request HoldRequest waits for, and holds back.
+type heldRequest struct {
+	match             []byte
+	arrived, delivery chan struct{}
+	deliver           sync.Once
+}
+
+// HoldRequest holds back the next read of what a client sends that contains match, on its own
+// connection (which sends nothing more meanwhile; the others go on), until deliver is called:
+// then it reaches the server, late, as a request stuck on the way would. arrived is closed once
+// the proxy holds it.
+func (p *Proxy) HoldRequest(match string) (arrived <-chan struct{}, deliver func()) {
+	h := &heldRequest{match: []byte(match), arrived: make(chan struct{}), delivery: make(chan struct{})}
+	p.mu.Lock()
+	p.hold = h
+	p.mu.Unlock()
+	return h.arrived, func() { h.deliver.Do(func() { close(h.delivery) }) }
+}
+
+// Dropped returns how many reads of what the server sends were dropped (see DropReplies).
+func (p *Proxy) Dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
+}
+
 // Cut closes every open connection, as a network reset would; new ones are accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -69,6 +110,9 @@ func (p *Proxy) Cut() {
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.stop)
+	}
 	p.closed = true
 	p.held = false
 	p.cond.Broadcast()
@@ -98,14 +142,14 @@ func (p *Proxy) accept() {
 		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pump(s, c) })
-		p.wg.Go(func() { p.pump(c, s) })
+		p.wg.Go(func() { p.pump(s, c, false) })
+		p.wg.Go(func() { p.pump(c, s, true) })
 	}
 }
 
-// pump copies from src to dst, waiting while held and delaying by the latency; when either side
-// ends it closes both.
-func (p *Proxy) pump(dst, src net.Conn) {
+// pump copies from src to dst, waiting while held and delaying by the latency, and dropping what
+// DropReplies says when src is the server (fromServer); when either side ends it closes both.
+func (p *Proxy) pump(dst, src net.Conn, fromServer bool) {
 	defer func() {
 		p.mu.Lock()
 		delete(p.conns, src)
@@ -123,9 +167,29 @@ func (p *Proxy) pump(dst, src net.Conn) {
 				p.cond.Wait()
 			}
 			d := p.latency
+			drop := fromServer && p.drop > 0
+			if drop {
+				p.drop--
+				p.dropped++
+			}
+			var h *heldRequest
+			if !fromServer && p.hold != nil && bytes.Contains(buf[:n], p.hold.match) {
+				h, p.hold = p.hold, nil
+			}
 			p.mu.Unlock()
+			if h != nil {
+				close(h.arrived)
+				select {
+				case <-h.delivery:
+				case <-p.stop:
+					return
+				}
+			}
 			if d > 0 {
 				time.Sleep(d)
+			}
+			if drop {
+				continue
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

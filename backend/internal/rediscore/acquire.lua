@@ -5,8 +5,11 @@
 -- and limit ('1' each; whole decimals as strconv writes them: they are stored as sent), value
 -- ('': kept with the lease, and with the place in the line), min_fence (0), fence_floor (0: a
 -- least fence for a new grant only), lock delay in ms (absent: none; kept with the lease, and with
--- the place in the line, whose grant gets it). So an uncontended try of a lock sends the server
--- only what it needs: two values, four when it would wait.
+-- the place in the line, whose grant gets it), then the ids of the holder's leaves that this try
+-- overtakes (space-separated; absent: none): leaves sent before it whose replies did not come, and
+-- which may still arrive after it; each is kept from doing anything when it does (see leave.lua),
+-- for hold ms (the last argument). So an uncontended try of a lock sends the server only what it
+-- needs: two values, four when it would wait.
 -- Returns the fence granted (a number: a reply of one integer costs the server less than an
 -- array); {0, retry_after_ms, last_fence} refused; {-1, permits_held} when
 -- the holder already holds a different number of permits; {-2, the key's limit} when limit is
@@ -21,13 +24,14 @@ local nt, lt, value = ARGV[6] or '1', ARGV[7] or '1', ARGV[8] or ''
 local n, limit = tonumber(nt), tonumber(lt)
 local min_fence, floor = tonumber(ARGV[9] or 0), tonumber(ARGV[10] or 0)
 local d = tonumber(ARGV[11] or 0)
+local overtakes = ARGV[12]
 -- The uncontended path: a hash of counters alone, or none (no lease, expired or not), none of
 -- them saying that the line, a watch or a left try lives: the grant the general path below would
 -- make, written with one HSET, without decoding the state; a hash whose expiry is not far enough
 -- (a new key, one whose last lease was released, or one whose keep this lease outlives) gets its
 -- keep in the HSET and a PEXPIRE, as keep does. No lease holds the key, so any limit is its own.
 if n <= limit then
-  local last, until_ms, fast = 0, 0, true
+  local last, until_ms, fast = 0, 0, not overtakes -- leaves to overtake: the general path records them
   for i = 1, #all, 2 do
     local f, x = all[i], counter(all[i + 1])
     if not x then
@@ -61,14 +65,17 @@ if n <= limit then
   end
 end
 load(all)
+if overtakes then overtake(overtakes, tonumber(ARGV[13])) end
 if try ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, try) then
   -- Its caller gave up on this try before it arrived, and left: nothing to grant, no place.
   return {0, 0, 0}
 end
 local held = held_limit()
 if held and held ~= limit then
-  -- Clients disagree on the key's limit: refused at once, with no place and nothing written.
+  -- Clients disagree on the key's limit: refused at once, with no place and nothing written
+  -- (but the leaves it overtakes kept out).
   writes = nil
+  if overtakes then overtake(overtakes, tonumber(ARGV[13])) end
   return {-2, held}
 end
 local _, line_empty = serve(1) -- a refused try reads only the head

@@ -21,6 +21,10 @@ type acquireCall struct {
 	// of the line should it arrive later; a try that waits always has one, and the script takes
 	// the Store's channel, where a grant from the line to the holder is published, from it.
 	try any
+	// overtakes names the holder's leaves of the key, sent before this try, whose replies did not
+	// come (space-separated ids; "": none): the try keeps them from doing anything should they
+	// arrive after it (see leaves.overtaken).
+	overtakes string
 }
 
 // fences are the least fences an acquire gives (zero: no floor): grant to a new grant, held to a
@@ -35,7 +39,7 @@ type argList struct {
 }
 
 // maxArgs is the most values an argList holds.
-const maxArgs = 11
+const maxArgs = 13
 
 // newArgs returns an argList of vs.
 func newArgs(vs ...any) (a argList) {
@@ -47,15 +51,18 @@ func newArgs(vs ...any) (a argList) {
 func (a *argList) values() []any { return a.v[:a.n] }
 
 // acquireArgs returns the ARGV of the acquire script (see acquire.lua), with its durations boxed
-// by d: holder and TTL, then wait, try id, listens, permits, limit, value, the two fence floors
-// and the lock delay, but only up to the last that is not its default. Each value the server
-// reads costs it about as much as a hash write, so an uncontended try of a lock sends two, four
-// when it would wait; a request with a lock delay sends all eleven, so that one without pays
-// nothing for it.
+// by d: holder and TTL, then wait, try id, listens, permits, limit, value, the two fence floors,
+// the lock delay, and the leaves the try overtakes with their hold, but only up to the last that
+// is not its default. Each value the server reads costs it about as much as a hash write, so an
+// uncontended try of a lock sends two, four when it would wait; a request with a lock delay
+// sends eleven, so that one without pays nothing for it.
 func acquireArgs(c acquireCall, d *durations) argList {
 	req := c.req
 	a := newArgs(req.Holder, d.box(req.TTL, true))
 	switch {
+	case c.overtakes != "":
+		a.n = 13
+		a.v[11], a.v[12] = c.overtakes, tryHoldMs
 	case req.LockDelay != 0:
 		a.n = 11
 	case c.fences.grant != 0:
@@ -156,6 +163,16 @@ func watchArgs(life time.Duration) argList {
 // refusal that reported floor as the key's last fence.
 func leaveArgs(holder string, floor uint64) argList {
 	return newArgs(holder, decimal(floor))
+}
+
+// withLeaveID returns the leave script's ARGV a with the leave's own id (see leave.lua) after
+// them, and an empty try id and hold before it when a has none.
+func withLeaveID(a argList, id string) argList {
+	if a.n < 4 {
+		a.v[2], a.v[3], a.n = "", zero, 4
+	}
+	a.v[4], a.n = id, 5
+	return a
 }
 
 // tryHold is how long a leave keeps the try it undoes from taking a place, should the try reach

@@ -44,7 +44,9 @@
 --                    request with a lock delay, listens has 4 added and "<delay ms> " comes first
 --   KEYS[4] left:    sorted set, try id -> server ms until which a try of that id, whose caller
 --                    gave up on it before its reply came, takes no place in the line: a leave
---                    that overtook its try on another connection
+--                    that overtook its try on another connection; and leave id -> server ms
+--                    until which a leave of that id, which a later try of its holder overtook,
+--                    does nothing
 -- The key's channels are named after KEYS[1] (see layout.go), so no call sends them: its changed
 -- channel, and the channel of each Store that waits (see granted_channel).
 -- Every number that goes into a stored string is a whole decimal number below 2^53, as int()

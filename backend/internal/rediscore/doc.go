@@ -18,8 +18,8 @@
 // (keep). P{K'}:queue (a sorted set, the line of waiters in arrival order), P{K'}:waiting (a hash
 // of waiter → its request: the numbers, and the channel of its Store, after the value's length
 // and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
-// their reply came, for a minute) are read only while the lease hash says they live, so an
-// uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
+// their reply came, and of leaves overtaken by a later try of their holder, for a minute) are
+// read only while the lease hash says they live, so an uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
 // as every key is again after its last release), a release TIME, HGETALL and HDEL, and an extend
 // TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE);
 // in the common case each writes straight from the HGETALL's reply, without decoding the rest of
@@ -123,6 +123,9 @@
 // script call, in the background; a closing Store sends those its waiters owe before Close
 // returns), passing a grant it has not taken to the next in line; so does a try that failed or
 // was canceled in flight, which the leave also keeps out of the line should it arrive later. A
+// leave whose sends went unanswered may itself arrive late, after its holder's next try (a shared
+// holder id tries again): that try names it, and the server keeps it from doing anything for a
+// minute, so it takes neither the try's place nor a grant the line made it. A
 // Store gives back a grant for a caller that gave up before enrolling, a second after it, and
 // stays subscribed to the key until it has.
 //

@@ -2,6 +2,7 @@ package rediscore
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,18 @@ type leaves struct {
 	pendingMu sync.Mutex
 	pending   map[string]*pendingLeave // key+"\x00"+holder → its leaves not yet sent
 	n         atomic.Int32             // len(pending), for the hot path
+	// unsure are the leaves, by key+"\x00"+holder, that were sent but not all of whose sends
+	// were answered: a send may still reach the server, after the holder's next try. That try
+	// names them (overtaken), which keeps them from doing anything when they arrive. Guarded by
+	// pendingMu.
+	unsure  map[string][]unsureLeave
+	unsureN atomic.Int32 // len(unsure), for the hot path
+}
+
+// unsureLeave is a leave that may still arrive: its id, and when its last send ended.
+type unsureLeave struct {
+	id string
+	at time.Time
 }
 
 type pendingLeave struct {
@@ -79,6 +92,76 @@ func (ls *leaves) await(ctx context.Context, key, holder string) error {
 	}
 }
 
+// unanswered records that the leave id of holder on key may still reach the server, and forgets
+// the leaves recorded tryHold ago or more (a holder that never tries again, as an unshared one,
+// leaves nothing behind for longer).
+func (ls *leaves) unanswered(key, holder, id string) {
+	ls.pendingMu.Lock()
+	defer ls.pendingMu.Unlock()
+	if ls.unsure == nil {
+		ls.unsure = map[string][]unsureLeave{}
+	}
+	for k, us := range ls.unsure {
+		live := slices.DeleteFunc(us, func(u unsureLeave) bool { return time.Since(u.at) >= tryHold })
+		ls.setUnsureLocked(k, live)
+	}
+	k := key + "\x00" + holder
+	ls.setUnsureLocked(k, append(ls.unsure[k], unsureLeave{id: id, at: time.Now()}))
+}
+
+// overtaken returns the ids, space-separated, of holder's leaves of key that may still reach
+// the server, sent less than tryHold ago (a leave later than that is not kept out), for the
+// holder's next try to name; "" when there are none.
+func (ls *leaves) overtaken(key, holder string) string {
+	if ls.unsureN.Load() == 0 {
+		return ""
+	}
+	ls.pendingMu.Lock()
+	defer ls.pendingMu.Unlock()
+	k := key + "\x00" + holder
+	var ids []string
+	live := ls.unsure[k][:0]
+	for _, u := range ls.unsure[k] {
+		if time.Since(u.at) < tryHold {
+			live = append(live, u)
+			ids = append(ids, u.id)
+		}
+	}
+	ls.setUnsureLocked(k, live)
+	return strings.Join(ids, " ")
+}
+
+// overtook records that a try named the leaves ids (as overtaken returned them) and was
+// answered: the server keeps them out, and the holder's later tries need not name them.
+func (ls *leaves) overtook(key, holder, ids string) {
+	ls.pendingMu.Lock()
+	defer ls.pendingMu.Unlock()
+	k := key + "\x00" + holder
+	named := strings.Fields(ids)
+	var live []unsureLeave
+	for _, u := range ls.unsure[k] {
+		if !slices.Contains(named, u.id) {
+			live = append(live, u)
+		}
+	}
+	ls.setUnsureLocked(k, live)
+}
+
+// setUnsureLocked sets the unsure leaves of k. pendingMu must be held.
+func (ls *leaves) setUnsureLocked(k string, us []unsureLeave) {
+	_, had := ls.unsure[k]
+	switch {
+	case len(us) == 0 && had:
+		delete(ls.unsure, k)
+		ls.unsureN.Add(-1)
+	case len(us) > 0:
+		if !had {
+			ls.unsureN.Add(1)
+		}
+		ls.unsure[k] = us
+	}
+}
+
 // awaitKey returns when no leave of any holder on key is pending, or with ctx's error.
 func (ls *leaves) awaitKey(ctx context.Context, key string) error {
 	if ls.n.Load() == 0 {
@@ -117,14 +200,20 @@ func (s *Store) leave(key, holder string, floor uint64) {
 	s.leaveWith(key, holder, leaveArgs(holder, floor))
 }
 
-// leaveWith is leave with the leave script's ARGV given.
+// leaveWith is leave with the leave script's ARGV given. The leave has an id of its own: should
+// one of its sends go unanswered (it may then reach the server late, after the holder's next
+// try), that try names it, and the server keeps it from doing anything (see leaves.overtaken).
 func (s *Store) leaveWith(key, holder string, args argList) {
+	id := tryID(s.id, s.tries.Add(1))
+	args = withLeaveID(args, id)
 	s.leaves.start(key, holder, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
 		// A leave that fails (a connection broken, say) is sent again until leaveTimeout: the
 		// place it gives up would otherwise stay until the waiter's wait lapses.
+		unanswered := false
 		for backoff := 10 * time.Millisecond; s.leaveNow(ctx, key, args) != nil; backoff = min(2*backoff, 200*time.Millisecond) {
+			unanswered = true
 			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -133,6 +222,9 @@ func (s *Store) leaveWith(key, holder string, args argList) {
 				continue
 			}
 			break
+		}
+		if unanswered {
+			s.leaves.unanswered(key, holder, id)
 		}
 	})
 }

@@ -1,3 +1,21 @@
+-- hold_left records in left that id (a try or a leave whose caller gave up on its reply) is kept
+-- out for hold ms, and makes left and the lease hash live that long.
+local function hold_left(id, hold)
+  redis.call('ZREMRANGEBYSCORE', left, '-inf', now_ms)
+  redis.call('ZADD', left, now_ms + hold, id)
+  if meta.left < now_ms + hold then
+    redis.call('PEXPIRE', left, hold)
+    setm('left', now_ms + hold)
+    keep(hold)
+  end
+end
+
+-- overtake keeps the leaves named in ids (space-separated) from doing anything for hold ms: a
+-- try of their holder has come after them.
+local function overtake(ids, hold)
+  for id in string.gmatch(ids, '%S+') do hold_left(id, hold) end
+end
+
 -- line_live says the line may hold places: its keys have not expired.
 local function line_live() return meta.line > now_ms end
 

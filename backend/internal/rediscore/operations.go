@@ -12,8 +12,9 @@ import (
 // Acquire implements core.Store.Acquire: one script call. The key's line is strictly FIFO: free
 // permits go to the waiters in line first. A refusal with req.Wait > 0 keeps the holder's place
 // in the line for req.Wait; a lease the line grants it is taken by its next Acquire, which
-// renews it for its full TTL from that call. A try of a holder whose leave of the key's line is
-// still being sent waits for it first. A try that fails or whose ctx ends in flight is followed
+// renews it for its full TTL from that call. A call whose ctx has ended already (or on a closed
+// Store) sends nothing, and returns ctx's error (or core.ErrClosed). A try of a holder whose
+// leave of the key's line is still being sent waits for it first. A try that fails or whose ctx ends in flight is followed
 // by a leave, in the background, so that it leaves no place behind, and, should it still reach
 // the server after that leave, takes nothing: a try that would wait, and one that would not of
 // an unshared holder whose ctx can end (whose caller gives back what it may have been granted).
@@ -45,6 +46,10 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	if m := max(f.grant, f.held); m > maxFloor {
 		return core.AcquireResult{}, fmt.Errorf("%w: fence %d: must be at most %d, the most this store counts exactly", core.ErrInvalid, m, uint64(maxFloor))
 	}
+	if err := s.check(ctx); err != nil {
+		// Nothing is sent, so nothing is left to leave or give back.
+		return core.AcquireResult{}, err
+	}
 	if err := s.leaves.await(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, err
 	}
@@ -60,7 +65,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	if subs != nil && waits {
 		t = subs.beforeTry(req.Key, req.Holder)
 	}
-	call := acquireCall{req: req, fences: f}
+	call := acquireCall{req: req, fences: f, overtakes: s.leaves.overtaken(req.Key, req.Holder)}
 	if waits {
 		call.try = tryID(s.id, s.tries.Add(1))
 		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
@@ -75,7 +80,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		// one whose ctx has ended already, which is not sent (nothing to leave).
 		call.try = tryID(s.id, s.tries.Add(1))
 	}
-	r, err := s.run(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
+	r, err := s.send(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
 	if err == nil && ctx.Err() != nil {
 		// ctx ended before a driver that waits for the reply had it: the caller has gone, as
 		// when ctx ends first on a driver that returns then, and is answered alike, with what
@@ -84,6 +89,9 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	}
 	var res core.AcquireResult
 	var last uint64
+	if err == nil && call.overtakes != "" {
+		s.leaves.overtook(req.Key, req.Holder, call.overtakes)
+	}
 	if err == nil {
 		res, last, err = parseAcquire(r, req.Permits, req.Limit)
 		err = s.replyError(err)

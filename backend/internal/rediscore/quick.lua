@@ -7,13 +7,15 @@
 -- a write Redis refuses here (out of memory under EVALSHA, an ACL) fails the call with Redis's
 -- own error, which names the script, before anything is written.
 
--- quick_acquire grants a key that has no lease, place, watch or left try: its lease hash is gone
--- (never used, or left idle and deleted), or holds the counters fence, limit and keep alone, as a
+-- quick_acquire grants a key that has no lease, place, watch or left try, to a try that overtakes
+-- no leave (see acquire.lua): its lease hash is gone (never used, or left idle and deleted), or
+-- holds the counters fence, limit and keep alone, as a
 -- release leaves them under a fence above the clock (a Redlock node's). The fence is max(last +
 -- 1, now_us, the floors sent), any limit is the key's, and the grant is one HSET of the lease and
 -- the counters, and the hash's expiry when it would not last (see keep, fenced and kept): what
 -- the general path would write.
 local function quick_acquire(all)
+  if ARGV[12] then return nil end -- leaves to overtake: the general path records them
   local nt, lt = ARGV[6] or '1', ARGV[7] or '1'
   local last, keep = 0, 0
   if #all ~= 0 then

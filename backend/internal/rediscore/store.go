@@ -123,6 +123,12 @@ func (s *Store) run(ctx context.Context, script Script, key string, args argList
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
+	return s.send(ctx, script, key, args)
+}
+
+// send is run without the checks: for a caller that made them, and that takes an error as a call
+// that may have reached the server (ctx may have ended since).
+func (s *Store) send(ctx context.Context, script Script, key string, args argList) (any, error) {
 	r, err := s.client.Run(ctx, script, call(script, s.keyNames(key), &args))
 	if err != nil {
 		return nil, s.clientError(ctx, err)
