@@ -38,6 +38,7 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 		// The longest first, so that the others run beside them.
 		{"StateMachine", s.testStateMachine, true},
 		{"ConcurrentHoldersNeverExceedLimit", s.testConcurrentHoldersNeverExceedLimit, false},
+		{"CallsCutShortNeitherShareNorStrandAKey", s.testCallsCutShortNeitherShareNorStrandAKey, false},
 		{"AcquireGrantsUpToLimit", s.testAcquireGrantsUpToLimit, false},
 		{"WeightedAcquiresShareKeySpace", s.testWeightedAcquiresShareKeySpace, false},
 		{"RefusalReportsRetryAfter", s.testRefusalReportsRetryAfter, false},
