@@ -1,5 +1,6 @@
 // Package faultproxy is a TCP proxy on loopback for the fault tests of every backend: latency,
-// connections cut, traffic held back (a partition), and healing.
+// connections cut, traffic held back (a partition), replies lost (delivered late or never, the
+// requests having gone through), and healing.
 package faultproxy
 
 import (
@@ -23,7 +24,13 @@ type Proxy struct {
 	held    bool
 	conns   map[net.Conn]struct{}
 	closed  bool
+	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
+
+	lose    int           // LoseReplies: every lose-th read of a server's bytes is lost (0: none)
+	hold    time.Duration // for this long
+	cut     bool          // and then dropped with its connection, instead of delivered
+	replies int           // the reads of servers' bytes counted since LoseReplies
 }
 
 // Start starts a proxy to target; it is closed when t ends.
@@ -33,7 +40,7 @@ func Start(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Go(p.accept)
 	t.Cleanup(p.Close)
@@ -57,6 +64,19 @@ func (p *Proxy) Hold(held bool) {
 	p.mu.Unlock()
 }
 
+// LoseReplies loses replies from now on: every nth read of a server's bytes (a reply, several
+// pipelined, or part of one), counted across the proxy's connections from this call on, is held
+// back for hold — and so is what follows it on that connection — then delivered (cut false) or
+// dropped with its connection, which is cut (cut true). Requests are forwarded as they come, so
+// the server has run a call whose reply its caller, with a ctx shorter than hold, never sees:
+// the caller's give-back, and a client library's retry of the call, reach the server after it.
+// n 0 ends it (a reply held back then is still delivered or dropped at its time).
+func (p *Proxy) LoseReplies(n int, hold time.Duration, cut bool) {
+	p.mu.Lock()
+	p.lose, p.hold, p.cut, p.replies = max(n, 0), hold, cut, 0
+	p.mu.Unlock()
+}
+
 // Cut closes every open connection, as a network reset would; new ones are accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -69,6 +89,9 @@ func (p *Proxy) Cut() {
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	p.held = false
 	p.cond.Broadcast()
@@ -98,14 +121,15 @@ func (p *Proxy) accept() {
 		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pump(s, c) })
-		p.wg.Go(func() { p.pump(c, s) })
+		p.wg.Go(func() { p.pump(s, c, false) })
+		p.wg.Go(func() { p.pump(c, s, true) })
 	}
 }
 
-// pump copies from src to dst, waiting while held and delaying by the latency; when either side
-// ends it closes both.
-func (p *Proxy) pump(dst, src net.Conn) {
+// pump copies from src to dst (a server's replies to its client when reply is set), waiting while
+// held, delaying by the latency and losing replies as LoseReplies says; when either side ends it
+// closes both.
+func (p *Proxy) pump(dst, src net.Conn, reply bool) {
 	defer func() {
 		p.mu.Lock()
 		delete(p.conns, src)
@@ -123,9 +147,28 @@ func (p *Proxy) pump(dst, src net.Conn) {
 				p.cond.Wait()
 			}
 			d := p.latency
+			var hold time.Duration
+			cut := false
+			if reply && p.lose > 0 {
+				if p.replies++; p.replies%p.lose == 0 {
+					hold, cut = p.hold, p.cut
+				}
+			}
 			p.mu.Unlock()
 			if d > 0 {
 				time.Sleep(d)
+			}
+			if hold > 0 || cut {
+				t := time.NewTimer(hold)
+				select {
+				case <-t.C:
+				case <-p.done:
+					t.Stop()
+					return
+				}
+				if cut {
+					return // the deferred closes drop the reply with its connection
+				}
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
