@@ -34,6 +34,9 @@ type Fault struct {
 	Inject func()
 	// CallBudget bounds each call of the workload (its ctx's deadline); 0 means 2s.
 	CallBudget time.Duration
+	// Overrun is the Workload's: how much later than its deadline a call may return where the
+	// client library is documented to run on.
+	Overrun time.Duration
 	// FreeAfter, when set, is how soon after the workload ended each of its keys must be
 	// granted to a new holder: a grant whose reply was lost, given back or not, holds a key
 	// for at most its TTL (and the store's resolution) and a bound (conformance.FreeBound).
@@ -47,7 +50,7 @@ func (f Fault) Run(t *testing.T) {
 	if budget <= 0 {
 		budget = 2 * time.Second
 	}
-	w := &Workload{Keys: 2, Workers: 6, TTL: f.TTL, Duration: f.Duration, CallBudget: budget, NewStore: f.NewStore}
+	w := &Workload{Keys: 2, Workers: 6, TTL: f.TTL, Duration: f.Duration, CallBudget: budget, Overrun: f.Overrun, NewStore: f.NewStore}
 	long, err := primitives.NewMutex(Record(f.NewStore(), &w.Recorder), "fault-long", primitives.WithTTL(f.TTL))
 	if err != nil {
 		t.Fatal(err)
