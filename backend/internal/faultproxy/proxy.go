@@ -11,7 +11,7 @@ import (
 )
 
 // Proxy is a TCP proxy on loopback between clients and a server, for injecting network faults:
-// latency, connections cut, traffic held back (a partition), and healing. Clients dial Addr. A
+// latency, connections cut, traffic held back (a partition), replies lost, and healing. Clients dial Addr. A
 // Proxy is safe for concurrent use; it is closed, with every connection, when the test ends.
 type Proxy struct {
 	Addr   string
