@@ -286,7 +286,7 @@ func TestBrokenStore(t *testing.T) {
 	// The memory store wakes its waiters at once: a short wait is enough to tell a store that
 	// does not (forgetsToNotify would otherwise spend the whole default wait in each notification
 	// test).
-	opts := []conformance.Option{conformance.WithWakeTimeout(500 * time.Millisecond)}
+	opts := []conformance.Option{conformance.WithWakeTimeout(500 * time.Millisecond), conformance.WithCutShortRun(300 * time.Millisecond)}
 	if fault == "claimsNoNotifier" {
 		opts = append(opts, conformance.WithoutNotifier())
 	}

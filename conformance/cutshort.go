@@ -56,6 +56,9 @@ func (s *suite) testCallsCutShortNeitherShareNorStrandAKey(t *testing.T) {
 	if testing.Short() {
 		run = 300 * time.Millisecond
 	}
+	if s.cutShortRun > 0 {
+		run = s.cutShortRun
+	}
 	c := &cutShort{t: t, s: s, keys: []cutKey{
 		{name: newKey(t) + ":mutex", limit: 1, in: NewOccupancy(1)},
 		{name: newKey(t) + ":semaphore", limit: 3, in: NewOccupancy(3)},
