@@ -24,6 +24,7 @@ type broken struct {
 	mu        sync.Mutex
 	lastFence uint64
 	grants    int
+	late      sync.WaitGroup        // "grantsAfterGiveBack": the requests decided after their callers gave up
 	limits    map[string]int        // "keepsLimitPastExpiry": each key's limit, until a release frees it
 	freed     map[string]freedLimit // "freesLimitLate": the limit of a key its releases freed
 }
@@ -61,6 +62,20 @@ func (b *broken) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acq
 			b.limits[req.Key] = req.Limit
 		}
 		return res, err
+	case "grantsAfterGiveBack":
+		// A store whose request, when its caller gives up before the store decides, is decided
+		// all the same a moment later: after the caller's give-back, which found nothing.
+		decide := time.NewTimer(time.Millisecond)
+		select {
+		case <-ctx.Done():
+			decide.Stop()
+			b.late.Go(func() {
+				time.Sleep(10 * time.Millisecond)
+				b.Store.Acquire(context.Background(), req)
+			})
+			return core.AcquireResult{}, ctx.Err()
+		case <-decide.C:
+		}
 	case "ignoresLimit":
 		req.Limit = 1 << 30
 	case "admitsAgainstOwnLimit":
@@ -238,7 +253,8 @@ var faults = map[string][]string{
 	"anyoneReleases":        {"ReleaseOnlyByHolder", "StateMachine"},
 	"releasesByHolder":      {"ReleaseEndsOneLease", "StateMachine"},
 	"neverExpires":          {"ExpiryFreesPermits", "StateMachine"},
-	"repeatsFence":          {"FencesStrictlyIncrease", "StateMachine"},
+	"repeatsFence":          {"FencesStrictlyIncrease", "StateMachine", "CallsCutShortNeitherShareNorStrandAKey"},
+	"grantsAfterGiveBack":   {"CallsCutShortNeitherShareNorStrandAKey"},
 	"overstatesTTL":         {"AcquireGrantsUpToLimit"},
 	"forgetsToNotify":       {"ReleaseWakesWaiter"},
 	"hidesNotifier":         {"StoreIsNotifier", "ReleaseWakesWaiter"},
@@ -270,11 +286,13 @@ func TestBrokenStore(t *testing.T) {
 	// The memory store wakes its waiters at once: a short wait is enough to tell a store that
 	// does not (forgetsToNotify would otherwise spend the whole default wait in each notification
 	// test).
-	opts := []conformance.Option{conformance.WithWakeTimeout(500 * time.Millisecond)}
+	opts := []conformance.Option{conformance.WithWakeTimeout(500 * time.Millisecond), conformance.WithCutShortRun(300 * time.Millisecond)}
 	if fault == "claimsNoNotifier" {
 		opts = append(opts, conformance.WithoutNotifier())
 	}
-	conformance.Run(t, brokenHarness{clock: c, store: &broken{Store: memory.New(memory.WithClock(c)), fault: fault}}, opts...)
+	b := &broken{Store: memory.New(memory.WithClock(c)), fault: fault}
+	conformance.Run(t, brokenHarness{clock: c, store: b}, opts...)
+	b.late.Wait()
 }
 
 func TestSuiteCatchesBrokenStores(t *testing.T) {

@@ -38,6 +38,7 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 		// The longest first, so that the others run beside them.
 		{"StateMachine", s.testStateMachine, true},
 		{"ConcurrentHoldersNeverExceedLimit", s.testConcurrentHoldersNeverExceedLimit, false},
+		{"CallsCutShortNeitherShareNorStrandAKey", s.testCallsCutShortNeitherShareNorStrandAKey, false},
 		{"AcquireGrantsUpToLimit", s.testAcquireGrantsUpToLimit, false},
 		{"WeightedAcquiresShareKeySpace", s.testWeightedAcquiresShareKeySpace, false},
 		{"RefusalReportsRetryAfter", s.testRefusalReportsRetryAfter, false},
@@ -138,6 +139,7 @@ type suite struct {
 	noNotifier   bool          // WithoutNotifier: the Store is meant to have no notifications
 	lateReleases bool          // WithLateReleases: a decided release may end after Release returns
 	wake         time.Duration // how long to wait for a notification: wakeTimeout but in the suite's own tests
+	cutShortRun  time.Duration // how long the check of calls cut short runs its calls: 0, its own choice
 }
 
 // elapse lets d pass on the backend's clock: moved if the harness can, waited for if not.

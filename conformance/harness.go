@@ -5,8 +5,10 @@
 //
 // The suite has deterministic behaviour tests named after the behaviour they check, a
 // pgregory.net/rapid state machine that drives random acquire, extend, release, inspect and
-// advance-time steps for several holders against a pure model, and a concurrent stress test that
-// counts simultaneous holders. Its own tests run it against deliberately broken stores and check
+// advance-time steps for several holders against a pure model, a concurrent stress test that
+// counts simultaneous holders, and a check of calls cut short (ctx ending after 0.2 to 4 ms,
+// failed tries given back as the portable layer does) that keeps exclusion and fences and frees
+// every key within FreeBound. Its own tests run it against deliberately broken stores and check
 // that each one fails.
 //
 // What a driver implements is core.Store (four operations, each atomic per key) and, so that its

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/etcd"
 	"github.com/leasehold/leasehold/backend/etcd/internal/etcdtest"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -574,4 +575,39 @@ func fencedAppend(ctx context.Context, c *clientv3.Client, res, holder string, f
 		return fmt.Errorf("%w: %s's write with fence %d", core.ErrStaleFence, holder, fence)
 	}
 	return nil
+}
+
+// TestFaultRepliesLost: every Store's client reaches the server through a fault proxy that
+// loses every fifth read of the server's bytes: for a second each is held back 300 ms, past its
+// caller's ctx (100 ms), and with it what follows on that connection (one HTTP/2 connection
+// carries all of a client's calls), then delivered; for another it is dropped, its connection
+// cut after 300 ms (calls in flight fail with Unavailable, applied or not; the client's retries
+// are at their defaults). etcd ran each transaction it got, so the caller's give-back reaches
+// it after it. The history is linearizable (a failed call may have taken effect), fences
+// increase, and each key is free again within its TTL, the resolution and
+// conformance.FreeBound of the workload's end. The lease held across the fault may lose a
+// refresh's reply; if it is lost, it is reported by its deadline.
+func TestFaultRepliesLost(t *testing.T) {
+	testenv.SkipShort(t, "loses a server's replies for seconds")
+	noLeaks(t)
+	srv := etcdtest.Start(t)
+	px := srv.Proxy(t)
+	const ttl, hold = time.Second, 300 * time.Millisecond
+	stores, made, ops := faultStores(t, "http://"+px.Addr)
+	history.Fault{
+		NewStore: stores,
+		TTL:      ttl, Duration: 3 * time.Second, CallBudget: 100 * time.Millisecond,
+		Linearizable: true, MayLose: true,
+		FreeAfter: ttl + resolution + conformance.FreeBound,
+		Inject: func() {
+			made()
+			time.Sleep(300 * time.Millisecond)
+			px.LoseReplies(5, hold, false)
+			time.Sleep(time.Second)
+			px.LoseReplies(5, hold, true)
+			time.Sleep(time.Second)
+			px.LoseReplies(0, 0, false)
+		},
+	}.Run(t)
+	t.Log(failures(ops()))
 }

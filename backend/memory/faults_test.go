@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -89,4 +90,41 @@ func TestFaultClockJumpStalledHolder(t *testing.T) {
 		t.Error("the holder whose lease expired early wrote after its successor")
 	}
 	b.Release(ctx)
+}
+
+// TestFaultRepliesLost: for a second and a half of the workload, every fifth call's reply is
+// lost — the store runs the call, and its caller's ctx (50 ms) ends first — and, in the second
+// case, the call is sent again after the caller gave up, as a client library that retries
+// does. The history is linearizable (a call that failed may have taken effect), fences
+// increase, and each key is free again within its TTL and conformance.FreeBound of the
+// workload's end: a grant whose reply was lost, given back or not, strands no key. The lease
+// held across the fault may lose a refresh's reply and be lost; if so, by its deadline. It runs
+// in a bubble: on fake time, a call cut short ends at its deadline exactly.
+func TestFaultRepliesLost(t *testing.T) {
+	for name, retry := range map[string]bool{"lost": false, "lost and retried": true} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := memory.New()
+				lost := &history.LostReplies{Every: 5, Retry: retry}
+				const ttl = 400 * time.Millisecond
+				history.Fault{
+					NewStore: func() core.Store { return lost.Wrap(st) },
+					TTL:      ttl, Duration: 2 * time.Second, CallBudget: 50 * time.Millisecond,
+					Linearizable: true, MayLose: true,
+					FreeAfter: ttl + conformance.FreeBound,
+					Inject: func() {
+						time.Sleep(300 * time.Millisecond)
+						lost.Set(true)
+						time.Sleep(1500 * time.Millisecond)
+						lost.Set(false)
+					},
+				}.Run(t)
+				lost.Wait()
+				// The portable layer's give-backs run beside the workload, each within the TTL:
+				// the bubble's time reaches their end before it closes.
+				time.Sleep(ttl)
+				synctest.Wait()
+			})
+		})
+	}
 }

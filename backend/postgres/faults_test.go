@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/faultproxy"
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -170,4 +171,35 @@ func TestFaultHolderStallsPastTTL(t *testing.T) {
 	if v := append(history.Linearizable(ops, time.Minute), history.FencesIncrease(ops)...); len(v) > 0 {
 		t.Errorf("history: %v", v)
 	}
+}
+
+// TestFaultRepliesLost: the clients (pools and listening connections) reach the server through
+// a proxy that loses every fifth reply: for a second each reply is held back 300 ms, past its
+// caller's ctx (100 ms), then delivered; for another it is dropped, its connection cut after
+// 300 ms. The server ran each statement, so the caller's give-back reaches it after it. The
+// history is linearizable (a failed call may have taken effect), fences increase, and each key
+// is free again within its TTL and conformance.FreeBound of the workload's end. The lease held
+// across the fault may lose a refresh's reply; if it is lost, it is reported by its deadline.
+func TestFaultRepliesLost(t *testing.T) {
+	testenv.SkipShort(t, "loses a server's replies for seconds")
+	noLeaks(t)
+	srv := pgtest.StartServer(t)
+	px := faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", srv.Port))
+	const ttl, hold = time.Second, 300 * time.Millisecond
+	stores, made := faultStores(t, fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.Addr))
+	history.Fault{
+		NewStore: stores,
+		TTL:      ttl, Duration: 3 * time.Second, CallBudget: 100 * time.Millisecond,
+		Linearizable: true, MayLose: true,
+		FreeAfter: ttl + conformance.FreeBound,
+		Inject: func() {
+			made()
+			time.Sleep(300 * time.Millisecond)
+			px.LoseReplies(5, hold, false)
+			time.Sleep(time.Second)
+			px.LoseReplies(5, hold, true)
+			time.Sleep(time.Second)
+			px.LoseReplies(0, 0, false)
+		},
+	}.Run(t)
 }

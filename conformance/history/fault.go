@@ -11,9 +11,9 @@ import (
 )
 
 // Fault is a fault scenario for a Store: a Workload of 6 mutex holders on 2 keys, each with a
-// Store of its own and every call bounded by 2s, runs for Duration while Inject brings the fault
-// about and ends it; one more holder holds a lease across the whole run. Run checks the history
-// and what that holder was told.
+// Store of its own and every call bounded by CallBudget, runs for Duration while Inject brings
+// the fault about and ends it; one more holder holds a lease across the whole run. Run checks
+// the history, what that holder was told and, with FreeAfter, that no key stays held by nobody.
 type Fault struct {
 	// NewStore returns a Store of its own for each holder.
 	NewStore func() core.Store
@@ -25,15 +25,32 @@ type Fault struct {
 	// Lost says the lease held across the fault must be reported lost, by its deadline.
 	// Otherwise it must survive and is released at the end.
 	Lost bool
+	// MayLose says the lease held across the fault may be lost or kept (a refresh whose reply
+	// the fault lost until the lease's deadline loses it): if it is lost, it must be reported by
+	// its deadline; if not, it is released at the end.
+	MayLose bool
 	// Inject brings the fault about, and ends it, while the workload runs; it returns when the
 	// fault has ended.
 	Inject func()
+	// CallBudget bounds each call of the workload (its ctx's deadline); 0 means 2s.
+	CallBudget time.Duration
+	// Overrun is the Workload's: how much later than its deadline a call may return where the
+	// client library is documented to run on.
+	Overrun time.Duration
+	// FreeAfter, when set, is how soon after the workload ended each of its keys must be
+	// granted to a new holder: a grant whose reply was lost, given back or not, holds a key
+	// for at most its TTL (and the store's resolution) and a bound (conformance.FreeBound).
+	FreeAfter time.Duration
 }
 
 // Run runs the scenario and fails t on a violation.
 func (f Fault) Run(t *testing.T) {
 	t.Helper()
-	w := &Workload{Keys: 2, Workers: 6, TTL: f.TTL, Duration: f.Duration, CallBudget: 2 * time.Second, NewStore: f.NewStore}
+	budget := f.CallBudget
+	if budget <= 0 {
+		budget = 2 * time.Second
+	}
+	w := &Workload{Keys: 2, Workers: 6, TTL: f.TTL, Duration: f.Duration, CallBudget: budget, Overrun: f.Overrun, NewStore: f.NewStore}
 	long, err := primitives.NewMutex(Record(f.NewStore(), &w.Recorder), "fault-long", primitives.WithTTL(f.TTL))
 	if err != nil {
 		t.Fatal(err)
@@ -54,10 +71,17 @@ func (f Fault) Run(t *testing.T) {
 	}()
 	f.Inject()
 	<-done
+	ended := time.Now()
 	w.Check(t, f.Linearizable)
+	if f.FreeAfter > 0 {
+		f.checkFree(t, w, ended)
+	}
 	// The lease's timer fires at the deadline; a loaded machine fires every timer late, so the
 	// allowance is 50ms plus the worst lateness a plain timer showed during the workload.
 	allow := 50*time.Millisecond + w.lag
+	if f.MayLose && l.Err() != nil {
+		f.Lost = true
+	}
 	if !f.Lost {
 		l.Release(context.Background())
 		<-lostAt
@@ -73,6 +97,27 @@ func (f Fault) Run(t *testing.T) {
 		}
 	default:
 		t.Error("a lease held across the fault was not reported lost")
+	}
+}
+
+// checkFree fails t unless each of the workload's keys is granted to a new holder within
+// FreeAfter of ended.
+func (f Fault) checkFree(t *testing.T, w *Workload, ended time.Time) {
+	t.Helper()
+	for key := range w.resources {
+		left := time.Until(ended.Add(f.FreeAfter))
+		m, err := primitives.NewMutex(f.NewStore(), key, primitives.WithTTL(f.TTL), primitives.WithAcquireTimeout(max(left, time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Acquire(context.Background())
+		if err != nil {
+			t.Errorf("%s was not free %v after the workload ended (TTL %v, allowed %v): %v",
+				key, time.Since(ended).Round(time.Millisecond), f.TTL, f.FreeAfter, err)
+			continue
+		}
+		t.Logf("%s granted %v after the workload ended", key, time.Since(ended).Round(time.Millisecond))
+		l.Release(context.Background())
 	}
 }
 

@@ -14,7 +14,8 @@
 //     Store.Fenced, recorded with AddWrite) were accepted in fence order, so no stale write landed;
 //     Overlap measures how long the work of two holders (their Tenures) ran at once.
 //
-// Wrap a store with Record, run a workload (with faults), then check. A Recorder is safe for
+// Wrap a store with Record, run a workload (with faults: Fault, and LostReplies for a store
+// in process), then check. A Recorder is safe for
 // concurrent use.
 package history
 

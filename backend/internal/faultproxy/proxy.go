@@ -1,5 +1,6 @@
 // Package faultproxy is a TCP proxy on loopback for the fault tests of every backend: latency,
-// connections cut, traffic held back (a partition), replies lost, and healing.
+// connections cut, traffic held back (a partition), replies lost (delivered late or never, the
+// requests having gone through), and healing.
 package faultproxy
 
 import (
@@ -29,6 +30,11 @@ type Proxy struct {
 	conns   map[net.Conn]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+
+	lose     int           // LoseReplies: every lose-th read of a server's bytes is lost (0: none)
+	loseHold time.Duration // for this long
+	cut      bool          // and then dropped with its connection, instead of delivered
+	replies  int           // the reads of servers' bytes counted since LoseReplies
 }
 
 // Start starts a proxy to target; it is closed when t ends.
@@ -98,6 +104,19 @@ func (p *Proxy) Dropped() int {
 	return p.dropped
 }
 
+// LoseReplies loses replies from now on: every nth read of a server's bytes (a reply, several
+// pipelined, or part of one), counted across the proxy's connections from this call on, is held
+// back for hold — and so is what follows it on that connection — then delivered (cut false) or
+// dropped with its connection, which is cut (cut true). Requests are forwarded as they come, so
+// the server has run a call whose reply its caller, with a ctx shorter than hold, never sees:
+// the caller's give-back, and a client library's retry of the call, reach the server after it.
+// n 0 ends it (a reply held back then is still delivered or dropped at its time).
+func (p *Proxy) LoseReplies(n int, hold time.Duration, cut bool) {
+	p.mu.Lock()
+	p.lose, p.loseHold, p.cut, p.replies = max(n, 0), hold, cut, 0
+	p.mu.Unlock()
+}
+
 // Cut closes every open connection, as a network reset would; new ones are accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -147,8 +166,9 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pump copies from src to dst, waiting while held and delaying by the latency, and dropping what
-// DropReplies says when src is the server (fromServer); when either side ends it closes both.
+// pump copies from src to dst, waiting while held, delaying by the latency, and dropping or losing
+// replies as DropReplies and LoseReplies say when src is the server (fromServer); when either side
+// ends it closes both.
 func (p *Proxy) pump(dst, src net.Conn, fromServer bool) {
 	defer func() {
 		p.mu.Lock()
@@ -172,6 +192,13 @@ func (p *Proxy) pump(dst, src net.Conn, fromServer bool) {
 				p.drop--
 				p.dropped++
 			}
+			var hold time.Duration
+			cut := false
+			if fromServer && !drop && p.lose > 0 {
+				if p.replies++; p.replies%p.lose == 0 {
+					hold, cut = p.loseHold, p.cut
+				}
+			}
 			var h *heldRequest
 			if !fromServer && p.hold != nil && bytes.Contains(buf[:n], p.hold.match) {
 				h, p.hold = p.hold, nil
@@ -190,6 +217,18 @@ func (p *Proxy) pump(dst, src net.Conn, fromServer bool) {
 			}
 			if drop {
 				continue
+			}
+			if hold > 0 || cut {
+				t := time.NewTimer(hold)
+				select {
+				case <-t.C:
+				case <-p.stop:
+					t.Stop()
+					return
+				}
+				if cut {
+					return // the deferred closes drop the reply with its connection
+				}
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

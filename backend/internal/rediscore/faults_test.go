@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
+	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/conformance/history"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -226,6 +227,53 @@ func TestFaultNetwork(t *testing.T) {
 					time.Sleep(3 * ttl)
 					px.Cut()
 					px.Hold(false)
+				},
+			}.Run(t)
+		})
+	}
+}
+
+// TestFaultRepliesLost: clients reach the server through a proxy that loses every fifth reply:
+// for a second each reply is held back 300 ms, past its caller's ctx (100 ms), then delivered;
+// for another it is dropped, its connection cut after 300 ms, and the client library (go-redis
+// with its retries at their defaults) sends the command again. The server ran each call, so
+// the caller's give-back and a retried command reach it after it. The history is linearizable
+// (a failed call may have taken effect), fences increase, and each key is free again within
+// its TTL and conformance.FreeBound of the workload's end. The lease held across the fault may
+// lose a refresh's reply; if it is lost, it is reported by its deadline.
+//
+// Two client libraries run calls on past their ctx here, and the history allows it (Overrun),
+// until the drivers bound them: a valkey call may return up to the hold after its ctx's
+// deadline, since valkey-go redials a connection that broke (cut, or closed at a synchronous
+// call's deadline) on the next call, and the calls meanwhile wait for its handshake, whose reply
+// the proxy may hold, whatever their ctx (package valkey's doc: "in a dial, 10 s after ctx
+// ended"); and a go-redis Register (a waiter's SUBSCRIBE) waits for the go-redis PubSub's lock,
+// which its receiving goroutine holds while it redials the subscription connection after a
+// cut, whatever the waiter's ctx: measured 568 ms after a 100 ms ctx ended.
+func TestFaultRepliesLost(t *testing.T) {
+	testenv.SkipShort(t, "loses replies for seconds")
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			noLeaks(t)
+			srv := redistest.StartServer(t)
+			px := redistest.StartProxy(t, srv.Addr)
+			const ttl, hold = time.Second, 300 * time.Millisecond
+			overrun := map[string]time.Duration{"valkey": hold, "goredis": 2 * hold}
+			made := new(storeCount)
+			history.Fault{
+				NewStore: func() core.Store { s := mk(t, px.Addr); made.Add(1); return s },
+				TTL:      ttl, Duration: 3 * time.Second, CallBudget: 100 * time.Millisecond,
+				Linearizable: true, MayLose: true,
+				FreeAfter: ttl + conformance.FreeBound,
+				Overrun:   overrun[name],
+				Inject: func() {
+					made.wait(t)
+					time.Sleep(300 * time.Millisecond)
+					px.LoseReplies(5, hold, false)
+					time.Sleep(time.Second)
+					px.LoseReplies(5, hold, true)
+					time.Sleep(time.Second)
+					px.LoseReplies(0, 0, false)
 				},
 			}.Run(t)
 		})
