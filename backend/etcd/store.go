@@ -30,6 +30,7 @@ type Store struct {
 	lifeCache map[clientv3.LeaseID]life // what etcd said of leases, for RetryAfter
 	pool      map[int64][]pooled        // spare etcd leases, by their whole seconds
 	inPool    map[clientv3.LeaseID]bool
+	doomed    map[clientv3.LeaseID]bool // leases being revoked (discard): never spares
 	pooledN   int
 
 	// The work the Store owes (leaving lines, revoking leases), counted under mu rather than in
@@ -76,7 +77,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
 		watches: map[string]*keyWatch{}, refused: map[placeID]refusal{}, waitEnds: map[placeID]*time.Timer{}, leaving: map[string]*pending{},
 		locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{},
-		pool: map[int64][]pooled{}, inPool: map[clientv3.LeaseID]bool{}}
+		pool: map[int64][]pooled{}, inPool: map[clientv3.LeaseID]bool{}, doomed: map[clientv3.LeaseID]bool{}}
 	for _, o := range opts {
 		o(s)
 	}
