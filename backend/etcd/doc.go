@@ -94,9 +94,23 @@
 // default), renewed while the Store lives: a waiter whose process dies or stalls leaves every
 // line when the session ends, with any grant the line made it, and the line passes it over. A
 // waiter that gives up leaves its place (a read and a transaction, in the background, tried
-// again for up to two minutes while etcd cannot be reached; Inspect through the same Store waits
-// for it), and gives back a grant it has not taken; so does a request that failed with a Wait,
+// again for up to two minutes while etcd cannot be reached, until the client's Close; Inspect
+// through the same Store waits for it), and gives back a grant it has not taken; so does a request that failed with a Wait,
 // which may have taken a place. Close revokes the session: every place of the Store goes at once.
+//
+// # Closing
+//
+// Close the Store before its client. Store.Close stops the Store's waiters and watches, revokes
+// its session (its places in lines go at once) and its spare etcd leases, and waits for the
+// leaves its waiters owe: for at most five seconds while etcd answers, and about a second when
+// etcd answers none of it; what is left undone ends with the etcd leases' TTLs.
+//
+// Closing the client first ends the Store's background work at once: the leaves its waiters
+// owe and its revocations are dropped, not tried again; every later operation returns an
+// error wrapping core.ErrClosed, and the Store's Close returns at once, with an error saying that
+// its session was not revoked. Its places in lines then hold up those lines until the session
+// lease ends (WithSessionTTL, 10 s by default), and the etcd leases of the grants it was giving
+// up end with their TTLs.
 //
 // # What etcd does not give
 //
