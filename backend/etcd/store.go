@@ -26,6 +26,7 @@ type Store struct {
 	sessDone  chan struct{}    // closed when the session lease is lost
 	watches   map[string]*keyWatch
 	refused   map[placeID]refusal     // the state a refused try with Wait saw, for its Register
+	seedBytes int                     // the estimated size of the records refused keeps
 	waitEnds  map[placeID]*time.Timer // the end of a place's Wait
 	leaving   map[string]*pending
 	locks     map[string]*keyLock
