@@ -54,7 +54,11 @@
 //     Store's when it has one of the same TTL — the lease of a grant it released, renewed with a
 //     keep-alive, which is not a write through etcd's consensus — or a new one. So an
 //     uncontended pair is two consensus writes, the acquire's and the release's transactions, as
-//     etcd's own Mutex's is. Close revokes the spares; one nobody takes ends at its TTL.
+//     etcd's own Mutex's is. Close revokes the spares; one nobody takes ends at its TTL. The
+//     etcd lease of a transaction whose outcome is unknown (its ctx ended, or its connection
+//     broke, in flight) is never a spare: a drawn holder's (core.AcquireRequest.Unshared) is
+//     revoked at once, taking along a grant its caller was told failed, or that lands after
+//     its give-back; any other is left to its TTL.
 //   - Acquire on a key the Store's watch sees busy decides on the watch's copy of the records,
 //     and asks for an etcd lease only to grant; a refusal with a Wait is one transaction that
 //     writes its place; a decision to write nothing (a refusal without a wait) reads first. A
