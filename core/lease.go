@@ -46,7 +46,8 @@ type Lease interface {
 	// Release ends the lease and frees its permits: one store round trip. The first call that
 	// reaches the store releases; later calls return nil. If the lease had been lost, before or
 	// during the call, Release returns an error wrapping ErrLost: the critical section ran
-	// unprotected. If the store cannot be reached, or ctx ends first, Release returns that error
+	// unprotected. A lease that has reported its loss never ends a grant made after it (under a
+	// holder id shared with other leases, its Release sends nothing). If the store cannot be reached, or ctx ends first, Release returns that error
 	// and the lease stays, no longer refreshed, until its deadline; call Release again to retry (a
 	// retry that finds the lease gone reports it released: the failed call may have released it and
 	// lost the reply). If the Store was closed, the lease is lost at once and Release returns an

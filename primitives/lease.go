@@ -202,6 +202,16 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	l.running.Wait() // no refresh may race the release
 
+	l.mu.Lock()
+	if lost := l.lost; lost != nil && !l.p.own {
+		// Lost under a holder id shared with other leases (WithHolder, Adopt): the store may
+		// have granted that id again since, the same lease and fence while it still held this
+		// one, and a release would end that grant. Left to the store's expiry.
+		l.endLocked()
+		l.mu.Unlock()
+		return fmt.Errorf("leasehold: release %s: %w", quoteKey(l.p.key), lost)
+	}
+	l.mu.Unlock()
 	held, err := l.p.store.Release(ctx, core.ReleaseRequest{Key: l.p.key, Holder: l.p.holder, Fence: l.p.fence})
 
 	closed := err != nil && errors.Is(err, ErrClosed)

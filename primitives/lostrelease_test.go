@@ -2,6 +2,7 @@ package primitives_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -72,5 +73,27 @@ func TestLossOfAnAdoptedLeaseSendsNoRelease(t *testing.T) {
 			t.Errorf("%d releases after the adopted lease's loss, want none", n)
 		}
 		first.Release(context.Background())
+	})
+}
+
+// TestLostLeaseReleaseUnderAChosenHolderEndsNoLaterGrant: a lease under a holder id of the
+// caller's choosing, reported lost at its deadline while the store still holds it (not
+// refreshed), is granted again to the same id by the next Acquire: the same lease in the
+// store, the same fence. The lost lease's Release after that must not end the new grant.
+func TestLostLeaseReleaseUnderAChosenHolderEndsNoLaterGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newRecorder()
+		m := mustMutex(t, store, primitives.WithTTL(3*time.Second), primitives.WithHolder("worker-7"), primitives.WithoutRefresh())
+		l := mustAcquire(t, m)
+		<-l.Done()
+		l2 := mustAcquire(t, mustMutex(t, store, primitives.WithTTL(time.Minute), primitives.WithHolder("worker-7")))
+		if err := l.Release(context.Background()); !errors.Is(err, primitives.ErrLost) {
+			t.Errorf("Release of the lost lease = %v, want ErrLost", err)
+		}
+		if o, err := mustMutex(t, store).TryAcquire(context.Background()); err == nil {
+			t.Errorf("another Mutex took the key (fence %d) while the holder's new lease (fence %d, Err %v) holds it", o.Fence(), l2.Fence(), l2.Err())
+			o.Release(context.Background())
+		}
+		l2.Release(context.Background())
 	})
 }

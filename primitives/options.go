@@ -179,6 +179,9 @@ func WithOnLost(f func(Lease, error)) Option {
 // WithHolder sets the holder id that leases are acquired under, instead of a fresh 128-bit
 // random id per lease. Two acquires with one holder id share one lease (a store grants a lease
 // again to its holder), so use it to adopt or re-enter a lease on purpose, not to name a process.
+// A lease under it that has been lost is not released in the store (its Release sends nothing
+// and returns the loss): the store may have granted the id again since, the same lease and
+// fence, which the release would end. The store ends it at its expiry.
 func WithHolder(id string) Option {
 	return func(c *config) {
 		if id == "" {

@@ -128,9 +128,21 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	k := s.keys(req.Key)
 	var mine leases // the etcd leases of a grant to the caller, asked for once it is to be granted
 	used := false
+	// A transaction that wrote the caller's grant on mine failed without an answer: it may have
+	// committed, or may still commit. mine is never a spare then: a grant of the holder's
+	// that it renews (held) stays on it, to its TTL; any other is ended (discard), for its caller
+	// is told that it failed and no etcd lease may carry two grants.
+	unsure, held := false, false
 	defer func() {
-		if !used {
+		switch {
+		case used:
+		case !unsure:
 			s.recycle(mine.spares()...)
+		case req.Unshared && !held:
+			s.discard(mine)
+		default:
+			// Left to its TTL: a lease of a holder id shared with others may be theirs to
+			// renew (a re-grant), or to give back; nothing renews it otherwise.
 		}
 	}()
 	r := rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}
@@ -146,6 +158,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", g.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(g.lease))).
 			Then(grantOps(k, req.Holder, r, g.fence, mine)...).Commit()
 		if err != nil {
+			unsure = outcomeUnknown(err)
 			return core.AcquireResult{}, err
 		}
 		if resp.Succeeded {
@@ -171,6 +184,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 			Then(grantOps(k, req.Holder, r, 0, mine)...).
 			Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
 		if err != nil {
+			unsure = outcomeUnknown(err)
 			return core.AcquireResult{}, err
 		}
 		if resp.Succeeded {
@@ -193,12 +207,17 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	defer unlock()
 	var sess clientv3.LeaseID
+	granting := false // the last decision wrote the caller's grant on mine
 	p, resp, st, err := s.commit(ctx, k, st, func(st *state) (*plan, error) {
 		p, err := decideAcquire(k, st, req)
 		if err != nil {
+			granting = false
 			return nil, err
 		}
+		granting = p.grant
 		if p.grant {
+			e, ok := st.leases[req.Holder]
+			held = ok && !e.untaken
 			if mine.own == 0 {
 				if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
 					return nil, err
@@ -221,6 +240,8 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return p, nil
 	})
 	if err != nil {
+		var sent *txnError
+		unsure = granting && errors.As(err, &sent) && outcomeUnknown(err)
 		if sess != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.forgetSession(sess)
 			return core.AcquireResult{}, errSessionLost
@@ -252,6 +273,18 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	res.RetryAfter = s.retryAfter(ctx, st, req)
 	return res, nil
 }
+
+// txnError is the error of a transaction commit sent: unless etcd refused it, it may have
+// committed, or may still commit.
+type txnError struct{ err error }
+
+func (e *txnError) Error() string { return e.err.Error() }
+func (e *txnError) Unwrap() error { return e.err }
+
+// outcomeUnknown reports whether a transaction that failed with err may have committed, or may
+// still: anything but etcd's refusal of a lease it does not have (which it checks before
+// applying anything).
+func outcomeUnknown(err error) bool { return !errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
 // afterGrantHook, set by a test, runs after a try's etcd leases are granted, before they are
 // used: a stall there longer than the TTL ends them first.
@@ -357,7 +390,7 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 			continue
 		}
 		if err != nil {
-			return nil, nil, st, err
+			return nil, nil, st, &txnError{err}
 		}
 		if resp.Succeeded {
 			return p, resp, st, nil

@@ -54,7 +54,11 @@
 //     Store's when it has one of the same TTL — the lease of a grant it released, renewed with a
 //     keep-alive, which is not a write through etcd's consensus — or a new one. So an
 //     uncontended pair is two consensus writes, the acquire's and the release's transactions, as
-//     etcd's own Mutex's is. Close revokes the spares; one nobody takes ends at its TTL.
+//     etcd's own Mutex's is. Close revokes the spares; one nobody takes ends at its TTL. The
+//     etcd lease of a transaction whose outcome is unknown (its ctx ended, or its connection
+//     broke, in flight) is never a spare: a drawn holder's (core.AcquireRequest.Unshared) is
+//     revoked at once, taking along a grant its caller was told failed, or that lands after
+//     its give-back; any other is left to its TTL.
 //   - Acquire on a key the Store's watch sees busy decides on the watch's copy of the records,
 //     and asks for an etcd lease only to grant; a refusal with a Wait is one transaction that
 //     writes its place; a decision to write nothing (a refusal without a wait) reads first. A
@@ -94,9 +98,23 @@
 // default), renewed while the Store lives: a waiter whose process dies or stalls leaves every
 // line when the session ends, with any grant the line made it, and the line passes it over. A
 // waiter that gives up leaves its place (a read and a transaction, in the background, tried
-// again for up to two minutes while etcd cannot be reached; Inspect through the same Store waits
-// for it), and gives back a grant it has not taken; so does a request that failed with a Wait,
+// again for up to two minutes while etcd cannot be reached, until the client's Close; Inspect
+// through the same Store waits for it), and gives back a grant it has not taken; so does a request that failed with a Wait,
 // which may have taken a place. Close revokes the session: every place of the Store goes at once.
+//
+// # Closing
+//
+// Close the Store before its client. Store.Close stops the Store's waiters and watches, revokes
+// its session (its places in lines go at once) and its spare etcd leases, and waits for the
+// leaves its waiters owe: for at most five seconds while etcd answers, and about a second when
+// etcd answers none of it; what is left undone ends with the etcd leases' TTLs.
+//
+// Closing the client first ends the Store's background work at once: the leaves its waiters
+// owe and its revocations are dropped, not tried again; every later operation returns an
+// error wrapping core.ErrClosed, and the Store's Close returns at once, with an error saying that
+// its session was not revoked. Its places in lines then hold up those lines until the session
+// lease ends (WithSessionTTL, 10 s by default), and the etcd leases of the grants it was giving
+// up end with their TTLs.
 //
 // # What etcd does not give
 //

@@ -73,7 +73,11 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 		t, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", e.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", e.lease)).
 			Then(grantOps(k, req.Holder, r, e.leaseFence(), mine)...).Commit()
 		if err != nil {
-			s.recycle(mine.spares()...)
+			if !outcomeUnknown(err) {
+				s.recycle(mine.spares()...)
+			}
+			// Otherwise the records may be on mine now, or may move there still: mine is no
+			// spare, and ends at its TTL unless the holder's refreshes renew it.
 			return core.ExtendResult{}, err
 		}
 		if !t.Succeeded {

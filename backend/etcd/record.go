@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -316,4 +317,23 @@ func (st *state) place(holder string) (entry, bool) {
 		return entry{}, false
 	}
 	return st.line[i], true
+}
+
+// entryBytes is an estimate of what one record costs in a state besides its holder and value:
+// the entry itself and its place in a map or slice.
+const entryBytes = int(unsafe.Sizeof(entry{})) + 48
+
+// size estimates the memory st holds.
+func (st *state) size() int {
+	n := 0
+	for _, e := range st.leases {
+		n += entryBytes + len(e.holder) + len(e.value)
+	}
+	for _, e := range st.delays {
+		n += entryBytes + len(e.holder) + len(e.value)
+	}
+	for _, e := range st.line {
+		n += entryBytes + len(e.holder) + len(e.value)
+	}
+	return n
 }

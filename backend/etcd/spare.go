@@ -2,7 +2,10 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -33,7 +36,7 @@ func (s *Store) recycle(sp ...spare) {
 	s.mu.Lock()
 	for _, x := range sp {
 		switch {
-		case x.id == 0 || x.id == s.sess || s.inPool[x.id]:
+		case x.id == 0 || x.id == s.sess || s.inPool[x.id] || s.doomed[x.id]:
 		case s.closed || s.pooledN >= maxSpares:
 			revoke = append(revoke, x.id)
 		default:
@@ -90,4 +93,51 @@ func (s *Store) dropSpares() []clientv3.LeaseID {
 	clear(s.inPool)
 	s.pooledN = 0
 	return ids
+}
+
+// discard ends the etcd leases of a grant whose transaction's outcome is unknown: committed
+// (its caller told it failed), or still on its way. Revoked, the leases take such a grant with
+// them, and a transaction that arrives after fails (etcd refuses a write on a lease it does not
+// have), so the grant is held by nobody for at most the revoke's round trip. Until the revoke is
+// done the leases are never spares, whoever releases the grant. The revoke is tried again while
+// etcd cannot be reached, until the leases would have ended by themselves.
+func (s *Store) discard(l leases) {
+	var ids []clientv3.LeaseID
+	for _, id := range []clientv3.LeaseID{l.own, l.delay} {
+		if id != 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for _, id := range ids {
+		s.doomed[id] = true
+	}
+	s.mu.Unlock()
+	budget := time.Duration(max(l.ownSecs, l.delaySecs))*time.Second + 2*time.Second
+	s.goBackgroundFor(budget, func(ctx context.Context) {
+		defer func() {
+			s.mu.Lock()
+			for _, id := range ids {
+				delete(s.doomed, id)
+			}
+			s.mu.Unlock()
+		}()
+		for _, id := range ids {
+			backoff := 20 * time.Millisecond
+			for {
+				_, err := s.c.Revoke(ctx, id)
+				if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || ctx.Err() != nil {
+					break
+				}
+				select {
+				case <-time.After(backoff):
+					backoff = min(2*backoff, time.Second)
+				case <-ctx.Done():
+				}
+			}
+		}
+	})
 }

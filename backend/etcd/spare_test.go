@@ -1,9 +1,16 @@
 package etcd_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/backend/etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/backend/etcd/internal/etcdtest"
 	"github.com/leasehold/leasehold/core"
@@ -62,4 +69,99 @@ func TestSpareThatEndedIsNotUsed(t *testing.T) {
 	poll.Within(t, 10*time.Second, "b's lease ending at its TTL", func() (struct{}, bool) {
 		return struct{}{}, !holds(t, st, key, "b")
 	})
+}
+
+// TestAcquireCutInFlightSharesNoEtcdLease: acquires whose ctx ends while they are in flight
+// (0.2 to 4 ms) may be granted unknown to their callers. The etcd lease such a grant is on
+// carries no other grant (the Store's next grants of the same TTL take none of them), whether
+// the try is given back as primitives does (a drawn holder: a Release of any fence) or not; so
+// do Extends with another TTL cut in flight. The Store's Close, which revokes its spares, ends
+// no lease reported granted.
+func TestAcquireCutInFlightSharesNoEtcdLease(t *testing.T) {
+	t.Parallel()
+	prefix := uniqueKey(t) + "/"
+	c := etcdClient(t)
+	s, err := etcd.New(etcdtest.Shared(t).Client(t), etcd.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	short := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, 200*time.Microsecond+rand.N(3800*time.Microsecond))
+	}
+	const tries = 120
+	var granted []string // the keys of the grants reported, each held by "h"
+	var cut []core.AcquireRequest
+	for i := range tries {
+		r := req(fmt.Sprint("try", i), "h", 1, 1)
+		r.Unshared = i%2 == 0
+		tctx, cancel := short()
+		res, err := s.Acquire(tctx, r)
+		cancel()
+		switch {
+		case err != nil:
+			cut = append(cut, r)
+		case res.Granted:
+			granted = append(granted, r.Key)
+		}
+	}
+	t.Logf("%d of %d tries cut in flight", len(cut), tries)
+	// The next grants of the same TTL take the Store's spares.
+	for i := range tries {
+		next := req(fmt.Sprint("next", i), "h", 1, 1)
+		mustAcquire(t, s, next)
+		granted = append(granted, next.Key)
+	}
+	// The give-back of primitives, for the drawn holders.
+	for _, r := range cut {
+		if r.Unshared {
+			if _, err := s.Release(ctx, core.ReleaseRequest{Key: r.Key, Holder: r.Holder}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Extends with another TTL, cut in flight, may move the records onto etcd leases of their
+	// own, unknown to their callers; the next Extends of that TTL take the Store's spares.
+	for i := range tries {
+		tctx, cancel := short()
+		s.Extend(tctx, core.ExtendRequest{Key: fmt.Sprint("next", i), Holder: "h", TTL: 2 * time.Minute})
+		cancel()
+	}
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := map[int64][]string{}
+	for _, kv := range resp.Kvs {
+		if rest := strings.TrimPrefix(string(kv.Key), prefix); strings.Contains(rest, "/l/") {
+			on[kv.Lease] = append(on[kv.Lease], rest)
+		}
+	}
+	shared := 0
+	for id, recs := range on {
+		if len(recs) > 1 {
+			shared++
+			t.Logf("etcd lease %x carries %d grants: %v", id, len(recs), recs)
+		}
+	}
+	if shared > 0 {
+		t.Errorf("%d etcd leases carry more than one grant", shared)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ended := 0
+	for _, key := range granted {
+		r, err := c.Get(ctx, prefix+key+"/l/h", clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Count != 1 {
+			ended++
+		}
+	}
+	if ended > 0 {
+		t.Errorf("%d of the %d grants reported were ended by the Store's Close", ended, len(granted))
+	}
 }

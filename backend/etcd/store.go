@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -24,12 +26,14 @@ type Store struct {
 	sessDone  chan struct{}    // closed when the session lease is lost
 	watches   map[string]*keyWatch
 	refused   map[placeID]refusal     // the state a refused try with Wait saw, for its Register
+	seedBytes int                     // the estimated size of the records refused keeps
 	waitEnds  map[placeID]*time.Timer // the end of a place's Wait
 	leaving   map[string]*pending
 	locks     map[string]*keyLock
 	lifeCache map[clientv3.LeaseID]life // what etcd said of leases, for RetryAfter
 	pool      map[int64][]pooled        // spare etcd leases, by their whole seconds
 	inPool    map[clientv3.LeaseID]bool
+	doomed    map[clientv3.LeaseID]bool // leases being revoked (discard): never spares
 	pooledN   int
 
 	// The work the Store owes (leaving lines, revoking leases), counted under mu rather than in
@@ -76,23 +80,27 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
 		watches: map[string]*keyWatch{}, refused: map[placeID]refusal{}, waitEnds: map[placeID]*time.Timer{}, leaving: map[string]*pending{},
 		locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{},
-		pool: map[int64][]pooled{}, inPool: map[clientv3.LeaseID]bool{}}
+		pool: map[int64][]pooled{}, inPool: map[clientv3.LeaseID]bool{}, doomed: map[clientv3.LeaseID]bool{}}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.sessionTTL < time.Second {
 		return nil, fmt.Errorf("%w: etcd.WithSessionTTL(%v): must be at least 1s", core.ErrInvalid, s.sessionTTL)
 	}
-	s.ctx, s.stop = context.WithCancel(context.Background())
+	// The client's Close ends the background work too: nothing it tries could reach etcd.
+	s.ctx, s.stop = context.WithCancel(client.Ctx())
 	return s, nil
 }
 
 func (s *Store) keys(key string) keys { return keys{base: s.prefix + escape(key) + "/"} }
 
 // Close ends the Store: its waiters and watches stop, its places in lines go (its session lease
-// is revoked), and later operations return an error wrapping core.ErrClosed. It waits, at most
-// five seconds, for the background work its waiters owe (leaving lines, revoking leases). It
-// does not close the client.
+// is revoked), and later operations return an error wrapping core.ErrClosed. It waits for the
+// background work its waiters owe (leaving lines, revoking leases) and revokes its session and
+// spare etcd leases meanwhile, for at most five seconds while etcd answers, and about a second
+// when etcd answers none of it (unreachable): what is not done by then ends with the etcd
+// leases' TTLs (the places with the session's, WithSessionTTL). After the client's Close it
+// sends nothing and returns at once. It does not close the client.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -111,26 +119,57 @@ func (s *Store) Close() error {
 	for _, kw := range ws {
 		kw.shut()
 	}
+	defer func() { s.stop(); <-s.idle(); s.loops.Wait() }()
+	if s.c.Ctx().Err() != nil {
+		if sess != 0 {
+			return fmt.Errorf("etcd: revoke the session lease: the client was closed first (the Store's places in lines end with the session lease's TTL, %v)", s.sessionTTL)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	var answered atomic.Bool
+	unanswered := time.AfterFunc(closeUnanswered, func() {
+		if !answered.Load() {
+			cancel()
+		}
+	})
+	defer unanswered.Stop()
+	revoke := func(id clientv3.LeaseID) error {
+		_, err := s.c.Revoke(ctx, id)
+		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			answered.Store(true)
+			return nil
+		}
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, id := range s.dropSpares() {
+		wg.Go(func() { revoke(id) }) // one not revoked ends at its TTL, with no record on it
+	}
+	var err error
+	if sess != 0 {
+		wg.Go(func() {
+			if e := revoke(sess); e != nil {
+				err = fmt.Errorf("etcd: revoke the session lease: %w", e)
+			}
+		})
+	}
 	select {
 	case <-s.idle():
-	case <-time.After(5 * time.Second):
+		answered.Store(true)
+	case <-ctx.Done():
 	}
 	s.stop() // no background work starts after this: goBackground checks s.ctx under mu
-	defer func() { <-s.idle(); s.loops.Wait() }()
-	var err error
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, id := range s.dropSpares() {
-		s.c.Revoke(ctx, id) // one not revoked ends at its TTL, with no record on it
-	}
-	if sess != 0 {
-		_, err = s.c.Revoke(ctx, sess)
-		if err != nil {
-			err = fmt.Errorf("etcd: revoke the session lease: %w", err)
-		}
-	}
+	wg.Wait()
 	return err
 }
+
+// closeWait bounds Close's wait for etcd; closeUnanswered, when etcd has answered none of it.
+const (
+	closeWait       = 5 * time.Second
+	closeUnanswered = time.Second
+)
 
 // begin checks that the Store is open and ctx is live.
 func (s *Store) begin(ctx context.Context) error {
@@ -142,8 +181,14 @@ func (s *Store) begin(ctx context.Context) error {
 	if s.closed {
 		return core.ErrClosed
 	}
+	if s.c.Ctx().Err() != nil {
+		return errClientClosed
+	}
 	return nil
 }
+
+// errClientClosed is the error of an operation after the client's Close: nothing can be sent.
+var errClientClosed = fmt.Errorf("%w: etcd: the Store's client was closed", core.ErrClosed)
 
 // fail returns err from an operation: core.ErrClosed after Close, ctx's error when ctx ended
 // (etcd's client reports a canceled call as a gRPC status, which errors.Is does not match), and
@@ -170,7 +215,7 @@ func (s *Store) goBackground(fn func(ctx context.Context)) { s.goBackgroundFor(1
 // goBackgroundFor runs fn in the background, as goBackground, with budget d.
 func (s *Store) goBackgroundFor(d time.Duration, fn func(ctx context.Context)) {
 	s.mu.Lock()
-	if s.closed && s.ctx.Err() != nil {
+	if s.ctx.Err() != nil {
 		s.mu.Unlock()
 		return
 	}

@@ -29,12 +29,25 @@ type keyWatch struct {
 }
 
 // refusal is what a refused try with a Wait saw, kept for its Register: the key's records when
-// it decided, and the revision its place was written at.
+// it decided (nil when not kept: the Store watched the key already, or the Store keeps more
+// than maxSeedBytes of them; Register then reads), their estimated size, and the revision its
+// place was written at.
 type refusal struct {
 	st     *state
+	size   int
 	placed int64
 	at     time.Time
 }
+
+// The refusals a Store keeps for their Register are bounded: at most maxRefusals, the records
+// they keep at most maxSeedBytes together (a line of a thousand places is some 100 KiB), and one
+// older than refusalKept goes first when room is needed (a Register follows its refusal at once;
+// one that comes later reads the key).
+const (
+	maxRefusals  = 1024
+	maxSeedBytes = 1 << 20
+	refusalKept  = 10 * time.Second
+)
 
 // placeID names a holder's place on a key (a struct, not a joined string: keys and holders may
 // hold any byte).
@@ -44,16 +57,42 @@ func refusalID(key, holder string) placeID { return placeID{key, holder} }
 
 // noteRefusal keeps what a refused try with a Wait saw, for its Register.
 func (s *Store) noteRefusal(req core.AcquireRequest, st *state, placed int64) {
+	id := refusalID(req.Key, req.Holder)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.refused) >= 1024 {
+	s.takeRefusalLocked(id)
+	if len(s.refused) >= maxRefusals {
 		for id, r := range s.refused {
-			if time.Since(r.at) > time.Minute {
-				delete(s.refused, id)
+			if time.Since(r.at) > refusalKept {
+				s.takeRefusalLocked(id)
 			}
 		}
+		for id := range s.refused {
+			if len(s.refused) < maxRefusals {
+				break
+			}
+			s.takeRefusalLocked(id)
+		}
 	}
-	s.refused[refusalID(req.Key, req.Holder)] = refusal{st: st, placed: placed, at: time.Now()}
+	r := refusal{placed: placed, at: time.Now()}
+	if s.watches[req.Key] == nil {
+		// Register starts the key's watch from these records; with a watch, it has no use for them.
+		if n := st.size(); s.seedBytes+n <= maxSeedBytes {
+			r.st, r.size = st, n
+			s.seedBytes += n
+		}
+	}
+	s.refused[id] = r
+}
+
+// takeRefusalLocked removes and returns the refusal kept for id. s.mu must be held.
+func (s *Store) takeRefusalLocked(id placeID) (refusal, bool) {
+	r, ok := s.refused[id]
+	if ok {
+		delete(s.refused, id)
+		s.seedBytes -= r.size
+	}
+	return r, ok
 }
 
 // leaveWhenWaitEnds leaves the place req's refused try took once req.Wait has passed, unless a
@@ -312,8 +351,7 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wai
 		return nil, err
 	}
 	s.mu.Lock()
-	ref, known := s.refused[refusalID(req.Key, req.Holder)]
-	delete(s.refused, refusalID(req.Key, req.Holder))
+	ref, known := s.takeRefusalLocked(refusalID(req.Key, req.Holder))
 	s.mu.Unlock()
 	var seed *state
 	if known {
