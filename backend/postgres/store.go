@@ -31,7 +31,7 @@ type Store struct {
 	leaves sync.WaitGroup // leaves of the line sent in the background
 
 	lmu     sync.Mutex
-	leaving map[string]*leaving // key → its leaves in flight
+	leaving leavings // the leaves in flight, by key and by key and holder
 	cancel  context.CancelFunc
 	loops   sync.WaitGroup // the listener's and the renewer's goroutines
 }
@@ -77,7 +77,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	// and the line tells it from a session a pooler kept or gave to another client (see alive
 	// in sql/line.sql).
 	lc.RuntimeParams["application_name"] = listenerName + " " + hex.EncodeToString(id[:])
-	s := &Store{pool: pool, n: n, opts: o, leaving: make(map[string]*leaving), newTry: rand.Int64}
+	s := &Store{pool: pool, n: n, opts: o, leaving: make(leavings), newTry: rand.Int64}
 	// The 'f' before the id tells the line's functions that this Store reads the fence in a
 	// grant's notice (an earlier version's Stores put a 'w' there).
 	s.l = newListener(s, lc, o.prefix+"f"+hex.EncodeToString(id[:]))
