@@ -198,7 +198,7 @@ func newClient(endpoints ...string) (*clientv3.Client, error) {
 // their TTL meanwhile expire when it resumes.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	pid := s.signal(t, syscall.SIGSTOP)
+	pid := s.signal(t, sigStop)
 	poll.Until(t, "the server's threads all stopped after SIGSTOP", func() bool { return stopped(pid) })
 }
 
@@ -206,7 +206,7 @@ func (s *Server) Pause(t testing.TB) {
 // threads as it takes the signal.
 func (s *Server) Resume(t testing.TB) {
 	t.Helper()
-	s.signal(t, syscall.SIGCONT)
+	s.signal(t, sigCont)
 }
 
 // signal sends sig to the server's process and returns its pid.
