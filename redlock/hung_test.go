@@ -2,7 +2,6 @@ package redlock_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,10 +38,10 @@ func redisNodes(t *testing.T, n int) ([]*redistest.Server, []core.Store) {
 // continued when t ends, before its Stores are closed.
 func stop(t *testing.T, srv *redistest.Server) {
 	t.Helper()
-	if err := syscall.Kill(srv.Pid(), syscall.SIGSTOP); err != nil {
+	if err := pauseProcess(srv.Pid()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(srv.Pid(), syscall.SIGCONT) })
+	t.Cleanup(func() { resumeProcess(srv.Pid()) })
 }
 
 // TestMutexOverRedlockWithOneNodeHung: with one redis-server of three SIGSTOPped, a Mutex with

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,8 +65,8 @@ const (
 )
 
 func failureModes() []failureMode {
-	stop := func(h *holderProcess, _ *redistest.Proxy) { h.cmd.Process.Signal(syscall.SIGSTOP) }
-	cont := func(h *holderProcess, _ *redistest.Proxy) { h.cmd.Process.Signal(syscall.SIGCONT) }
+	stop := func(h *holderProcess, _ *redistest.Proxy) { pauseProcess(h.cmd.Process) }
+	cont := func(h *holderProcess, _ *redistest.Proxy) { resumeProcess(h.cmd.Process) }
 	kill := func(h *holderProcess, _ *redistest.Proxy) { h.cmd.Process.Kill() }
 	hold := func(_ *holderProcess, px *redistest.Proxy) { px.Hold(true) }
 	release := func(_ *holderProcess, px *redistest.Proxy) { px.Hold(false) }

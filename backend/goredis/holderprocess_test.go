@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -165,7 +164,7 @@ func startHolder(t *testing.T, cfg holderConfig) *holderProcess {
 		h.cmd.Wait()
 	}()
 	t.Cleanup(func() {
-		h.cmd.Process.Signal(syscall.SIGCONT) // a stopped process is not killed until continued
+		resumeProcess(h.cmd.Process) // a stopped process is not killed until continued
 		h.cmd.Process.Kill()
 		<-h.exited
 	})

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -365,13 +364,4 @@ func mutexHandoff(b *testing.B, workers int) {
 	b.ReportMetric(float64(grants)/b.Elapsed().Seconds(), "pairs/s")
 	b.ReportMetric(100*float64(toAnother)/float64(max(grants-1, 1)), "%to-another")
 	b.ReportMetric(float64((clientCPU()-cpu).Microseconds())/float64(max(grants, 1)), "client-CPU-µs/pair")
-}
-
-// clientCPU returns the CPU time this process has used, user and system.
-func clientCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -70,8 +70,11 @@
 // not listen whose holder has not asked for ten minutes, when it would grant it, so dead
 // waiters do not hold up the line for their wait; the key's limit does not count them either. A waiter that gives up leaves
 // the line (one more statement, sent in the background; Close waits for those its waiters owe)
-// and gives back a grant it has not taken; so does a try that failed or was canceled in flight,
-// and such a try is kept out of the line for a minute should it still arrive. The sweep (below)
+// and gives back a grant it has not taken; so does a try that failed or was canceled in flight
+// (one that would wait, or one that would not of a holder id drawn for the call, whose caller
+// gives back what it may have been granted), and such a try is kept out for a minute should it
+// still arrive: it takes no place and no lease. The holder's Release waits for that leave, so
+// that it ends a lease the try took before it. The sweep (below)
 // removes the places of dead waiters on keys nobody uses any more, which the line never reaches.
 //
 // # Watching a key

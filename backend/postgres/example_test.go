@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,7 +22,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool)
+	// New fails within its ctx when the database cannot be reached (or is not PostgreSQL).
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	store, err := postgres.New(nctx, pool)
+	cancel()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -44,7 +48,7 @@ func Example() {
 func ExampleStore_AcceptFence() {
 	ctx := context.Background()
 	pool, _ := pgxpool.New(ctx, "postgres://app@db.internal/app")
-	store, _ := postgres.New(pool)
+	store, _ := postgres.New(ctx, pool)
 	m, _ := primitives.NewMutex(store, "invoice-42")
 	lease, err := m.Acquire(ctx)
 	if err != nil {

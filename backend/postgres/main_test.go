@@ -69,7 +69,7 @@ func storeOn(t testing.TB, cfg *pgxpool.Config, opts ...postgres.Option) *postgr
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := postgres.New(pool, opts...)
+	s, err := postgres.New(context.Background(), pool, opts...)
 	if err != nil {
 		pool.Close()
 		t.Fatal(err)

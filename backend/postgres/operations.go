@@ -17,9 +17,11 @@ const maxFloor = math.MaxInt64 - 1<<32
 
 // Acquire implements core.Store.Acquire in one statement (one round trip). A request refused with
 // req.Wait > 0 keeps a place in the key's FIFO line for req.Wait. A request whose limit is not the
-// key's is refused with a *core.LimitMismatchError and writes nothing. On error, a try that would
-// wait leaves its place (one statement, sent in the background) and is kept out of the line should
-// it arrive late.
+// key's is refused with a *core.LimitMismatchError and writes nothing. On error (ctx ended, the
+// connection broke), a try that would wait, and one that would not of an unshared holder (whose
+// caller gives back what it may have been granted), is followed by a leave (one statement, sent
+// in the background) that takes out the place it took and keeps it from taking anything should
+// it arrive after the leave; Release of the holder's lease on the key waits for that leave.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, 0, 0)
 }
@@ -53,13 +55,20 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 	args := []any{[]byte(req.Key), []byte(req.Holder), req.Permits, req.Limit, us(req.TTL), us(req.Wait),
 		[]byte(req.Value), int64(floor), int64(raise), nil, nil, nil, nil, us(req.LockDelay)}
 	var t try
+	named := req.Wait > 0 || req.Unshared
 	if req.Wait > 0 {
 		t = s.l.beforeTry(req, plain)
-		t.id = s.newTry()
-		args[9] = t.id
 		if t.up {
 			args[10], args[11], args[12] = s.l.channel, t.pid, t.started
 		}
+	}
+	if named {
+		// A try that will not wait is named too when its holder is its caller's alone: a
+		// caller told it failed gives back what it may have been granted (a Release that finds
+		// nothing if the try has not arrived), and the leave sent below keeps the try from
+		// being granted should it arrive after that. A shared holder's lease is not given back.
+		t.id = s.newTry()
+		args[9] = t.id
 	}
 	var (
 		granted bool
@@ -68,9 +77,11 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 		msg     *string
 	)
 	if err := s.queryRow(ctx, s.n.acquire, args, &granted, &fence, &retry, &msg); err != nil {
-		if req.Wait > 0 {
-			// The try may have taken a place in the line, or may yet: its caller will not be
-			// there to take a grant, so leave (and keep the try out should it arrive later).
+		if named {
+			// The try may have taken a place in the line or a lease, or may yet: its caller will
+			// not be there to take a grant, so leave (and keep the try out should it arrive
+			// later). A lease it took before the leave is its caller's to give back: Release
+			// waits for the leave.
 			s.leave(req.Key, req.Holder, &t.id)
 		}
 		return core.AcquireResult{}, s.fail(ctx, err)
@@ -118,9 +129,16 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 }
 
 // Release implements core.Store.Release in one statement (one round trip), which also grants the
-// freed permits to the head of the key's line and notifies each new holder's Store.
+// freed permits to the head of the key's line and notifies each new holder's Store. It first waits
+// for the leaves of the holder's tries on the key this Store is still sending (see Acquire; each
+// is bounded by a few seconds), or until ctx ends.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	// Sent after the leave, the release ends what a try given up in flight took should the try
+	// arrive before the leave; the leave keeps it from taking anything should it arrive after.
+	if err := s.awaitHolderLeaves(ctx, req.Key, req.Holder); err != nil {
 		return false, err
 	}
 	if req.Fence > math.MaxInt64 {

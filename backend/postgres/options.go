@@ -3,7 +3,6 @@ package postgres
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,11 +16,10 @@ type options struct {
 	schema, prefix string
 	setup          bool
 	listen         *pgx.ConnConfig // nil: the pool's
-	setupTimeout   time.Duration
 }
 
 func newOptions(opts []Option) (options, error) {
-	o := options{schema: "public", prefix: "leasehold_", setup: true, setupTimeout: 30 * time.Second}
+	o := options{schema: "public", prefix: "leasehold_", setup: true}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return options{}, err

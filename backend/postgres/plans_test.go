@@ -67,7 +67,7 @@ func TestOperationsNeverScanWholeTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err := postgres.New(create, postgres.WithTablePrefix(prefix)); err != nil {
+	if s, err := postgres.New(ctx, create, postgres.WithTablePrefix(prefix)); err != nil {
 		t.Fatal(err)
 	} else {
 		s.Close()
@@ -80,7 +80,7 @@ func TestOperationsNeverScanWholeTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := postgres.New(pool, postgres.WithTablePrefix(prefix))
+	s, err := postgres.New(ctx, pool, postgres.WithTablePrefix(prefix))
 	if err != nil {
 		pool.Close()
 		t.Fatal(err)

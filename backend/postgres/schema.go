@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,18 +103,25 @@ func (n names) recordVersion() string {
 // says so already it costs one query; otherwise it runs the DDL in one transaction that first
 // takes a transaction-scoped advisory lock on the schema and prefix and locks the version
 // table, so that Stores starting together take turns (CREATE ... IF NOT EXISTS is not atomic
-// against a concurrent creator). With create false it only checks.
+// against a concurrent creator). With create false it only checks. A database it cannot reach
+// (no answer, or not as PostgreSQL) fails it at once, with what it was doing.
 func setup(ctx context.Context, pool *pgxpool.Pool, n names, create bool) error {
 	var v string
 	err := pool.QueryRow(ctx, n.readVersion).Scan(&v)
 	if err == nil && v == n.version {
 		return nil
 	}
+	var pe *pgconn.PgError
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) && !errors.As(err, &pe) {
+		cc := pool.Config().ConnConfig
+		return fmt.Errorf("reach the database at %s to read the version of schema %q prefix %q: %w",
+			net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), n.schema, n.prefix, err)
+	}
 	if !create {
 		if err == nil || errors.Is(err, pgx.ErrNoRows) {
 			err = fmt.Errorf("tables of version %.12s, want %.12s", v, n.version)
 		}
-		return fmt.Errorf("postgres: schema %q prefix %q not set up (run postgres.SchemaSQL's output, or drop WithoutSetup): %w",
+		return fmt.Errorf("schema %q prefix %q not set up (run postgres.SchemaSQL's output, or drop WithoutSetup): %w",
 			n.schema, n.prefix, err)
 	}
 	for attempt := 0; ; attempt++ {
@@ -123,11 +132,11 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n names, create bool) error 
 		select {
 		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("create tables in schema %q with prefix %q: %w", n.schema, n.prefix, err)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: create tables in schema %q with prefix %q: %w", n.schema, n.prefix, err)
+		return fmt.Errorf("create tables in schema %q with prefix %q: %w", n.schema, n.prefix, err)
 	}
 	return nil
 }

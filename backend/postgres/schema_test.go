@@ -57,7 +57,7 @@ func TestSetupOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := []postgres.Option{postgres.WithSchema(schema), postgres.WithTablePrefix("locks_")}
-	if _, err := postgres.New(pool, append(opts, postgres.WithoutSetup())...); err == nil || !strings.Contains(err.Error(), "SchemaSQL") {
+	if _, err := postgres.New(ctx, pool, append(opts, postgres.WithoutSetup())...); err == nil || !strings.Contains(err.Error(), "SchemaSQL") {
 		t.Errorf("WithoutSetup on an empty schema: %v, want an error naming SchemaSQL", err)
 	}
 	ddl, err := postgres.SchemaSQL(opts...)
@@ -67,7 +67,7 @@ func TestSetupOptions(t *testing.T) {
 	if _, err := pool.Exec(ctx, ddl); err != nil {
 		t.Fatalf("SchemaSQL's output: %v", err)
 	}
-	own, err := postgres.New(pool, append(opts, postgres.WithoutSetup())...)
+	own, err := postgres.New(ctx, pool, append(opts, postgres.WithoutSetup())...)
 	if err != nil {
 		t.Fatalf("WithoutSetup after SchemaSQL: %v", err)
 	}
@@ -83,7 +83,7 @@ func TestSetupOptions(t *testing.T) {
 	errs := make(chan error, 5)
 	for range 5 {
 		go func() {
-			s, err := postgres.New(pool, postgres.WithSchema(schema), postgres.WithTablePrefix("fresh_"))
+			s, err := postgres.New(ctx, pool, postgres.WithSchema(schema), postgres.WithTablePrefix("fresh_"))
 			if err == nil {
 				s.Close()
 			}
@@ -123,7 +123,7 @@ func TestStoresStartingTogetherOnFreshPrefixes(t *testing.T) {
 		errs := make(chan error, 6)
 		for range 6 {
 			go func() {
-				s, err := postgres.New(pool, postgres.WithSchema(schema), postgres.WithTablePrefix(fmt.Sprintf("fresh%d_", round)))
+				s, err := postgres.New(ctx, pool, postgres.WithSchema(schema), postgres.WithTablePrefix(fmt.Sprintf("fresh%d_", round)))
 				if err == nil {
 					s.Close()
 				}
@@ -167,7 +167,7 @@ func TestSchemaNamesOfAnyCharacter(t *testing.T) {
 func newStoreOrError(t *testing.T, url string, opts ...postgres.Option) *postgres.Store {
 	t.Helper()
 	pool := newPool(t, url)
-	s, err := postgres.New(pool, opts...)
+	s, err := postgres.New(context.Background(), pool, opts...)
 	if err != nil {
 		t.Log(err)
 		return nil

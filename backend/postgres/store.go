@@ -31,7 +31,7 @@ type Store struct {
 	leaves sync.WaitGroup // leaves of the line sent in the background
 
 	lmu     sync.Mutex
-	leaving map[string]*leaving // key → its leaves in flight
+	leaving leavings // the leaves in flight, by key and by key and holder
 	cancel  context.CancelFunc
 	loops   sync.WaitGroup // the listener's and the renewer's goroutines
 }
@@ -45,11 +45,17 @@ var (
 
 // New returns a Store over pool. Unless WithoutSetup, it first creates the Store's tables and
 // functions when they are missing or of another version (idempotently, in one transaction), which
-// needs the right to create in the schema; a failure there is returned with nothing started. It
-// then opens the listening connection and waits up to five seconds for it to be up or to have
-// failed (until it is up, waiters poll). Close stops what the Store started and leaves the pool
-// open.
-func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+// needs the right to create in the schema. It then opens the listening connection and waits, up to
+// five seconds, for it to be up or to have failed (until it is up, waiters poll). ctx bounds New:
+// a database that cannot be reached, or a server that does not answer as PostgreSQL (another
+// protocol on the port), fails it once ctx ends, if not before. On failure New returns an error
+// saying what failed (reaching the database, or creating the tables) and why, wrapping ctx's error
+// when ctx ended, with nothing started; a nil ctx or pool or a bad option is core.ErrInvalid.
+// Close stops what the Store started and leaves the pool open.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("postgres: new: %w: ctx: must not be nil", core.ErrInvalid)
+	}
 	if pool == nil {
 		return nil, fmt.Errorf("postgres: new: %w: pool: must not be nil", core.ErrInvalid)
 	}
@@ -58,10 +64,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	n := newNames(o.schema, o.prefix)
-	ctx, cancel := context.WithTimeout(context.Background(), o.setupTimeout)
-	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: new store: %w", err)
+	}
 	if err := setup(ctx, pool, n, o.setup); err != nil {
-		return nil, err
+		return nil, (&Store{}).fail(ctx, err)
 	}
 	lc := pool.Config().ConnConfig
 	if o.listen != nil {
@@ -77,7 +84,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	// and the line tells it from a session a pooler kept or gave to another client (see alive
 	// in sql/line.sql).
 	lc.RuntimeParams["application_name"] = listenerName + " " + hex.EncodeToString(id[:])
-	s := &Store{pool: pool, n: n, opts: o, leaving: make(map[string]*leaving), newTry: rand.Int64}
+	s := &Store{pool: pool, n: n, opts: o, leaving: make(leavings), newTry: rand.Int64}
 	// The 'f' before the id tells the line's functions that this Store reads the fence in a
 	// grant's notice (an earlier version's Stores put a 'w' there).
 	s.l = newListener(s, lc, o.prefix+"f"+hex.EncodeToString(id[:]))

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,13 +113,13 @@ func TestHostileInput(t *testing.T) {
 }
 
 func TestNewArguments(t *testing.T) {
-	if _, err := postgres.New(nil); !errors.Is(err, core.ErrInvalid) {
+	if _, err := postgres.New(context.Background(), nil); !errors.Is(err, core.ErrInvalid) {
 		t.Errorf("New(nil): %v, want ErrInvalid", err)
 	}
 	pool := newPool(t, serverURL(t))
 	for _, opt := range []postgres.Option{postgres.WithTablePrefix("Bad-Prefix"), postgres.WithTablePrefix(strings.Repeat("p", 33)),
 		postgres.WithSchema(""), postgres.WithSchema("a$$b"), postgres.WithListenDSN("postgres://%zz")} {
-		if _, err := postgres.New(pool, opt); !errors.Is(err, core.ErrInvalid) {
+		if _, err := postgres.New(context.Background(), pool, opt); !errors.Is(err, core.ErrInvalid) {
 			t.Errorf("New with a bad option: %v, want ErrInvalid", err)
 		}
 	}
@@ -129,7 +131,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	pool := newPool(t, url)
-	s, err := postgres.New(pool)
+	s, err := postgres.New(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +245,7 @@ func TestCloseLeavesThePlaceOfATryInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := newPool(t, srv.URL)
-	s, err := postgres.New(pool, postgres.WithListenDSN(deadListenDSN(t)))
+	s, err := postgres.New(ctx, pool, postgres.WithListenDSN(deadListenDSN(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,5 +361,80 @@ func TestNumbersAtTheirLimits(t *testing.T) {
 	// A release with a fence beyond a bigint matches nothing.
 	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "f", Fence: math.MaxUint64}); err != nil || ok {
 		t.Errorf("Release with fence 2^64−1: %v, %v; want false", ok, err)
+	}
+}
+
+// TestNewFailsWithinItsContextOnAServerThatIsNotPostgreSQL: New over a pool whose address
+// accepts connections and never answers, or answers in another protocol (an HTTP server's
+// reply, then close), returns within its ctx's deadline with an error that says it could not
+// reach the database and why, and starts nothing.
+func TestNewFailsWithinItsContextOnAServerThatIsNotPostgreSQL(t *testing.T) {
+	noLeaks(t)
+	for _, c := range []struct {
+		name  string
+		serve func(net.Conn) // one accepted connection
+		want  error          // what the error wraps
+	}{
+		{"silent", func(c net.Conn) { io.Copy(io.Discard, c) }, context.DeadlineExceeded},
+		{"http", func(c net.Conn) {
+			c.Read(make([]byte, 512))
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+		}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			t.Cleanup(wg.Wait)
+			t.Cleanup(func() { ln.Close() })
+			var mu sync.Mutex
+			var conns []net.Conn
+			t.Cleanup(func() {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, c := range conns {
+					c.Close()
+				}
+			})
+			wg.Go(func() {
+				for {
+					conn, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					conns = append(conns, conn)
+					mu.Unlock()
+					wg.Go(func() {
+						defer conn.Close()
+						c.serve(conn)
+					})
+				}
+			})
+			pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+ln.Addr().String()+"/postgres")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			const deadline = 300 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			s, err := postgres.New(ctx, pool)
+			took := time.Since(start)
+			if err == nil {
+				s.Close()
+				t.Fatal("New succeeded")
+			}
+			if took > deadline+time.Second {
+				t.Errorf("New returned after %v, past its ctx's deadline of %v", took, deadline)
+			}
+			if !strings.Contains(err.Error(), "reach the database") || (c.want != nil && !errors.Is(err, c.want)) {
+				t.Errorf("New: %v; want an error that says it could not reach the database (wrapping %v)", err, c.want)
+			}
+			t.Log(err)
+		})
 	}
 }

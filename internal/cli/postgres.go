@@ -95,7 +95,7 @@ func (p *pgFlags) connect(ctx context.Context) (core.Store, func(), error) {
 		}
 		return nil, nil, postgresFailure(ctx, where, ep, err)
 	}
-	s, err := postgres.New(pool, p.options()...)
+	s, err := postgres.New(ctx, pool, p.options()...)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

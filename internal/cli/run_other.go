@@ -3,15 +3,11 @@
 package cli
 
 import (
-	"os"
 	"os/exec"
 	"sync"
 	"syscall"
 	"time"
 )
-
-// forwarded are the signals `leasehold run` passes on to the command.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // child is a command started by `leasehold run`. On this system it is a plain child process:
 // signals reach it alone, not what it starts; the CLI's own timers stop it on schedule, so if

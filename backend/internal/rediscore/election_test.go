@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -249,9 +248,9 @@ func TestElectionOnRedisUnderFaults(t *testing.T) {
 			electUnderFault(t, els, func(leading func(int) bool, faulting func(bool)) {
 				faulting(true)
 				poll.Until(t, "a leader", func() bool { return leading(0) || leading(1) || leading(2) })
-				syscall.Kill(srv.Pid(), syscall.SIGSTOP)
+				pauseProcess(srv.Pid())
 				time.Sleep(3 * ttl)
-				syscall.Kill(srv.Pid(), syscall.SIGCONT)
+				resumeProcess(srv.Pid())
 				faulting(false)
 			})
 		})

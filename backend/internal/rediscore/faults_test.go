@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,9 +89,9 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 				Inject: func() {
 					made.wait(t)
 					time.Sleep(600 * time.Millisecond)
-					syscall.Kill(srv.Pid(), syscall.SIGSTOP)
+					pauseProcess(srv.Pid())
 					time.Sleep(3 * ttl)
-					syscall.Kill(srv.Pid(), syscall.SIGCONT)
+					resumeProcess(srv.Pid())
 				},
 			}.Run(t)
 		})

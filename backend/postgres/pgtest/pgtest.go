@@ -21,12 +21,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,7 +41,7 @@ type Server struct {
 	bin  string // the server binaries' directory
 	dir  string // the data directory's parent: removed by Close
 	data string
-	cred *syscall.Credential // the unprivileged user the server runs as, when we are root
+	cred *credential // the unprivileged user the server runs as, when we are root
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 }
@@ -52,6 +50,9 @@ type Server struct {
 // Without PostgreSQL's binaries the test is skipped, or fails under CI=true.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
+	if err := unsupported(); err != nil {
+		t.Skip(err)
+	}
 	if _, err := binDir(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
@@ -69,6 +70,9 @@ func StartServer(t testing.TB) *Server {
 // Launch starts a server on a free loopback port and waits until it answers. It is StartServer
 // for programs: the caller stops it with Close.
 func Launch() (*Server, error) {
+	if err := unsupported(); err != nil {
+		return nil, err
+	}
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -128,46 +132,15 @@ func version(path string) int {
 	return n
 }
 
-// unprivileged returns the credentials to run PostgreSQL with: nil unless we are root.
-func unprivileged() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("leasehold-pg")
-	if err != nil {
-		if u, err = user.Lookup("nobody"); err != nil {
-			return nil, fmt.Errorf("pgtest: running as root, and neither user leasehold-pg nor nobody exists to run PostgreSQL as: %w", err)
-		}
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
 // command returns a command that runs as the unprivileged user when there is one.
 func (s *Server) command(name string, args ...string) *exec.Cmd {
 	return commandAs(s.cred, filepath.Join(s.bin, name), args...)
 }
 
-func commandAs(cred *syscall.Credential, path string, args ...string) *exec.Cmd {
-	cmd := exec.Command(path, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	cmd.Dir = os.TempDir() // a directory the unprivileged user can enter
-	return cmd
-}
-
-// chown gives path to the unprivileged user, if there is one.
-func chown(cred *syscall.Credential, path string) error {
-	if cred == nil {
-		return nil
-	}
-	return os.Chown(path, int(cred.Uid), int(cred.Gid))
-}
-
 // template returns a data directory made by initdb for this version and user, making it the
 // first time (into a directory of its own, renamed into place, so concurrent test processes
 // agree on one).
-func template(bin string, cred *syscall.Credential) (string, error) {
+func template(bin string, cred *credential) (string, error) {
 	uid := os.Geteuid()
 	if cred != nil {
 		uid = int(cred.Uid)
@@ -246,7 +219,7 @@ func (s *Server) start() error {
 		close(done)
 	}(s.cmd, s.done)
 	if err := s.waitReady(30 * time.Second); err != nil {
-		s.signal(syscall.SIGKILL)
+		s.signal(sigKill)
 		<-s.done
 		return fmt.Errorf("pgtest: postgres on port %d: %w\n%s", s.Port, err, s.logTail())
 	}
@@ -293,67 +266,6 @@ func (s *Server) logTail() string {
 	return string(b)
 }
 
-// signal sends sig to the server: the postmaster and every process it started. Each backend is
-// a process group of its own (PostgreSQL makes it one), so they are found by their parent: the
-// postmaster is stopped first, so that it starts none meanwhile.
-func (s *Server) signal(sig syscall.Signal) []int {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return nil
-	}
-	pm := s.cmd.Process.Pid
-	if sig != syscall.SIGCONT {
-		syscall.Kill(pm, syscall.SIGSTOP)
-	}
-	kids := children(pm)
-	for _, pid := range kids {
-		syscall.Kill(pid, sig)
-	}
-	syscall.Kill(pm, sig)
-	if sig != syscall.SIGCONT && sig != syscall.SIGKILL && sig != syscall.SIGSTOP {
-		syscall.Kill(pm, syscall.SIGCONT) // it was stopped only to hold its children still
-	}
-	return kids
-}
-
-// gone reports whether pid has exited (or is a zombie, holding nothing).
-func gone(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	return len(f) > 0 && f[0] == "Z"
-}
-
-// children returns the pids of the processes whose parent is pid.
-func children(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces and parentheses, so read after the last ')'.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 {
-			if ppid, _ := strconv.Atoi(f[1]); ppid == pid {
-				pids = append(pids, child)
-			}
-		}
-	}
-	return pids
-}
-
 // Pid returns the postmaster's pid.
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
@@ -361,7 +273,7 @@ func (s *Server) Pid() int { return s.cmd.Process.Pid }
 // Its data stays: Restart brings it back after crash recovery, with everything committed.
 func (s *Server) Kill(t testing.TB) {
 	t.Helper()
-	kids := s.signal(syscall.SIGKILL)
+	kids := s.signal(sigKill)
 	<-s.done
 	// Wait until no backend is left to hold the data directory and shared memory.
 	for range 500 {
@@ -389,10 +301,10 @@ func (s *Server) Restart(t testing.TB) {
 
 // Pause stops the server (SIGSTOP to every process of it): connections stay open and nothing
 // answers until Resume.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+func (s *Server) Pause() { s.signal(sigStop) }
 
 // Resume continues a paused server.
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+func (s *Server) Resume() { s.signal(sigCont) }
 
 // Pool returns a pool to the server, closed when t ends.
 func (s *Server) Pool(t testing.TB) *pgxpool.Pool {
@@ -409,15 +321,15 @@ func (s *Server) Pool(t testing.TB) *pgxpool.Pool {
 // It is idempotent.
 func (s *Server) Close() {
 	if s.cmd != nil {
-		s.signal(syscall.SIGCONT) // a paused server cannot shut down
-		s.cmd.Process.Signal(syscall.SIGINT)
+		s.signal(sigCont) // a paused server cannot shut down
+		s.cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-s.done:
 		case <-time.After(5 * time.Second):
-			s.signal(syscall.SIGKILL)
+			s.signal(sigKill)
 			<-s.done
 		}
-		s.signal(syscall.SIGKILL) // any backend left behind
+		s.signal(sigKill) // any backend left behind
 	}
 	os.RemoveAll(s.dir)
 }

@@ -1,3 +1,5 @@
+//go:build unix
+
 package pgtest_test
 
 import (

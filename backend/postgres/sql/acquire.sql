@@ -3,7 +3,8 @@
 -- (held) it sets err to 'limit ' and the key's limit, and changes nothing. When the holder holds
 -- another number of permits it sets err and changes nothing but what serving the line would have.
 -- A refusal reports in fence the key's last fence (later grants are above it). p_try names a
--- try that will wait: one its caller gave up on (see leave) is refused and takes no place.
+-- try its caller may give up on in flight (one that will wait, or one of a holder id drawn for
+-- the call): one its caller gave up on (see leave) is refused and takes no place and no lease.
 -- p_delay is the lease's lock delay (see tables.sql), set by every grant, renewed or new; a
 -- holder whose expired lease is in its delay is refused (or waits in line) until it ends.
 CREATE OR REPLACE FUNCTION @acquire(

@@ -45,7 +45,7 @@ func leaseholdPostgres(p primitive) func(url, key string, c *wire.Counter) (Lock
 		if err != nil {
 			return Locker{}, err
 		}
-		s, err := postgres.New(pool)
+		s, err := postgres.New(context.Background(), pool)
 		if err != nil {
 			pool.Close()
 			return Locker{}, err
