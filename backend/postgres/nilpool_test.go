@@ -17,7 +17,7 @@ func TestNewWithANilPoolNamesTheDriverAndTheArgument(t *testing.T) {
 		t.Errorf("New(ctx, nil) = %v, want ErrInvalid reading %q", err, want)
 	}
 	//lint:ignore SA1012 a nil ctx is the input under test
-	_, err = postgres.New(nil, nil) //nolint:staticcheck
+	_, err = postgres.New(nil, nil)
 	if want := "postgres: new: invalid argument: ctx: must not be nil"; !errors.Is(err, core.ErrInvalid) || err == nil || err.Error() != want {
 		t.Errorf("New(nil, nil) = %v, want ErrInvalid reading %q", err, want)
 	}
