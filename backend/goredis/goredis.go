@@ -132,10 +132,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	case *redis.ClusterClient, *redis.Ring:
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
-	rs, err := rediscore.New("goredis", client, d, o.shared...)
+	var dialed dials
+	rs, err := rediscore.New("goredis", client, d, append(o.shared, rediscore.WithDiagnosis(diagnosis(client, &dialed)))...)
 	if err != nil {
 		return nil, err
 	}
+	client.AddHook(&dialed)
 	return &Store{rs: rs, d: d}, nil
 }
 

@@ -48,11 +48,13 @@ package valkey
 
 import (
 	"context"
+	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/diagnose"
 )
 
 // Store is a core.Store, core.Notifier, core.Watcher and core.FenceRaiser on Redis or Valkey
@@ -92,6 +94,9 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client != nil && client.Mode() == vk.ClientModeCluster {
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
+	o.shared = append(o.shared, rediscore.WithDiagnosis(rediscore.Diagnosis{Endpoint: func() (diagnose.Endpoint, int, bool) {
+		return endpoint(client)
+	}}))
 	rs, err := rediscore.New("valkey", client, &driver{c: client, fn: new(rediscore.Functions)}, o.shared...)
 	if err != nil {
 		return nil, err
@@ -167,3 +172,24 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 // calls fail with core.ErrClosed. The valkey-go client stays open. Close is idempotent and returns
 // nil.
 func (s *Store) Close() error { return s.rs.Close() }
+
+// endpoint returns the address of the one server a standalone client sends to, for the Store's
+// errors (rediscore.Diagnosis). valkey-go does not tell whether it makes TLS handshakes: the
+// errors read the client's words, and probe nothing.
+func endpoint(client vk.Client) (diagnose.Endpoint, int, bool) {
+	if client.Mode() != vk.ClientModeStandalone {
+		return diagnose.Endpoint{}, 0, false
+	}
+	nodes := client.Nodes()
+	if len(nodes) != 1 {
+		return diagnose.Endpoint{}, 0, false
+	}
+	for addr := range nodes {
+		network := "tcp"
+		if strings.HasPrefix(addr, "/") {
+			network = "unix"
+		}
+		return diagnose.Endpoint{Network: network, Addr: addr, TLSUnknown: true}, -1, true
+	}
+	return diagnose.Endpoint{}, 0, false
+}

@@ -50,6 +50,8 @@ type Store struct {
 	// a release passes over the waiters of a Store that no longer listens.
 	listens bool
 
+	diagnosis Diagnosis
+
 	leaves leaves
 	tries  atomic.Uint64 // numbers the named tries (see Acquire), for their ids
 }
@@ -65,8 +67,9 @@ var (
 type Option func(*options)
 
 type options struct {
-	prefix  string
-	cluster bool
+	prefix    string
+	cluster   bool
+	diagnosis Diagnosis
 }
 
 // WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
@@ -100,7 +103,7 @@ func New(name string, userClient any, client Client, opts ...Option) (*Store, er
 	}
 	var id [8]byte
 	rand.Read(id[:])
-	s := &Store{name: name, id: hex.EncodeToString(id[:]), client: client, layout: l, listens: !o.cluster}
+	s := &Store{name: name, id: hex.EncodeToString(id[:]), client: client, layout: l, listens: !o.cluster, diagnosis: o.diagnosis}
 	s.leaves.pending = map[string]*pendingLeave{}
 	s.names.seed = maphash.MakeSeed()
 	return s, nil
@@ -123,9 +126,10 @@ func (s *Store) run(ctx context.Context, script Script, key string, args argList
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
+	sent := time.Now()
 	r, err := s.client.Run(ctx, script, call(script, s.keyNames(key), &args))
 	if err != nil {
-		return nil, s.clientError(ctx, err)
+		return nil, s.clientError(ctx, sent, err)
 	}
 	return r, nil
 }
@@ -153,19 +157,6 @@ func CtxErr(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
-}
-
-// clientError is err, from the client, as the Store reports it: ctx's error (CtxErr) when ctx
-// ended, with the client's words after it when they say more, else the client's error after the
-// driver's name.
-func (s *Store) clientError(ctx context.Context, err error) error {
-	if cerr := CtxErr(ctx); cerr != nil {
-		if errors.Is(err, cerr) {
-			return cerr
-		}
-		return fmt.Errorf("%w: %s: %v", cerr, s.name, err)
-	}
-	return fmt.Errorf("%s: %w", s.name, err)
 }
 
 // replyError is err, from decoding a reply, as the Store reports it: a reply it cannot read
