@@ -44,3 +44,13 @@ func (s *Store) Channel() string { return s.l.channel }
 // Notice returns what the line sends a waiter's Store when it grants holder a lease on key,
 // before the grant's fence.
 func Notice(key, holder string) string { return noticeOf(key, holder) }
+
+// SetupWatched runs the setup New runs, with ctx, as New does (watched): its error names what is
+// at the pool's address when that is not a PostgreSQL server.
+func SetupWatched(ctx context.Context, pool *pgxpool.Pool) error {
+	n := newNames("public", "leasehold_")
+	return watched(ctx, pool, func(ctx context.Context) error { return setup(ctx, pool, n, true) })
+}
+
+// Pool returns the Store's pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }

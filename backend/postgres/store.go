@@ -60,7 +60,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	n := newNames(o.schema, o.prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), o.setupTimeout)
 	defer cancel()
-	if err := setup(ctx, pool, n, o.setup); err != nil {
+	if err := watched(ctx, pool, func(ctx context.Context) error { return setup(ctx, pool, n, o.setup) }); err != nil {
 		return nil, err
 	}
 	lc := pool.Config().ConnConfig
@@ -129,8 +129,10 @@ func (s *Store) Close() error {
 }
 
 // fail returns err from an operation: core.ErrClosed after Close, ctx's error when ctx ended,
-// else err with the driver's name.
+// else err with the driver's name; a failure to reach the database in the words of package
+// diagnose (diagnosed).
 func (s *Store) fail(ctx context.Context, err error) error {
+	err = diagnosed(ctx, s.pool, err)
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("postgres: %w: %w", cerr, err)
 	}

@@ -188,7 +188,6 @@ func authWanted(msg string) bool {
 // The error wraps err.
 func (d *Doctor) Postgres(ctx context.Context, addr string, ep Endpoint, err error) error {
 	where := "postgres " + addr
-	h := d.Hints
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
@@ -209,18 +208,31 @@ func (d *Doctor) Postgres(ctx context.Context, addr string, ep Endpoint, err err
 	switch {
 	case !ok:
 		return err
-	case p.DialErr != nil:
-		return fmt.Errorf("%s unreachable: %v%w", where, p.DialErr, silent{err})
-	case p.Postgres:
+	case p.Postgres && p.DialErr == nil:
 		return fmt.Errorf("%s: %s%w", where, OneLine(err), silent{err})
-	case p.Speaks == SpeaksRedis:
-		return fmt.Errorf("%s: not a PostgreSQL server: it answers as a Redis server does%s%w", where, in(h.Redis), silent{err})
-	case p.Speaks == SpeaksSilence:
-		return fmt.Errorf("%s: not a PostgreSQL server, or a stalled one: it accepts connections but does not answer within %v%w", where, ProbeTimeout, silent{err})
-	case p.Speaks == SpeaksNothing:
-		return fmt.Errorf("%s: not a PostgreSQL server: it closes the connection without a reply%w", where, silent{err})
 	}
-	return fmt.Errorf("%s: not a PostgreSQL server: %s%w", where, p.Describe(h), silent{err})
+	return fmt.Errorf("%s%w", d.NotPostgres(addr, p), silent{err})
+}
+
+// NotPostgres says what probe p found at the address of a PostgreSQL database (addr, its
+// host:port, for the message) when that is not a PostgreSQL server that answers: "postgres ADDR
+// unreachable: ..." or "postgres ADDR: not a PostgreSQL server: ...". It returns "" when p
+// found a PostgreSQL server.
+func (d *Doctor) NotPostgres(addr string, p Probed) string {
+	where := "postgres " + addr
+	switch {
+	case p.DialErr != nil:
+		return fmt.Sprintf("%s unreachable: %v", where, p.DialErr)
+	case p.Postgres:
+		return ""
+	case p.Speaks == SpeaksRedis:
+		return fmt.Sprintf("%s: not a PostgreSQL server: it answers as a Redis server does%s", where, in(d.Hints.Redis))
+	case p.Speaks == SpeaksSilence:
+		return fmt.Sprintf("%s: not a PostgreSQL server, or a stalled one: it accepts connections but does not answer within %v", where, ProbeTimeout)
+	case p.Speaks == SpeaksNothing:
+		return fmt.Sprintf("%s: not a PostgreSQL server: it closes the connection without a reply", where)
+	}
+	return fmt.Sprintf("%s: not a PostgreSQL server: %s", where, p.Describe(d.Hints))
 }
 
 // silent wraps an error that a message has said in its own words: it adds nothing to the text.
