@@ -9,7 +9,13 @@
 //
 // Errors of the server or the network start with "goredis: ", then go-redis's; a sentinel of
 // package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or ctx's error is returned as it is,
-// or with a detail after it. So is the *core.LimitMismatchError of a request whose limit is not the
+// or with a detail after it. A failure to use the server reads as the sentence the leasehold CLI
+// prints for it, and wraps go-redis's error: "goredis: redis ADDR unreachable: dial tcp ...",
+// "goredis: redis ADDR: authentication failed: ...", "goredis: redis ADDR: not a Redis server: it
+// answers HTTP (...)". When go-redis's words do not say what failed (an EOF, a reply it cannot
+// parse), the Store of a *redis.Client probes its address, within the call's ctx and at most a
+// second, once at a time for all the calls failing then. A call cut off by its ctx while go-redis
+// was still dialling names the dial that failed after ctx's error. So is the *core.LimitMismatchError of a request whose limit is not the
 // key's (that of its leases, or of its waiters when it has none), which was refused at once and
 // wrote nothing. The portable layer (package primitives) names the operation and the key.
 //
@@ -98,8 +104,9 @@ func WithPrefix(prefix string) Option {
 
 // New returns a Store over client. It sends nothing; the first waiter or watch opens the Store's
 // subscription connection. A nil client, or a prefix with a brace, is an error wrapping
-// core.ErrInvalid. The client stays the caller's: Close does not close it. The package doc says how
-// calls end with their ctx.
+// core.ErrInvalid. The client stays the caller's: Close does not close it, but keeps the hook New
+// adds to it (AddHook), which records the client's failed dials for the Store's errors and costs
+// nothing per command. The package doc says how calls end with their ctx.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {

@@ -135,4 +135,13 @@
 // Every function expects READ COMMITTED, PostgreSQL's default; under a stricter default
 // isolation an operation that meets a concurrent one fails with a serialization error, which
 // the Store retries twice.
+//
+// # Errors
+//
+// Errors start with "postgres: ". A failure to reach the database reads as the sentence the
+// leasehold CLI prints for it, and wraps pgx's error: "postgres ADDR unreachable: ...", or, when
+// pgx's words do not say what failed (an EOF), "postgres ADDR: not a PostgreSQL server: ..." from a
+// probe of the address (within the call's ctx, at most a second). A server of another kind can
+// keep pgx waiting until ctx ends: New's set-up probes the address meanwhile, from 100 ms on, and
+// its error then says what is there after ctx's.
 package postgres

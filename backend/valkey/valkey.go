@@ -12,7 +12,12 @@
 // package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or ctx's error is returned as it is,
 // or with a detail after it. So is the *core.LimitMismatchError of a request whose limit is not the
 // key's (that of its leases, or of its waiters when it has none), which was refused at once and
-// wrote nothing. The portable layer (package primitives) names the operation and the key.
+// wrote nothing. The portable layer (package primitives) names the operation and the key. A
+// standalone client's failure to use its server reads as the sentence the leasehold CLI prints for
+// it, and wraps valkey-go's error: "valkey: redis ADDR unreachable: dial tcp ...", "valkey: redis
+// ADDR: authentication failed: ...". valkey-go does not tell whether it makes TLS handshakes, so
+// the Store never probes the address: a client that cannot reach a Redis server at all fails in
+// vk.NewClient, before a Store exists.
 //
 // # Waiting and watching
 //
