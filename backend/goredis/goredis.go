@@ -9,15 +9,17 @@
 //
 // Errors of the server or the network start with "goredis: ", then go-redis's; a sentinel of
 // package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or ctx's error is returned as it is,
-// or with a detail after it. A failure to use the server reads as the sentence the leasehold CLI
-// prints for it, and wraps go-redis's error: "goredis: redis ADDR unreachable: dial tcp ...",
-// "goredis: redis ADDR: authentication failed: ...", "goredis: redis ADDR: not a Redis server: it
-// answers HTTP (...)". When go-redis's words do not say what failed (an EOF, a reply it cannot
-// parse), the Store of a *redis.Client probes its address, within the call's ctx and at most a
-// second, once at a time for all the calls failing then. A call cut off by its ctx while go-redis
-// was still dialling names the dial that failed after ctx's error. So is the *core.LimitMismatchError of a request whose limit is not the
+// or with a detail after it. So is the *core.LimitMismatchError of a request whose limit is not the
 // key's (that of its leases, or of its waiters when it has none), which was refused at once and
 // wrote nothing. The portable layer (package primitives) names the operation and the key.
+//
+// A failure to use the server reads as the sentence the leasehold CLI prints for it, and wraps
+// go-redis's error: "goredis: redis ADDR unreachable: dial tcp ...", "goredis: redis ADDR:
+// authentication failed: ...", "goredis: redis ADDR: not a Redis server: it answers HTTP (...)".
+// When go-redis's words do not say what failed (an EOF, a reply it cannot parse), the Store of a
+// *redis.Client probes its address, within the call's ctx and at most a second, once at a time for
+// all the calls failing then. A call cut off by its ctx while go-redis was still dialling names the
+// dial that failed, after ctx's error.
 //
 // # Waiting and watching
 //
