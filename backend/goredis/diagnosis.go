@@ -55,17 +55,20 @@ func (d *dials) failure(since time.Time) error {
 	return nil
 }
 
-// diagnosis returns what the Store can tell of client's connections (rediscore.Diagnosis): the
-// address of a *redis.Client that dials one (not a failover client's), and the failures dials
-// records once added to the client.
-func diagnosis(client redis.UniversalClient, d *dials) rediscore.Diagnosis {
-	diag := rediscore.Diagnosis{DialFailure: d.failure}
-	if c, ok := client.(*redis.Client); ok && c != nil {
-		o := c.Options()
-		if o.Addr != "" && o.Addr != "FailoverClient" {
-			ep := diagnose.Endpoint{Network: o.Network, Addr: o.Addr, TLS: o.TLSConfig}
-			diag.Endpoint = func() (diagnose.Endpoint, int, bool) { return ep, o.DB, true }
-		}
+// diagnosis returns what the Store can tell of client's connections (rediscore.Diagnosis), and
+// the hook to add to client once the Store is made, or nil: for a *redis.Client, the address it
+// dials (not a failover client's, which changes) and the failures the hook records. A Cluster's or
+// a Ring's nodes are clients of their own, made as go-redis finds them: none.
+func diagnosis(client redis.UniversalClient) (rediscore.Diagnosis, *dials) {
+	c, ok := client.(*redis.Client)
+	if !ok || c == nil {
+		return rediscore.Diagnosis{}, nil
 	}
-	return diag
+	d := new(dials)
+	diag := rediscore.Diagnosis{DialFailure: d.failure}
+	if o := c.Options(); o.Addr != "" && o.Addr != "FailoverClient" {
+		ep := diagnose.Endpoint{Network: o.Network, Addr: o.Addr, TLS: o.TLSConfig}
+		diag.Endpoint = func() (diagnose.Endpoint, int, bool) { return ep, o.DB, true }
+	}
+	return diag, d
 }

@@ -18,8 +18,8 @@
 // authentication failed: ...", "goredis: redis ADDR: not a Redis server: it answers HTTP (...)".
 // When go-redis's words do not say what failed (an EOF, a reply it cannot parse), the Store of a
 // *redis.Client probes its address, within the call's ctx and at most a second, once at a time for
-// all the calls failing then. A call cut off by its ctx while go-redis was still dialling names the
-// dial that failed, after ctx's error.
+// all the calls failing then; and its call cut off by its ctx while go-redis was still dialling
+// names the dial that failed, after ctx's error.
 //
 // # Waiting and watching
 //
@@ -106,9 +106,9 @@ func WithPrefix(prefix string) Option {
 
 // New returns a Store over client. It sends nothing; the first waiter or watch opens the Store's
 // subscription connection. A nil client, or a prefix with a brace, is an error wrapping
-// core.ErrInvalid. The client stays the caller's: Close does not close it, but keeps the hook New
-// adds to it (AddHook), which records the client's failed dials for the Store's errors and costs
-// nothing per command. The package doc says how calls end with their ctx.
+// core.ErrInvalid. The client stays the caller's: Close does not close it. New adds a hook to a
+// *redis.Client (AddHook), which stays after Close: it records the client's failed dials for the
+// Store's errors, and costs nothing per command. The package doc says how calls end with their ctx.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
@@ -141,12 +141,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	case *redis.ClusterClient, *redis.Ring:
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
-	var dialed dials
-	rs, err := rediscore.New("goredis", client, d, append(o.shared, rediscore.WithDiagnosis(diagnosis(client, &dialed)))...)
+	diag, dialed := diagnosis(client)
+	rs, err := rediscore.New("goredis", client, d, append(o.shared, rediscore.WithDiagnosis(diag))...)
 	if err != nil {
 		return nil, err
 	}
-	client.AddHook(&dialed)
+	if dialed != nil {
+		client.AddHook(dialed)
+	}
 	return &Store{rs: rs, d: d}, nil
 }
 
