@@ -16,10 +16,10 @@
 // A failure to use the server reads as the sentence the leasehold CLI prints for it, and wraps
 // go-redis's error: "goredis: redis ADDR unreachable: dial tcp ...", "goredis: redis ADDR:
 // authentication failed: ...", "goredis: redis ADDR: not a Redis server: it answers HTTP (...)".
-// When go-redis's words do not say what failed (an EOF, a reply it cannot parse), the Store of a
-// *redis.Client probes its address, within the call's ctx and at most a second, once at a time for
-// all the calls failing then; and its call cut off by its ctx while go-redis was still dialling
-// names the dial that failed, after ctx's error.
+// When go-redis's words do not say what failed (an EOF, a reply it cannot parse) and no call of the
+// Store has had a reply yet, the Store of a *redis.Client probes its address, within the call's ctx
+// and at most a second, once at a time for all the calls failing then; and its call cut off by its
+// ctx while go-redis was still dialling names the dial that failed, after ctx's error.
 //
 // # Waiting and watching
 //

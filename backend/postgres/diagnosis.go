@@ -47,11 +47,13 @@ func connectionError(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err))
 }
 
-// diagnosed is err, a call's failure to reach the database, in the words of
-// diagnose.Doctor.Postgres: unreachable, or not a PostgreSQL server (probed within ctx). A
-// statement's error, or one whose ctx has ended with nothing more said, is returned as it is.
+// diagnosed is err, an operation's failure to reach the database, in the words of
+// diagnose.Doctor.Postgres when it says that nothing could be reached: "postgres ADDR
+// unreachable: ...". Anything else is returned as it is, and nothing is probed: New's set-up had
+// the server answer as PostgreSQL, so a failure since is the network's or the server's, which a
+// probe would only slow.
 func diagnosed(ctx context.Context, pool *pgxpool.Pool, err error) error {
-	if !connectionError(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if !diagnose.Unreachable(err) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	addr, ep, ok := endpoint(pool)

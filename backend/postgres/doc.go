@@ -139,9 +139,9 @@
 // # Errors
 //
 // Errors start with "postgres: ". A failure to reach the database reads as the sentence the
-// leasehold CLI prints for it, and wraps pgx's error: "postgres ADDR unreachable: ...", or, when
-// pgx's words do not say what failed (an EOF), "postgres ADDR: not a PostgreSQL server: ..." from a
-// probe of the address (within the call's ctx, at most a second). A server of another kind can
-// keep pgx waiting until ctx ends: New's set-up probes the address meanwhile, from 100 ms on, and
-// its error then says what is there after ctx's.
+// leasehold CLI prints for it, and wraps pgx's error: "postgres ADDR unreachable: ...". When New's
+// set-up fails and pgx's words do not say why (an EOF, or ctx's end: a server of another kind can
+// keep pgx waiting for ever), New probes the address (from 100 ms on while it waits, within its
+// ctx and at most a second) and its error then says what is there: "postgres ADDR: not a
+// PostgreSQL server: it answers HTTP (...)". Operations probe nothing: the server answered New.
 package postgres

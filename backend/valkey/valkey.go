@@ -194,7 +194,7 @@ func endpoint(client vk.Client) (diagnose.Endpoint, int, bool) {
 		if strings.HasPrefix(addr, "/") {
 			network = "unix"
 		}
-		return diagnose.Endpoint{Network: network, Addr: addr, TLSUnknown: true}, -1, true
+		return diagnose.Endpoint{Network: network, Addr: addr, Unprobed: true}, -1, true
 	}
 	return diagnose.Endpoint{}, 0, false
 }

@@ -32,9 +32,10 @@ const ProbeTimeout = time.Second
 type Endpoint struct {
 	Network, Addr string
 	TLS           *tls.Config
-	// TLSUnknown says the client may make a TLS handshake that TLS does not describe: the
-	// diagnosis then reads the client's words and probes nothing.
-	TLSUnknown bool
+	// Unprobed says the diagnosis reads the client's words and probes nothing: the client may
+	// make a TLS handshake that TLS does not describe, or the server has answered it before (a
+	// failure since is the network's or the server's, which a probe would only slow).
+	Unprobed bool
 }
 
 // Hints are the advice a diagnosis adds, in parentheses, to the sentences that call for it: how
@@ -150,7 +151,7 @@ func (d *Doctor) Redis(ctx context.Context, ep Endpoint, db int, err error) erro
 		strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "BUSY") || strings.HasPrefix(msg, "OOM"):
 		return fmt.Errorf("%s: %w", where, err) // a Redis server's own words
 	}
-	if ep.TLSUnknown {
+	if ep.Unprobed {
 		return fmt.Errorf("%s: %w", where, err)
 	}
 	if ended(ctx) {

@@ -67,7 +67,8 @@ func (s *Store) clientError(ctx context.Context, since time.Time, err error) err
 }
 
 // diagnosed is err in the words of diagnose.Doctor.Redis when the driver can tell the server's
-// address, else err.
+// address, else err. Until a call of the Store has had a reply, a failure the client's words do
+// not explain probes the address; after, the server is known to be Redis, and nothing is probed.
 func (s *Store) diagnosed(ctx context.Context, err error) error {
 	if s.diagnosis.Endpoint == nil {
 		return err
@@ -76,5 +77,6 @@ func (s *Store) diagnosed(ctx context.Context, err error) error {
 	if !ok {
 		return err
 	}
+	ep.Unprobed = ep.Unprobed || s.answered.Load()
 	return doctor.Redis(ctx, ep, db, err)
 }

@@ -51,6 +51,7 @@ type Store struct {
 	listens bool
 
 	diagnosis Diagnosis
+	answered  atomic.Bool // a call has had a reply: the server is Redis (see diagnosed)
 
 	leaves leaves
 	tries  atomic.Uint64 // numbers the named tries (see Acquire), for their ids
@@ -130,6 +131,9 @@ func (s *Store) run(ctx context.Context, script Script, key string, args argList
 	r, err := s.client.Run(ctx, script, call(script, s.keyNames(key), &args))
 	if err != nil {
 		return nil, s.clientError(ctx, sent, err)
+	}
+	if !s.answered.Load() {
+		s.answered.Store(true)
 	}
 	return r, nil
 }
