@@ -80,7 +80,7 @@
 // another holder. In the second case Err names how many refreshes failed
 // in a row and the last one's error, which it wraps beside ErrLost:
 //
-//	leasehold: hold "job": lease lost: 3 refreshes failed, last: goredis: dial tcp 127.0.0.1:6379: connect: connection refused
+//	leasehold: hold "job": lease lost: 3 refreshes failed, last: goredis: redis 127.0.0.1:6379 unreachable: dial tcp 127.0.0.1:6379: connect: connection refused
 //
 // and a refresh cut off by the stop point names the failure before it; "deadline passed without a
 // successful refresh" means none was tried in time (the process was paused, or WithoutRefresh).

@@ -13,6 +13,14 @@
 // key's (that of its leases, or of its waiters when it has none), which was refused at once and
 // wrote nothing. The portable layer (package primitives) names the operation and the key.
 //
+// A failure to use the server reads as the sentence the leasehold CLI prints for it, and wraps
+// go-redis's error: "goredis: redis ADDR unreachable: dial tcp ...", "goredis: redis ADDR:
+// authentication failed: ...", "goredis: redis ADDR: not a Redis server: it answers HTTP (...)".
+// When go-redis's words do not say what failed (an EOF, a reply it cannot parse) and no call of the
+// Store has had a reply yet, the Store of a *redis.Client probes its address, within the call's ctx
+// and at most a second, once at a time for all the calls failing then; and its call cut off by its
+// ctx while go-redis was still dialling names the dial that failed, after ctx's error.
+//
 // # Waiting and watching
 //
 // A Store has one subscription connection, opened by its first waiter or watch. The first waiter on
@@ -110,8 +118,9 @@ func WithPrefix(prefix string) Option {
 
 // New returns a Store over client. It sends nothing; the first waiter or watch opens the Store's
 // subscription connection. A nil client, or a prefix with a brace, is an error wrapping
-// core.ErrInvalid. The client stays the caller's: Close does not close it. The package doc says how
-// calls end with their ctx.
+// core.ErrInvalid. The client stays the caller's: Close does not close it. New adds a hook to a
+// *redis.Client (AddHook), which stays after Close: it records the client's failed dials for the
+// Store's errors, and costs nothing per command. The package doc says how calls end with their ctx.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
@@ -144,9 +153,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	case *redis.ClusterClient, *redis.Ring:
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
-	rs, err := rediscore.New("goredis", client, d, o.shared...)
+	diag, dialed := diagnosis(client)
+	rs, err := rediscore.New("goredis", client, d, append(o.shared, rediscore.WithDiagnosis(diag))...)
 	if err != nil {
 		return nil, err
+	}
+	if dialed != nil {
+		client.AddHook(dialed)
 	}
 	return &Store{rs: rs, d: d}, nil
 }

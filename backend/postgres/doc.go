@@ -138,4 +138,13 @@
 // Every function expects READ COMMITTED, PostgreSQL's default; under a stricter default
 // isolation an operation that meets a concurrent one fails with a serialization error, which
 // the Store retries twice.
+//
+// # Errors
+//
+// Errors start with "postgres: ". A failure to reach the database reads as the sentence the
+// leasehold CLI prints for it, and wraps pgx's error: "postgres ADDR unreachable: ...". When New's
+// set-up fails and pgx's words do not say why (an EOF, or ctx's end: a server of another kind can
+// keep pgx waiting for ever), New probes the address (from 100 ms on while it waits, within its
+// ctx and at most a second) and its error then says what is there: "postgres ADDR: not a
+// PostgreSQL server: it answers HTTP (...)". Operations probe nothing: the server answered New.
 package postgres

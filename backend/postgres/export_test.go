@@ -44,3 +44,6 @@ func (s *Store) Channel() string { return s.l.channel }
 // Notice returns what the line sends a waiter's Store when it grants holder a lease on key,
 // before the grant's fence.
 func Notice(key, holder string) string { return noticeOf(key, holder) }
+
+// Pool returns the Store's pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -67,7 +67,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: new store: %w", err)
 	}
-	if err := setup(ctx, pool, n, o.setup); err != nil {
+	if err := watched(ctx, pool, func(ctx context.Context) error { return setup(ctx, pool, n, o.setup) }); err != nil {
 		return nil, (&Store{}).fail(ctx, err)
 	}
 	lc := pool.Config().ConnConfig
@@ -136,8 +136,10 @@ func (s *Store) Close() error {
 }
 
 // fail returns err from an operation: core.ErrClosed after Close, ctx's error when ctx ended,
-// else err with the driver's name.
+// else err with the driver's name; a failure to reach the database in the words of package
+// diagnose (diagnosed).
 func (s *Store) fail(ctx context.Context, err error) error {
+	err = diagnosed(ctx, s.pool, err)
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("postgres: %w: %w", cerr, err)
 	}

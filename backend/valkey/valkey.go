@@ -12,7 +12,12 @@
 // package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or ctx's error is returned as it is,
 // or with a detail after it. So is the *core.LimitMismatchError of a request whose limit is not the
 // key's (that of its leases, or of its waiters when it has none), which was refused at once and
-// wrote nothing. The portable layer (package primitives) names the operation and the key.
+// wrote nothing. The portable layer (package primitives) names the operation and the key. A
+// standalone client's failure to use its server reads as the sentence the leasehold CLI prints for
+// it, and wraps valkey-go's error: "valkey: redis ADDR unreachable: dial tcp ...", "valkey: redis
+// ADDR: authentication failed: ...". valkey-go does not tell whether it makes TLS handshakes, so
+// the Store never probes the address: a client that cannot reach a Redis server at all fails in
+// vk.NewClient, before a Store exists.
 //
 // # Waiting and watching
 //
@@ -48,11 +53,13 @@ package valkey
 
 import (
 	"context"
+	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/diagnose"
 )
 
 // Store is a core.Store, core.Notifier, core.Watcher and core.FenceRaiser on Redis or Valkey
@@ -92,6 +99,9 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client != nil && client.Mode() == vk.ClientModeCluster {
 		o.shared = append(o.shared, rediscore.WithClusterPubSub())
 	}
+	o.shared = append(o.shared, rediscore.WithDiagnosis(rediscore.Diagnosis{Endpoint: func() (diagnose.Endpoint, int, bool) {
+		return endpoint(client)
+	}}))
 	rs, err := rediscore.New("valkey", client, &driver{c: client, fn: new(rediscore.Functions)}, o.shared...)
 	if err != nil {
 		return nil, err
@@ -167,3 +177,24 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 // calls fail with core.ErrClosed. The valkey-go client stays open. Close is idempotent and returns
 // nil.
 func (s *Store) Close() error { return s.rs.Close() }
+
+// endpoint returns the address of the one server a standalone client sends to, for the Store's
+// errors (rediscore.Diagnosis). valkey-go does not tell whether it makes TLS handshakes: the
+// errors read the client's words, and probe nothing.
+func endpoint(client vk.Client) (diagnose.Endpoint, int, bool) {
+	if client.Mode() != vk.ClientModeStandalone {
+		return diagnose.Endpoint{}, 0, false
+	}
+	nodes := client.Nodes()
+	if len(nodes) != 1 {
+		return diagnose.Endpoint{}, 0, false
+	}
+	for addr := range nodes {
+		network := "tcp"
+		if strings.HasPrefix(addr, "/") {
+			network = "unix"
+		}
+		return diagnose.Endpoint{Network: network, Addr: addr, Unprobed: true}, -1, true
+	}
+	return diagnose.Endpoint{}, 0, false
+}

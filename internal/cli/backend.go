@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/diagnose"
 )
 
 // A Backend is a store that run, inspect and elect can use besides the built-in ones (Redis,
@@ -203,23 +204,23 @@ func backendFailure(ctx context.Context, name string, endpoints []string, err er
 	for i, p := range found {
 		where := name + " " + eps[i].addr
 		switch {
-		case p.dialErr != nil:
-			down = append(down, fmt.Sprintf("%s (%v)", eps[i].addr, p.dialErr))
-		case p.postgres:
+		case p.DialErr != nil:
+			down = append(down, fmt.Sprintf("%s (%v)", eps[i].addr, p.DialErr))
+		case p.Postgres:
 			return fmt.Errorf("%s: not %s server: it is a PostgreSQL server (use -postgres)", where, aServer(name))
-		case p.speaks == speaksRedis:
+		case p.Speaks == speaksRedis:
 			return fmt.Errorf("%s: not %s server: it answers as a Redis server does (use -redis)", where, aServer(name))
-		case p.speaks == speaksSilence:
+		case p.Speaks == speaksSilence:
 			return fmt.Errorf("%s: not %s server, or a stalled one: it accepts connections but does not answer within %v: %v", where, aServer(name), probeTimeout, err)
-		case eps[i].tls != nil && p.tlsErr != nil && p.speaks == speaksHTTP:
+		case eps[i].tls != nil && p.TLSErr != nil && p.Speaks == speaksHTTP:
 			return fmt.Errorf("%s: TLS handshake failed: the server speaks plain HTTP, not TLS (use http://, not https://)", where)
-		case eps[i].tls != nil && p.tlsErr != nil:
-			return fmt.Errorf("%s: TLS handshake failed: %v", where, p.tlsErr)
+		case eps[i].tls != nil && p.TLSErr != nil:
+			return fmt.Errorf("%s: TLS handshake failed: %v", where, p.TLSErr)
 		}
 	}
 	switch {
 	case len(eps) == 1 && len(down) == 1:
-		return fmt.Errorf("%s %s unreachable: %v", name, eps[0].addr, found[0].dialErr)
+		return fmt.Errorf("%s %s unreachable: %v", name, eps[0].addr, found[0].DialErr)
 	case len(eps) == len(endpoints) && len(down) == len(eps):
 		return fmt.Errorf("%s unreachable: none of its %d endpoints answers: %s", name, len(eps), strings.Join(down, ", "))
 	case len(down) > 0:
@@ -250,7 +251,7 @@ func noneDialled(ctx context.Context, endpoints []string) bool {
 	var wg sync.WaitGroup
 	for _, ep := range eps {
 		wg.Go(func() {
-			c, err := dial(ctx, ep)
+			c, err := diagnose.Dial(ctx, ep.of())
 			if err == nil {
 				c.Close()
 			} else if ctx.Err() == nil && unreachable(err) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -101,16 +100,4 @@ func (p *pgFlags) connect(ctx context.Context) (core.Store, func(), error) {
 		return nil, nil, err
 	}
 	return s, func() { s.Close(); pool.Close() }, nil
-}
-
-// oneLine returns err's message on one line: pgx puts each address it tried on a line of its own,
-// often the same line twice (with TLS and without).
-func oneLine(err error) string {
-	var parts []string
-	for _, l := range strings.Split(err.Error(), "\n") {
-		if l = strings.TrimSpace(l); l != "" && !slices.Contains(parts, l) {
-			parts = append(parts, l)
-		}
-	}
-	return strings.Join(parts, " ")
 }

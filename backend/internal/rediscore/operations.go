@@ -208,7 +208,7 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wai
 	}
 	w, err := subs.register(ctx, req)
 	if err != nil && err != core.ErrClosed {
-		return nil, s.clientError(ctx, err)
+		return nil, s.clientError(ctx, time.Time{}, err)
 	}
 	return w, err
 }

@@ -50,6 +50,9 @@ type Store struct {
 	// a release passes over the waiters of a Store that no longer listens.
 	listens bool
 
+	diagnosis Diagnosis
+	answered  atomic.Bool // a call has had a reply: the server is Redis (see diagnosed)
+
 	leaves leaves
 	tries  atomic.Uint64 // numbers the named tries (see Acquire), for their ids
 }
@@ -65,8 +68,9 @@ var (
 type Option func(*options)
 
 type options struct {
-	prefix  string
-	cluster bool
+	prefix    string
+	cluster   bool
+	diagnosis Diagnosis
 }
 
 // WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
@@ -100,7 +104,7 @@ func New(name string, userClient any, client Client, opts ...Option) (*Store, er
 	}
 	var id [8]byte
 	rand.Read(id[:])
-	s := &Store{name: name, id: hex.EncodeToString(id[:]), client: client, layout: l, listens: !o.cluster}
+	s := &Store{name: name, id: hex.EncodeToString(id[:]), client: client, layout: l, listens: !o.cluster, diagnosis: o.diagnosis}
 	s.leaves.pending = map[string]*pendingLeave{}
 	s.names.seed = maphash.MakeSeed()
 	return s, nil
@@ -129,9 +133,13 @@ func (s *Store) run(ctx context.Context, script Script, key string, args argList
 // send is run without the checks: for a caller that made them, and that takes an error as a call
 // that may have reached the server (ctx may have ended since).
 func (s *Store) send(ctx context.Context, script Script, key string, args argList) (any, error) {
+	sent := time.Now()
 	r, err := s.client.Run(ctx, script, call(script, s.keyNames(key), &args))
 	if err != nil {
-		return nil, s.clientError(ctx, err)
+		return nil, s.clientError(ctx, sent, err)
+	}
+	if !s.answered.Load() {
+		s.answered.Store(true)
 	}
 	return r, nil
 }
@@ -159,19 +167,6 @@ func CtxErr(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
-}
-
-// clientError is err, from the client, as the Store reports it: ctx's error (CtxErr) when ctx
-// ended, with the client's words after it when they say more, else the client's error after the
-// driver's name.
-func (s *Store) clientError(ctx context.Context, err error) error {
-	if cerr := CtxErr(ctx); cerr != nil {
-		if errors.Is(err, cerr) {
-			return cerr
-		}
-		return fmt.Errorf("%w: %s: %v", cerr, s.name, err)
-	}
-	return fmt.Errorf("%s: %w", s.name, err)
 }
 
 // replyError is err, from decoding a reply, as the Store reports it: a reply it cannot read

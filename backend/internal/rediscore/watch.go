@@ -77,7 +77,7 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 	subs.marked(w.k, true, since)
 	if err := subs.sync(ctx, w.k.name); err != nil {
 		w.Close()
-		return nil, s.clientError(ctx, fmt.Errorf("subscribe %q: %w", w.k.name, err))
+		return nil, s.clientError(ctx, time.Time{}, fmt.Errorf("subscribe %q: %w", w.k.name, err))
 	}
 	return w, nil
 }

@@ -1,0 +1,108 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/backend/postgres"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+)
+
+// hangUpListener returns the address of a loopback listener that closes every connection at
+// once, until the test ends.
+func hangUpListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
+	return l.Addr().String()
+}
+
+// lazyPool returns a pool to the database at addr, which dials nothing yet; it is closed when t
+// ends.
+func lazyPool(t *testing.T, addr string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), "postgres://postgres@"+addr+"/postgres?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// TestSetupAtAServerOfAnotherKindSaysWhatIsThere: New, pointed at a server that is
+// not PostgreSQL, fails in the words the CLI uses for it, naming what answers there: an HTTP or a
+// Redis server (which keep the connection waiting until ctx ends), a listener that hangs up. Its
+// error still wraps the client's, and ctx's.
+func TestSetupAtAServerOfAnotherKindSaysWhatIsThere(t *testing.T) {
+	t.Parallel()
+	web := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(web.Close)
+	webAddr := web.Listener.Addr().String()
+	redisAddr := redistest.StartServer(t).Addr
+	rude := hangUpListener(t)
+	for _, tc := range []struct {
+		name, addr, want string
+		is               error
+	}{
+		{"HTTP", webAddr, "postgres " + webAddr + `: not a PostgreSQL server: it answers HTTP ("HTTP/1.0 404 Not Found")`, context.DeadlineExceeded},
+		{"Redis", redisAddr, "postgres " + redisAddr + ": not a PostgreSQL server: it answers as a Redis server does (use package goredis or valkey)", context.DeadlineExceeded},
+		{"hanging up", rude, "postgres " + rude + ": not a PostgreSQL server: it closes the connection without a reply", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			_, err := postgres.New(ctx, lazyPool(t, tc.addr))
+			if err == nil || !strings.HasSuffix(err.Error(), ": "+tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
+				t.Errorf("New: %v\nwant an error ending %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestOperationsAtAClosedPortSayItIsUnreachable: an operation whose database refuses connections
+// says, in the CLI's words, that the database is unreachable, and wraps the refusal.
+func TestOperationsAtAClosedPortSayItIsUnreachable(t *testing.T) {
+	t.Parallel()
+	srv := server(t)
+	cfg := poolConfig(t, srv.URL, nil)
+	proxy := redistest.StartProxy(t, fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port))
+	s := newStore(t, strings.Replace(srv.URL, fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port), proxy.Addr, 1))
+	proxy.Close()
+	s.Pool().Reset() // the pool's connections go: the next operation dials
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, err := s.Acquire(ctx, core.AcquireRequest{Key: uniqueKey(t), Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
+	want := "postgres: postgres " + proxy.Addr + " unreachable: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Acquire: %v\nwant an error starting %q that wraps the refusal", err, want)
+	}
+}
