@@ -297,8 +297,9 @@ func TestExtendOfUnknownOutcomeSharesNoEtcdLease(t *testing.T) {
 }
 
 // TestTakenLineGrantOfUnknownOutcomeLeavesTheSessionAlone: a waiter takes the grant the line
-// made it (on the Store's session lease) with the reply lost: the grant is revoked, the key is
-// free, and the Store's places in other lines, on the same session lease, stay.
+// made it (on the Store's session lease) with the reply lost: the grant is revoked, the next
+// waiter in that line (another Store's) is served, and the Store's places in other lines, on the
+// same session lease, stay.
 func TestTakenLineGrantOfUnknownOutcomeLeavesTheSessionAlone(t *testing.T) {
 	t.Parallel()
 	s, l, _ := lossyStore(t)
@@ -325,6 +326,16 @@ func TestTakenLineGrantOfUnknownOutcomeLeavesTheSessionAlone(t *testing.T) {
 	}
 	w := wait("k", "w")
 	wait("k2", "x")
+	y := grantOf("k", "y", time.Minute, true)
+	y.Wait = time.Minute
+	if res, err := o.Acquire(ctx, y); err != nil || res.Granted {
+		t.Fatalf("Acquire(y) = %+v, %v; want a refusal", res, err)
+	}
+	yw, err := o.Register(ctx, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer yw.Close()
 	select { // the wake of the Register itself, if any
 	case <-w.C():
 	default:
@@ -340,10 +351,19 @@ func TestTakenLineGrantOfUnknownOutcomeLeavesTheSessionAlone(t *testing.T) {
 	r := grantOf("k", "w", time.Minute, true)
 	r.Wait = time.Minute
 	cutShort(t, s, l, r)
-	poll.Within(t, 3*time.Second, "the key free after the taken grant of unknown outcome", func() ([]core.LeaseInfo, bool) {
-		ls := leasesHeld(t, o, "k")
-		return ls, len(ls) == 0
-	})
+	deadline := time.After(5 * time.Second)
+	for served := false; !served; {
+		select {
+		case <-yw.C():
+		case <-deadline:
+			t.Fatalf("y, next in line, was not served after w's grant of unknown outcome: %+v", leasesHeld(t, o, "k"))
+		}
+		res, err := o.Acquire(ctx, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		served = res.Granted
+	}
 	<-s.idle()
 	snap, err := o.Inspect(ctx, "k2")
 	if err != nil {
