@@ -157,3 +157,42 @@ func TestRegisterOfARefusalKeptWithoutRecords(t *testing.T) {
 	}
 	registerAndTake(t, s, r, release, false)
 }
+
+// TestOldRefusalsMakeRoomForTheRecordsOfNewOnes: refusals older than refusalKept whose callers
+// never registered, on long lines, hold maxSeedBytes of records among them; a new refusal's
+// records are kept all the same (the old ones go), so that its Register reads nothing.
+func TestOldRefusalsMakeRoomForTheRecordsOfNewOnes(t *testing.T) {
+	t.Parallel()
+	s, err := New(etcdtest.Shared(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	long := newState(1)
+	for i := range 1000 {
+		long.line = append(long.line, entry{rec: rec{permits: 1, limit: 1, value: "host-a pid 4242"}, holder: fmt.Sprint("w", i), create: int64(i + 2)})
+	}
+	for i := 0; ; i++ {
+		s.noteRefusal(core.AcquireRequest{Key: fmt.Sprint("old", i), Holder: "h"}, long, 1002)
+		s.mu.Lock()
+		r := s.refused[refusalID(fmt.Sprint("old", i), "h")]
+		s.mu.Unlock()
+		if r.st == nil {
+			break // the records kept are at their bound
+		}
+	}
+	s.mu.Lock()
+	for id, r := range s.refused {
+		r.at = r.at.Add(-2 * refusalKept)
+		s.refused[id] = r
+	}
+	s.mu.Unlock()
+	s.noteRefusal(core.AcquireRequest{Key: "new", Holder: "h"}, long, 1002)
+	s.mu.Lock()
+	r := s.refused[refusalID("new", "h")]
+	n, bytes := len(s.refused), s.seedBytes
+	s.mu.Unlock()
+	if r.st == nil {
+		t.Errorf("a new refusal kept no records while %d refusals older than %v kept %d bytes of them", n-1, refusalKept, bytes)
+	}
+}
