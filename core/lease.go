@@ -62,7 +62,10 @@ type Lease interface {
 	// If the store no longer holds the lease, or was closed, the lease is lost at once: Extend
 	// returns an error wrapping ErrLost (and ErrClosed) and never acquires again. It costs one
 	// store round trip. The deadline it returns is the lease's unless a refresh reaches the
-	// store after it, in which case Deadline reports the refresh's.
+	// store after it, in which case Deadline reports the refresh's. An Extend that fails
+	// otherwise (the store unreachable, ctx ended) may have gone through: the deadline becomes
+	// the one it would have set when that is sooner (a shorter ttl), and a refresh comes before
+	// it; a failed background refresh likewise.
 	Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 	// Held asks the store whether it still holds this lease (this holder, this fence): one round
 	// trip, for code that wants certainty before a side effect; Err is the cheap local answer. When

@@ -97,3 +97,40 @@ func TestLostLeaseReleaseUnderAChosenHolderEndsNoLaterGrant(t *testing.T) {
 		l2.Release(context.Background())
 	})
 }
+
+// TestLostLeaseUnderAChosenHolderIsFreeWithinATTLOfItsLoss: a lease under a holder id of the
+// caller's choosing, lost at its deadline while its refreshes reached the store late (each
+// renewing the store's lease for a TTL), sends no release; the store keeps the key for at most a
+// TTL from the loss, and another Mutex takes it then.
+func TestLostLeaseUnderAChosenHolderIsFreeWithinATTLOfItsLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		store := lateExtends{newRecorder()}
+		l := mustAcquire(t, mustMutex(t, store, primitives.WithTTL(ttl), primitives.WithHolder("worker-7")))
+		<-l.Done()
+		lost := time.Now()
+		if err := l.Release(context.Background()); !errors.Is(err, primitives.ErrLost) {
+			t.Errorf("Release of the lost lease = %v, want ErrLost", err)
+		}
+		synctest.Wait()
+		if n := store.releases.Load(); n != 0 {
+			t.Errorf("%d releases sent for the lost lease under a chosen holder, want none", n)
+		}
+		other := mustMutex(t, store.recorder, primitives.WithTTL(time.Minute))
+		for {
+			o, err := other.TryAcquire(context.Background())
+			if err == nil {
+				o.Release(context.Background())
+				break
+			}
+			if !errors.Is(err, primitives.ErrNotAcquired) {
+				t.Fatal(err)
+			}
+			if time.Since(lost) > ttl {
+				t.Fatalf("the key is still held %v after the loss, more than a TTL (%v)", time.Since(lost), ttl)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("free %v after the loss", time.Since(lost))
+	})
+}

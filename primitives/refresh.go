@@ -117,6 +117,11 @@ func (l *lease) tick() {
 				failed = fmt.Errorf("leasehold: refresh %s: %w", quoteKey(l.p.key), err)
 			}
 		}
+		if exclusive {
+			// Sent: it may have gone through, its reply lost, and the store then ends the lease
+			// a TTL after it, sooner than the deadline a longer Lease.Extend set.
+			l.capDeadlineLocked(now, l.p.cfg.ttl)
+		}
 		after := time.Now()
 		l.nextRefresh = after.Add(max(min(l.p.cfg.refreshInterval, l.stopAtLocked().Sub(after)/2), time.Millisecond))
 	}
@@ -184,6 +189,15 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 			err = l.lost
 		}
 	case err != nil:
+		// It may have gone through, its reply lost: the store then ends the lease ttl after it,
+		// which is sooner than the deadline when ttl is shorter than the lease's. Refresh by then.
+		if l.capDeadlineLocked(start, ttl) && !l.ended && !l.released {
+			now := time.Now()
+			if next := now.Add(max(min(l.p.cfg.refreshInterval, l.stopAtLocked().Sub(now)/2), time.Millisecond)); next.Before(l.nextRefresh) {
+				l.nextRefresh = next
+			}
+			l.timer.Reset(l.nextWakeLocked(now))
+		}
 	case l.ended || l.released:
 		err = fmt.Errorf("%w: the lease ended during the extend", ErrNotHeld)
 	default:
@@ -206,6 +220,18 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		return fail(err)
 	}
 	return deadline, nil
+}
+
+// capDeadlineLocked brings the lease's deadline forward to what an extend by ttl sent at start
+// would give it, if that is sooner: the extend failed, but may have reached the store. It
+// reports whether the deadline moved. l.mu must be held.
+func (l *lease) capDeadlineLocked(start time.Time, ttl time.Duration) bool {
+	d := start.Add(ttl - drift(ttl))
+	if !d.Before(l.deadline) {
+		return false
+	}
+	l.deadline = d
+	return true
 }
 
 // loseAtStopLocked ends the lease as lost at its stop point, unrenewed, and returns what is left

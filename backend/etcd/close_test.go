@@ -141,3 +141,32 @@ func TestClosedClientEndsTheStoresBackgroundWork(t *testing.T) {
 		t.Errorf("the Store's Close after its client's took %v, want at once", d.Round(time.Millisecond))
 	}
 }
+
+// TestCloseWithEtcdGoneAndNothingOwedReturnsInAboutASecond: a Store with a session (a place in
+// a line) and a spare etcd lease, owing no background work, whose etcd is then killed, returns
+// from Close in about a second (nothing answers its revokes), not after its five-second wait.
+func TestCloseWithEtcdGoneAndNothingOwedReturnsInAboutASecond(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.Start(t)
+	s := storeOn(t, srv)
+	other := storeOn(t, srv)
+	key := uniqueKey(t)
+	ctx := context.Background()
+	a := mustAcquire(t, s, req(key+"/spare", "a", 1, 1))
+	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key + "/spare", Holder: "a", Fence: a.Fence}); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	mustAcquire(t, other, req(key, "h", 1, 1))
+	r := req(key, "w", 1, 1)
+	r.Wait = time.Minute
+	if res, err := s.Acquire(ctx, r); err != nil || res.Granted {
+		t.Fatalf("Acquire(w) = %+v, %v; want a refusal, its place in line", res, err)
+	}
+	srv.Kill(t)
+	start := time.Now()
+	err := s.Close()
+	t.Logf("Close with etcd gone: %v, %v", time.Since(start).Round(time.Millisecond), err)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close with etcd gone took %v, want about a second", d.Round(time.Millisecond))
+	}
+}

@@ -58,7 +58,8 @@
 //     etcd lease of a transaction whose outcome is unknown (its ctx ended, or its connection
 //     broke, in flight) is never a spare: a drawn holder's (core.AcquireRequest.Unshared) is
 //     revoked at once, taking along a grant its caller was told failed, or that lands after
-//     its give-back; any other is left to its TTL.
+//     its give-back; any other is left to its TTL, as is a drawn holder's that asked again
+//     for a grant it held (which may be on that etcd lease now).
 //   - Acquire on a key the Store's watch sees busy decides on the watch's copy of the records,
 //     and asks for an etcd lease only to grant; a refusal with a Wait is one transaction that
 //     writes its place; a decision to write nothing (a refusal without a wait) reads first. A

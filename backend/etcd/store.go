@@ -155,9 +155,14 @@ func (s *Store) Close() error {
 			}
 		})
 	}
+	s.mu.Lock()
+	owed := s.bgN > 0
+	s.mu.Unlock()
 	select {
 	case <-s.idle():
-		answered.Store(true)
+		if owed {
+			answered.Store(true) // the work owed was done: etcd answers (no work owed says nothing)
+		}
 	case <-ctx.Done():
 	}
 	s.stop() // no background work starts after this: goBackground checks s.ctx under mu

@@ -41,8 +41,8 @@ type refusal struct {
 
 // The refusals a Store keeps for their Register are bounded: at most maxRefusals, the records
 // they keep at most maxSeedBytes together (a line of a thousand places is some 100 KiB), and one
-// older than refusalKept goes first when room is needed (a Register follows its refusal at once;
-// one that comes later reads the key).
+// older than refusalKept goes first when room is needed, among the refusals or the records (a
+// Register follows its refusal at once; one that comes later reads the key).
 const (
 	maxRefusals  = 1024
 	maxSeedBytes = 1 << 20
@@ -62,11 +62,7 @@ func (s *Store) noteRefusal(req core.AcquireRequest, st *state, placed int64) {
 	defer s.mu.Unlock()
 	s.takeRefusalLocked(id)
 	if len(s.refused) >= maxRefusals {
-		for id, r := range s.refused {
-			if time.Since(r.at) > refusalKept {
-				s.takeRefusalLocked(id)
-			}
-		}
+		s.dropOldRefusalsLocked()
 		for id := range s.refused {
 			if len(s.refused) < maxRefusals {
 				break
@@ -77,12 +73,25 @@ func (s *Store) noteRefusal(req core.AcquireRequest, st *state, placed int64) {
 	r := refusal{placed: placed, at: time.Now()}
 	if s.watches[req.Key] == nil {
 		// Register starts the key's watch from these records; with a watch, it has no use for them.
-		if n := st.size(); s.seedBytes+n <= maxSeedBytes {
+		n := st.size()
+		if s.seedBytes+n > maxSeedBytes {
+			s.dropOldRefusalsLocked()
+		}
+		if s.seedBytes+n <= maxSeedBytes {
 			r.st, r.size = st, n
 			s.seedBytes += n
 		}
 	}
 	s.refused[id] = r
+}
+
+// dropOldRefusalsLocked drops the refusals kept longer than refusalKept. s.mu must be held.
+func (s *Store) dropOldRefusalsLocked() {
+	for id, r := range s.refused {
+		if time.Since(r.at) > refusalKept {
+			s.takeRefusalLocked(id)
+		}
+	}
 }
 
 // takeRefusalLocked removes and returns the refusal kept for id. s.mu must be held.
