@@ -3,9 +3,12 @@ package rediscore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 )
@@ -114,5 +117,50 @@ func TestTryOfALeaveThatNeverArrivedIsKeptOutByTheHoldersNextTry(t *testing.T) {
 	<-g.written
 	if snap, err := s.Inspect(ctx, req.Key); err != nil || len(snap.Leases) != 0 || len(snap.Waiters) != 0 {
 		t.Fatalf("after the first try arrived, Inspect = %+v, %v; want nothing held, nobody waiting", snap, err)
+	}
+}
+
+// TestManyOvertakenLeavesAreKeptOutAndExpire: a try that names many unanswered leaves (a holder
+// whose leaves went unanswered for a while) is one ARGV value, which the script takes whole:
+// each leave is kept out, and the set that records them, and the lease hash, expire with the
+// hold (as long again for the hash at most), so nothing of them stays.
+func TestManyOvertakenLeavesAreKeptOutAndExpire(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	const key, n = "many-overtaken", 2000
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("store%020d:%d", i, i)
+	}
+	if r := asArray(srcAcquire, script(t, c, srcAcquire, key, overtakingAcquireArgv("h", 1, time.Minute, "s:1", strings.Join(ids, " "))...)); r[0].(int64) != 1 {
+		t.Fatalf("the try naming %d leaves = %v; want granted", n, r)
+	}
+	if got := zcard(t, srv.Addr, key, 3); got != n {
+		t.Fatalf("%d leaves kept out, want %d", got, n)
+	}
+	script(t, c, srcRelease, key, "h", 0)
+	mustAcquireScript := func(try string) {
+		if r := asArray(srcAcquire, script(t, c, srcAcquire, key, overtakingAcquireArgv("h", 1, time.Minute, try, "")[:10]...)); r[0].(int64) != 1 {
+			t.Fatalf("h's try %s = %v; want granted", try, r)
+		}
+	}
+	mustAcquireScript("s:2")
+	for _, id := range []string{ids[0], ids[n/2], ids[n-1]} {
+		if r := script(t, c, srcLeave, key, "h", 0, "", 0, id).([]any); len(r) != 0 {
+			t.Fatalf("the late leave %s = %v; want {}", id, r)
+		}
+	}
+	if h := holdersOf(t, c, key); len(h) != 1 {
+		t.Fatalf("holders after the late leaves = %q; want h's lease, untouched", h)
+	}
+	script(t, c, srcRelease, key, "h", 0)
+	for i, k := range rediscore.Keys(key) {
+		ttl, err := c.PTTL(t.Context(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl == -1 || ttl > 2*time.Minute+time.Second {
+			t.Errorf("key %d (%s) of a released key with leaves kept out: PTTL %v; want gone, or expiring within twice the hold", i, k, ttl)
+		}
 	}
 }
