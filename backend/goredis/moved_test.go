@@ -17,7 +17,8 @@ import (
 // TestScriptCallsFollowMovedRedirectsAndRunOnce: on a Cluster whose client believes (nearly)
 // every slot is on the first node, each script call on a key of another node is answered MOVED,
 // which go-redis follows though the call is not to be sent again after a lost reply: a MOVED
-// call did not run. Every acquire, extend and release goes through, and the nodes run each once.
+// call did not run. Every acquire, extend and release goes through, alone or pipelined, and the
+// nodes run each once.
 func TestScriptCallsFollowMovedRedirectsAndRunOnce(t *testing.T) {
 	testenv.SkipShort(t, "starts a Redis Cluster")
 	addrs := redistest.StartCluster(t, 3)
@@ -63,6 +64,21 @@ func TestScriptCallsFollowMovedRedirectsAndRunOnce(t *testing.T) {
 			t.Fatalf("Release(%s) = %v, %v; want released (run once, after its redirect)", key, held, err)
 		}
 	}
+	// Queued behind two held calls, so that they go pipelined: a pipeline follows the
+	// redirects too.
+	const batched = 16
+	h := &gateHook{gate: make(chan struct{})}
+	c.AddHook(h)
+	answers := acquiresQueuedBehindTwo(t, s, h, batched)
+	close(h.gate)
+	for range batched + 2 {
+		if a := <-answers; a.err != nil || !a.res.Granted {
+			t.Fatalf("acquire %s: %+v, %v; want granted", a.key, a.res, a.err)
+		}
+	}
+	if len(h.sizes()) == 0 {
+		t.Fatal("no pipeline: the queued calls went alone")
+	}
 	after := ran()
 	total, others := 0, 0
 	for i := range addrs {
@@ -71,8 +87,8 @@ func TestScriptCallsFollowMovedRedirectsAndRunOnce(t *testing.T) {
 			others += after[i] - before[i]
 		}
 	}
-	if total != 3*keys {
-		t.Errorf("the nodes ran %d FCALLs (%v before, %v after) for %d calls; want each run once", total, before, after, 3*keys)
+	if total != 3*keys+batched+2 {
+		t.Errorf("the nodes ran %d FCALLs (%v before, %v after) for %d calls; want each run once", total, before, after, 3*keys+batched+2)
 	}
 	if others == 0 {
 		t.Fatal("no call ran on another node than the first: none was redirected")
