@@ -1,14 +1,21 @@
 package goredis_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
@@ -149,4 +156,146 @@ func TestScriptCallWhoseReplyIsLostRunsOnce(t *testing.T) {
 			t.Errorf("%s whose reply was lost: the server ran %d script calls, want 1 (the call; and its leave for a try that would wait)", c.name, ran)
 		}
 	}
+}
+
+// cutAfterRelease is a go-redis Dialer whose connections, once armed, cut the connection that
+// carried the next release call when its reply comes: the reply is dropped with the connection,
+// and the client reads EOF, after the server ran the call.
+type cutAfterRelease struct {
+	armed atomic.Bool
+	cuts  atomic.Int32
+}
+
+func (d *cutAfterRelease) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &cutConn{Conn: c, d: d}, nil
+}
+
+type cutConn struct {
+	net.Conn
+	d       *cutAfterRelease
+	release atomic.Bool // a release call was written here while armed
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte(rediscore.FunctionName(2))) && c.d.armed.CompareAndSwap(true, false) {
+		c.release.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *cutConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.release.Load() {
+		c.d.cuts.Add(1)
+		c.Conn.Close()
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// TestReleaseCutAfterItRanIsNotSentAgain: a Release that the server runs, whose connection is
+// then cut before the reply reaches the client (go-redis reads EOF, which it would retry), is not
+// sent again: a second run would find nothing held and report the lease lost. The Store reports
+// the lost reply as an error, and the key is free.
+func TestReleaseCutAfterItRanIsNotSentAgain(t *testing.T) {
+	srv := redistest.StartServer(t)
+	d := &cutAfterRelease{}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: d.dial})
+	t.Cleanup(func() { client.Close() })
+	store, err := goredis.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ctx := t.Context()
+	req := core.AcquireRequest{Key: "cut-release", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
+	res, err := store.Acquire(ctx, req)
+	if err != nil || !res.Granted {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	before := fcalls(t, srv.Addr)
+	d.armed.Store(true)
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	held, err := store.Release(rctx, core.ReleaseRequest{Key: req.Key, Holder: req.Holder, Fence: res.Fence})
+	cancel()
+	if d.cuts.Load() != 1 {
+		t.Fatalf("%d connections cut, want 1", d.cuts.Load())
+	}
+	if !held && err == nil {
+		t.Fatal("Release whose connection was cut after it ran = false, nil: a release that went through reported as one of nothing (sent again)")
+	}
+	if err == nil {
+		t.Fatalf("Release whose connection was cut = %v, nil; want the lost reply's error", held)
+	}
+	if ran := fcalls(t, srv.Addr) - before; ran != 1 {
+		t.Errorf("the server ran %d FCALLs, want 1 (the Release, once)", ran)
+	}
+	if snap, err := store.Inspect(ctx, req.Key); err != nil || len(snap.Leases) != 0 {
+		t.Fatalf("Inspect after the release = %+v, %v; want no lease (the release ran)", snap, err)
+	}
+}
+
+// TestPipelinedCallsCutWithTheirConnectionGetTheirOwnReplies: many callers extend leases of
+// different keys at once, so their calls go pipelined, while connections are cut after the
+// server ran what they carried. No call is run twice (the server runs at most as many calls as
+// were made), and each call that is answered gets its own reply: the value and fence of its own
+// key's lease, never another call's.
+func TestPipelinedCallsCutWithTheirConnectionGetTheirOwnReplies(t *testing.T) {
+	srv := redistest.StartServer(t)
+	px := redistest.StartProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: px.Addr, ReadTimeout: time.Second})
+	t.Cleanup(func() { client.Close() })
+	store, err := goredis.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ctx := t.Context()
+	const keys, callers, calls = 8, 16, 25
+	fences := make([]uint64, keys)
+	for i := range keys {
+		key := fmt.Sprintf("pipe-%d", i)
+		res, err := store.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Value: key})
+		if err != nil || !res.Granted {
+			t.Fatalf("Acquire(%s) = %+v, %v", key, res, err)
+		}
+		fences[i] = res.Fence
+	}
+	before := fcalls(t, srv.Addr)
+	px.LoseReplies(7, 0, true)
+	var wg sync.WaitGroup
+	var answered, failed atomic.Int32
+	for c := range callers {
+		wg.Go(func() {
+			for j := range calls {
+				i := (c + j) % keys
+				key := fmt.Sprintf("pipe-%d", i)
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				r, err := store.Extend(cctx, core.ExtendRequest{Key: key, Holder: "h", TTL: time.Minute})
+				cancel()
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				answered.Add(1)
+				if r.Value != key || r.Fence != fences[i] {
+					t.Errorf("Extend(%s) = value %q, fence %d; want its own lease's: %q, %d", key, r.Value, r.Fence, key, fences[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	px.LoseReplies(0, 0, false)
+	if ran, made := fcalls(t, srv.Addr)-before, callers*calls; ran > made {
+		t.Errorf("the server ran %d FCALLs for %d calls: some were sent again", ran, made)
+	}
+	if answered.Load() == 0 || failed.Load() == 0 {
+		t.Fatalf("%d calls answered, %d failed; want both (replies cut, others through)", answered.Load(), failed.Load())
+	}
+	t.Logf("%d calls answered, %d failed", answered.Load(), failed.Load())
 }

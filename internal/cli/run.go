@@ -626,7 +626,13 @@ func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer)
 	release := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := lease.Release(rctx); err != nil && !errors.Is(err, core.ErrLost) {
+		err := lease.Release(rctx)
+		if err != nil && !errors.Is(err, core.ErrLost) && rctx.Err() == nil {
+			// No reply (the call is sent once): the release may not have gone through. Once
+			// more: a release that did go through is then reported as one, not as a loss.
+			err = lease.Release(rctx)
+		}
+		if err != nil && !errors.Is(err, core.ErrLost) {
 			say("%v", err)
 		}
 	}

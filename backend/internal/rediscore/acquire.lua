@@ -65,18 +65,19 @@ if n <= limit then
   end
 end
 load(all)
+local held = held_limit()
+if held and held ~= limit then
+  -- Clients disagree on the key's limit: refused at once, with no place and nothing written
+  -- but the leaves it overtakes kept out (written after the writes are dropped, or they would go
+  -- with them).
+  writes = nil
+  if overtakes then overtake(overtakes, tonumber(ARGV[13])) end
+  return {-2, held}
+end
 if overtakes then overtake(overtakes, tonumber(ARGV[13])) end
 if try ~= '' and meta.left > now_ms and redis.call('ZSCORE', left, try) then
   -- Its caller gave up on this try before it arrived, and left: nothing to grant, no place.
   return {0, 0, 0}
-end
-local held = held_limit()
-if held and held ~= limit then
-  -- Clients disagree on the key's limit: refused at once, with no place and nothing written
-  -- (but the leaves it overtakes kept out).
-  writes = nil
-  if overtakes then overtake(overtakes, tonumber(ARGV[13])) end
-  return {-2, held}
 end
 local _, line_empty = serve(1) -- a refused try reads only the head
 local me = ':' .. holder

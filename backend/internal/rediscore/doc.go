@@ -125,7 +125,9 @@
 // was canceled in flight, which the leave also keeps out of the line should it arrive later. A
 // leave whose sends went unanswered may itself arrive late, after its holder's next try (a shared
 // holder id tries again): that try names it, and the server keeps it from doing anything for a
-// minute, so it takes neither the try's place nor a grant the line made it. A
+// minute but keep its own given-up try out, so it takes neither the try's place nor a grant the
+// line made it; the try names the given-up try too, which is kept out should the leave never
+// arrive. A
 // Store gives back a grant for a caller that gave up before enrolling, a second after it, and
 // stays subscribed to the key until it has.
 //

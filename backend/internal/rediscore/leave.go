@@ -92,10 +92,10 @@ func (ls *leaves) await(ctx context.Context, key, holder string) error {
 	}
 }
 
-// unanswered records that the leave id of holder on key may still reach the server, and forgets
-// the leaves recorded tryHold ago or more (a holder that never tries again, as an unshared one,
-// leaves nothing behind for longer).
-func (ls *leaves) unanswered(key, holder, id string) {
+// unanswered records that the leave of holder on key named by ids (its own id, and the try it
+// gave up, if any) may still reach the server, and forgets the leaves recorded tryHold ago or
+// more (a holder that never tries again, as an unshared one, leaves nothing behind for longer).
+func (ls *leaves) unanswered(key, holder string, ids ...string) {
 	ls.pendingMu.Lock()
 	defer ls.pendingMu.Unlock()
 	if ls.unsure == nil {
@@ -106,7 +106,11 @@ func (ls *leaves) unanswered(key, holder, id string) {
 		ls.setUnsureLocked(k, live)
 	}
 	k := key + "\x00" + holder
-	ls.setUnsureLocked(k, append(ls.unsure[k], unsureLeave{id: id, at: time.Now()}))
+	us := ls.unsure[k]
+	for _, id := range ids {
+		us = append(us, unsureLeave{id: id, at: time.Now()})
+	}
+	ls.setUnsureLocked(k, us)
 }
 
 // overtaken returns the ids, space-separated, of holder's leaves of key that may still reach
@@ -202,7 +206,8 @@ func (s *Store) leave(key, holder string, floor uint64) {
 
 // leaveWith is leave with the leave script's ARGV given. The leave has an id of its own: should
 // one of its sends go unanswered (it may then reach the server late, after the holder's next
-// try), that try names it, and the server keeps it from doing anything (see leaves.overtaken).
+// try), that try names it, and the server keeps it from doing anything (see leaves.overtaken);
+// it names the try the leave gives up too, which the server keeps out alike.
 func (s *Store) leaveWith(key, holder string, args argList) {
 	id := tryID(s.id, s.tries.Add(1))
 	args = withLeaveID(args, id)
@@ -224,7 +229,13 @@ func (s *Store) leaveWith(key, holder string, args argList) {
 			break
 		}
 		if unanswered {
-			s.leaves.unanswered(key, holder, id)
+			// The try it gives up is named too: should the leave never arrive, the try, still on
+			// its way, would take a place or a lease nobody holds after the holder's next try.
+			if try, ok := args.v[2].(string); ok && try != "" {
+				s.leaves.unanswered(key, holder, id, try)
+			} else {
+				s.leaves.unanswered(key, holder, id)
+			}
 		}
 	})
 }

@@ -41,6 +41,9 @@ type gate struct {
 	holdLeaves bool
 	leaving    chan struct{}
 	leaveOnce  sync.Once
+	// While dropLeaves, a leave call is never written: its write fails, as on a connection
+	// reset before the bytes left.
+	dropLeaves atomic.Bool
 }
 
 func newGate(holdLeaves bool) *gate {
@@ -79,6 +82,9 @@ func (g *gate) dial(ctx context.Context, network, addr string) (net.Conn, error)
 	return &gatedConn{Conn: c, g: g}, nil
 }
 
+// errLeaveDropped is the write error of a leave call a gate drops.
+var errLeaveDropped = errors.New("gate: leave dropped")
+
 type gatedConn struct {
 	net.Conn
 	g            *gate
@@ -94,6 +100,9 @@ func (c *gatedConn) Write(b []byte) (int, error) {
 		c.mu.Lock()
 		c.heldAwait = true
 		c.mu.Unlock()
+	}
+	if c.g.dropLeaves.Load() && bytes.Contains(b, []byte("fcall")) && bytes.Contains(b, leaveFn) {
+		return 0, errLeaveDropped
 	}
 	if c.g.holdLeaves && bytes.Contains(b, []byte("fcall")) && bytes.Contains(b, leaveFn) {
 		c.g.leaveOnce.Do(func() { close(c.g.leaving) })
