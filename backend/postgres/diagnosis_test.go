@@ -4,46 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasehold/leasehold/backend/internal/faultproxy"
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 )
-
-// hangUpListener returns the address of a loopback listener that closes every connection at
-// once, until the test ends.
-func hangUpListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	})
-	t.Cleanup(func() {
-		l.Close()
-		wg.Wait()
-	})
-	return l.Addr().String()
-}
 
 // lazyPool returns a pool to the database at addr, which dials nothing yet; it is closed when t
 // ends.
@@ -67,7 +41,7 @@ func TestSetupAtAServerOfAnotherKindSaysWhatIsThere(t *testing.T) {
 	t.Cleanup(web.Close)
 	webAddr := web.Listener.Addr().String()
 	redisAddr := redistest.StartServer(t).Addr
-	rude := hangUpListener(t)
+	rude := faultproxy.HangUp(t)
 	for _, tc := range []struct {
 		name, addr, want string
 		is               error

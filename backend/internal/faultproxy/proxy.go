@@ -239,3 +239,28 @@ func (p *Proxy) pump(dst, src net.Conn, fromServer bool) {
 		}
 	}
 }
+
+// HangUp returns the address of a loopback listener that closes every connection it accepts at
+// once, without a byte: a server that is there but answers nothing. It is closed when t ends.
+func HangUp(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
+	return l.Addr().String()
+}

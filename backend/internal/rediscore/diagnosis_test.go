@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/goredis"
+	"github.com/leasehold/leasehold/backend/internal/faultproxy"
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/backend/redistest"
@@ -23,31 +23,6 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
-
-// hangUpListener returns the address of a loopback listener that closes every connection at
-// once, until the test ends.
-func hangUpListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	})
-	t.Cleanup(func() {
-		l.Close()
-		wg.Wait()
-	})
-	return l.Addr().String()
-}
 
 // closedPort returns a loopback address where nothing listens.
 func closedPort(t *testing.T) string {
@@ -79,7 +54,7 @@ func TestGoRedisErrorsSayWhatIsAtTheAddress(t *testing.T) {
 	t.Cleanup(web.Close)
 	webAddr := web.Listener.Addr().String()
 	pg := fmt.Sprintf("127.0.0.1:%d", pgtest.StartServer(t).Port)
-	rude, nothing := hangUpListener(t), closedPort(t)
+	rude, nothing := faultproxy.HangUp(t), closedPort(t)
 	for _, tc := range []struct {
 		name, addr, want string
 		is               error
