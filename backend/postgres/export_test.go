@@ -15,6 +15,10 @@ func (s *Store) LeaveTry(key, holder string, try int64) {
 	s.leaves.Wait()
 }
 
+// LeaveTryInBackground leaves key's line as a try with id try that failed in flight does, in
+// the background.
+func (s *Store) LeaveTryInBackground(key, holder string, try int64) { s.leave(key, holder, &try) }
+
 // Sweep runs the sweep now, whenever the last one ran, and reports the keys' rows, places and
 // left rows it removed.
 func (s *Store) Sweep(ctx context.Context) (keys, places, tries int, err error) {
@@ -44,3 +48,13 @@ func (s *Store) Channel() string { return s.l.channel }
 // Notice returns what the line sends a waiter's Store when it grants holder a lease on key,
 // before the grant's fence.
 func Notice(key, holder string) string { return noticeOf(key, holder) }
+
+// AwaitingLeaves returns how many calls wait for the leaves of holder on key this Store sends.
+func (s *Store) AwaitingLeaves(key, holder string) int {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if lv := s.leaving[leaveID{key: key, holder: holder}]; lv != nil {
+		return lv.awaiting
+	}
+	return 0
+}
