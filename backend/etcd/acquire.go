@@ -100,10 +100,19 @@ func serveHeads(p *plan, k keys, st *state, used int, except string) {
 
 // Acquire implements core.Store. A grant costs two round trips (an etcd lease, then one
 // transaction), and two more when the key changed under the first: a read and a transaction. A
-// refusal also asks etcd how long the leases in the way have left, in parallel.
+// refusal also asks etcd how long the leases in the way have left, in parallel. Acquire first
+// waits for the leaves of req.Holder's earlier tries and Waiters on req.Key this Store still
+// owes, or until ctx ends, which it then returns having sent nothing: a leave run after the
+// try would take out the place it took or give back the grant the line made it. Leaves owed by
+// another Store under the same holder id are not waited for.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	if err := s.begin(ctx); err != nil {
 		return core.AcquireResult{}, err
+	}
+	// A leave of the holder's earlier try or Waiter on the key, run after this try, would take
+	// out the place it keeps or takes, or give back the grant the line makes it.
+	if err := s.waitHolderLeaving(ctx, req.Key, req.Holder); err != nil {
+		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
 	}
 	res, err := s.acquire(ctx, req)
 	if errors.Is(err, errSessionLost) || errors.Is(err, rpctypes.ErrLeaseNotFound) {

@@ -149,7 +149,8 @@ func (s *Store) leave(ctx context.Context, key, holder string) (bool, error) {
 	return p.grant, nil
 }
 
-// pending counts the leaves a Store owes on one key; Inspect waits for them.
+// pending counts the leaves a Store owes on one key, or of one holder on it: Inspect waits for
+// the former, and the holder's tries for the latter.
 type pending struct {
 	n    int
 	done chan struct{}
@@ -158,16 +159,22 @@ type pending struct {
 // leaveInBackground leaves holder's place on key in the background; again after a second when
 // late is set and it found nothing then, for a try whose transaction may still arrive.
 func (s *Store) leaveInBackground(key, holder string, late bool) {
+	id := refusalID(key, holder)
 	s.mu.Lock()
-	pd := s.leaving[key]
+	pd, byHolder := s.leaving[key], s.leavingBy[id]
 	if pd == nil {
 		pd = &pending{done: make(chan struct{})}
 		s.leaving[key] = pd
 	}
+	if byHolder == nil {
+		byHolder = &pending{done: make(chan struct{})}
+		s.leavingBy[id] = byHolder
+	}
 	pd.n++
+	byHolder.n++
 	s.mu.Unlock()
 	s.goBackgroundFor(leaveBudget, func(ctx context.Context) {
-		defer s.doneLeaving(key, pd)
+		defer s.doneLeaving(key, id, pd, byHolder)
 		found, err := s.leaveAgain(ctx, key, holder)
 		if err != nil || found || !late {
 			return
@@ -204,13 +211,19 @@ func (s *Store) leaveAgain(ctx context.Context, key, holder string) (bool, error
 	}
 }
 
-func (s *Store) doneLeaving(key string, pd *pending) {
+func (s *Store) doneLeaving(key string, id placeID, pd, byHolder *pending) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if pd.n--; pd.n == 0 {
 		close(pd.done)
 		if s.leaving[key] == pd {
 			delete(s.leaving, key)
+		}
+	}
+	if byHolder.n--; byHolder.n == 0 {
+		close(byHolder.done)
+		if s.leavingBy[id] == byHolder {
+			delete(s.leavingBy, id)
 		}
 	}
 }
@@ -220,6 +233,21 @@ func (s *Store) waitLeaving(ctx context.Context, key string) error {
 	s.mu.Lock()
 	pd := s.leaving[key]
 	s.mu.Unlock()
+	return pd.wait(ctx)
+}
+
+// waitHolderLeaving waits for the leaves the Store owes of holder on key, so that a try sent
+// after them keeps the place it takes and the grant the line makes it: a leave takes out
+// whatever place and untaken grant the holder has.
+func (s *Store) waitHolderLeaving(ctx context.Context, key, holder string) error {
+	s.mu.Lock()
+	pd := s.leavingBy[refusalID(key, holder)]
+	s.mu.Unlock()
+	return pd.wait(ctx)
+}
+
+// wait waits until the leaves counted in pd, if any, have ended, or ctx ends.
+func (pd *pending) wait(ctx context.Context) error {
 	if pd == nil {
 		return nil
 	}

@@ -28,7 +28,8 @@ type Store struct {
 	refused   map[placeID]refusal     // the state a refused try with Wait saw, for its Register
 	seedBytes int                     // the estimated size of the records refused keeps
 	waitEnds  map[placeID]*time.Timer // the end of a place's Wait
-	leaving   map[string]*pending
+	leaving   map[string]*pending     // by key
+	leavingBy map[placeID]*pending    // by key and holder
 	locks     map[string]*keyLock
 	lifeCache map[clientv3.LeaseID]life // what etcd said of leases, for RetryAfter
 	pool      map[int64][]pooled        // spare etcd leases, by their whole seconds
@@ -79,7 +80,8 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	}
 	s := &Store{c: client, prefix: DefaultPrefix, sessionTTL: 10 * time.Second,
 		watches: map[string]*keyWatch{}, refused: map[placeID]refusal{}, waitEnds: map[placeID]*time.Timer{}, leaving: map[string]*pending{},
-		locks: map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{},
+		leavingBy: map[placeID]*pending{},
+		locks:     map[string]*keyLock{}, lifeCache: map[clientv3.LeaseID]life{},
 		pool: map[int64][]pooled{}, inPool: map[clientv3.LeaseID]bool{}, doomed: map[clientv3.LeaseID]bool{}}
 	for _, o := range opts {
 		o(s)

@@ -74,7 +74,10 @@
 // (one that would wait, or one that would not of a holder id drawn for the call, whose caller
 // gives back what it may have been granted), and such a try is kept out for a minute should it
 // still arrive: it takes no place and no lease. The holder's Release waits for that leave, so
-// that it ends a lease the try took before it. The sweep (below)
+// that it ends a lease the try took before it, and so does the holder's next Acquire on the key
+// (bounded by its ctx), so that a late leave takes neither the place that try keeps nor the
+// grant the line makes it — under a holder id shared by callers of one Store (WithHolder); a
+// leave sent by another Store under the same id is not waited for. The sweep (below)
 // removes the places of dead waiters on keys nobody uses any more, which the line never reaches.
 //
 // # Watching a key

@@ -15,6 +15,10 @@ func (s *Store) LeaveTry(key, holder string, try int64) {
 	s.leaves.Wait()
 }
 
+// LeaveTryInBackground leaves key's line as a try with id try that failed in flight does, in
+// the background.
+func (s *Store) LeaveTryInBackground(key, holder string, try int64) { s.leave(key, holder, &try) }
+
 // Sweep runs the sweep now, whenever the last one ran, and reports the keys' rows, places and
 // left rows it removed.
 func (s *Store) Sweep(ctx context.Context) (keys, places, tries int, err error) {
@@ -45,5 +49,17 @@ func (s *Store) Channel() string { return s.l.channel }
 // before the grant's fence.
 func Notice(key, holder string) string { return noticeOf(key, holder) }
 
+<<<<<<< HEAD
 // Pool returns the Store's pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+=======
+// AwaitingLeaves returns how many calls wait for the leaves of holder on key this Store sends.
+func (s *Store) AwaitingLeaves(key, holder string) int {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if lv := s.leaving[leaveID{key: key, holder: holder}]; lv != nil {
+		return lv.awaiting
+	}
+	return 0
+}
+>>>>>>> i42-pgleave

@@ -54,8 +54,9 @@ type leaveID struct {
 // leaving is the leaves of one key, or of one holder on it, in flight: done is closed when the
 // last one ends.
 type leaving struct {
-	n    int
-	done chan struct{}
+	n        int
+	awaiting int // callers of await waiting for done
+	done     chan struct{}
 }
 
 // start counts one more leave of id and returns its count.
@@ -85,7 +86,8 @@ func (s *Store) awaitLeaves(ctx context.Context, key string) error {
 
 // awaitHolderLeaves waits until the leaves of holder on key this Store has sent have ended, or
 // ctx ends, so that a Release sent after them ends a lease a try given up in flight took before
-// its leave (the leave keeps out one that arrives after it).
+// its leave (the leave keeps out one that arrives after it), and an Acquire sent after them
+// keeps the place it takes and the grant the line makes it.
 func (s *Store) awaitHolderLeaves(ctx context.Context, key, holder string) error {
 	return s.await(ctx, leaveID{key: key, holder: holder})
 }
@@ -94,10 +96,18 @@ func (s *Store) awaitHolderLeaves(ctx context.Context, key, holder string) error
 func (s *Store) await(ctx context.Context, id leaveID) error {
 	s.lmu.Lock()
 	lv := s.leaving[id]
+	if lv != nil {
+		lv.awaiting++
+	}
 	s.lmu.Unlock()
 	if lv == nil {
 		return nil
 	}
+	defer func() {
+		s.lmu.Lock()
+		lv.awaiting--
+		s.lmu.Unlock()
+	}()
 	select {
 	case <-lv.done:
 		return nil

@@ -22,6 +22,11 @@ const maxFloor = math.MaxInt64 - 1<<32
 // caller gives back what it may have been granted), is followed by a leave (one statement, sent
 // in the background) that takes out the place it took and keeps it from taking anything should
 // it arrive after the leave; Release of the holder's lease on the key waits for that leave.
+// Acquire first waits for the leaves of req.Holder's earlier tries and Waiters on req.Key this
+// Store is still sending (each bounded by a few seconds), or until ctx ends, which it then
+// returns having sent nothing: a leave that arrived after the try would take out the place it
+// took or give back the grant the line made it. Leaves sent by other Stores under the same
+// holder id are not waited for.
 func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
 	return s.acquire(ctx, req, 0, 0)
 }
@@ -43,6 +48,11 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 		return core.AcquireResult{}, fmt.Errorf("%w: fence %d: must be at most %d", core.ErrInvalid, m, uint64(maxFloor))
 	}
 	if err := s.check(ctx); err != nil {
+		return core.AcquireResult{}, err
+	}
+	// A leave of the holder's earlier try or Waiter on the key, sent after this would be, would
+	// take out the place this try keeps or takes, or give back a grant the line makes it.
+	if err := s.awaitHolderLeaves(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, err
 	}
 	plain := floor == 0 && raise == 0
