@@ -49,10 +49,9 @@ func (s *Store) Channel() string { return s.l.channel }
 // before the grant's fence.
 func Notice(key, holder string) string { return noticeOf(key, holder) }
 
-<<<<<<< HEAD
 // Pool returns the Store's pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-=======
+
 // AwaitingLeaves returns how many calls wait for the leaves of holder on key this Store sends.
 func (s *Store) AwaitingLeaves(key, holder string) int {
 	s.lmu.Lock()
@@ -62,4 +61,3 @@ func (s *Store) AwaitingLeaves(key, holder string) int {
 	}
 	return 0
 }
->>>>>>> i42-pgleave
