@@ -158,7 +158,7 @@ func startRedisHarness(t *testing.T) redisHarness {
 // a decided release on a late node in the background; with the machine loaded by other tests
 // (under -race) a late node still held a released lease and refused the next grant.
 func TestConformanceRedlockRedisServers(t *testing.T) {
-	conformance.Run(t, startRedisHarness(t), conformance.WithoutNotifier(), conformance.WithLateReleases())
+	conformance.Run(t, startRedisHarness(t), conformance.WithoutNotifier(), conformance.WithLateReleases(), sharedFences)
 }
 
 // TestWaiterOverRedisNodesIsHandedTheLock: a Redlock waiter over Redis nodes, refused, gets the
