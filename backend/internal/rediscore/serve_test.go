@@ -174,7 +174,9 @@ func TestWaiterTakesGrantItsOwnAcquireServes(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			w := core.AcquireRequest{Key: "self", Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Value: "v"}
-			mustAcquire(t, s, core.AcquireRequest{Key: "self", Holder: "a", Permits: 1, Limit: 1, TTL: 100 * time.Millisecond}, true)
+			// a's TTL leaves w's first try, under the race detector on a loaded machine, time to be
+			// refused before a's lease ends (100 ms did not).
+			mustAcquire(t, s, core.AcquireRequest{Key: "self", Holder: "a", Permits: 1, Limit: 1, TTL: time.Second}, true)
 			mustAcquire(t, s, w, false)
 			expired(t, s, "self", "a")
 			res := mustAcquire(t, s, w, true)
