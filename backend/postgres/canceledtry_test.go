@@ -67,6 +67,7 @@ func TestCanceledTryIsNotGrantedAfterItsGiveBack(t *testing.T) {
 					// some in flight, some after their answer.
 					d := time.Duration(50+rand.IntN(3000)) * time.Microsecond
 					ctx, cancel := context.WithTimeout(context.Background(), d)
+					failed := rs.failed.Load()
 					l, err := m.TryAcquire(ctx)
 					cancel()
 					switch {
@@ -79,13 +80,18 @@ func TestCanceledTryIsNotGrantedAfterItsGiveBack(t *testing.T) {
 						}
 						sent++
 					case errors.Is(err, context.DeadlineExceeded):
-						sent++ // given back in the background
+						if rs.failed.Load() > failed {
+							sent++ // the store was asked, and failed: given back in the background
+						}
 					case !errors.Is(err, core.ErrNotAcquired):
 						t.Errorf("TryAcquire: %v", err)
 						return
 					}
-					for rs.n.Load() < sent {
-						time.Sleep(time.Millisecond) // the give-back, bounded by two seconds
+					for wait := time.Now().Add(5 * time.Second); rs.n.Load() < sent; time.Sleep(time.Millisecond) {
+						if time.Now().After(wait) { // a give-back takes two seconds at most
+							t.Errorf("%d of this caller's %d Releases returned after 5s", rs.n.Load(), sent)
+							return
+						}
 					}
 				}
 				if err := rs.err.Load(); err != nil {
@@ -118,12 +124,21 @@ func TestCanceledTryIsNotGrantedAfterItsGiveBack(t *testing.T) {
 	}
 }
 
-// releases is a core.Store that counts the Releases that returned, and keeps the last error
-// one returned.
+// releases is a core.Store that counts the Releases that returned, keeps the last error one
+// returned, and counts the Acquires that failed (which the portable layer gives back).
 type releases struct {
 	core.Store
-	n   atomic.Int32
-	err atomic.Pointer[error]
+	n      atomic.Int32
+	err    atomic.Pointer[error]
+	failed atomic.Int32
+}
+
+func (r *releases) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	res, err := r.Store.Acquire(ctx, req)
+	if err != nil {
+		r.failed.Add(1)
+	}
+	return res, err
 }
 
 func (r *releases) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
