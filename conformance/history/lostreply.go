@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,14 +22,18 @@ type LostReplies struct {
 
 	on       atomic.Bool
 	n        atomic.Int64
-	inflight sync.WaitGroup
+	inflight atomic.Int64 // retries still to run (a counter, not a WaitGroup: a give-back may start one while Wait waits)
 }
 
 // Set turns the fault on or off.
 func (l *LostReplies) Set(on bool) { l.on.Store(on) }
 
 // Wait returns when every call the fault sent on after its caller left has returned.
-func (l *LostReplies) Wait() { l.inflight.Wait() }
+func (l *LostReplies) Wait() {
+	for l.inflight.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // Wrap returns st with the fault (a core.Notifier's Register passes through).
 func (l *LostReplies) Wrap(st core.Store) core.Store {
@@ -66,10 +69,12 @@ func lost[T any](l *LostReplies, ctx context.Context, call func(context.Context)
 	call(context.WithoutCancel(ctx))
 	<-ctx.Done()
 	if l.Retry {
-		l.inflight.Go(func() {
+		l.inflight.Add(1)
+		go func() {
+			defer l.inflight.Add(-1)
 			time.Sleep(5 * time.Millisecond)
 			call(context.WithoutCancel(ctx))
-		})
+		}()
 	}
 	var zero T
 	return zero, ctx.Err()
