@@ -114,7 +114,7 @@ func TestNewcomerDoesNotPassTheLine(t *testing.T) {
 			req := func(holder string, ttl, wait time.Duration) core.AcquireRequest {
 				return core.AcquireRequest{Key: "expiry", Holder: holder, Permits: 1, Limit: 1, TTL: ttl, Wait: wait}
 			}
-			mustAcquire(t, s, req("holder", 100*time.Millisecond, 0), true)
+			mustAcquire(t, s, req("holder", 2*time.Second, 0), true)
 			mustAcquire(t, s, req("waiter", time.Minute, time.Minute), false)
 			poll.Until(t, "the holder's lease expired", func() bool {
 				snap, _ := s.Inspect(context.Background(), "expiry")

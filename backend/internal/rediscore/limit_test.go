@@ -53,7 +53,7 @@ func TestLimitMismatchWithWaitersOnlyInLine(t *testing.T) {
 		req := func(holder string, limit int, ttl, wait time.Duration) core.AcquireRequest {
 			return core.AcquireRequest{Key: "line", Holder: holder, Permits: 1, Limit: limit, TTL: ttl, Wait: wait}
 		}
-		mustAcquire(t, a, req("gone", 1, 100*time.Millisecond, 0), true)
+		mustAcquire(t, a, req("gone", 1, 2*time.Second, 0), true)
 		mustAcquire(t, a, req("w", 1, time.Minute, time.Minute), false)
 		expired(t, a, "line", "gone")
 		for _, st := range []core.Store{a, b} {
@@ -105,7 +105,7 @@ func TestRefusedMismatchWritesNothing(t *testing.T) {
 			mustAcquire(t, s, req("held", "a", 2, time.Minute, 0), true)
 			mustAcquire(t, s, req("held", "b", 2, time.Minute, 0), true)
 			mustAcquire(t, s, req("held", "w", 2, time.Minute, time.Minute), false)
-			mustAcquire(t, s, req("waited", "gone", 1, 100*time.Millisecond, 0), true)
+			mustAcquire(t, s, req("waited", "gone", 1, 2*time.Second, 0), true)
 			mustAcquire(t, s, req("waited", "w", 1, time.Minute, time.Minute), false)
 			expired(t, s, "waited", "gone")
 			raiser := s.(core.FenceRaiser)
