@@ -233,7 +233,7 @@ func TestElectStopsTheCommandWhenLeadershipIsLost(t *testing.T) {
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	var out syncBuffer
-	p, _ := startCLI(t, &out, "elect", "-redis", url, "-ttl", "1s", "-grace", "400ms", "job", "v", "--", "sleep", "30")
+	p, _ := startCLI(t, &out, "elect", "-redis", url, "-ttl", "3s", "-grace", "400ms", "job", "v", "--", "sleep", "30")
 	waitInspect(t, url, "job", "1", "1 holder(s)")
 	if _, err := redistest.Do(srv.Addr, "FLUSHALL"); err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestElectStopsTheCommandWhenLeadershipIsLost(t *testing.T) {
 		if code != exitLost || !strings.Contains(out.String(), "lost") {
 			t.Errorf("exit %d, output %q; want %d and a line saying the leadership was lost", code, out.String(), exitLost)
 		}
-	case <-time.After(20 * time.Second): // -ttl 1s, -grace 400ms: not its sleep's 30s
+	case <-time.After(20 * time.Second): // -ttl 3s, -grace 400ms: not its sleep's 30s
 		t.Fatalf("the command still runs 20s after its leadership was lost: %q", out.String())
 	}
 }

@@ -173,7 +173,7 @@ func TestRunSetsidEscapeKilledOnLossAndWithTheCLI(t *testing.T) {
 	url := "redis://" + srv.Addr
 	for _, how := range []string{"lost", "SIGKILL"} {
 		pidFile := filepath.Join(t.TempDir(), "pid")
-		cmd := cli(t.Context(), "run", "-redis", url, "-key", "esc-"+how, "-ttl", "1s", "-grace", "200ms", "--", "sh", "-c",
+		cmd := cli(t.Context(), "run", "-redis", url, "-key", "esc-"+how, "-ttl", "3s", "-grace", "200ms", "--", "sh", "-c",
 			"trap '' TERM; setsid sh -c 'echo $$ > "+pidFile+"; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 300")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -248,7 +248,7 @@ func TestRunSignalAroundTheGrant(t *testing.T) {
 	for i := 0; i < 40; i += testenv.Pick(4, 1) {
 		started := filepath.Join(dir, "started"+strconv.Itoa(i))
 		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-		cmd := cli(ctx, "run", "-redis", url, "-key", "race", "-ttl", "1s", "--", "sh", "-c", "echo $$ > "+started+"; exec sleep 300")
+		cmd := cli(ctx, "run", "-redis", url, "-key", "race", "-ttl", "3s", "--", "sh", "-c", "echo $$ > "+started+"; exec sleep 300")
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -279,7 +279,7 @@ func TestRunSignalAroundTheGrant(t *testing.T) {
 		// A lease granted as the signal cancelled Acquire is released before run exits (see
 		// TestRunInterruptedAsTheGrantIsInFlightReleasesIt), unless the Acquire reached the
 		// server only after that release, over another connection: then it is held until its
-		// TTL (-ttl 1s) runs out, a liveness gap, not an overlap. So: poll, well within 20s.
+		// TTL (-ttl 3s) runs out, a liveness gap, not an overlap. So: poll, well within 20s.
 		poll.Until(t, "the key is free", func() bool {
 			code, iout, _ := runArgs(t, t.Context(), "inspect", "-redis", url, "race")
 			return code == 0 && strings.HasPrefix(iout, "race: 0 holder(s)")

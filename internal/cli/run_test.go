@@ -164,7 +164,7 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
-	cmd := cli(t.Context(), "run", "-redis", url, "-key", "lost", "-ttl", "1s", "-grace", "400ms", "--", "sleep", "30")
+	cmd := cli(t.Context(), "run", "-redis", url, "-key", "lost", "-ttl", "3s", "-grace", "400ms", "--", "sleep", "30")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -177,7 +177,7 @@ func TestRunStopsCommandWhenLeaseIsLost(t *testing.T) {
 	}
 	start := time.Now()
 	cmd.Wait()
-	if d := time.Since(start); d > 15*time.Second { // -ttl 1s, -grace 400ms: not its sleep's 30s
+	if d := time.Since(start); d > 15*time.Second { // -ttl 3s, -grace 400ms: not its sleep's 30s
 		t.Errorf("the command ran %v after its lease was lost", d)
 	}
 	if code := cmd.ProcessState.ExitCode(); code != exitLost || !strings.Contains(out.String(), "lost") {
@@ -216,7 +216,7 @@ func TestRunStopsCommandIgnoringTermAfterGrace(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
-	cmd := cli(t.Context(), "run", "-redis", url, "-key", "stubborn", "-ttl", "1s", "-grace", "300ms", "--", "sh", "-c", "trap '' TERM; sleep 30")
+	cmd := cli(t.Context(), "run", "-redis", url, "-key", "stubborn", "-ttl", "3s", "-grace", "300ms", "--", "sh", "-c", "trap '' TERM; sleep 30")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
