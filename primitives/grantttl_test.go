@@ -14,7 +14,13 @@ import (
 // grant from the line taken without a round trip does.
 type shortGrant struct {
 	*recorder
-	ttl time.Duration
+	ttl  time.Duration
+	gate chan struct{} // Extend waits until it is closed
+}
+
+func (s shortGrant) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
+	<-s.gate
+	return s.recorder.Extend(ctx, req)
 }
 
 func (s shortGrant) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
@@ -28,12 +34,13 @@ func (s shortGrant) Acquire(ctx context.Context, req core.AcquireRequest) (core.
 // TestGrantWithLessTTLShortensTheDeadline: a grant whose store says it has less than the
 // request's TTL left gets a deadline counted from that, not from the call, and is refreshed
 // before it; one with the full TTL (zero) keeps the deadline counted from the call. In a synctest
-// bubble, so that the refresh (due at once for the short grant) runs only when the test lets it.
+// bubble, with the store's Extend held until the deadline of the grant has been read, so that
+// the refresh (due at once for the short grant) runs only when the test lets it.
 func TestGrantWithLessTTLShortensTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ttl := time.Minute
 		for _, left := range []time.Duration{10 * time.Second, 0} {
-			st := shortGrant{newRecorder(), left}
+			st := shortGrant{newRecorder(), left, make(chan struct{})}
 			m, err := primitives.NewMutex(st, "short", primitives.WithTTL(ttl))
 			if err != nil {
 				t.Fatal(err)
@@ -51,7 +58,8 @@ func TestGrantWithLessTTLShortensTheDeadline(t *testing.T) {
 			if d := l.Deadline(); d.After(returned.Add(want)) || d.Before(called.Add(want-ttl/50-10*time.Millisecond)) {
 				t.Errorf("grant with TTL %v left: deadline %v after the call, want about %v", left, d.Sub(called), want)
 			}
-			synctest.Wait() // a refresh that is due runs now
+			close(st.gate)
+			synctest.Wait() // a refresh that is due has run now
 			refreshes := int64(0)
 			if left > 0 {
 				refreshes = 1 // due a third of the TTL after the grant began, which is past
