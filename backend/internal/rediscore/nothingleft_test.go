@@ -160,8 +160,9 @@ func TestExpiredLeaseLeavesNothingWithinItsBound(t *testing.T) {
 						t.Errorf("lease hash PTTL %v, want in [%v, %v]", p, ttl, bound)
 					}
 					poll.Until(t, "the dead holder's key to expire", func() bool { return len(keysMatching(t, c, key)) == 0 })
-					// The PTTL above is the bound; the slack is for a stalled machine's polls.
-					if d := time.Since(start); d > bound+3*time.Second {
+					// The PTTL above is the bound; the slack is for a stalled machine's polls and
+					// the server's expiry cycle under the race detector's load.
+					if d := time.Since(start); d > bound+10*time.Second {
 						t.Errorf("the key went after %v, want within %v", d, bound)
 					}
 				})
