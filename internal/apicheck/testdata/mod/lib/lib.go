@@ -27,7 +27,9 @@ type Getter interface {
 	secret()
 }
 
-func Open(ctx context.Context, name, mode string, each func(key string) error) (*Options, error) { return nil, nil }
+func Open(ctx context.Context, name, mode string, each func(key string) error) (*Options, error) {
+	return nil, nil
+}
 
 func (o Options) unexported() {}
 
