@@ -216,31 +216,13 @@ func (w *writer) typ(s *ast.TypeSpec) {
 	}
 	switch t := s.Type.(type) {
 	case *ast.StructType:
-		w.add("type %s struct", name)
-		for _, f := range t.Fields.List {
-			if len(f.Names) == 0 {
-				w.add("type %s struct, embedded %s", name, w.expr(f.Type))
-			}
-			for _, n := range f.Names {
-				if n.IsExported() {
-					w.add("type %s struct, %s %s", name, n.Name, w.expr(f.Type))
-				}
-			}
-		}
+		w.members(name+" struct", t.Fields, func(n *ast.Ident, f *ast.Field) string {
+			return n.Name + " " + w.expr(f.Type)
+		})
 	case *ast.InterfaceType:
-		w.add("type %s interface", name)
-		for _, m := range t.Methods.List {
-			if len(m.Names) == 0 {
-				w.add("type %s interface, embedded %s", name, w.expr(m.Type))
-			}
-			for _, n := range m.Names {
-				if n.IsExported() {
-					w.add("type %s interface, %s%s", name, n.Name, w.signature(m.Type.(*ast.FuncType)))
-				} else {
-					w.add("type %s interface, unexported methods", name)
-				}
-			}
-		}
+		w.members(name+" interface", t.Methods, func(n *ast.Ident, f *ast.Field) string {
+			return n.Name + w.signature(f.Type.(*ast.FuncType))
+		})
 	default:
 		w.add("type %s %s", name, w.expr(s.Type))
 	}
@@ -261,6 +243,25 @@ func (w *writer) value(tok token.Token, s *ast.ValueSpec) {
 			}
 		}
 		w.add("%s", line)
+	}
+}
+
+// members adds the line of a struct or interface type, then one per embedded type and per
+// exported member (as member prints it), and one for unexported interface methods.
+func (w *writer) members(typ string, fields *ast.FieldList, member func(*ast.Ident, *ast.Field) string) {
+	w.add("type %s", typ)
+	for _, f := range fields.List {
+		if len(f.Names) == 0 {
+			w.add("type %s, embedded %s", typ, w.expr(f.Type))
+		}
+		for _, n := range f.Names {
+			switch {
+			case n.IsExported():
+				w.add("type %s, %s", typ, member(n, f))
+			case strings.HasSuffix(typ, " interface"):
+				w.add("type %s, unexported methods", typ)
+			}
+		}
 	}
 }
 
