@@ -9,19 +9,18 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
-	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // testConcurrentHoldersNeverExceedLimit runs workers on Stores of their own (processes, in
 // effect) that acquire and release on two keys, a semaphore and a mutex, and counts the holders
 // actually inside at once with an Occupancy of each. Each worker makes 20 rounds, or 40 under
-// LEASEHOLD_SOAK=1.
+// WithSoak(true).
 func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 	const (
 		workers = 8
 		limit   = 3
 	)
-	rounds := testenv.Pick(20, 40)
+	rounds := s.stressRounds()
 	semKey, muKey := newKey(t), newKey(t)
 	var (
 		sem     = NewOccupancy(limit)
