@@ -26,10 +26,7 @@ const wakeTimeout = 10 * time.Second
 // polling unnoticed.
 func Run(t *testing.T, h Harness, opts ...Option) {
 	t.Helper()
-	s := &suite{h: h, manual: h.Advance(0), wake: wakeTimeout}
-	for _, o := range opts {
-		o(s)
-	}
+	s := newSuite(h, opts)
 	tests := []struct {
 		name  string
 		fn    func(t *testing.T)
@@ -98,6 +95,35 @@ func Run(t *testing.T, h Harness, opts ...Option) {
 	}
 }
 
+func newSuite(h Harness, opts []Option) *suite {
+	s := &suite{h: h, manual: h.Advance(0), wake: wakeTimeout}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// stressRounds is how many rounds each worker of the stress test makes.
+func (s *suite) stressRounds() int {
+	if s.soak {
+		return 40
+	}
+	return 20
+}
+
+// cutShortLength is how long the check of calls cut short makes its calls.
+func (s *suite) cutShortLength() time.Duration {
+	switch {
+	case s.cutShortRun > 0:
+		return s.cutShortRun
+	case testing.Short():
+		return 300 * time.Millisecond
+	case s.soak:
+		return 3 * time.Second
+	}
+	return time.Second
+}
+
 // concurrentTests is how many of the suite's tests Run runs at once: enough to overlap their
 // waits, few enough that a backend's connections (a pool per Store) stay well within a server's
 // limits.
@@ -139,8 +165,19 @@ func WithResolution(d time.Duration) Option {
 	return func(s *suite) { s.resolution = d }
 }
 
+// WithSoak tells Run, when soak is true, to run its two load checks at soak length, for a run
+// with time to spare (a nightly or CI job): the stress test's workers make 40 rounds each instead
+// of 20, and the check of calls cut short makes its calls for 3 s instead of 1 s. Without it, or
+// with false, they run at the length that keeps the whole suite within seconds on a memory store;
+// under -short the check of calls cut short runs for 300 ms whatever soak says. Leasehold's own
+// tests pass true under LEASEHOLD_SOAK=1; the suite reads no environment variable itself.
+func WithSoak(soak bool) Option {
+	return func(s *suite) { s.soak = soak }
+}
+
 type suite struct {
 	resolution   time.Duration // WithResolution: a lease may end this much after its TTL
+	soak         bool          // WithSoak: the load checks run at soak length
 	h            Harness
 	manual       bool          // the backend's time can be moved
 	noNotifier   bool          // WithoutNotifier: the Store is meant to have no notifications

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
-	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // FreeBound is how soon after the last call on a key, and the last give-back of a call that
@@ -49,16 +48,10 @@ const cutShortGiveBack = 2 * time.Second
 //     try its caller gave back grants nothing that stays: the give-back may reach the store
 //     before the try does, so the store must keep out a try that arrives after it.
 //
-// It runs for a second (a third of one under -short).
+// It runs for a second, 3 s under WithSoak(true), and 300 ms under -short.
 func (s *suite) testCallsCutShortNeitherShareNorStrandAKey(t *testing.T) {
 	const workers = 6
-	run := testenv.Pick(time.Second, 3*time.Second)
-	if testing.Short() {
-		run = 300 * time.Millisecond
-	}
-	if s.cutShortRun > 0 {
-		run = s.cutShortRun
-	}
+	run := s.cutShortLength()
 	c := &cutShort{t: t, s: s, keys: []cutKey{
 		{name: newKey(t) + ":mutex", limit: 1, in: NewOccupancy(1)},
 		{name: newKey(t) + ":semaphore", limit: 3, in: NewOccupancy(3)},

@@ -17,6 +17,11 @@
 // needs it only to be a Redlock node). A Store that wraps another forwards each capability it
 // keeps: the package's wrapper example (a Store that puts every key under a prefix) is a whole
 // driver in sixty lines, hooked up with one Run call.
+//
+// The suite's length is the caller's: it reads no environment variable. By default it runs its
+// stress test and its check of calls cut short at a length that keeps the whole suite within
+// seconds on a memory store (less under -short); WithSoak(true) runs them longer, for a CI job
+// with time to spare. Leasehold's own tests pass WithSoak(true) under LEASEHOLD_SOAK=1.
 package conformance
 
 import (

@@ -9,101 +9,121 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/core"
-	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // testConcurrentHoldersNeverExceedLimit runs workers on Stores of their own (processes, in
 // effect) that acquire and release on two keys, a semaphore and a mutex, and counts the holders
 // actually inside at once with an Occupancy of each. Each worker makes 20 rounds, or 40 under
-// LEASEHOLD_SOAK=1.
+// WithSoak(true).
 func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
-	const (
-		workers = 8
-		limit   = 3
-	)
-	rounds := testenv.Pick(20, 40)
-	semKey, muKey := newKey(t), newKey(t)
-	var (
-		sem     = NewOccupancy(limit)
-		mu      = NewOccupancy(1)
-		muLast  atomic.Uint64           // the race detector sees no order through a remote store
-		fails   = make(chan string, 64) // the first failures; the rest are counted
-		dropped atomic.Int64
-		wg      sync.WaitGroup
-	)
-	fail := func(msg string) {
-		select {
-		case fails <- msg:
-		default:
-			dropped.Add(1)
-		}
-	}
-	// failed says the test has failed already: a worker waiting on a store that stranded its
-	// permits (a broken one) then stops, instead of waiting out its 20 s.
-	failed := func() bool {
-		return len(fails) > 0 || len(sem.Violations()) > 0 || len(mu.Violations()) > 0
-	}
+	const workers = 8
+	rounds := s.stressRounds()
+	x := &stress{t: t, semKey: newKey(t), muKey: newKey(t), sem: NewOccupancy(stressLimit), mu: NewOccupancy(1),
+		fails: make(chan string, 64)}
+	var wg sync.WaitGroup
 	for w := range workers {
 		st := s.h.NewStore(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for r := range rounds {
-				holder := fmt.Sprintf("w%d-r%d", w, r)
-				n := 1 + (w+r)%2
-				if err := at(t, st, semKey).acquireWait(holder, n, limit, failed); err != nil {
-					if err != errStopped {
-						fail(err.Error())
-					}
+				if !x.round(st, fmt.Sprintf("w%d-r%d", w, r), 1+(w+r)%2, r%2 == 0) {
 					return
 				}
-				leaveSem := sem.Enter(n)
-				time.Sleep(time.Millisecond) // hold a moment, so that holders overlap
-				if r%2 == 0 {
-					if err := at(t, st, muKey).acquireWait(holder, 1, 1, failed); err != nil {
-						if err != errStopped {
-							fail(err.Error())
-						}
-						return
-					}
-					leaveMu := mu.Enter(1)
-					snap, err := st.Inspect(ctxFor(t), muKey)
-					if err != nil {
-						fail(err.Error())
-					}
-					f := holders(snap)[holder].Fence
-					if last := muLast.Swap(f); f <= last {
-						fail(fmt.Sprintf("mutex fence %d not above the previous holder's %d", f, last))
-					}
-					leaveMu()
-					if _, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: muKey, Holder: holder, Fence: f}); err != nil {
-						fail(err.Error())
-					}
-				}
-				leaveSem()
-				if _, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: semKey, Holder: holder}); err != nil {
-					fail(err.Error())
-				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	close(fails)
-	for f := range fails {
+	close(x.fails)
+	for f := range x.fails {
 		t.Error(f)
 	}
-	if n := dropped.Load(); n > 0 {
+	if n := x.dropped.Load(); n > 0 {
 		t.Errorf("and %d more failures", n)
 	}
-	if v := sem.Violations(); len(v) > 0 {
+	if v := x.sem.Violations(); len(v) > 0 {
 		t.Errorf("the semaphore let more permits in than its limit %d times; the first: %v", len(v), v[0])
 	}
-	if v := mu.Violations(); len(v) > 0 {
+	if v := x.mu.Violations(); len(v) > 0 {
 		t.Errorf("the mutex let two holders in at once %d times", len(v))
 	}
-	if m := sem.Peak(); m < limit {
-		t.Errorf("at most %d permits were in use at once, limit %d: the workers did not overlap enough to test anything", m, limit)
+	if m := x.sem.Peak(); m < stressLimit {
+		t.Errorf("at most %d permits were in use at once, limit %d: the workers did not overlap enough to test anything", m, stressLimit)
 	}
+}
+
+// stressLimit is the stress test's semaphore's limit.
+const stressLimit = 3
+
+// stress is one run of testConcurrentHoldersNeverExceedLimit: its two keys, the holders inside
+// each at once, and its failures.
+type stress struct {
+	t             *testing.T
+	semKey, muKey string
+	sem, mu       *Occupancy
+	muLast        atomic.Uint64 // the race detector sees no order through a remote store
+	fails         chan string   // the first failures; the rest are counted
+	dropped       atomic.Int64
+}
+
+func (x *stress) fail(msg string) {
+	select {
+	case x.fails <- msg:
+	default:
+		x.dropped.Add(1)
+	}
+}
+
+// failed says the test has failed already: a worker waiting on a store that stranded its
+// permits (a broken one) then stops, instead of waiting out its 20 s.
+func (x *stress) failed() bool {
+	return len(x.fails) > 0 || len(x.sem.Violations()) > 0 || len(x.mu.Violations()) > 0
+}
+
+// round takes n permits of the semaphore as holder on st, and the mutex too when mutex is
+// set, holds them a moment and releases them. It reports false when the worker is to stop.
+func (x *stress) round(st core.Store, holder string, n int, mutex bool) bool {
+	t := x.t
+	if err := at(t, st, x.semKey).acquireWait(holder, n, stressLimit, x.failed); err != nil {
+		if err != errStopped {
+			x.fail(err.Error())
+		}
+		return false
+	}
+	leaveSem := x.sem.Enter(n)
+	time.Sleep(time.Millisecond) // hold a moment, so that holders overlap
+	if mutex && !x.holdMutex(st, holder) {
+		return false
+	}
+	leaveSem()
+	if _, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: x.semKey, Holder: holder}); err != nil {
+		x.fail(err.Error())
+	}
+	return true
+}
+
+// holdMutex takes the mutex as holder on st, checks that its fence is above the previous
+// holder's, and releases it. It reports false when the worker is to stop.
+func (x *stress) holdMutex(st core.Store, holder string) bool {
+	t := x.t
+	if err := at(t, st, x.muKey).acquireWait(holder, 1, 1, x.failed); err != nil {
+		if err != errStopped {
+			x.fail(err.Error())
+		}
+		return false
+	}
+	leaveMu := x.mu.Enter(1)
+	snap, err := st.Inspect(ctxFor(t), x.muKey)
+	if err != nil {
+		x.fail(err.Error())
+	}
+	f := holders(snap)[holder].Fence
+	if last := x.muLast.Swap(f); f <= last {
+		x.fail(fmt.Sprintf("mutex fence %d not above the previous holder's %d", f, last))
+	}
+	leaveMu()
+	if _, err := st.Release(ctxFor(t), core.ReleaseRequest{Key: x.muKey, Holder: holder, Fence: f}); err != nil {
+		x.fail(err.Error())
+	}
+	return true
 }
 
 // errStopped is acquireWait's error when stop told it to give up.

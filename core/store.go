@@ -43,11 +43,9 @@ const MaxKeyLen = 1024
 // operation on the same key, from this or any other process sharing the backend.
 //
 // A store may keep time more coarsely than a millisecond (etcd counts lease TTLs in whole
-// seconds): it may round a TTL or a lock delay up to its resolution, never down, and so end a
-// lease or a delay late, never early, and it reports TTLs (in Inspect) as the time left to that
-// resolution, never more than the TTL asked for. The holder's own deadline, counted from its
-// TTL, then still comes first. The driver's documentation says its resolution; conformance.Run
-// is told it with WithResolution.
+// seconds): it may round a TTL or a lock delay up to its resolution, never down, so it ends a
+// lease or a delay late, never early, and reports TTLs (in Inspect) to that resolution, never
+// above the TTL asked for. Its documentation says its resolution.
 //
 // Errors: an operation that fails for a reason other than the ones documented below returns an
 // error describing it (a network error, say); if ctx ended, the error satisfies errors.Is(err,
@@ -56,54 +54,17 @@ const MaxKeyLen = 1024
 // Implementations must be safe for concurrent use. Package conformance defines a correct Store by
 // test: a driver proves itself with one conformance.Run call.
 type Store interface {
-	// Acquire grants the request if the holder already holds a lease on the key, or if the
-	// permits held by unexpired leases plus req.Permits fit in req.Limit; otherwise it refuses
-	// and reports in RetryAfter when, by expiry alone, there would be room.
-	//
-	// A lease granted with a LockDelay that expires unreleased keeps its permits closed for
-	// LockDelay after its expiry, by the store's clock: until then they count as held for
-	// admission, for the key's limit, for the line (its head waits the delay out) and for
-	// RetryAfter, and Inspect lists them in Snapshot.Delayed. The lease itself is over: Extend
-	// returns ErrLost, Release reports false and ends no delay, and its holder's own requests
-	// are refused (or wait in line) while the delay lasts. A released lease leaves no delay.
-	//
-	// A new grant gets a fence strictly greater than every fence granted before on the key, and
-	// no two leases on a key ever share a fence, not even two granted by one atomic step (a
-	// release that grants several waiters).
-	// Acquire is idempotent per holder: when req.Holder already holds req.Permits on the key, the
-	// lease is granted again with its fence unchanged, its expiry moved to now+TTL and its lock
-	// delay set to req.LockDelay, so a request retried after a lost reply is safe. When the holder holds a different number of
-	// permits, Acquire returns an error wrapping ErrInvalid and changes nothing. Every grant,
-	// renewed or new, keeps req.Value with the lease.
-	//
-	// The key has one limit at a time: that of its unexpired leases and of the waiters in its
-	// line. A request whose req.Limit differs from it is refused at once with a
-	// *LimitMismatchError (wrapping ErrLimitMismatch) naming both limits; it takes no place in
-	// the line and changes nothing, whether or not it would wait. The holder of a lease asking
-	// again with another limit is refused the same way. Once no unexpired lease and no waiter
-	// holds the key, the next request's limit becomes the key's.
-	//
-	// A store may keep a line of waiters (a store that implements Notifier must): a request
-	// refused with req.Wait > 0 holds a place in it for that long. The line is strictly FIFO:
-	// freed permits go to the head of the line, which waits until its permits are free, and
-	// while anyone waits no request behind it, nor a newcomer, nor one with Wait = 0 is granted.
-	// A release (or expiry, or a waiter leaving) may grant the head its lease before it asks
-	// again, and wake its Waiter (a store may grant only the first of the heads it frees room
-	// for, and wake the others, which then ask and are granted in turn); the waiter's next Acquire takes that grant (idempotently, as
-	// above: same fence, expiry now+TTL), or returns it without a round trip, with
-	// AcquireResult.TTL saying how long it has left. A waiter that stops waiting closes its
-	// Waiter, which takes it out of the line and passes on a grant it has not taken.
-	//
-	// Three duties of a store with a line that the rest of this contract implies:
-	//   - A request with Wait > 0 that returns an error (its ctx ended, its connection broke)
-	//     may have taken a place, or may take one when it arrives late. Its caller will not
-	//     Register, so the store itself leaves that place, and passes on a grant made to it.
-	//   - A place whose waiter can no longer take a grant (its process died) holds up the line
-	//     until its Wait ends, which may be MaxDuration. A store should pass over such places,
-	//     as the Redis stores do when nobody hears the grant, and the Postgres store when the
-	//     waiter's listening session is gone.
-	//   - Inspect through the same Store after a Waiter's Close does not list its place. A
-	//     store that leaves in the background makes its Inspect wait for that.
+	// Acquire grants req a lease on req.Key or refuses it. It grants when req.Holder holds
+	// req.Permits there already (again: same fence, expiry now+TTL, lock delay and value from
+	// req, so a retry after a lost reply is safe), or when req.Permits fit in req.Limit beside
+	// the permits held or closed by a lock delay and nobody waits ahead in the key's line. A new
+	// grant's fence is above every fence granted on the key before; no two leases share one. A
+	// refusal reports in RetryAfter when expiry alone would make room; with req.Wait > 0, a store
+	// with a line (every Notifier) keeps the caller's place in it, strictly FIFO, that long. It
+	// changes nothing and returns an error wrapping ErrInvalid when the holder holds another
+	// number of permits, or a *LimitMismatchError when req.Limit is not the key's limit.
+	// docs/writing-a-driver.md says how a line serves its waiters, how a lock delay closes
+	// permits, and what a store owes a try that fails in flight.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 
 	// Extend moves the expiry of the holder's lease to now+TTL and reports the lease. If the

@@ -37,100 +37,71 @@ func (e *refreshError) Unwrap() error { return e.last }
 // After a failed refresh it retries sooner, so that a passing fault costs no loss.
 func (l *lease) tick() {
 	l.mu.Lock()
-	now := time.Now()
+	r, notify, release := l.planTickLocked(time.Now())
+	l.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+	if release != nil {
+		release()
+	}
+	if r != nil {
+		l.refresh(r)
+	}
+}
+
+// refreshCall is one refresh that tick started: its ctx (ending at the lease's stop point),
+// the Extend's outcome, and whether it was sent.
+type refreshCall struct {
+	ctx       context.Context
+	cancel    context.CancelFunc
+	extending chan struct{} // held while the Extend is in flight (extendingLocked)
+	now       time.Time     // when the Extend was sent
+	res       core.ExtendResult
+	err       error
+	exclusive bool // it held extending, and so sent the Extend
+	cut       bool // cut off by the deadline
+}
+
+// planTickLocked decides what a tick at now does: nothing (the lease ended, a refresh is in
+// flight, or none is due yet: the timer is set again), lose the lease at its stop point
+// (notify and release, either may be nil, to run once l.mu is released), or start a refresh
+// (r, counted in l.running and marked refreshing). l.mu must be held.
+func (l *lease) planTickLocked(now time.Time) (r *refreshCall, notify, release func()) {
 	if l.ended || l.released {
-		l.mu.Unlock()
-		return
+		return nil, nil, nil
 	}
 	if !now.Before(l.stopAtLocked()) {
-		notify, release := l.loseAtStopLocked()
-		l.mu.Unlock()
-		if notify != nil {
-			notify()
-		}
-		if release != nil {
-			release()
-		}
-		return
+		notify, release = l.loseAtStopLocked()
+		return nil, notify, release
 	}
 	if l.refreshing {
 		// Lease.Extend reset the timer while a refresh waits for it; that refresh will set the
 		// timer again when it is done.
-		l.mu.Unlock()
-		return
+		return nil, nil, nil
 	}
 	if l.stopped || now.Before(l.nextRefresh) {
 		l.timer.Reset(l.nextWakeLocked(now))
-		l.mu.Unlock()
-		return
+		return nil, nil, nil
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), l.stopAtLocked())
 	l.cancel = cancel
 	l.refreshing = true
 	l.running.Add(1)
-	extending := l.extendingLocked()
-	l.mu.Unlock()
+	return &refreshCall{ctx: ctx, cancel: cancel, extending: l.extendingLocked(), now: now}, nil, nil
+}
 
-	var res core.ExtendResult
-	var err error
-	exclusive := false
-	select {
-	case extending <- struct{}{}:
-		exclusive = true
-		now = time.Now()
-		res, err = l.p.store.Extend(ctx, l.req)
-		if h := l.p.cfg.extended; h != nil {
-			h(l.req)
-		}
-	case <-ctx.Done(): // Release, or the deadline, came while a Lease.Extend was in flight
-		err = ctx.Err()
-	}
-	// Cut off by the deadline: what failed before says more (a dead server's connection
-	// refused, say, rather than the deadline of the retry in flight).
-	cut := err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded)
-	cancel()
-
+// refresh sends the refresh r, applies its outcome, sets the timer again and reports events.
+func (l *lease) refresh(r *refreshCall) {
+	l.sendRefresh(r)
 	l.mu.Lock()
-	l.cancel = nil
-	l.refreshing = false
-	var notify func()
-	var failed, recovered error
-	switch {
-	case err == nil && res.Fence != l.p.fence:
-		notify = l.loseLocked("refresh", fmt.Errorf("the holder now holds a newer grant (fence %d)", res.Fence))
-	case err == nil:
-		l.deadline = now.Add(l.p.cfg.ttl - drift(l.p.cfg.ttl))
-		l.nextRefresh = now.Add(l.p.cfg.refreshInterval)
-		if l.failures > 0 {
-			recovered = &refreshError{n: l.failures, last: l.lastFailure}
-			l.failures, l.lastFailure = 0, nil
-		}
-	case errors.Is(err, ErrLost), errors.Is(err, ErrClosed):
-		notify = l.loseLocked("refresh", err)
-	default:
-		if !l.stopped { // not aborted by Release or StopRefresh
-			l.failures++
-			if !cut || l.lastFailure == nil {
-				l.lastFailure = err
-			}
-			if l.failures == 1 {
-				failed = fmt.Errorf("leasehold: refresh %s: %w", quoteKey(l.p.key), err)
-			}
-		}
-		if exclusive {
-			// Sent: it may have gone through, its reply lost, and the store then ends the lease
-			// a TTL after it, sooner than the deadline a longer Lease.Extend set.
-			l.capDeadlineLocked(now, l.p.cfg.ttl)
-		}
-		after := time.Now()
-		l.nextRefresh = after.Add(max(min(l.p.cfg.refreshInterval, l.stopAtLocked().Sub(after)/2), time.Millisecond))
-	}
+	notify, failed, recovered := l.applyRefreshLocked(r)
 	if !l.ended && !l.released {
 		l.timer.Reset(l.nextWakeLocked(time.Now()))
 	}
 	l.mu.Unlock()
-	if exclusive {
-		<-extending // only now: the deadline set above is the latest call's
+	if r.exclusive {
+		<-r.extending // only now: the deadline set above is the latest call's
 	}
 	l.running.Done()
 	switch {
@@ -139,12 +110,80 @@ func (l *lease) tick() {
 	case recovered != nil && notify == nil:
 		l.event(EventRefreshRecovered, fmt.Errorf("leasehold: refresh %s: recovered after %w", quoteKey(l.p.key), recovered))
 	}
-	if err == nil && notify == nil {
+	if r.err == nil && notify == nil {
 		l.event(EventRefreshed, nil)
 	}
 	if notify != nil {
 		notify()
 	}
+}
+
+// sendRefresh sends r's Extend once no Lease.Extend is in flight, unless r's ctx ends first
+// (Release, or the deadline), and records the outcome in r. l.mu must not be held.
+func (l *lease) sendRefresh(r *refreshCall) {
+	select {
+	case r.extending <- struct{}{}:
+		r.exclusive = true
+		r.now = time.Now()
+		r.res, r.err = l.p.store.Extend(r.ctx, l.req)
+		if h := l.p.cfg.extended; h != nil {
+			h(l.req)
+		}
+	case <-r.ctx.Done(): // Release, or the deadline, came while a Lease.Extend was in flight
+		r.err = r.ctx.Err()
+	}
+	// Cut off by the deadline: what failed before says more (a dead server's connection
+	// refused, say, rather than the deadline of the retry in flight).
+	r.cut = r.err != nil && errors.Is(r.ctx.Err(), context.DeadlineExceeded) && errors.Is(r.err, context.DeadlineExceeded)
+	r.cancel()
+}
+
+// applyRefreshLocked applies r's outcome to the lease: a new deadline, a loss (notify, to run
+// once l.mu is released), or a failure to retry sooner. It returns the error to report as the
+// first failure of a run, or the run of failures that r ended. l.mu must be held.
+func (l *lease) applyRefreshLocked(r *refreshCall) (notify func(), failed, recovered error) {
+	l.cancel = nil
+	l.refreshing = false
+	switch {
+	case r.err == nil && r.res.Fence != l.p.fence:
+		notify = l.loseLocked("refresh", fmt.Errorf("the holder now holds a newer grant (fence %d)", r.res.Fence))
+	case r.err == nil:
+		l.deadline = r.now.Add(l.p.cfg.ttl - drift(l.p.cfg.ttl))
+		l.nextRefresh = r.now.Add(l.p.cfg.refreshInterval)
+		if l.failures > 0 {
+			recovered = &refreshError{n: l.failures, last: l.lastFailure}
+			l.failures, l.lastFailure = 0, nil
+		}
+	case errors.Is(r.err, ErrLost), errors.Is(r.err, ErrClosed):
+		notify = l.loseLocked("refresh", r.err)
+	default:
+		failed = l.refreshFailedLocked(r)
+	}
+	return notify, failed, recovered
+}
+
+// refreshFailedLocked counts r's failure (unless Release or StopRefresh aborted it), caps the
+// deadline at what r may have set if it was sent, and plans the retry: sooner than a refresh,
+// within half the time left. It returns the error to report when r is the first failure of a
+// run. l.mu must be held.
+func (l *lease) refreshFailedLocked(r *refreshCall) (failed error) {
+	if !l.stopped { // not aborted by Release or StopRefresh
+		l.failures++
+		if !r.cut || l.lastFailure == nil {
+			l.lastFailure = r.err
+		}
+		if l.failures == 1 {
+			failed = fmt.Errorf("leasehold: refresh %s: %w", quoteKey(l.p.key), r.err)
+		}
+	}
+	if r.exclusive {
+		// Sent: it may have gone through, its reply lost, and the store then ends the lease
+		// a TTL after it, sooner than the deadline a longer Lease.Extend set.
+		l.capDeadlineLocked(r.now, l.p.cfg.ttl)
+	}
+	after := time.Now()
+	l.nextRefresh = after.Add(max(min(l.p.cfg.refreshInterval, l.stopAtLocked().Sub(after)/2), time.Millisecond))
+	return failed
 }
 
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {

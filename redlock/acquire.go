@@ -30,6 +30,49 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	start := time.Now()
 	quorum := s.QuorumFor(req.Permits, req.Limit)
 	timeout := s.nodeTimeout(req.TTL)
+	lease := keyHolder{req.Key, req.Holder}
+	st := s.newSettle(req, timeout)
+	watches, seen := s.waiting(lease)
+	res := s.acquireRound(ctx, req, start, quorum, timeout, st)
+	t, err := tallyAcquire(res)
+	if err != nil {
+		st.decide(0, true) // the holder holds other permits: nothing of this call to undo
+		return core.AcquireResult{}, err
+	}
+	if t.mismatched > len(s.nodes)-quorum {
+		// So many nodes hold the key under another limit, and changed nothing, that no quorum
+		// can grant under this one.
+		st.decide(0, false)
+		s.releaseOn(ctx, lease, t.mismatchGiveBack(res, req.Unshared), timeout)
+		return core.AcquireResult{}, t.mismatch
+	}
+	if len(t.granted) >= quorum && ctx.Err() == nil {
+		fence, ok := s.raise(ctx, raising{req: req, quorum: quorum, timeout: timeout}, res, t.granted)
+		if ok && time.Since(start) < req.TTL-s.drift(req.TTL) {
+			st.decide(fence, false)
+			return core.AcquireResult{Granted: true, Fence: fence}, nil
+		}
+	}
+	// No valid quorum: give back what was granted, and whatever a node that failed may have
+	// granted unseen; stragglers are released as they answer.
+	st.decide(0, false)
+	s.releaseOn(ctx, lease, t.refusalGiveBack(res), timeout)
+	if err := ctx.Err(); err != nil {
+		return core.AcquireResult{}, err
+	}
+	if t.answered < quorum && len(t.failed) > len(s.nodes)-quorum { // failures alone leave no quorum: an error, not a refusal
+		return core.AcquireResult{}, fmt.Errorf("redlock: %d of %d nodes answered, %d needed: %w", t.answered, len(s.nodes), quorum, nodeErrors(res))
+	}
+	for i, w := range watches {
+		w.tried(seen[i], res)
+	}
+	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
+}
+
+// acquireRound asks every node to grant req, above a floor of the local clock at start, and
+// returns their answers once a quorum is decided (acquireDecided) or the node timeout ends; st
+// settles the answers that come later.
+func (s *Store) acquireRound(ctx context.Context, req core.AcquireRequest, start time.Time, quorum int, timeout time.Duration, st *settle) []result[core.AcquireResult] {
 	// Nodes grant max(their last fence + 1, their clock in µs, floor). A floor of the local
 	// clock plus fenceLead makes nodes whose counters are in step (as the last grant's raise left
 	// them) grant one fence, so the raise round is rarely needed.
@@ -40,88 +83,81 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	// quorum. Redlock waiters watch the key (WatchAcquire) and try again when a change on the
 	// nodes that refused them could let a quorum grant.
 	first.Wait = 0
-	st := s.newSettle(req, timeout)
-	watches, seen := s.waiting(keyHolder{req.Key, req.Holder})
 	decide := func(rs []result[core.AcquireResult]) bool { return acquireDecided(rs, quorum) }
 	res, c := fanout(ctx, s, round[core.AcquireResult]{timeout: timeout, decided: decide,
 		call: func(c context.Context, _ int, n node) (core.AcquireResult, error) {
 			return n.AcquireAbove(c, first, floor)
 		}})
 	st.expect(c.then(st.late))
-	var granted, failed []int
-	var mismatch error
-	answered, refused, mismatched := 0, 0, 0
+	return res
+}
+
+// acquireTally is what the nodes answered an acquire: which granted, which failed, and how many
+// answered, and refused under another limit.
+type acquireTally struct {
+	granted, failed []int // the nodes' indexes
+	answered        int   // granted or refused, under this limit or another
+	mismatched      int   // refused under another limit
+	mismatch        error // the first such refusal
+}
+
+// tallyAcquire counts the nodes' answers. It returns the first node's error that wraps
+// core.ErrInvalid (the holder holds other permits), which decides the acquire alone.
+func tallyAcquire(res []result[core.AcquireResult]) (acquireTally, error) {
+	var t acquireTally
 	for i, r := range res {
 		switch {
 		case errors.Is(r.err, core.ErrInvalid):
-			st.decide(0, true) // the holder holds other permits: nothing of this call to undo
-			return core.AcquireResult{}, r.err
+			return t, r.err
 		case errors.Is(r.err, core.ErrLimitMismatch):
-			mismatch = cmp.Or(mismatch, r.err)
-			mismatched++
-			answered++
-			refused++
+			t.mismatch = cmp.Or(t.mismatch, r.err)
+			t.mismatched++
+			t.answered++
 		case r.err == errNoAnswer:
 		case r.err != nil:
-			failed = append(failed, i)
+			t.failed = append(t.failed, i)
 		case r.v.Granted:
-			answered++
-			granted = append(granted, i)
+			t.answered++
+			t.granted = append(t.granted, i)
 		default:
-			answered++
-			refused++
+			t.answered++
 		}
 	}
-	if mismatched > len(s.nodes)-quorum {
-		// So many nodes hold the key under another limit, and changed nothing, that no quorum
-		// can grant under this one. What the others
-		// granted is given back at its fence: the caller is told it failed, so nobody would
-		// hold it. One that failed may have granted unseen, but only an id drawn for this call
-		// can be released at any fence without ending a lease its holder has on that node.
-		st.decide(0, false)
-		rel := map[int]uint64{}
-		for _, i := range granted {
-			rel[i] = res[i].v.Fence
-		}
-		if req.Unshared {
-			for _, i := range failed {
-				rel[i] = 0
-			}
-		}
-		s.releaseOn(ctx, keyHolder{req.Key, req.Holder}, rel, timeout)
-		return core.AcquireResult{}, mismatch
-	}
-	if len(granted) >= quorum && ctx.Err() == nil {
-		fence, ok := s.raise(ctx, raising{req: req, quorum: quorum, timeout: timeout}, res, granted)
-		if ok && time.Since(start) < req.TTL-s.drift(req.TTL) {
-			st.decide(fence, false)
-			return core.AcquireResult{Granted: true, Fence: fence}, nil
-		}
-	}
-	// No valid quorum: give back what was granted, each node at its fence, and whatever a node
-	// that failed may have granted unseen; stragglers are released as they answer.
-	st.decide(0, false)
+	return t, nil
+}
+
+// mismatchGiveBack is what an acquire refused for another limit releases, by node: what the
+// nodes granted, at its fence, since the caller is told it failed and nobody would hold it. A
+// node that failed may have granted unseen, but only an id drawn for this call (unshared) can
+// be released at any fence without ending a lease its holder has on that node.
+func (t acquireTally) mismatchGiveBack(res []result[core.AcquireResult], unshared bool) map[int]uint64 {
 	rel := map[int]uint64{}
-	for _, i := range granted {
+	for _, i := range t.granted {
+		rel[i] = res[i].v.Fence
+	}
+	if unshared {
+		for _, i := range t.failed {
+			rel[i] = 0
+		}
+	}
+	return rel
+}
+
+// refusalGiveBack is what an acquire without a valid quorum releases, by node: what the nodes
+// granted, each at its fence (any fence where the raise failed), and any fence on a node that
+// failed.
+func (t acquireTally) refusalGiveBack(res []result[core.AcquireResult]) map[int]uint64 {
+	rel := map[int]uint64{}
+	for _, i := range t.granted {
 		rel[i] = 0
 		if res[i].err == nil {
 			rel[i] = res[i].v.Fence
 		}
 	}
-	for _, i := range failed {
+	for _, i := range t.failed {
 		rel[i] = 0
 	}
-	s.releaseOn(ctx, keyHolder{req.Key, req.Holder}, rel, timeout)
-	if err := ctx.Err(); err != nil {
-		return core.AcquireResult{}, err
-	}
-	if answered < quorum && len(failed) > len(s.nodes)-quorum { // failures alone leave no quorum: an error, not a refusal
-		return core.AcquireResult{}, fmt.Errorf("redlock: %d of %d nodes answered, %d needed: %w", answered, len(s.nodes), quorum, nodeErrors(res))
-	}
-	for i, w := range watches {
-		w.tried(seen[i], res)
-	}
-	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
+	return rel
 }
 
 // acquireDecided reports whether the answers so far settle an acquire: a quorum granted, so

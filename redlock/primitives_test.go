@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 	"github.com/leasehold/leasehold/redlock"
 )
@@ -158,7 +159,7 @@ func startRedisHarness(t *testing.T) redisHarness {
 // a decided release on a late node in the background; with the machine loaded by other tests
 // (under -race) a late node still held a released lease and refused the next grant.
 func TestConformanceRedlockRedisServers(t *testing.T) {
-	conformance.Run(t, startRedisHarness(t), conformance.WithoutNotifier(), conformance.WithLateReleases(), sharedFences)
+	conformance.Run(t, startRedisHarness(t), conformance.WithoutNotifier(), conformance.WithLateReleases(), sharedFences, conformance.WithSoak(testenv.Soak()))
 }
 
 // TestWaiterOverRedisNodesIsHandedTheLock: a Redlock waiter over Redis nodes, refused, gets the

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/redlock"
 )
 
@@ -44,10 +45,10 @@ func (h *harness) Advance(d time.Duration) bool {
 }
 
 func TestConformanceRedlock3(t *testing.T) {
-	conformance.Run(t, newHarness(t, 3), conformance.WithoutNotifier(), conformance.WithLateReleases(), sharedFences)
+	conformance.Run(t, newHarness(t, 3), conformance.WithoutNotifier(), conformance.WithLateReleases(), sharedFences, conformance.WithSoak(testenv.Soak()))
 }
 func TestConformanceRedlock5(t *testing.T) {
-	conformance.Run(t, newHarness(t, 5), conformance.WithoutNotifier(), conformance.WithLateReleases(), sharedFences)
+	conformance.Run(t, newHarness(t, 5), conformance.WithoutNotifier(), conformance.WithLateReleases(), sharedFences, conformance.WithSoak(testenv.Soak()))
 }
 
 func TestNewRefusesBadInput(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -20,17 +21,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // cluster takes seconds to form.
 func TestConformanceMiniredis(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, redisharness.Miniredis(t, redisharness.GoRedis))
+	conformance.Run(t, redisharness.Miniredis(t, redisharness.GoRedis), conformance.WithSoak(testenv.Soak()))
 }
 
 func TestConformanceRedisServer(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, redisharness.Server(t, redisharness.GoRedis))
+	conformance.Run(t, redisharness.Server(t, redisharness.GoRedis), conformance.WithSoak(testenv.Soak()))
 }
 
 func TestConformanceRedisCluster(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, redisharness.Cluster(t, redisharness.GoRedis))
+	conformance.Run(t, redisharness.Cluster(t, redisharness.GoRedis), conformance.WithSoak(testenv.Soak()))
 }
 
 func TestSmokeContext(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,7 +32,9 @@ func (h *harness) Advance(d time.Duration) bool {
 	return true
 }
 
-func TestConformance(t *testing.T) { conformance.Run(t, newHarness()) }
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newHarness(), conformance.WithSoak(testenv.Soak()))
+}
 
 // realTime serves a memory Store on the system clock, as a harness of a real server would.
 type realTime struct{ store *memory.Store }
@@ -39,4 +42,6 @@ type realTime struct{ store *memory.Store }
 func (h realTime) NewStore(*testing.T) core.Store { return h.store }
 func (realTime) Advance(time.Duration) bool       { return false }
 
-func TestConformanceRealTime(t *testing.T) { conformance.Run(t, realTime{memory.New()}) }
+func TestConformanceRealTime(t *testing.T) {
+	conformance.Run(t, realTime{memory.New()}, conformance.WithSoak(testenv.Soak()))
+}

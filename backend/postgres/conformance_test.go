@@ -47,7 +47,7 @@ func skipRepeats(t *testing.T, main bool) {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, harness{url: serverURL(t)})
+	conformance.Run(t, harness{url: serverURL(t)}, conformance.WithSoak(testenv.Soak()))
 }
 
 // TestConformanceInEveryExecMode: the suite passes whichever way pgx sends statements — the
@@ -61,7 +61,7 @@ func TestConformanceInEveryExecMode(t *testing.T) {
 		"describe": pgx.QueryExecModeCacheDescribe} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			conformance.Run(t, modeHarness{url: url, mode: mode})
+			conformance.Run(t, modeHarness{url: url, mode: mode}, conformance.WithSoak(testenv.Soak()))
 		})
 	}
 }
@@ -86,7 +86,7 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 	testenv.SkipShort(t, "the suite once more")
 	t.Parallel()
 	srv := server(t)
-	conformance.Run(t, bouncerHarness{pooled: pgtest.StartPgBouncer(t, srv), direct: srv.URL})
+	conformance.Run(t, bouncerHarness{pooled: pgtest.StartPgBouncer(t, srv), direct: srv.URL}, conformance.WithSoak(testenv.Soak()))
 }
 
 type bouncerHarness struct{ pooled, direct string }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // valkey-go's cluster client leaves a topology refresh asleep for a few seconds after Close
@@ -20,15 +21,15 @@ func TestMain(m *testing.M) {
 // cluster takes seconds to form.
 func TestConformanceMiniredis(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, redisharness.Miniredis(t, redisharness.Valkey))
+	conformance.Run(t, redisharness.Miniredis(t, redisharness.Valkey), conformance.WithSoak(testenv.Soak()))
 }
 
 func TestConformanceRedisServer(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, redisharness.Server(t, redisharness.Valkey))
+	conformance.Run(t, redisharness.Server(t, redisharness.Valkey), conformance.WithSoak(testenv.Soak()))
 }
 
 func TestConformanceRedisCluster(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, redisharness.Cluster(t, redisharness.Valkey))
+	conformance.Run(t, redisharness.Cluster(t, redisharness.Valkey), conformance.WithSoak(testenv.Soak()))
 }

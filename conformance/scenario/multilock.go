@@ -32,102 +32,19 @@ func MultiLocksNeverDeadlock(t testing.TB, mls []*primitives.MultiLock, rounds i
 	t.Helper()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), DeadlockBound, errDeadlock)
 	defer cancel()
-	occ := map[string]*conformance.Occupancy{}
-	last := map[string]*atomic.Uint64{} // each key's fence granted last
-	for _, ml := range mls {
-		for _, k := range ml.Keys() {
-			if occ[k] == nil {
-				occ[k], last[k] = conformance.NewOccupancy(1), new(atomic.Uint64)
-			}
-		}
-	}
-	// What each MultiLock is doing, for the report of a deadlock; and report, which stops
-	// reporting once the test has given up waiting for a round that ignores its ctx.
-	doing := make([]atomic.Pointer[string], len(mls))
-	set := func(i int, format string, args ...any) {
-		s := fmt.Sprintf(format, args...)
-		doing[i].Store(&s)
-	}
-	var mu sync.Mutex
-	over := false
-	report := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !over {
-			t.Errorf(format, args...)
-		}
-	}
-	var once sync.Once
-	others := func() string {
-		var b strings.Builder
-		for i, ml := range mls {
-			fmt.Fprintf(&b, "\n\t%v: %s", ml.Keys(), *doing[i].Load())
-		}
-		return b.String()
-	}
+	d := newDeadlockRun(t, mls)
 	var wg sync.WaitGroup
-	var granted atomic.Int64
-	for i, ml := range mls {
-		set(i, "starting")
-		wg.Go(func() {
-			keys := ml.Keys()
-			for r := range rounds {
-				set(i, "waiting in round %d", r+1)
-				asked := time.Now()
-				ms, err := ml.Acquire(ctx)
-				if err != nil {
-					why := ""
-					if context.Cause(ctx) == errDeadlock || errors.Is(err, primitives.ErrNotAcquired) {
-						why = fmt.Sprintf("not granted in %v, a deadlock?: ", time.Since(asked).Round(time.Millisecond))
-					}
-					// The first failure says what every MultiLock was doing then.
-					state := ""
-					once.Do(func() { state = "; each MultiLock then:" + others() })
-					set(i, "failed in round %d", r+1)
-					report("MultiLock %v, round %d of %d: %s%v%s", keys, r+1, rounds, why, err, state)
-					return
-				}
-				set(i, "holding in round %d", r+1)
-				granted.Add(1)
-				ls := ms.Leases()
-				var leave []func()
-				for j, k := range keys {
-					leave = append(leave, occ[k].Enter(1))
-					if prev := last[k].Swap(ls[j].Fence()); ls[j].Fence() <= prev {
-						report("key %q: fence %d granted after fence %d", k, ls[j].Fence(), prev)
-					}
-				}
-				time.Sleep(time.Millisecond)
-				for _, f := range leave {
-					f()
-				}
-				if err := ms.Err(); err != nil {
-					report("MultiLock %v lost while held: %v", keys, err)
-				}
-				if err := ms.Release(context.Background()); err != nil {
-					report("MultiLock %v: Release: %v", keys, err)
-				}
-			}
-			set(i, "done")
-		})
+	for i := range mls {
+		d.set(i, "starting")
+		wg.Go(func() { d.run(ctx, i, rounds) })
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(DeadlockBound + 10*time.Second):
-		// An Acquire that outlives its ctx by 10s is a bug of its own: give up on it.
-		mu.Lock()
-		over = true
-		mu.Unlock()
-		t.Fatalf("the MultiLocks did not return within 10s of their ctx's end; each MultiLock then:%s", others())
-	}
-	for k, o := range occ {
+	d.wait(&wg)
+	for k, o := range d.occ {
 		if v := o.Violations(); len(v) > 0 {
 			t.Errorf("key %q had two holders at once %d times, first: %v", k, len(v), v[0])
 		}
 	}
-	t.Logf("%d rounds granted of %d", granted.Load(), len(mls)*rounds)
+	t.Logf("%d rounds granted of %d", d.granted.Load(), len(mls)*rounds)
 	if t.Failed() {
 		return
 	}
@@ -140,6 +57,123 @@ func MultiLocksNeverDeadlock(t testing.TB, mls []*primitives.MultiLock, rounds i
 		if err := ms.Release(context.Background()); err != nil {
 			t.Errorf("MultiLock %v: Release after the rounds: %v", ml.Keys(), err)
 		}
+	}
+}
+
+// deadlockRun is one run of MultiLocksNeverDeadlock: who holds each key, the fence each key
+// granted last, and what each MultiLock is doing, for the report of a deadlock.
+type deadlockRun struct {
+	t       testing.TB
+	mls     []*primitives.MultiLock
+	occ     map[string]*conformance.Occupancy
+	last    map[string]*atomic.Uint64 // each key's fence granted last
+	doing   []atomic.Pointer[string]
+	granted atomic.Int64
+	first   sync.Once // the first failure says what every MultiLock was doing then
+
+	mu   sync.Mutex
+	over bool // the test gave up waiting for a round that ignores its ctx: report no more
+}
+
+func newDeadlockRun(t testing.TB, mls []*primitives.MultiLock) *deadlockRun {
+	d := &deadlockRun{t: t, mls: mls, occ: map[string]*conformance.Occupancy{}, last: map[string]*atomic.Uint64{},
+		doing: make([]atomic.Pointer[string], len(mls))}
+	for _, ml := range mls {
+		for _, k := range ml.Keys() {
+			if d.occ[k] == nil {
+				d.occ[k], d.last[k] = conformance.NewOccupancy(1), new(atomic.Uint64)
+			}
+		}
+	}
+	return d
+}
+
+// set records what the i-th MultiLock is doing.
+func (d *deadlockRun) set(i int, format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	d.doing[i].Store(&s)
+}
+
+// report fails the test, unless it has given up waiting for the rounds.
+func (d *deadlockRun) report(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.over {
+		d.t.Errorf(format, args...)
+	}
+}
+
+// others says what each MultiLock is doing.
+func (d *deadlockRun) others() string {
+	var b strings.Builder
+	for i, ml := range d.mls {
+		fmt.Fprintf(&b, "\n\t%v: %s", ml.Keys(), *d.doing[i].Load())
+	}
+	return b.String()
+}
+
+// run makes the i-th MultiLock's rounds, stopping at its first failure.
+func (d *deadlockRun) run(ctx context.Context, i, rounds int) {
+	ml := d.mls[i]
+	for r := range rounds {
+		d.set(i, "waiting in round %d", r+1)
+		asked := time.Now()
+		ms, err := ml.Acquire(ctx)
+		if err != nil {
+			why := ""
+			if context.Cause(ctx) == errDeadlock || errors.Is(err, primitives.ErrNotAcquired) {
+				why = fmt.Sprintf("not granted in %v, a deadlock?: ", time.Since(asked).Round(time.Millisecond))
+			}
+			state := ""
+			d.first.Do(func() { state = "; each MultiLock then:" + d.others() })
+			d.set(i, "failed in round %d", r+1)
+			d.report("MultiLock %v, round %d of %d: %s%v%s", ml.Keys(), r+1, rounds, why, err, state)
+			return
+		}
+		d.set(i, "holding in round %d", r+1)
+		d.granted.Add(1)
+		d.hold(ml.Keys(), ms)
+	}
+	d.set(i, "done")
+}
+
+// hold counts ms's holders in on its keys, checks its fences, holds for a millisecond and
+// releases it.
+func (d *deadlockRun) hold(keys []string, ms *primitives.MultiLease) {
+	ls := ms.Leases()
+	var leave []func()
+	for j, k := range keys {
+		leave = append(leave, d.occ[k].Enter(1))
+		if prev := d.last[k].Swap(ls[j].Fence()); ls[j].Fence() <= prev {
+			d.report("key %q: fence %d granted after fence %d", k, ls[j].Fence(), prev)
+		}
+	}
+	time.Sleep(time.Millisecond)
+	for _, f := range leave {
+		f()
+	}
+	if err := ms.Err(); err != nil {
+		d.report("MultiLock %v lost while held: %v", keys, err)
+	}
+	if err := ms.Release(context.Background()); err != nil {
+		d.report("MultiLock %v: Release: %v", keys, err)
+	}
+}
+
+// wait waits for the rounds (wg) to end, and fails the test at once when they outlive their
+// ctx by 10s.
+func (d *deadlockRun) wait(wg *sync.WaitGroup) {
+	d.t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(DeadlockBound + 10*time.Second):
+		// An Acquire that outlives its ctx by 10s is a bug of its own: give up on it.
+		d.mu.Lock()
+		d.over = true
+		d.mu.Unlock()
+		d.t.Fatalf("the MultiLocks did not return within 10s of their ctx's end; each MultiLock then:%s", d.others())
 	}
 }
 
@@ -212,57 +246,80 @@ func FailedMultiLockHoldsNothing(t testing.TB, multiLock func(opts ...primitives
 	if len(keys) < 2 {
 		t.Fatalf("FailedMultiLockHoldsNothing needs two keys or more, to see the others released; got %q", keys)
 	}
-	last := slices.Max(keys)
-	var rest []string
+	f := &failedMultiLock{t: t, multiLock: multiLock, mutex: mutex, last: slices.Max(keys)}
 	for _, k := range keys {
-		if k != last {
-			rest = append(rest, k)
+		if k != f.last {
+			f.rest = append(f.rest, k)
 		}
 	}
-	held, err := mutex(last).Acquire(ctx)
-	if err != nil {
+	var err error
+	if f.held, err = mutex(f.last).Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer held.Release(ctx)
-	after := func(what string) {
-		t.Helper()
-		for _, k := range rest {
-			free(t, mutex(k), "after "+what)
-		}
-		if err := held.Err(); err != nil {
-			t.Fatalf("the Mutex's lease on %q after %s: %v, want held", last, what, err)
-		}
-		if l, err := mutex(last).TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
-			if l != nil {
-				l.Release(ctx)
-			}
-			t.Fatalf("another Mutex on %q after %s: %v, want ErrNotAcquired (the first still holds it)", last, what, err)
-		}
-	}
+	defer f.held.Release(ctx)
 
 	if ms, err := multiLock().TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
 		if ms != nil {
 			ms.Release(ctx)
 		}
-		t.Fatalf("TryAcquire with %q held: %v, want ErrNotAcquired", last, err)
+		t.Fatalf("TryAcquire with %q held: %v, want ErrNotAcquired", f.last, err)
 	}
-	after("a refused TryAcquire")
+	f.after("a refused TryAcquire")
 
 	timeout := 300 * time.Millisecond
 	if ms, err := multiLock(primitives.WithAcquireTimeout(timeout)).Acquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
 		if ms != nil {
 			ms.Release(ctx)
 		}
-		t.Fatalf("Acquire with %q held and an acquire timeout of %v: %v, want ErrNotAcquired", last, timeout, err)
+		t.Fatalf("Acquire with %q held and an acquire timeout of %v: %v, want ErrNotAcquired", f.last, timeout, err)
 	}
-	after("an Acquire that timed out")
+	f.after("an Acquire that timed out")
 
+	f.canceledWhileWaiting()
+	f.after("an Acquire canceled while it waited")
+}
+
+// failedMultiLock is FailedMultiLockHoldsNothing's MultiLock over keys whose last, in sorted
+// order, a Mutex holds.
+type failedMultiLock struct {
+	t         testing.TB
+	multiLock func(opts ...primitives.Option) *primitives.MultiLock
+	mutex     func(key string) *primitives.Mutex
+	last      string           // the key the Mutex holds
+	rest      []string         // the other keys
+	held      primitives.Lease // the Mutex's lease on last
+}
+
+// after fails the test unless, after what failed, the other keys are free and the Mutex still
+// holds the last.
+func (f *failedMultiLock) after(what string) {
+	t, ctx := f.t, context.Background()
+	t.Helper()
+	for _, k := range f.rest {
+		free(t, f.mutex(k), "after "+what)
+	}
+	if err := f.held.Err(); err != nil {
+		t.Fatalf("the Mutex's lease on %q after %s: %v, want held", f.last, what, err)
+	}
+	if l, err := f.mutex(f.last).TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		if l != nil {
+			l.Release(ctx)
+		}
+		t.Fatalf("another Mutex on %q after %s: %v, want ErrNotAcquired (the first still holds it)", f.last, what, err)
+	}
+}
+
+// canceledWhileWaiting cancels an Acquire once it holds the other keys and waits for the last,
+// and fails the test unless it returns context.Canceled within 10s.
+func (f *failedMultiLock) canceledWhileWaiting() {
+	t, ctx := f.t, context.Background()
+	t.Helper()
 	// Canceled once it holds the others and waits for the last: a Mutex on each of the others is
 	// refused. A poll that is granted one releases it at once, and the MultiLock takes it then.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	got := make(chan error, 1)
-	waiter := multiLock(primitives.WithAcquireTimeout(time.Hour))
+	waiter := f.multiLock(primitives.WithAcquireTimeout(time.Hour))
 	GoBackground(t, func(context.Context) {
 		ms, err := waiter.Acquire(wctx)
 		if ms != nil {
@@ -271,11 +328,11 @@ func FailedMultiLockHoldsNothing(t testing.TB, multiLock func(opts ...primitives
 		got <- err
 	})
 	probes := make(map[string]*primitives.Mutex)
-	for _, k := range rest {
-		probes[k] = mutex(k)
+	for _, k := range f.rest {
+		probes[k] = f.mutex(k)
 	}
-	poll.Until(t, fmt.Sprintf("the waiting MultiLock holding %q", rest), func() bool {
-		for _, k := range rest {
+	poll.Until(t, fmt.Sprintf("the waiting MultiLock holding %q", f.rest), func() bool {
+		for _, k := range f.rest {
 			l, err := probes[k].TryAcquire(ctx)
 			if err == nil {
 				l.Release(ctx)
@@ -288,12 +345,11 @@ func FailedMultiLockHoldsNothing(t testing.TB, multiLock func(opts ...primitives
 	select {
 	case err := <-got:
 		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Acquire canceled while it waited for %q: %v, want context.Canceled", last, err)
+			t.Fatalf("Acquire canceled while it waited for %q: %v, want context.Canceled", f.last, err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("Acquire did not return within 10s of its ctx's cancellation")
 	}
-	after("an Acquire canceled while it waited")
 }
 
 // free waits until a TryAcquire of m is granted, releasing the lease, and fails t if that has not

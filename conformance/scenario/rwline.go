@@ -21,59 +21,100 @@ import (
 func RWLineIsFIFO(t testing.TB, newRW func(value string) *primitives.RWMutex) {
 	t.Helper()
 	ctx := context.Background()
-	insp := newRW("inspect")
-	waiters := func(n int) primitives.RWStatus {
-		t.Helper()
-		return poll.For(t, fmt.Sprintf("%d waiters in line", n), func() (primitives.RWStatus, bool) {
-			st, err := insp.Inspect(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st, len(st.Waiters) == n
-		})
-	}
-	start := func(value string, write bool) <-chan core.Lease {
-		rw := newRW(value)
-		got := make(chan core.Lease, 1)
-		GoBackground(t, func(ctx context.Context) {
-			acquire := rw.AcquireRead
-			if write {
-				acquire = rw.Acquire
-			}
-			l, err := acquire(ctx)
-			if err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", value, err)
-			}
-			got <- l
-		})
-		return got
-	}
-	take := func(c <-chan core.Lease, who string) core.Lease {
-		t.Helper()
-		select {
-		case l := <-c:
-			if l == nil {
-				t.FailNow()
-			}
-			return l
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s not granted within 10s", who)
-			return nil
-		}
-	}
-
+	q := &rwLine{t: t, newRW: newRW, insp: newRW("inspect")}
 	w0, err := newRW("w0").Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1 := start("r1", false)
-	waiters(1)
-	r2 := start("r2", false)
-	waiters(2)
-	w1 := start("w1", true)
-	waiters(3)
-	r3 := start("r3", false)
-	st := waiters(4)
+	r1, r2, w1, r3 := q.queueBehind(w0)
+	if err := w0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l1, l2 := q.readTogether(r1, r2)
+	lw := q.take(w1, "w1")
+	if lw.Fence() <= max(l1.Fence(), l2.Fence()) {
+		t.Errorf("w1's fence %d not above the readers' %d, %d", lw.Fence(), l1.Fence(), l2.Fence())
+	}
+	st := q.waiters(1)
+	if !st.Writing || st.Writer.Holder != lw.Holder() || st.Writer.Value != "w1" || st.Waiters[0].Value != "r3" {
+		t.Fatalf("after the readers' release: %+v; want w1 writing, r3 waiting", st)
+	}
+	if err := lw.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l3 := q.take(r3, "r3")
+	if l3.Fence() <= lw.Fence() {
+		t.Errorf("r3's fence %d not above w1's %d", l3.Fence(), lw.Fence())
+	}
+	l3.Release(ctx)
+}
+
+// rwLine is RWLineIsFIFO's key: RWMutexes on it that wait in its line, and one that inspects it.
+type rwLine struct {
+	t     testing.TB
+	newRW func(value string) *primitives.RWMutex
+	insp  *primitives.RWMutex
+}
+
+// waiters waits until n wait in the line, and returns what Inspect reports then.
+func (q *rwLine) waiters(n int) primitives.RWStatus {
+	q.t.Helper()
+	return poll.For(q.t, fmt.Sprintf("%d waiters in line", n), func() (primitives.RWStatus, bool) {
+		st, err := q.insp.Inspect(context.Background())
+		if err != nil {
+			q.t.Fatal(err)
+		}
+		return st, len(st.Waiters) == n
+	})
+}
+
+// start starts a reader (or a writer) whose lease carries value, and returns where its lease
+// comes: nil if it failed.
+func (q *rwLine) start(value string, write bool) <-chan core.Lease {
+	rw := q.newRW(value)
+	got := make(chan core.Lease, 1)
+	GoBackground(q.t, func(ctx context.Context) {
+		acquire := rw.AcquireRead
+		if write {
+			acquire = rw.Acquire
+		}
+		l, err := acquire(ctx)
+		if err != nil && ctx.Err() == nil {
+			q.t.Errorf("%s: %v", value, err)
+		}
+		got <- l
+	})
+	return got
+}
+
+// take returns the lease that comes on c, and fails the test at once if none comes within 10s.
+func (q *rwLine) take(c <-chan core.Lease, who string) core.Lease {
+	q.t.Helper()
+	select {
+	case l := <-c:
+		if l == nil {
+			q.t.FailNow()
+		}
+		return l
+	case <-time.After(10 * time.Second):
+		q.t.Fatalf("%s not granted within 10s", who)
+		return nil
+	}
+}
+
+// queueBehind queues two readers, a writer and a reader, in that order, behind the writer w0,
+// and fails the test at once unless Inspect lists them so, with w0 writing.
+func (q *rwLine) queueBehind(w0 core.Lease) (r1, r2, w1, r3 <-chan core.Lease) {
+	t := q.t
+	t.Helper()
+	r1 = q.start("r1", false)
+	q.waiters(1)
+	r2 = q.start("r2", false)
+	q.waiters(2)
+	w1 = q.start("w1", true)
+	q.waiters(3)
+	r3 = q.start("r3", false)
+	st := q.waiters(4)
 	var order []primitives.RWWaiter
 	for _, w := range st.Waiters {
 		order = append(order, primitives.RWWaiter{Value: w.Value, Write: w.Write})
@@ -85,12 +126,17 @@ func RWLineIsFIFO(t testing.TB, newRW func(value string) *primitives.RWMutex) {
 	if !st.Writing || st.Writer.Value != "w0" || st.Writer.Holder != w0.Holder() || len(st.Readers) != 0 {
 		t.Fatalf("while w0 writes: %+v", st)
 	}
+	return r1, r2, w1, r3
+}
 
-	if err := w0.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l1, l2 := take(r1, "r1"), take(r2, "r2")
-	st = waiters(2)
+// readTogether takes the two readers' leases, granted together, checks that the writer and the
+// last reader still wait behind them (the last reader not passing the writer while one reader
+// alone reads), and releases both.
+func (q *rwLine) readTogether(r1, r2 <-chan core.Lease) (l1, l2 core.Lease) {
+	t, ctx := q.t, context.Background()
+	t.Helper()
+	l1, l2 = q.take(r1, "r1"), q.take(r2, "r2")
+	st := q.waiters(2)
 	if st.Writing || len(st.Readers) != 2 || st.Waiters[0].Value != "w1" || st.Waiters[1].Value != "r3" {
 		t.Fatalf("after w0's release: %+v; want r1 and r2 reading, w1 then r3 waiting", st)
 	}
@@ -98,28 +144,13 @@ func RWLineIsFIFO(t testing.TB, newRW func(value string) *primitives.RWMutex) {
 		t.Fatal(err)
 	}
 	// r3 may not pass w1 although r2 alone reads.
-	if st, err := insp.Inspect(ctx); err != nil || len(st.Readers) != 1 || st.Writing {
+	if st, err := q.insp.Inspect(ctx); err != nil || len(st.Readers) != 1 || st.Writing {
 		t.Fatalf("after r1's release: %+v, %v; want r2 alone reading", st, err)
 	}
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lw := take(w1, "w1")
-	if lw.Fence() <= max(l1.Fence(), l2.Fence()) {
-		t.Errorf("w1's fence %d not above the readers' %d, %d", lw.Fence(), l1.Fence(), l2.Fence())
-	}
-	st = waiters(1)
-	if !st.Writing || st.Writer.Holder != lw.Holder() || st.Writer.Value != "w1" || st.Waiters[0].Value != "r3" {
-		t.Fatalf("after the readers' release: %+v; want w1 writing, r3 waiting", st)
-	}
-	if err := lw.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l3 := take(r3, "r3")
-	if l3.Fence() <= lw.Fence() {
-		t.Errorf("r3's fence %d not above w1's %d", l3.Fence(), lw.Fence())
-	}
-	l3.Release(ctx)
+	return l1, l2
 }
 
 // RWInspect proves what RWMutex.Inspect reports: readers (ordered by fence, with holder, permits

@@ -99,85 +99,25 @@ func WriterNotStarved(t testing.TB, rd, wr *primitives.RWMutex, waiting func(con
 func writerNotStarvedOnce(t testing.TB, rd, wr *primitives.RWMutex, waiting func(context.Context) bool) string {
 	t.Helper()
 	ctx := context.Background()
-	occ := conformance.NewOccupancy(primitives.MaxReaders)
-	type read struct {
-		late  bool // began after the writer was seen waiting
-		fence uint64
-	}
-	var (
-		mu       sync.Mutex
-		reads    []read
-		granted  atomic.Int64
-		seen     atomic.Bool
-		stop     = make(chan struct{})
-		spawning sync.WaitGroup
-	)
-	spawning.Go(func() {
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			late := seen.Load()
-			spawning.Go(func() {
-				l, err := rd.AcquireRead(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				leave := occ.Enter(1)
-				granted.Add(1)
-				mu.Lock()
-				reads = append(reads, read{late, l.Fence()})
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
-				leave()
-				l.Release(ctx)
-			})
-		}
-	})
-	halt := sync.OnceFunc(func() {
-		close(stop)
-		spawning.Wait()
-	})
-	defer halt()
-	poll.Until(t, "the readers' stream started", func() bool { return granted.Load() >= 10 })
+	s := startReadStream(t, rd)
+	defer s.halt()
+	poll.Until(t, "the readers' stream started", func() bool { return s.granted.Load() >= 10 })
 
-	got := make(chan core.Lease, 1)
 	begin := time.Now()
-	GoBackground(t, func(ctx context.Context) {
-		l, err := wr.Acquire(ctx)
-		if err != nil && ctx.Err() == nil {
-			t.Errorf("the writer under a stream of readers: %v (after %v)", err, time.Since(begin))
-		}
-		got <- l
-	})
-	var l core.Lease
-	for l == nil {
-		select {
-		case l = <-got:
-			if l == nil {
-				return ""
-			}
-		case <-time.After(time.Millisecond):
-			if !seen.Load() && waiting(ctx) {
-				seen.Store(true)
-			}
-		}
+	l := s.writer(wr, waiting)
+	if l == nil {
+		return ""
 	}
-	leave := occ.Enter(primitives.MaxReaders)
-	t.Logf("the writer got the lock after %v, with %d reads granted so far", time.Since(begin), granted.Load())
+	leave := s.occ.Enter(primitives.MaxReaders)
+	t.Logf("the writer got the lock after %v, with %d reads granted so far", time.Since(begin), s.granted.Load())
 	var why string
-	if !seen.Load() {
+	if !s.seen.Load() {
 		why = "the writer was never seen waiting: the readers did not keep the key held"
 	}
 	// The stream goes on while the writer holds: those readers must wait for it.
-	before := granted.Load()
+	before := s.granted.Load()
 	time.Sleep(30 * time.Millisecond)
-	if n := granted.Load() - before; n != 0 {
+	if n := s.granted.Load() - before; n != 0 {
 		t.Errorf("%d reads granted while the writer held", n)
 	}
 	leave()
@@ -185,22 +125,117 @@ func writerNotStarvedOnce(t testing.TB, rd, wr *primitives.RWMutex, waiting func
 		t.Error(err)
 	}
 	// Readers come again after the writer.
-	poll.Until(t, "reads granted after the writer's release", func() bool { return granted.Load() >= before+3 })
-	halt()
-	late := 0
-	for _, r := range reads {
+	poll.Until(t, "reads granted after the writer's release", func() bool { return s.granted.Load() >= before+3 })
+	s.halt()
+	if s.checkAfter(l.Fence()) == 0 && why == "" {
+		why = "no reader began while the writer waited: the stream stopped"
+	}
+	return why
+}
+
+// readStream is WriterNotStarved's stream of overlapping readers: a new one every 5ms, each
+// holding for 20ms, until halt.
+type readStream struct {
+	t        testing.TB
+	rd       *primitives.RWMutex
+	occ      *conformance.Occupancy
+	granted  atomic.Int64
+	seen     atomic.Bool // the writer was seen waiting
+	stop     chan struct{}
+	spawning sync.WaitGroup
+	halt     func() // stops the stream and waits for its readers to end; idempotent
+
+	mu    sync.Mutex
+	reads []streamRead
+}
+
+// streamRead is one read the stream was granted.
+type streamRead struct {
+	late  bool // began after the writer was seen waiting
+	fence uint64
+}
+
+func startReadStream(t testing.TB, rd *primitives.RWMutex) *readStream {
+	s := &readStream{t: t, rd: rd, occ: conformance.NewOccupancy(primitives.MaxReaders), stop: make(chan struct{})}
+	s.halt = sync.OnceFunc(func() {
+		close(s.stop)
+		s.spawning.Wait()
+	})
+	s.spawning.Go(s.spawn)
+	return s
+}
+
+// spawn starts a reader every 5ms until the stream stops.
+func (s *readStream) spawn() {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		late := s.seen.Load()
+		s.spawning.Go(func() { s.read(late) })
+	}
+}
+
+// read takes a read lease, holds it for 20ms and releases it.
+func (s *readStream) read(late bool) {
+	ctx := context.Background()
+	l, err := s.rd.AcquireRead(ctx)
+	if err != nil {
+		s.t.Error(err)
+		return
+	}
+	leave := s.occ.Enter(1)
+	s.granted.Add(1)
+	s.mu.Lock()
+	s.reads = append(s.reads, streamRead{late, l.Fence()})
+	s.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	leave()
+	l.Release(ctx)
+}
+
+// writer has wr acquire under the stream, noting when waiting first reports it waits, and
+// returns its lease: nil if its ctx ended (the test did).
+func (s *readStream) writer(wr *primitives.RWMutex, waiting func(context.Context) bool) core.Lease {
+	got := make(chan core.Lease, 1)
+	begin := time.Now()
+	GoBackground(s.t, func(ctx context.Context) {
+		l, err := wr.Acquire(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.t.Errorf("the writer under a stream of readers: %v (after %v)", err, time.Since(begin))
+		}
+		got <- l
+	})
+	for {
+		select {
+		case l := <-got:
+			return l
+		case <-time.After(time.Millisecond):
+			if !s.seen.Load() && waiting(context.Background()) {
+				s.seen.Store(true)
+			}
+		}
+	}
+}
+
+// checkAfter fails the test if a reader that began after the writer was seen waiting was
+// granted before the writer (whose fence is fence), or a writer held with readers; it returns
+// how many readers began after the writer was seen waiting. The stream must have halted.
+func (s *readStream) checkAfter(fence uint64) (late int) {
+	for _, r := range s.reads {
 		if r.late {
 			late++
 		}
-		if r.late && r.fence < l.Fence() {
-			t.Errorf("a reader that came after the writer waited was granted before it (fence %d < writer's %d)", r.fence, l.Fence())
+		if r.late && r.fence < fence {
+			s.t.Errorf("a reader that came after the writer waited was granted before it (fence %d < writer's %d)", r.fence, fence)
 		}
 	}
-	if late == 0 && why == "" {
-		why = "no reader began while the writer waited: the stream stopped"
+	if v := s.occ.Violations(); len(v) > 0 {
+		s.t.Errorf("a writer held with readers: %v", v)
 	}
-	if v := occ.Violations(); len(v) > 0 {
-		t.Errorf("a writer held with readers: %v", v)
-	}
-	return why
+	return late
 }
