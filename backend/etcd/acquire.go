@@ -243,7 +243,7 @@ func (t *acquireTry) decide(ctx context.Context, st *state) (core.AcquireResult,
 		var sent *txnError
 		t.unsure = t.granting && errors.As(err, &sent) && outcomeUnknown(err)
 		if t.sess != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			t.s.forgetSession(t.sess)
+			t.s.sess.forget(t.sess)
 			return core.AcquireResult{}, errSessionLost
 		}
 		return core.AcquireResult{}, err

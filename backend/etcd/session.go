@@ -25,7 +25,8 @@ func (ss *session) current() clientv3.LeaseID {
 }
 
 // forget makes the next place go on a new session lease when id, the current one, was found
-// ended (its renewal's end still wakes the waiters).
+// ended: by its renewal's end, or by a try before its renewal noticed (the renewal's end still
+// wakes the waiters then).
 func (ss *session) forget(id clientv3.LeaseID) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -41,10 +42,6 @@ func (ss *session) close() clientv3.LeaseID {
 	ss.closed = true
 	return ss.id
 }
-
-// forgetSession makes the next place go on a new session lease when id, the current one, was
-// found ended before its renewal noticed (its renewal's end still wakes the waiters).
-func (s *Store) forgetSession(id clientv3.LeaseID) { s.sess.forget(id) }
 
 // session returns the Store's session lease, granting it (and starting its renewal) on first use
 // and after a loss.
