@@ -159,101 +159,137 @@ func (t *Telemetry) Option() primitives.Option {
 
 // record records the event e, which happened just now.
 func (t *Telemetry) record(e primitives.Event) {
-	now := time.Now()
 	outcome, ok := t.outcome[e.Kind]
 	if !ok {
 		return // a kind newer than this package: nothing to say about it
 	}
-	spanKey, metricKey, keyed := e.Key, "", false
-	if t.key != nil {
-		spanKey = t.key(e.Key)
-		metricKey, keyed = spanKey, spanKey != ""
-	}
-	attrs := metric.WithAttributes(outcome)
-	gauge := metric.WithAttributes() // the up-down counters: by key alone
-	if keyed {
-		key := attribute.String(KeyAttribute, metricKey)
-		attrs = metric.WithAttributes(outcome, key)
-		gauge = metric.WithAttributes(key)
-	}
-	parent := e.Context
-	if parent == nil {
-		parent = context.Background()
-	}
-
-	ctx := parent
+	r := t.recording(e, outcome)
+	ctx := r.parent
 	switch e.Kind {
 	case primitives.EventWaiting:
-		t.waiters.Add(parent, 1, gauge)
+		t.waiters.Add(r.parent, 1, r.gauge)
 	case primitives.EventAcquired, primitives.EventRefused, primitives.EventAcquireFailed:
-		if e.Waited {
-			t.waiters.Add(parent, -1, gauge)
-		}
-		span := t.startSpan(&ctx, e, spanOf{name: AcquireSpan, start: now.Add(-e.Wait), key: spanKey,
-			outcome: outcome, duration: attribute.Float64(WaitAttribute, e.Wait.Seconds())})
-		if e.Kind == primitives.EventAcquireFailed && e.Err != nil {
-			typ := errorType(e.Err)
-			span.SetAttributes(attribute.String(ErrorTypeAttribute, typ))
-			span.SetStatus(codes.Error, t.describe(e, spanKey))
-			t.countError(ctx, "acquire", typ, keyed, metricKey)
-		}
-		span.End(trace.WithTimestamp(now))
-		t.wait.Record(ctx, e.Wait.Seconds(), attrs)
-		if e.Kind == primitives.EventAcquired && e.Lease != nil {
-			t.mu.Lock()
-			t.holds[e.Lease] = &hold{parent: trace.SpanContextFromContext(parent), metrics: gauge}
-			t.mu.Unlock()
-			t.active.Add(parent, 1, gauge)
-		}
+		ctx = t.recordAcquire(e, r)
 	case primitives.EventRefreshFailed, primitives.EventRefreshRecovered, primitives.EventReleaseFailed:
-		name, op := RefreshFailedEvent, "refresh"
-		switch e.Kind {
-		case primitives.EventRefreshRecovered:
-			name = RefreshRecoveredEvent
-		case primitives.EventReleaseFailed:
-			name, op = ReleaseFailedEvent, "release"
-		}
-		var ev []attribute.KeyValue
-		if e.Err != nil {
-			ev = append(ev, attribute.String(MessageAttribute, t.describe(e, spanKey)))
-		}
-		if e.Kind != primitives.EventRefreshRecovered && e.Err != nil {
-			typ := errorType(e.Err)
-			ev = append(ev, attribute.String(ErrorTypeAttribute, typ))
-			t.countError(parent, op, typ, keyed, metricKey)
-		}
-		t.mu.Lock()
-		if h := t.holds[e.Lease]; h != nil && len(h.events) < maxSpanEvents {
-			h.events = append(h.events, spanEvent{name: name, at: now, attrs: ev})
-		}
-		t.mu.Unlock()
+		t.recordHoldEvent(e, r)
 	case primitives.EventReleased, primitives.EventLost:
-		t.mu.Lock()
-		h := t.holds[e.Lease]
-		delete(t.holds, e.Lease)
-		t.mu.Unlock()
-		if h != nil {
-			t.active.Add(parent, -1, h.metrics)
-			// The hold span is a child of the acquire caller's span; of the releaser's for a
-			// lease no acquire granted (Adopt).
-			ctx = trace.ContextWithSpanContext(parent, h.parent)
-		}
-		span := t.startSpan(&ctx, e, spanOf{name: HoldSpan, start: now.Add(-e.Held), key: spanKey,
-			outcome: outcome, duration: attribute.Float64(HeldAttribute, e.Held.Seconds())})
-		if h != nil {
-			for _, ev := range h.events {
-				span.AddEvent(ev.name, trace.WithTimestamp(ev.at), trace.WithAttributes(ev.attrs...))
-			}
-		}
-		if e.Kind == primitives.EventLost && e.Err != nil {
-			span.SetAttributes(attribute.String(ErrorTypeAttribute, errorType(e.Err)))
-			span.SetStatus(codes.Error, t.describe(e, spanKey))
-		}
-		span.End(trace.WithTimestamp(now))
-		t.held.Record(ctx, e.Held.Seconds(), attrs)
+		ctx = t.recordHoldEnd(e, r)
 	}
 	// In the span's context, if any, so that an SDK with exemplars links the points to it.
-	t.events.Add(ctx, 1, attrs)
+	t.events.Add(ctx, 1, r.attrs)
+}
+
+// eventRecording is what recording one event starts from: its time, outcome and key as spans
+// and metrics show them, the metric attributes, and the caller's context.
+type eventRecording struct {
+	now                time.Time
+	outcome            attribute.KeyValue
+	spanKey, metricKey string
+	keyed              bool                     // metrics carry metricKey
+	attrs              metric.MeasurementOption // the outcome, and the key if keyed
+	gauge              metric.MeasurementOption // the up-down counters': the key alone, if keyed
+	parent             context.Context
+}
+
+// recording returns what recording the event e, of outcome, starts from.
+func (t *Telemetry) recording(e primitives.Event, outcome attribute.KeyValue) eventRecording {
+	r := eventRecording{now: time.Now(), outcome: outcome, spanKey: e.Key, parent: e.Context,
+		attrs: metric.WithAttributes(outcome), gauge: metric.WithAttributes()}
+	if t.key != nil {
+		r.spanKey = t.key(e.Key)
+		r.metricKey, r.keyed = r.spanKey, r.spanKey != ""
+	}
+	if r.keyed {
+		key := attribute.String(KeyAttribute, r.metricKey)
+		r.attrs = metric.WithAttributes(outcome, key)
+		r.gauge = metric.WithAttributes(key)
+	}
+	if r.parent == nil {
+		r.parent = context.Background()
+	}
+	return r
+}
+
+// recordAcquire records an acquire's end (granted, refused or failed): its span, its wait, and
+// for a grant the hold it starts. It returns the acquire span's context.
+func (t *Telemetry) recordAcquire(e primitives.Event, r eventRecording) context.Context {
+	if e.Waited {
+		t.waiters.Add(r.parent, -1, r.gauge)
+	}
+	ctx := r.parent
+	span := t.startSpan(&ctx, e, spanOf{name: AcquireSpan, start: r.now.Add(-e.Wait), key: r.spanKey,
+		outcome: r.outcome, duration: attribute.Float64(WaitAttribute, e.Wait.Seconds())})
+	if e.Kind == primitives.EventAcquireFailed && e.Err != nil {
+		typ := errorType(e.Err)
+		span.SetAttributes(attribute.String(ErrorTypeAttribute, typ))
+		span.SetStatus(codes.Error, t.describe(e, r.spanKey))
+		t.countError(ctx, "acquire", typ, r.keyed, r.metricKey)
+	}
+	span.End(trace.WithTimestamp(r.now))
+	t.wait.Record(ctx, e.Wait.Seconds(), r.attrs)
+	if e.Kind == primitives.EventAcquired && e.Lease != nil {
+		t.mu.Lock()
+		t.holds[e.Lease] = &hold{parent: trace.SpanContextFromContext(r.parent), metrics: r.gauge}
+		t.mu.Unlock()
+		t.active.Add(r.parent, 1, r.gauge)
+	}
+	return ctx
+}
+
+// recordHoldEvent records a failed or recovered refresh or a failed release of a held lease: an
+// error counted, and an event kept for the hold's span.
+func (t *Telemetry) recordHoldEvent(e primitives.Event, r eventRecording) {
+	name, op := RefreshFailedEvent, "refresh"
+	switch e.Kind {
+	case primitives.EventRefreshRecovered:
+		name = RefreshRecoveredEvent
+	case primitives.EventReleaseFailed:
+		name, op = ReleaseFailedEvent, "release"
+	}
+	var ev []attribute.KeyValue
+	if e.Err != nil {
+		ev = append(ev, attribute.String(MessageAttribute, t.describe(e, r.spanKey)))
+	}
+	if e.Kind != primitives.EventRefreshRecovered && e.Err != nil {
+		typ := errorType(e.Err)
+		ev = append(ev, attribute.String(ErrorTypeAttribute, typ))
+		t.countError(r.parent, op, typ, r.keyed, r.metricKey)
+	}
+	t.mu.Lock()
+	if h := t.holds[e.Lease]; h != nil && len(h.events) < maxSpanEvents {
+		h.events = append(h.events, spanEvent{name: name, at: r.now, attrs: ev})
+	}
+	t.mu.Unlock()
+}
+
+// recordHoldEnd records a lease's release or loss: the hold's span with the events kept for it,
+// and its duration. It returns the hold span's context.
+func (t *Telemetry) recordHoldEnd(e primitives.Event, r eventRecording) context.Context {
+	t.mu.Lock()
+	h := t.holds[e.Lease]
+	delete(t.holds, e.Lease)
+	t.mu.Unlock()
+	ctx := r.parent
+	if h != nil {
+		t.active.Add(r.parent, -1, h.metrics)
+		// The hold span is a child of the acquire caller's span; of the releaser's for a
+		// lease no acquire granted (Adopt).
+		ctx = trace.ContextWithSpanContext(r.parent, h.parent)
+	}
+	span := t.startSpan(&ctx, e, spanOf{name: HoldSpan, start: r.now.Add(-e.Held), key: r.spanKey,
+		outcome: r.outcome, duration: attribute.Float64(HeldAttribute, e.Held.Seconds())})
+	if h != nil {
+		for _, ev := range h.events {
+			span.AddEvent(ev.name, trace.WithTimestamp(ev.at), trace.WithAttributes(ev.attrs...))
+		}
+	}
+	if e.Kind == primitives.EventLost && e.Err != nil {
+		span.SetAttributes(attribute.String(ErrorTypeAttribute, errorType(e.Err)))
+		span.SetStatus(codes.Error, t.describe(e, r.spanKey))
+	}
+	span.End(trace.WithTimestamp(r.now))
+	t.held.Record(ctx, e.Held.Seconds(), r.attrs)
+	return ctx
 }
 
 // countError counts a failed operation op of error type typ.

@@ -62,25 +62,6 @@ func grantOps(k keys, holder string, r rec, fence int64, l leases) []clientv3.Op
 	return append(ops, clientv3.OpDelete(k.of(kindPlace, holder)))
 }
 
-// plan is what one decision against a key's state writes, and what it answers.
-type plan struct {
-	cmps  []clientv3.Cmp
-	ops   []clientv3.Op
-	heads []entry // the places the line grants in the same transaction
-	drop  []spare // leases no record is on once the transaction commits
-	fence int64   // the caller's grant's fence; 0: the transaction's revision
-	grant bool    // the caller is granted
-	place bool    // the caller's place in the line is written
-	res   core.AcquireResult
-}
-
-// unchanged is the comparison that a transaction decided on st is still current: no record of
-// the key was written since. A record deleted since (released, expired) is not caught, and need
-// not be: it only makes the decision more cautious, and the waiters' watches see it.
-func unchanged(k keys, st *state) clientv3.Cmp {
-	return clientv3.Compare(clientv3.ModRevision(k.base).WithPrefix(), "<", st.rev+1)
-}
-
 // serveHeads adds to p the grants of the line's heads, from the head on while each one's
 // permits fit once the writes of p are done (used is the permits held then), at most maxGrants,
 // passing over except's place.
@@ -133,167 +114,207 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	return res, nil
 }
 
-func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
-	k := s.keys(req.Key)
-	var mine leases // the etcd leases of a grant to the caller, asked for once it is to be granted
-	used := false
+// acquireTry is one pass of Acquire over the key's records: the request, and the etcd leases it
+// asked for, with what became of them.
+type acquireTry struct {
+	s   *Store
+	req core.AcquireRequest
+	k   keys
+	r   rec // the record of the caller's grant or place
+
+	mine leases // the etcd leases of a grant to the caller, asked for once it is to be granted
+	used bool   // mine carries the caller's grant
 	// A transaction that wrote the caller's grant on mine failed without an answer: it may have
 	// committed, or may still commit. mine is never a spare then: a grant of the holder's
 	// that it renews (held) stays on it, to its TTL; any other is ended (discard), for its caller
 	// is told that it failed and no etcd lease may carry two grants.
-	unsure, held := false, false
-	defer func() {
-		switch {
-		case used:
-		case !unsure:
-			s.recycle(mine.spares()...)
-		case req.Unshared && !held:
-			s.discard(mine)
-		default:
-			// Left to its TTL: a lease of a holder id shared with others may be theirs to
-			// renew (a re-grant), or to give back; nothing renews it otherwise.
+	unsure, held bool
+	granting     bool             // the last decision wrote the caller's grant on mine
+	sess         clientv3.LeaseID // the session lease the caller's place went on; 0 before
+}
+
+func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
+	t := &acquireTry{s: s, req: req, k: s.keys(req.Key),
+		r: rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}}
+	defer t.settle()
+	if res, done, err := t.takeSeen(ctx); done {
+		return res, err
+	}
+	st, res, done, err := t.start(ctx)
+	if done {
+		return res, err
+	}
+	return t.decide(ctx, st)
+}
+
+// settle keeps, ends or leaves to their TTL the etcd leases the try asked for and did not use.
+func (t *acquireTry) settle() {
+	switch {
+	case t.used:
+	case !t.unsure:
+		t.s.recycle(t.mine.spares()...)
+	case t.req.Unshared && !t.held:
+		t.s.discard(t.mine)
+	default:
+		// Left to its TTL: a lease of a holder id shared with others may be theirs to
+		// renew (a re-grant), or to give back; nothing renews it otherwise.
+	}
+}
+
+// takeSeen takes the grant of the line to the caller that the Store's watch saw, if it saw one:
+// in one transaction on the caller's own etcd leases, with no read and without waiting for the
+// Store's other operations on the key, as long as it is still as seen. done reports whether it
+// answered: granted, or failed.
+func (t *acquireTry) takeSeen(ctx context.Context) (res core.AcquireResult, done bool, err error) {
+	req := t.req
+	g, ok := t.s.untaken(req.Key, req.Holder)
+	if !ok || g.permits != req.Permits || g.limit != req.Limit {
+		return core.AcquireResult{}, false, nil
+	}
+	if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+		return core.AcquireResult{}, true, err
+	}
+	lk := t.k.of(kindLease, req.Holder)
+	resp, err := t.s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", g.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(g.lease))).
+		Then(grantOps(t.k, req.Holder, t.r, g.fence, t.mine)...).Commit()
+	if err != nil {
+		t.unsure = outcomeUnknown(err)
+		return core.AcquireResult{}, true, err
+	}
+	if !resp.Succeeded {
+		return core.AcquireResult{}, false, nil
+	}
+	t.used = true
+	t.s.revoke(g.delayLease) // g.lease is the waiter's session
+	return core.AcquireResult{Granted: true, Fence: uint64(g.fence)}, true, nil
+}
+
+// start returns the key's records to decide on. With the Store's watch's copy, the decision
+// starts from it, with no read, and the grant's etcd leases are asked for before the Store's
+// turn on the key. Without one (nothing on the key, as far as the Store knows) the grant is
+// tried as one transaction, its fence the transaction's revision, which returns the records
+// when it fails. done reports whether it answered: granted, or failed.
+func (t *acquireTry) start(ctx context.Context) (st *state, res core.AcquireResult, done bool, err error) {
+	req := t.req
+	if st = t.s.seen(req.Key); st != nil {
+		if p, err := decideAcquire(t.k, st, req); err == nil && p.grant && t.mine.own == 0 {
+			if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+				return nil, core.AcquireResult{}, true, err
+			}
 		}
-	}()
-	r := rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}
-	if g, ok := s.untaken(req.Key, req.Holder); ok && g.permits == req.Permits && g.limit == req.Limit {
-		// The Store's watch saw the line grant the caller: it is taken in one transaction on
-		// the caller's own etcd leases, with no read and without waiting for the Store's other
-		// operations on the key, as long as it is still as seen.
-		var err error
-		if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
-			return core.AcquireResult{}, err
+		return st, core.AcquireResult{}, false, nil
+	}
+	if t.mine.own == 0 {
+		if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+			return nil, core.AcquireResult{}, true, err
 		}
-		lk := k.of(kindLease, req.Holder)
-		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", g.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(g.lease))).
-			Then(grantOps(k, req.Holder, r, g.fence, mine)...).Commit()
-		if err != nil {
-			unsure = outcomeUnknown(err)
-			return core.AcquireResult{}, err
-		}
-		if resp.Succeeded {
-			used = true
-			s.revoke(g.delayLease) // g.lease is the waiter's session
-			return core.AcquireResult{Granted: true, Fence: uint64(g.fence)}, nil
+		if afterGrantHook != nil {
+			afterGrantHook()
 		}
 	}
-	st := s.seen(req.Key)
-	if st == nil {
-		// Nothing on the key, as far as the Store knows: the grant is one transaction, its
-		// fence the transaction's revision.
-		if mine.own == 0 {
-			var err error
-			if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
-				return core.AcquireResult{}, err
-			}
-			if afterGrantHook != nil {
-				afterGrantHook()
-			}
-		}
-		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(k.base).WithPrefix(), "=", 0)).
-			Then(grantOps(k, req.Holder, r, 0, mine)...).
-			Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
-		if err != nil {
-			unsure = outcomeUnknown(err)
-			return core.AcquireResult{}, err
-		}
-		if resp.Succeeded {
-			used = true
-			return core.AcquireResult{Granted: true, Fence: uint64(resp.Header.Revision << fenceShift)}, nil
-		}
-		if st, err = k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs); err != nil {
-			return core.AcquireResult{}, err
-		}
-	} else if p, err := decideAcquire(k, st, req); err == nil && p.grant && mine.own == 0 {
-		// The Store's watch keeps the key's records: the decision starts from them, with no
-		// read, and its etcd leases are asked for before the Store's turn on the key.
-		if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
-			return core.AcquireResult{}, err
-		}
+	resp, err := t.s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(t.k.base).WithPrefix(), "=", 0)).
+		Then(grantOps(t.k, req.Holder, t.r, 0, t.mine)...).
+		Else(clientv3.OpGet(t.k.base, clientv3.WithPrefix())).Commit()
+	if err != nil {
+		t.unsure = outcomeUnknown(err)
+		return nil, core.AcquireResult{}, true, err
 	}
-	unlock, err := s.lockKey(ctx, req.Key)
+	if resp.Succeeded {
+		t.used = true
+		return nil, core.AcquireResult{Granted: true, Fence: uint64(resp.Header.Revision << fenceShift)}, true, nil
+	}
+	if st, err = t.k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs); err != nil {
+		return nil, core.AcquireResult{}, true, err
+	}
+	return st, core.AcquireResult{}, false, nil
+}
+
+// decide takes the Store's turn on the key, decides the try against st and commits the decision
+// (deciding again on what a failed transaction returns), and answers: a grant, or a refusal with
+// its RetryAfter, its place kept for the Wait and its refusal for Register.
+func (t *acquireTry) decide(ctx context.Context, st *state) (core.AcquireResult, error) {
+	unlock, err := t.s.locks.lock(ctx, t.req.Key)
 	if err != nil {
 		return core.AcquireResult{}, err
 	}
 	defer unlock()
-	var sess clientv3.LeaseID
-	granting := false // the last decision wrote the caller's grant on mine
-	p, resp, st, err := s.commit(ctx, k, st, func(st *state) (*plan, error) {
-		p, err := decideAcquire(k, st, req)
-		if err != nil {
-			granting = false
-			return nil, err
-		}
-		granting = p.grant
-		if p.grant {
-			e, ok := st.leases[req.Holder]
-			held = ok && !e.untaken
-			if mine.own == 0 {
-				if mine, err = s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
-					return nil, err
-				}
-			}
-			p.ops = append(p.ops, grantOps(k, req.Holder, r, p.fence, mine)...)
-		}
-		if p.place {
-			if sess == 0 {
-				if sess, err = s.session(ctx); err != nil {
-					return nil, err
-				}
-			}
-			if pl, ok := st.place(req.Holder); !ok || pl.lease != sess || pl.rec != r {
-				// A place already as asked is not written again: the write would only fail the
-				// others' transactions and wake the Store's waiters for nothing.
-				p.ops = append(p.ops, clientv3.OpPut(k.of(kindPlace, req.Holder), r.encode(), clientv3.WithLease(sess)))
-			}
-		}
-		return p, nil
-	})
+	p, resp, st, err := t.s.commit(ctx, t.k, st, func(st *state) (*plan, error) { return t.plan(ctx, st) })
 	if err != nil {
 		var sent *txnError
-		unsure = granting && errors.As(err, &sent) && outcomeUnknown(err)
-		if sess != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.forgetSession(sess)
+		t.unsure = t.granting && errors.As(err, &sent) && outcomeUnknown(err)
+		if t.sess != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			t.s.sess.forget(t.sess)
 			return core.AcquireResult{}, errSessionLost
 		}
 		return core.AcquireResult{}, err
 	}
 	if resp != nil {
-		s.recycle(p.drop...)
+		t.s.recycle(p.drop...)
 	}
 	if p.grant {
-		used = true
+		t.used = true
 		fence := p.fence
 		if fence == 0 {
 			fence = resp.Header.Revision << fenceShift
 		}
 		return core.AcquireResult{Granted: true, Fence: uint64(fence)}, nil
 	}
-	if req.Wait > 0 && resp != nil {
-		seed := st
-		if p.place {
-			if after, err := k.readState(resp.Header.Revision, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs); err == nil {
-				seed = after
-			}
-		}
-		s.noteRefusal(req, seed, resp.Header.Revision)
-		s.leaveWhenWaitEnds(req)
+	if t.req.Wait > 0 && resp != nil {
+		t.noteRefusal(p, st, resp)
 	}
 	res := p.res
-	res.RetryAfter = s.retryAfter(ctx, st, req)
+	res.RetryAfter = t.s.retryAfter(ctx, st, t.req)
 	return res, nil
 }
 
-// txnError is the error of a transaction commit sent: unless etcd refused it, it may have
-// committed, or may still commit.
-type txnError struct{ err error }
+// plan decides the try against st, and adds the writes of the caller's grant, on etcd leases it
+// asks for then unless it has them, or of its place, on the Store's session lease.
+func (t *acquireTry) plan(ctx context.Context, st *state) (*plan, error) {
+	req := t.req
+	p, err := decideAcquire(t.k, st, req)
+	if err != nil {
+		t.granting = false
+		return nil, err
+	}
+	t.granting = p.grant
+	if p.grant {
+		e, ok := st.leases[req.Holder]
+		t.held = ok && !e.untaken
+		if t.mine.own == 0 {
+			if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+				return nil, err
+			}
+		}
+		p.ops = append(p.ops, grantOps(t.k, req.Holder, t.r, p.fence, t.mine)...)
+	}
+	if p.place {
+		if t.sess == 0 {
+			if t.sess, err = t.s.session(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if pl, ok := st.place(req.Holder); !ok || pl.lease != t.sess || pl.rec != t.r {
+			// A place already as asked is not written again: the write would only fail the
+			// others' transactions and wake the Store's waiters for nothing.
+			p.ops = append(p.ops, clientv3.OpPut(t.k.of(kindPlace, req.Holder), t.r.encode(), clientv3.WithLease(t.sess)))
+		}
+	}
+	return p, nil
+}
 
-func (e *txnError) Error() string { return e.err.Error() }
-func (e *txnError) Unwrap() error { return e.err }
-
-// outcomeUnknown reports whether a transaction that failed with err may have committed, or may
-// still: anything but etcd's refusal of a lease it does not have (which it checks before
-// applying anything).
-func outcomeUnknown(err error) bool { return !errors.Is(err, rpctypes.ErrLeaseNotFound) }
+// noteRefusal keeps the refusal p, committed by resp, for the caller's Register, with the records
+// as its transaction left them when it wrote the caller's place (st, decided on, otherwise), and
+// leaves the place when the Wait ends.
+func (t *acquireTry) noteRefusal(p *plan, st *state, resp *clientv3.TxnResponse) {
+	seed := st
+	if p.place {
+		if after, err := t.k.readState(resp.Header.Revision, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs); err == nil {
+			seed = after
+		}
+	}
+	t.s.noteRefusal(t.req, seed, resp.Header.Revision)
+	t.s.leaveWhenWaitEnds(t.req)
+}
 
 // afterGrantHook, set by a test, runs after a try's etcd leases are granted, before they are
 // used: a stall there longer than the TTL ends them first.
@@ -334,83 +355,6 @@ func decideAcquire(k keys, st *state, req core.AcquireRequest) (*plan, error) {
 		serveHeads(p, k, st, used, req.Holder)
 	}
 	return p, nil
-}
-
-// commit decides against the key's records st, writes the decision in one
-// transaction that holds only if the key's records are as decided on, and decides again on the
-// state a failed transaction returns, until one commits or nothing needs writing. It returns the
-// plan, the transaction's response (nil when nothing was written) and the state decided on.
-func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*state) (*plan, error)) (*plan, *clientv3.TxnResponse, *state, error) {
-	gone := 0 // tries that met a head's ended session
-	for {
-		p, err := decide(st)
-		if st.seen && (err != nil || len(p.ops) == 0 && len(p.heads) == 0) {
-			// A decision to write nothing, or a refusal as an error (a limit mismatch, permits
-			// other than those held), is checked by no transaction: it must be taken on the
-			// records as they are, not as the watch last saw them (a release that returned
-			// before the request began may not be in the copy yet).
-			resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
-			if err != nil {
-				return nil, nil, st, err
-			}
-			if st, err = k.readState(resp.Header.Revision, resp.Kvs); err != nil {
-				return nil, nil, nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, nil, st, err
-		}
-		if len(p.ops) == 0 && len(p.heads) == 0 {
-			return p, nil, st, nil // nothing to write: a refusal without a wait, a release of nothing
-		}
-		// Each head's grant is on the session lease its place is on (the compare on the place
-		// holds it there): a waiter that dies before taking it takes it along. Its lock delay
-		// begins when it is taken.
-		for i, h := range p.heads {
-			g := h.rec
-			g.untaken, g.idx = true, uint8(i)
-			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, leases{own: h.lease})...)
-		}
-		ops := p.ops
-		if p.place {
-			// The records as this transaction leaves them, for the waiter's watch to start from
-			// its revision: a watch from an earlier revision is caught up by etcd only every
-			// 100 ms, and a release in between would reach the waiter that late.
-			ops = append(ops[:len(ops):len(ops)], clientv3.OpGet(k.base, clientv3.WithPrefix()))
-		}
-		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
-		if err != nil && len(p.heads) > 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) && gone < 20 {
-			// A head's session ended and etcd is about to delete its place (it revokes ended
-			// leases twice a second): read again shortly, and serve the line without it.
-			gone++
-			select {
-			case <-time.After(50 * time.Millisecond):
-			case <-ctx.Done():
-				return nil, nil, st, ctx.Err()
-			}
-			r, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
-			if err != nil {
-				return nil, nil, st, err
-			}
-			if st, err = k.readState(r.Header.Revision, r.Kvs); err != nil {
-				return nil, nil, nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, nil, st, &txnError{err}
-		}
-		if resp.Succeeded {
-			return p, resp, st, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, nil, st, err
-		}
-		if st, err = k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs); err != nil {
-			return nil, nil, nil, err
-		}
-	}
 }
 
 // ahead reports whether a live place is ahead of holder's in the line (or anywhere in it, when

@@ -234,7 +234,7 @@ func TestSharedHoldersGrantOfUnknownOutcomeIsKeptForTheHolder(t *testing.T) {
 		t.Errorf("x's grant is on etcd lease %x, which h's grant of unknown outcome is on", lx)
 	}
 	res := granted(t, s, grantOf("k", "h", time.Minute, false))
-	<-s.idle() // the revokes the Store owes are done
+	<-s.bg.idle() // the revokes the Store owes are done
 	ls := leasesHeld(t, s, "k")
 	if len(ls) != 1 || ls[0].Holder != "h" || ls[0].Fence != res.Fence {
 		t.Fatalf("after h's Acquire (fence %d) and the Store's background work: %+v; want h's lease", res.Fence, ls)
@@ -250,7 +250,7 @@ func TestRegrantOfUnknownOutcomeEndsNotTheGrantReported(t *testing.T) {
 	s, l, raw := lossyStore(t)
 	a := granted(t, s, grantOf("k", "a", time.Minute, true))
 	cutShort(t, s, l, grantOf("k", "a", time.Minute, true))
-	<-s.idle()
+	<-s.bg.idle()
 	ls := leasesHeld(t, s, "k")
 	if len(ls) != 1 || ls[0].Holder != "a" || ls[0].Fence != a.Fence {
 		t.Fatalf("after a re-grant of unknown outcome: %+v; want a's lease of fence %d", ls, a.Fence)
@@ -364,7 +364,7 @@ func TestTakenLineGrantOfUnknownOutcomeLeavesTheSessionAlone(t *testing.T) {
 		}
 		served = res.Granted
 	}
-	<-s.idle()
+	<-s.bg.idle()
 	snap, err := o.Inspect(ctx, "k2")
 	if err != nil {
 		t.Fatal(err)
@@ -396,7 +396,7 @@ func TestCloseWhileARevokeOfUnknownOutcomeHangs(t *testing.T) {
 		t.Errorf("Close took %v; want about a second", d.Round(time.Millisecond))
 	}
 	select {
-	case <-s.idle():
+	case <-s.bg.idle():
 	default:
 		t.Error("the Store's background work outlives its Close")
 	}

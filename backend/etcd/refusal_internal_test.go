@@ -29,14 +29,14 @@ func TestRefusalsKeptForRegisterAreBounded(t *testing.T) {
 	for i := range 3000 {
 		s.noteRefusal(core.AcquireRequest{Key: fmt.Sprint(t.Name(), i%1500), Holder: fmt.Sprint("h", i)}, long, 1002)
 	}
-	s.mu.Lock()
-	n, records := len(s.refused), 0
-	for _, r := range s.refused {
+	s.refusals.mu.Lock()
+	n, records := len(s.refusals.byPlace), 0
+	for _, r := range s.refusals.byPlace {
 		if r.st != nil {
 			records += len(r.st.line)
 		}
 	}
-	s.mu.Unlock()
+	s.refusals.mu.Unlock()
 	if n > 1024 {
 		t.Errorf("%d refusals kept, want at most 1024", n)
 	}
@@ -51,9 +51,9 @@ func TestRefusalsKeptForRegisterAreBounded(t *testing.T) {
 	}
 	defer w.Close()
 	s.noteRefusal(core.AcquireRequest{Key: key, Holder: "h"}, long, 1002)
-	s.mu.Lock()
-	r := s.refused[refusalID(key, "h")]
-	s.mu.Unlock()
+	s.refusals.mu.Lock()
+	r := s.refusals.byPlace[refusalID(key, "h")]
+	s.refusals.mu.Unlock()
 	if r.st != nil || r.placed != 1002 {
 		t.Errorf("a refusal on a key the Store watches kept %v records, placed %d; want none, placed 1002", r.st != nil, r.placed)
 	}
@@ -118,20 +118,20 @@ func TestRegisterAfterItsRefusalWasCrowdedOut(t *testing.T) {
 	s, _, _ := lossyStore(t)
 	r, release := refusedWaiter(t, s)
 	id := refusalID(r.Key, r.Holder)
-	s.mu.Lock()
-	ref, ok := s.refused[id]
+	s.refusals.mu.Lock()
+	ref, ok := s.refusals.byPlace[id]
 	ref.at = time.Now().Add(-2 * refusalKept)
-	s.refused[id] = ref
-	s.mu.Unlock()
+	s.refusals.byPlace[id] = ref
+	s.refusals.mu.Unlock()
 	if !ok {
 		t.Fatal("w's refusal was not kept")
 	}
 	for i := range maxRefusals {
 		s.noteRefusal(core.AcquireRequest{Key: fmt.Sprint("crowd", i), Holder: "c"}, newState(1), 1)
 	}
-	s.mu.Lock()
-	_, kept := s.refused[id]
-	s.mu.Unlock()
+	s.refusals.mu.Lock()
+	_, kept := s.refusals.byPlace[id]
+	s.refusals.mu.Unlock()
 	if kept {
 		t.Fatal("w's old refusal was kept past maxRefusals newer ones")
 	}
@@ -144,14 +144,14 @@ func TestRegisterAfterItsRefusalWasCrowdedOut(t *testing.T) {
 func TestRegisterOfARefusalKeptWithoutRecords(t *testing.T) {
 	t.Parallel()
 	s, _, _ := lossyStore(t)
-	s.mu.Lock()
-	s.seedBytes = maxSeedBytes
-	s.mu.Unlock()
+	s.refusals.mu.Lock()
+	s.refusals.seedBytes = maxSeedBytes
+	s.refusals.mu.Unlock()
 	r, release := refusedWaiter(t, s)
-	s.mu.Lock()
-	ref, ok := s.refused[refusalID(r.Key, r.Holder)]
-	s.seedBytes = 0
-	s.mu.Unlock()
+	s.refusals.mu.Lock()
+	ref, ok := s.refusals.byPlace[refusalID(r.Key, r.Holder)]
+	s.refusals.seedBytes = 0
+	s.refusals.mu.Unlock()
 	if !ok || ref.st != nil || ref.placed == 0 {
 		t.Fatalf("w's refusal kept: %v, with records %v, placed %d; want it kept without records, placed", ok, ref.st != nil, ref.placed)
 	}
@@ -174,24 +174,24 @@ func TestOldRefusalsMakeRoomForTheRecordsOfNewOnes(t *testing.T) {
 	}
 	for i := 0; ; i++ {
 		s.noteRefusal(core.AcquireRequest{Key: fmt.Sprint("old", i), Holder: "h"}, long, 1002)
-		s.mu.Lock()
-		r := s.refused[refusalID(fmt.Sprint("old", i), "h")]
-		s.mu.Unlock()
+		s.refusals.mu.Lock()
+		r := s.refusals.byPlace[refusalID(fmt.Sprint("old", i), "h")]
+		s.refusals.mu.Unlock()
 		if r.st == nil {
 			break // the records kept are at their bound
 		}
 	}
-	s.mu.Lock()
-	for id, r := range s.refused {
+	s.refusals.mu.Lock()
+	for id, r := range s.refusals.byPlace {
 		r.at = r.at.Add(-2 * refusalKept)
-		s.refused[id] = r
+		s.refusals.byPlace[id] = r
 	}
-	s.mu.Unlock()
+	s.refusals.mu.Unlock()
 	s.noteRefusal(core.AcquireRequest{Key: "new", Holder: "h"}, long, 1002)
-	s.mu.Lock()
-	r := s.refused[refusalID("new", "h")]
-	n, bytes := len(s.refused), s.seedBytes
-	s.mu.Unlock()
+	s.refusals.mu.Lock()
+	r := s.refusals.byPlace[refusalID("new", "h")]
+	n, bytes := len(s.refusals.byPlace), s.refusals.seedBytes
+	s.refusals.mu.Unlock()
 	if r.st == nil {
 		t.Errorf("a new refusal kept no records while %d refusals older than %v kept %d bytes of them", n-1, refusalKept, bytes)
 	}

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -26,44 +27,73 @@ type pooled struct {
 	at time.Time
 }
 
+// sparePool is the etcd leases a Store keeps for its next grants, by their whole seconds, and
+// the leases being revoked (discard), which are never spares.
+type sparePool struct {
+	mu     sync.Mutex
+	closed bool
+	bySecs map[int64][]pooled
+	in     map[clientv3.LeaseID]bool
+	doomed map[clientv3.LeaseID]bool
+	n      int
+}
+
 // recycle keeps leases no record is on for the Store's next grants of the same TTL, and revokes
 // (in the background) those it has no room for. A grant on a spare renews it first — a
 // keep-alive, not a write through etcd's consensus as a new lease and its revocation are — so
 // an uncontended pair costs two consensus writes, as etcd's own Mutex does. A spare nobody takes
 // ends at its TTL by itself; Close revokes those left.
 func (s *Store) recycle(sp ...spare) {
+	sess := s.sess.current()
+	revoke := s.spares.put(sess, sp)
+	s.revoke(revoke...)
+}
+
+// put keeps sp, but for the session lease sess and leases kept or doomed already, and returns
+// those it has no room for: all of them once closed.
+func (p *sparePool) put(sess clientv3.LeaseID, sp []spare) []clientv3.LeaseID {
 	var revoke []clientv3.LeaseID
-	s.mu.Lock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, x := range sp {
 		switch {
-		case x.id == 0 || x.id == s.sess || s.inPool[x.id] || s.doomed[x.id]:
-		case s.closed || s.pooledN >= maxSpares:
+		case x.id == 0 || x.id == sess || p.in[x.id] || p.doomed[x.id]:
+		case p.closed || p.n >= maxSpares:
 			revoke = append(revoke, x.id)
 		default:
-			s.pool[x.secs] = append(s.pool[x.secs], pooled{x.id, time.Now()})
-			s.inPool[x.id] = true
-			s.pooledN++
+			if p.bySecs == nil {
+				p.bySecs, p.in = map[int64][]pooled{}, map[clientv3.LeaseID]bool{}
+			}
+			p.bySecs[x.secs] = append(p.bySecs[x.secs], pooled{x.id, time.Now()})
+			p.in[x.id] = true
+			p.n++
 		}
 	}
-	s.mu.Unlock()
-	s.revoke(revoke...)
+	return revoke
+}
+
+// take returns a spare of secs seconds kept long enough ago that it still lives for a renewal to
+// reach it (one near its end may be gone first: it is let go), and whether there was one.
+func (p *sparePool) take(secs int64) (clientv3.LeaseID, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.bySecs[secs]) > 0 {
+		q := p.bySecs[secs]
+		x := q[len(q)-1]
+		p.bySecs[secs] = q[:len(q)-1]
+		delete(p.in, x.id)
+		p.n--
+		if time.Since(x.at) < time.Duration(secs)*time.Second-250*time.Millisecond {
+			return x.id, true
+		}
+	}
+	return 0, false
 }
 
 // lease returns an etcd lease of secs seconds from now: a spare, renewed, or a new one.
 func (s *Store) lease(ctx context.Context, secs int64) (clientv3.LeaseID, error) {
 	for {
-		s.mu.Lock()
-		var p pooled
-		ok := false
-		for len(s.pool[secs]) > 0 && !ok {
-			q := s.pool[secs]
-			p, s.pool[secs] = q[len(q)-1], q[:len(q)-1]
-			delete(s.inPool, p.id)
-			s.pooledN--
-			// One near its end may be gone before its renewal arrives: let it go.
-			ok = time.Since(p.at) < time.Duration(secs)*time.Second-250*time.Millisecond
-		}
-		s.mu.Unlock()
+		id, ok := s.spares.take(secs)
 		if !ok {
 			g, err := s.c.Grant(ctx, secs)
 			if err != nil {
@@ -71,28 +101,47 @@ func (s *Store) lease(ctx context.Context, secs int64) (clientv3.LeaseID, error)
 			}
 			return g.ID, nil
 		}
-		if r, err := s.c.KeepAliveOnce(ctx, p.id); err == nil && r.TTL >= secs {
-			return p.id, nil
+		if r, err := s.c.KeepAliveOnce(ctx, id); err == nil && r.TTL >= secs {
+			return id, nil
 		} else if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
 	}
 }
 
-// dropSpares revokes the spares the Store kept (Close).
-func (s *Store) dropSpares() []clientv3.LeaseID {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// close marks the pool closed (a lease recycled after is revoked) and returns the spares it
+// kept, for Close to revoke.
+func (p *sparePool) close() []clientv3.LeaseID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
 	var ids []clientv3.LeaseID
-	for _, q := range s.pool {
-		for _, p := range q {
-			ids = append(ids, p.id)
+	for _, q := range p.bySecs {
+		for _, x := range q {
+			ids = append(ids, x.id)
 		}
 	}
-	clear(s.pool)
-	clear(s.inPool)
-	s.pooledN = 0
+	clear(p.bySecs)
+	clear(p.in)
+	p.n = 0
 	return ids
+}
+
+// doom marks ids as being revoked (doomed set), never to be kept as spares, or no longer
+// (doomed unset).
+func (p *sparePool) doom(ids []clientv3.LeaseID, doomed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.doomed == nil {
+		p.doomed = map[clientv3.LeaseID]bool{}
+	}
+	for _, id := range ids {
+		if doomed {
+			p.doomed[id] = true
+		} else {
+			delete(p.doomed, id)
+		}
+	}
 }
 
 // discard ends the etcd leases of a grant whose transaction's outcome is unknown: committed
@@ -111,20 +160,10 @@ func (s *Store) discard(l leases) {
 	if len(ids) == 0 {
 		return
 	}
-	s.mu.Lock()
-	for _, id := range ids {
-		s.doomed[id] = true
-	}
-	s.mu.Unlock()
+	s.spares.doom(ids, true)
 	budget := time.Duration(max(l.ownSecs, l.delaySecs))*time.Second + 2*time.Second
 	s.goBackgroundFor(budget, func(ctx context.Context) {
-		defer func() {
-			s.mu.Lock()
-			for _, id := range ids {
-				delete(s.doomed, id)
-			}
-			s.mu.Unlock()
-		}()
+		defer s.spares.doom(ids, false)
 		for _, id := range ids {
 			backoff := 20 * time.Millisecond
 			for {

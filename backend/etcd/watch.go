@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -28,155 +27,73 @@ type keyWatch struct {
 	refs     int
 }
 
-// refusal is what a refused try with a Wait saw, kept for its Register: the key's records when
-// it decided (nil when not kept: the Store watched the key already, or the Store keeps more
-// than maxSeedBytes of them; Register then reads), their estimated size, and the revision its
-// place was written at.
-type refusal struct {
-	st     *state
-	size   int
-	placed int64
-	at     time.Time
+// watchSet is the Store's watches on keys, by key.
+type watchSet struct {
+	mu     sync.Mutex
+	closed bool
+	byKey  map[string]*keyWatch
 }
 
-// The refusals a Store keeps for their Register are bounded: at most maxRefusals, the records
-// they keep at most maxSeedBytes together (a line of a thousand places is some 100 KiB), and one
-// older than refusalKept goes first when room is needed, among the refusals or the records (a
-// Register follows its refusal at once; one that comes later reads the key).
-const (
-	maxRefusals  = 1024
-	maxSeedBytes = 1 << 20
-	refusalKept  = 10 * time.Second
-)
-
-// placeID names a holder's place on a key (a struct, not a joined string: keys and holders may
-// hold any byte).
-type placeID struct{ key, holder string }
-
-func refusalID(key, holder string) placeID { return placeID{key, holder} }
-
-// noteRefusal keeps what a refused try with a Wait saw, for its Register.
-func (s *Store) noteRefusal(req core.AcquireRequest, st *state, placed int64) {
-	id := refusalID(req.Key, req.Holder)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.takeRefusalLocked(id)
-	if len(s.refused) >= maxRefusals {
-		s.dropOldRefusalsLocked()
-		for id := range s.refused {
-			if len(s.refused) < maxRefusals {
-				break
-			}
-			s.takeRefusalLocked(id)
-		}
-	}
-	r := refusal{placed: placed, at: time.Now()}
-	if s.watches[req.Key] == nil {
-		// Register starts the key's watch from these records; with a watch, it has no use for them.
-		n := st.size()
-		if s.seedBytes+n > maxSeedBytes {
-			s.dropOldRefusalsLocked()
-		}
-		if s.seedBytes+n <= maxSeedBytes {
-			r.st, r.size = st, n
-			s.seedBytes += n
-		}
-	}
-	s.refused[id] = r
+// get returns the watch on key, or nil.
+func (ws *watchSet) get(key string) *keyWatch {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.byKey[key]
 }
 
-// dropOldRefusalsLocked drops the refusals kept longer than refusalKept. s.mu must be held.
-func (s *Store) dropOldRefusalsLocked() {
-	for id, r := range s.refused {
-		if time.Since(r.at) > refusalKept {
-			s.takeRefusalLocked(id)
-		}
+// all returns every watch.
+func (ws *watchSet) all() []*keyWatch {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	kws := make([]*keyWatch, 0, len(ws.byKey))
+	for _, kw := range ws.byKey {
+		kws = append(kws, kw)
 	}
+	return kws
 }
 
-// takeRefusalLocked removes and returns the refusal kept for id. s.mu must be held.
-func (s *Store) takeRefusalLocked(id placeID) (refusal, bool) {
-	r, ok := s.refused[id]
-	if ok {
-		delete(s.refused, id)
-		s.seedBytes -= r.size
+// close marks the set closed (no watch starts after) and returns and forgets every watch.
+func (ws *watchSet) close() []*keyWatch {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.closed = true
+	kws := make([]*keyWatch, 0, len(ws.byKey))
+	for _, kw := range ws.byKey {
+		kws = append(kws, kw)
 	}
-	return r, ok
-}
-
-// leaveWhenWaitEnds leaves the place req's refused try took once req.Wait has passed, unless a
-// Waiter of its holder on the key is open then (its Close leaves) or a later try of the holder
-// set a new end: a place is held for the Wait, and no longer, even when its caller neither
-// registers nor asks again.
-func (s *Store) leaveWhenWaitEnds(req core.AcquireRequest) {
-	id := refusalID(req.Key, req.Holder)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	if t := s.waitEnds[id]; t != nil {
-		t.Stop()
-	}
-	var t *time.Timer
-	t = time.AfterFunc(req.Wait, func() {
-		s.mu.Lock()
-		if s.waitEnds[id] != t {
-			s.mu.Unlock()
-			return
-		}
-		delete(s.waitEnds, id)
-		kw := s.watches[req.Key]
-		s.mu.Unlock()
-		if kw != nil {
-			kw.mu.Lock()
-			open := slices.ContainsFunc(kw.waiters, func(w *waiter) bool { return w.holder == req.Holder })
-			kw.mu.Unlock()
-			if open {
-				return
-			}
-		}
-		s.leaveInBackground(req.Key, req.Holder, false)
-	})
-	s.waitEnds[id] = t
-}
-
-// stopWaitEnd forgets the end of holder's Wait on key: its Waiter leaves.
-func (s *Store) stopWaitEnd(key, holder string) {
-	id := refusalID(key, holder)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t := s.waitEnds[id]; t != nil {
-		t.Stop()
-		delete(s.waitEnds, id)
-	}
+	clear(ws.byKey)
+	return kws
 }
 
 // watchKey returns the Store's watch on key, started from seed (the key's records as a refused
 // try read them) or, without one, from a read now.
 func (s *Store) watchKey(ctx context.Context, key string, seed *state) (*keyWatch, error) {
 	k := s.keys(key)
+	ws := &s.watches
 	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
+		ws.mu.Lock()
+		if ws.closed {
+			ws.mu.Unlock()
 			return nil, core.ErrClosed
 		}
-		if kw := s.watches[key]; kw != nil {
+		if kw := ws.byKey[key]; kw != nil {
 			kw.refs++
-			s.mu.Unlock()
+			ws.mu.Unlock()
 			return kw, nil
 		}
 		if seed != nil {
 			ctx, cancel := context.WithCancel(s.ctx)
 			kw := &keyWatch{s: s, key: key, k: k, cancel: cancel, st: seed, reliable: true, refs: 1}
-			s.watches[key] = kw
+			if ws.byKey == nil {
+				ws.byKey = map[string]*keyWatch{}
+			}
+			ws.byKey[key] = kw
 			s.loops.Add(1)
-			s.mu.Unlock()
+			ws.mu.Unlock()
 			go kw.run(ctx, seed.rev)
 			return kw, nil
 		}
-		s.mu.Unlock()
+		ws.mu.Unlock()
 		resp, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
 		if err != nil {
 			return nil, err
@@ -189,14 +106,14 @@ func (s *Store) watchKey(ctx context.Context, key string, seed *state) (*keyWatc
 
 // release drops one use of kw, and stops it after the last.
 func (kw *keyWatch) release() {
-	s := kw.s
-	s.mu.Lock()
+	ws := &kw.s.watches
+	ws.mu.Lock()
 	kw.refs--
-	last := kw.refs == 0 && s.watches[kw.key] == kw
+	last := kw.refs == 0 && ws.byKey[kw.key] == kw
 	if last {
-		delete(s.watches, kw.key)
+		delete(ws.byKey, kw.key)
 	}
-	s.mu.Unlock()
+	ws.mu.Unlock()
 	if last {
 		kw.cancel()
 	}
@@ -318,131 +235,45 @@ func (kw *keyWatch) isReliable() bool {
 	return kw.reliable
 }
 
-// signal is a channel of one pending wake.
-type signal chan struct{}
-
-func (c signal) wake() {
-	select {
-	case c <- struct{}{}:
-	default:
+// seen returns a copy of the key's records as the Store's watch on key last saw them, or nil
+// when the Store has no watch on key, or its watch saw nothing there.
+func (s *Store) seen(key string) *state {
+	kw := s.watches.get(key)
+	if kw == nil {
+		return nil
 	}
-}
-
-// waiter is a core.Waiter on a keyWatch.
-type waiter struct {
-	kw     *keyWatch
-	holder string
-	placed int64 // the revision its place was written at; 0 if not known
-	c      signal
-	once   sync.Once
-}
-
-// due reports whether the waiter should try again on st: the line granted it, or it is the
-// head and would be granted (next is the holder the line serves next), or its place is gone (its session ended, or a janitor took it) and it must ask again.
-func (w *waiter) due(st *state, next string) bool {
-	if e, ok := st.leases[w.holder]; ok {
-		return e.untaken
-	}
-	if next == w.holder {
-		return true
-	}
-	if _, ok := st.place(w.holder); ok {
-		return false
-	}
-	return w.placed != 0 && st.rev >= w.placed
-}
-
-// Register implements core.Notifier. It sends nothing to etcd when the refused try it follows
-// went through this Store (the Store's watch on the key starts from what that try read, so
-// nothing between them is missed); otherwise it reads the key, and the waiter starts woken.
-func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
-	if err := s.begin(ctx); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	ref, known := s.takeRefusalLocked(refusalID(req.Key, req.Holder))
-	s.mu.Unlock()
-	var seed *state
-	if known {
-		seed = ref.st
-	}
-	kw, err := s.watchKey(ctx, req.Key, seed)
-	if err != nil {
-		return nil, s.fail(ctx, "register", err)
-	}
-	w := &waiter{kw: kw, holder: req.Holder, c: make(signal, 1)}
 	kw.mu.Lock()
-	kw.waiters = append(kw.waiters, w)
-	if known {
-		w.placed = ref.placed
-		next, _ := kw.st.next()
-		if w.due(kw.st, next) {
-			w.wake()
-		}
-	} else {
-		w.wake()
+	defer kw.mu.Unlock()
+	if _, busy := kw.st.limit(); !busy || !kw.reliable {
+		return nil
 	}
-	kw.mu.Unlock()
-	return w, nil
+	return kw.st.clone()
 }
 
-func (w *waiter) wake()              { w.c.wake() }
-func (w *waiter) C() <-chan struct{} { return w.c }
-func (w *waiter) Reliable() bool     { return w.kw.isReliable() }
-
-// Close implements core.Waiter: the waiter's place leaves the line, and a grant the line made it
-// that it has not taken goes to the next, in the background (Close waits for it).
-func (w *waiter) Close() {
-	w.once.Do(func() {
-		kw := w.kw
-		kw.mu.Lock()
-		kw.waiters = slices.DeleteFunc(kw.waiters, func(x *waiter) bool { return x == w })
-		other := slices.ContainsFunc(kw.waiters, func(x *waiter) bool { return x.holder == w.holder })
-		kw.mu.Unlock()
-		if !other {
-			kw.s.stopWaitEnd(kw.key, w.holder)
-			kw.s.leaveInBackground(kw.key, w.holder, false)
-		}
-		kw.release()
-	})
+// seenGrant is a grant of the line that the Store's watch on its key saw, not yet taken.
+type seenGrant struct {
+	permits, limit    int
+	create            int64
+	fence             int64
+	lease, delayLease clientv3.LeaseID
 }
 
-// watch is a core.Watch on a keyWatch.
-type watch struct {
-	kw   *keyWatch
-	c    signal
-	once sync.Once
-}
-
-// Watch implements core.Watcher: one read of the key, then etcd's watch of its records, shared
-// with the Store's waiters on the key. The watch starts with a value in C.
-func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
-	if err := s.begin(ctx); err != nil {
-		return nil, err
+// untaken returns the grant of the line to holder on key that the Store's watch saw, if it saw
+// one.
+func (s *Store) untaken(key, holder string) (seenGrant, bool) {
+	kw := s.watches.get(key)
+	if kw == nil {
+		return seenGrant{}, false
 	}
-	kw, err := s.watchKey(ctx, key, nil)
-	if err != nil {
-		return nil, s.fail(ctx, "watch", err)
-	}
-	w := &watch{kw: kw, c: make(signal, 1)}
-	w.wake()
 	kw.mu.Lock()
-	kw.watches = append(kw.watches, w)
-	kw.mu.Unlock()
-	return w, nil
-}
-
-func (w *watch) wake()              { w.c.wake() }
-func (w *watch) C() <-chan struct{} { return w.c }
-func (w *watch) Reliable() bool     { return w.kw.isReliable() }
-
-// Close implements core.Watch.
-func (w *watch) Close() {
-	w.once.Do(func() {
-		kw := w.kw
-		kw.mu.Lock()
-		kw.watches = slices.DeleteFunc(kw.watches, func(x *watch) bool { return x == w })
-		kw.mu.Unlock()
-		kw.release()
-	})
+	defer kw.mu.Unlock()
+	e, ok := kw.st.leases[holder]
+	if !ok || !e.untaken {
+		return seenGrant{}, false
+	}
+	g := seenGrant{permits: e.permits, limit: e.limit, create: e.create, fence: e.leaseFence(), lease: e.lease}
+	if d, ok := kw.st.delays[holder]; ok {
+		g.delayLease = d.lease
+	}
+	return g, true
 }

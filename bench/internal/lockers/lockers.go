@@ -7,6 +7,7 @@ package lockers
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -61,6 +62,11 @@ type Lib struct {
 
 // All returns every library, Leasehold first, hidden ones included.
 func All() []Lib {
+	return slices.Concat(leaseholdLibs(), redisPeerLibs(), valkeylockLibs())
+}
+
+// leaseholdLibs are Leasehold over each of its Redis drivers.
+func leaseholdLibs() []Lib {
 	return []Lib{
 		{
 			Name: "leasehold-goredis", Label: "leasehold-goredis",
@@ -79,6 +85,12 @@ func All() []Lib {
 				return leaseholdValkey(semaphore(limit))(addr, key, c)
 			},
 		},
+	}
+}
+
+// redisPeerLibs are redsync and bsm/redislock, at their defaults and tuned.
+func redisPeerLibs() []Lib {
+	return []Lib{
 		{
 			Name: "redsync", Label: "redsync (defaults)", Peer: true,
 			Config:  "defaults: 32 tries, 50–250 ms random retry delay, 8 s expiry",
@@ -102,6 +114,12 @@ func All() []Lib {
 			Config: "LinearBackoff(1ms); TTL 10 s",
 			Mutex:  redislockMutex(redislock.LinearBackoff(time.Millisecond)),
 		},
+	}
+}
+
+// valkeylockLibs are valkey-go's valkeylock in the configurations its README and options offer.
+func valkeylockLibs() []Lib {
+	return []Lib{
 		{
 			Name: "valkeylock", Label: "valkeylock (defaults)", Peer: true,
 			Config: "defaults: KeyMajority 2 (3 keys, all on the one server), client-side caching wakes waiters, " +

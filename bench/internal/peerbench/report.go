@@ -1,11 +1,17 @@
 package peerbench
 
 import (
+	"bufio"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/bench/internal/lockers"
 )
@@ -190,6 +196,126 @@ func commandMix(b breakdown) string {
 	var parts []string
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%s %s", n, small(float64(b.cmds[n])/b.per)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// runFacts is what report says of the run itself: the server's version and how long it took.
+type runFacts struct {
+	version string
+	took    time.Duration
+}
+
+// header is the report's opening: the machine, the command and the libraries' versions.
+func header(be Backend, run runFacts) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %s, %d cores (GOMAXPROCS %d), %s/%s, %s, %s %s on loopback\n\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), be.Name, run.version)
+	fmt.Fprintf(&b, "Command: `%s` (took %s)\n\n", commandLine(be.Command), run.took.Round(time.Second))
+	fmt.Fprintf(&b, "Libraries: Leasehold from this tree (%s); %s\n\n", treeState(), depVersions(be.Deps))
+	return b.String()
+}
+
+func report(rows []*row, cols []column, e *env, be Backend, run runFacts) string {
+	var b strings.Builder
+	b.WriteString(header(be, run))
+	b.WriteString(table(rows, e.workers, cols))
+	fmt.Fprintf(&b, "\nEach figure is followed by its ratio to the best peer in its column (figure ÷ best peer; "+
+		"↑ higher is better, ↓ lower is better). Throughput scenarios run %v each; every worker has its own client "+
+		"connection (Leasehold: its own client and Store). A handoff is a grant to another worker, timed from the "+
+		"moment the holder starts its release to the moment that worker's acquire returns; a worker taking the "+
+		"lock straight back hands nothing over and is not timed. %s The idle figure counts "+
+		"the commands of the holder and %d waiters over the middle %v of a %v hold; the first grant after it is "+
+		"timed from the moment the holder starts its release to the return of the first waiter's acquire.\n",
+		e.duration, be.Counting, e.workers, min(time.Second, e.hold/2), e.hold)
+	b.WriteString("\nRead the contended columns beside \"grants to another worker\": a library whose releasing worker " +
+		"mostly takes the lock straight back hands it on rarely, so its pairs/s and handoff times are mostly one " +
+		"worker's. Columns with no peer figure, or whose best peer figure is 0, carry no ratios.\n")
+	b.WriteString("\nConfigurations:\n\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "- %s: %s\n", r.lib.Label, r.lib.Config)
+	}
+	var caveats []string
+	for _, r := range rows {
+		if r.lib.Caveat != "" {
+			caveats = append(caveats, fmt.Sprintf("- %s: %s", r.lib.Label, r.lib.Caveat))
+		}
+	}
+	if len(caveats) > 0 {
+		b.WriteString("\nKnown behaviour behind some figures:\n\n" + strings.Join(caveats, "\n") + "\n")
+	}
+	var notes []string
+	for _, r := range rows {
+		for _, n := range r.notes {
+			notes = append(notes, fmt.Sprintf("- %s, %s", r.lib.Label, n))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\nNotes († marks a figure measured with stranded waiters; it is not used as a best peer):\n\n")
+		b.WriteString(strings.Join(notes, "\n") + "\n")
+	}
+	b.WriteString("\nCommands by name:\n\n")
+	for _, r := range rows {
+		for _, c := range r.cmds {
+			fmt.Fprintf(&b, "- %s, %s: %s\n", r.lib.Label, c.label, commandMix(c))
+		}
+	}
+	return b.String()
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func commandLine(command string) string {
+	parts := []string{command}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t'\"$\\`*?;&|<>()") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
+// treeState names the commit of the working tree, marked dirty if it has uncommitted changes.
+func treeState() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "commit unknown"
+	}
+	state := "commit " + strings.TrimSpace(string(out))
+	if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
+		state += " with uncommitted changes"
+	}
+	return state
+}
+
+func depVersions(deps []string) string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "versions unknown"
+	}
+	var parts []string
+	for _, d := range info.Deps {
+		if slices.Contains(deps, d.Path) {
+			v := d.Version
+			if d.Replace != nil {
+				v += " (replaced by " + d.Replace.Path + ")"
+			}
+			parts = append(parts, d.Path+" "+v)
+		}
 	}
 	return strings.Join(parts, ", ")
 }

@@ -6,16 +6,13 @@
 package peerbench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -59,12 +56,110 @@ func Main(b Backend) {
 // run parses the command line, runs the chosen scenarios for the chosen libraries, and prints
 // the report.
 func run(b Backend) error {
-	var names, hidden, scenarioNames []string
+	e := &env{}
+	o, err := parseFlags(b, e)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	began := time.Now()
+
+	version, stopServers, err := launch(b, e, o)
+	defer stopServers()
+	if err != nil {
+		return err
+	}
+	rows, cols, err := runScenarios(ctx, e, o.libs, o.scenarios)
+	if err != nil {
+		return err
+	}
+	if o.floor {
+		if err := runFloor(ctx, e, o.floorGroups, o.rounds, o.profiles); err != nil {
+			return err
+		}
+	}
+
+	facts := runFacts{version: version, took: time.Since(began)}
+	if len(o.scenarios) > 0 {
+		fmt.Print(report(rows, cols, e, b, facts))
+	} else {
+		fmt.Print(header(b, facts))
+	}
+	if o.floor {
+		if len(o.scenarios) > 0 {
+			fmt.Print("\n")
+		}
+		fmt.Print(floorReport(o.floorGroups, e, o.rounds))
+	}
+	return nil
+}
+
+// choices are what the command line chose: the libraries and scenarios to run, and the floor's
+// groups, rounds and profile directory.
+type choices struct {
+	libs        []lockers.Lib
+	scenarios   []scenario
+	floor       bool
+	floorGroups []floorGroup
+	rounds      int
+	profiles    string
+}
+
+// parseFlags parses the command line into e's settings and the choices it makes of b's
+// libraries and scenarios.
+func parseFlags(b Backend, e *env) (choices, error) {
+	var o choices
+	libNames, scenarioNames, onlyHelp, scenariosHelp := flagHelp(b)
+	flag.DurationVar(&e.duration, "duration", 3*time.Second, "how long each throughput scenario runs")
+	flag.DurationVar(&e.hold, "hold", 2*time.Second, "how long the holder keeps the lock in the idle scenario")
+	flag.IntVar(&e.workers, "workers", 16, "workers in the contended, idle and semaphore scenarios, and the floor's second group")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the floor scenario, every library once a round; its table gives the medians")
+	flag.StringVar(&o.profiles, "floor-profiles", "", "a directory to write a CPU profile of each of the floor's measured windows to, as <library>-<workers>w-r<round>.pprof")
+	only := flag.String("only", strings.Join(libNames, ","), onlyHelp)
+	which := flag.String("scenarios", strings.Join(scenarioNames, ","), scenariosHelp)
+	flag.Parse()
+	if flag.NArg() > 0 || e.duration <= 0 || e.hold <= 0 || e.workers < 2 || o.rounds < 1 {
+		flag.Usage()
+		return choices{}, errors.New("bad arguments")
+	}
+	explicitOnly := false
+	flag.Visit(func(f *flag.Flag) { explicitOnly = explicitOnly || f.Name == "only" })
+	list, floor := cutFloor(*which)
+	o.floor = floor
+	if floor && b.Floor == nil {
+		return choices{}, errors.New("-scenarios: no floor on " + b.Name)
+	}
+	libList, floorNames, err := splitOnly(b, *only, explicitOnly && floor)
+	if err != nil {
+		return choices{}, err
+	}
+	if list != "" || !floor {
+		if o.libs, err = pickLibs(b.Libs, libList); err != nil {
+			return choices{}, err
+		}
+		if o.scenarios, err = pickScenarios(list); err != nil {
+			return choices{}, err
+		}
+	}
+	if floor {
+		o.floorGroups = floorGroups(pickFloor(b.Floor, floorNames), e.workers)
+		if len(o.floorGroups) == 0 {
+			return choices{}, errors.New("-only: no floor libraries")
+		}
+	}
+	return o, nil
+}
+
+// flagHelp returns the default -only and -scenarios lists of b, and their help texts, which name
+// the hidden libraries and the floor's.
+func flagHelp(b Backend) (libNames, scenarioNames []string, onlyHelp, scenariosHelp string) {
+	var hidden []string
 	for _, l := range b.Libs {
 		if l.Hidden {
 			hidden = append(hidden, l.Name)
 		} else {
-			names = append(names, l.Name)
+			libNames = append(libNames, l.Name)
 		}
 	}
 	for _, s := range scenarios {
@@ -72,8 +167,8 @@ func run(b Backend) error {
 			scenarioNames = append(scenarioNames, s.name)
 		}
 	}
-	onlyHelp := "comma-separated libraries to run; also: " + strings.Join(hidden, ",")
-	scenariosHelp := "comma-separated scenarios to run"
+	onlyHelp = "comma-separated libraries to run; also: " + strings.Join(hidden, ",")
+	scenariosHelp = "comma-separated scenarios to run"
 	if b.Floor != nil {
 		var floorNames []string
 		for _, l := range b.Floor {
@@ -82,80 +177,54 @@ func run(b Backend) error {
 		onlyHelp += "; the floor's (all unless named): " + strings.Join(floorNames, ",")
 		scenariosHelp += "; also: floor (the uncontended pair on a shared client, with client and server CPU)"
 	}
-	e := &env{}
-	flag.DurationVar(&e.duration, "duration", 3*time.Second, "how long each throughput scenario runs")
-	flag.DurationVar(&e.hold, "hold", 2*time.Second, "how long the holder keeps the lock in the idle scenario")
-	flag.IntVar(&e.workers, "workers", 16, "workers in the contended, idle and semaphore scenarios, and the floor's second group")
-	rounds := flag.Int("rounds", 3, "rounds of the floor scenario, every library once a round; its table gives the medians")
-	profiles := flag.String("floor-profiles", "", "a directory to write a CPU profile of each of the floor's measured windows to, as <library>-<workers>w-r<round>.pprof")
-	only := flag.String("only", strings.Join(names, ","), onlyHelp)
-	which := flag.String("scenarios", strings.Join(scenarioNames, ","), scenariosHelp)
-	flag.Parse()
-	if flag.NArg() > 0 || e.duration <= 0 || e.hold <= 0 || e.workers < 2 || *rounds < 1 {
-		flag.Usage()
-		return errors.New("bad arguments")
-	}
-	explicitOnly := false
-	flag.Visit(func(f *flag.Flag) { explicitOnly = explicitOnly || f.Name == "only" })
-	list, floor := cutFloor(*which)
-	if floor && b.Floor == nil {
-		return errors.New("-scenarios: no floor on " + b.Name)
-	}
-	libNames, floorNames, err := splitOnly(b, *only, explicitOnly && floor)
-	if err != nil {
-		return err
-	}
-	var chosen []lockers.Lib
-	var chosenScenarios []scenario
-	if list != "" || !floor {
-		if chosen, err = pickLibs(b.Libs, libNames); err != nil {
-			return err
-		}
-		if chosenScenarios, err = pickScenarios(list); err != nil {
-			return err
-		}
-	}
-	var floorGs []floorGroup
-	if floor {
-		floorGs = floorGroups(pickFloor(b.Floor, floorNames), e.workers)
-		if len(floorGs) == 0 {
-			return errors.New("-only: no floor libraries")
-		}
-	}
+	return libNames, scenarioNames, onlyHelp, scenariosHelp
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	began := time.Now()
-
+// launch starts the server and, when a chosen scenario or floor library needs them, the three
+// Redlock servers, and sets their addresses in e. It returns the server's version and a
+// function that stops every server it started, also those started before an error.
+func launch(b Backend, e *env, o choices) (version string, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
+	}
 	addr, version, stopServer, err := b.Launch()
 	if err != nil {
-		return err
+		return "", stop, err
 	}
-	defer stopServer()
+	stops = append(stops, stopServer)
 	e.addr = addr
 	e.stats = b.Stats
-	needRedlock := slices.ContainsFunc(chosenScenarios, func(s scenario) bool { return s.name == "redlock" }) ||
-		slices.ContainsFunc(floorGs, func(g floorGroup) bool { return g.rows[0].lib.Redlock })
-	if needRedlock {
-		if b.LaunchRedlock == nil {
-			return errors.New("-scenarios: no redlock on " + b.Name)
-		}
-		for range 3 {
-			addr, stop, err := b.LaunchRedlock()
-			if err != nil {
-				return err
-			}
-			defer stop()
-			e.redlock = append(e.redlock, addr)
-		}
+	needRedlock := slices.ContainsFunc(o.scenarios, func(s scenario) bool { return s.name == "redlock" }) ||
+		slices.ContainsFunc(o.floorGroups, func(g floorGroup) bool { return g.rows[0].lib.Redlock })
+	if !needRedlock {
+		return version, stop, nil
 	}
+	if b.LaunchRedlock == nil {
+		return "", stop, errors.New("-scenarios: no redlock on " + b.Name)
+	}
+	for range 3 {
+		addr, stopOne, err := b.LaunchRedlock()
+		if err != nil {
+			return "", stop, err
+		}
+		stops = append(stops, stopOne)
+		e.redlock = append(e.redlock, addr)
+	}
+	return version, stop, nil
+}
 
+// runScenarios runs each of scenarios for each of libs it applies to, printing progress to
+// stderr, and returns a row per library and the scenarios' columns.
+func runScenarios(ctx context.Context, e *env, libs []lockers.Lib, scenarios []scenario) ([]*row, []column, error) {
 	var rows []*row
-	for _, l := range chosen {
+	for _, l := range libs {
 		rows = append(rows, newRow(l))
 	}
 	var cols []column
-	for _, s := range chosenScenarios {
+	for _, s := range scenarios {
 		cols = append(cols, s.columns...)
 		for _, r := range rows {
 			if !s.applies(r.lib) {
@@ -167,32 +236,14 @@ func run(b Backend) error {
 			res, err := bounded(ctx, limit, func(ctx context.Context) (result, error) { return s.run(ctx, e, r.lib) })
 			if ctx.Err() != nil {
 				fmt.Fprintln(os.Stderr)
-				return errors.New("interrupted")
+				return nil, nil, errors.New("interrupted")
 			}
 			r.record(s, res, err, limit)
 			fmt.Fprintf(os.Stderr, "%6.1fs %s\n", time.Since(t).Seconds(), summary(s, r))
 			runtime.GC()
 		}
 	}
-	if floor {
-		if err := runFloor(ctx, e, floorGs, *rounds, *profiles); err != nil {
-			return err
-		}
-	}
-
-	facts := runFacts{version: version, took: time.Since(began)}
-	if len(chosenScenarios) > 0 {
-		fmt.Print(report(rows, cols, e, b, facts))
-	} else {
-		fmt.Print(header(b, facts))
-	}
-	if floor {
-		if len(chosenScenarios) > 0 {
-			fmt.Print("\n")
-		}
-		fmt.Print(floorReport(floorGs, e, *rounds))
-	}
-	return nil
+	return rows, cols, nil
 }
 
 // cutFloor takes "floor" out of a -scenarios list, and says whether it was there.
@@ -350,124 +401,4 @@ func pickScenarios(list string) ([]scenario, error) {
 		return nil, errors.New("-scenarios: none")
 	}
 	return chosen, nil
-}
-
-// runFacts is what report says of the run itself: the server's version and how long it took.
-type runFacts struct {
-	version string
-	took    time.Duration
-}
-
-// header is the report's opening: the machine, the command and the libraries' versions.
-func header(be Backend, run runFacts) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Machine: %s, %d cores (GOMAXPROCS %d), %s/%s, %s, %s %s on loopback\n\n",
-		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), be.Name, run.version)
-	fmt.Fprintf(&b, "Command: `%s` (took %s)\n\n", commandLine(be.Command), run.took.Round(time.Second))
-	fmt.Fprintf(&b, "Libraries: Leasehold from this tree (%s); %s\n\n", treeState(), depVersions(be.Deps))
-	return b.String()
-}
-
-func report(rows []*row, cols []column, e *env, be Backend, run runFacts) string {
-	var b strings.Builder
-	b.WriteString(header(be, run))
-	b.WriteString(table(rows, e.workers, cols))
-	fmt.Fprintf(&b, "\nEach figure is followed by its ratio to the best peer in its column (figure ÷ best peer; "+
-		"↑ higher is better, ↓ lower is better). Throughput scenarios run %v each; every worker has its own client "+
-		"connection (Leasehold: its own client and Store). A handoff is a grant to another worker, timed from the "+
-		"moment the holder starts its release to the moment that worker's acquire returns; a worker taking the "+
-		"lock straight back hands nothing over and is not timed. %s The idle figure counts "+
-		"the commands of the holder and %d waiters over the middle %v of a %v hold; the first grant after it is "+
-		"timed from the moment the holder starts its release to the return of the first waiter's acquire.\n",
-		e.duration, be.Counting, e.workers, min(time.Second, e.hold/2), e.hold)
-	b.WriteString("\nRead the contended columns beside \"grants to another worker\": a library whose releasing worker " +
-		"mostly takes the lock straight back hands it on rarely, so its pairs/s and handoff times are mostly one " +
-		"worker's. Columns with no peer figure, or whose best peer figure is 0, carry no ratios.\n")
-	b.WriteString("\nConfigurations:\n\n")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "- %s: %s\n", r.lib.Label, r.lib.Config)
-	}
-	var caveats []string
-	for _, r := range rows {
-		if r.lib.Caveat != "" {
-			caveats = append(caveats, fmt.Sprintf("- %s: %s", r.lib.Label, r.lib.Caveat))
-		}
-	}
-	if len(caveats) > 0 {
-		b.WriteString("\nKnown behaviour behind some figures:\n\n" + strings.Join(caveats, "\n") + "\n")
-	}
-	var notes []string
-	for _, r := range rows {
-		for _, n := range r.notes {
-			notes = append(notes, fmt.Sprintf("- %s, %s", r.lib.Label, n))
-		}
-	}
-	if len(notes) > 0 {
-		b.WriteString("\nNotes († marks a figure measured with stranded waiters; it is not used as a best peer):\n\n")
-		b.WriteString(strings.Join(notes, "\n") + "\n")
-	}
-	b.WriteString("\nCommands by name:\n\n")
-	for _, r := range rows {
-		for _, c := range r.cmds {
-			fmt.Fprintf(&b, "- %s, %s: %s\n", r.lib.Label, c.label, commandMix(c))
-		}
-	}
-	return b.String()
-}
-
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
-}
-
-func commandLine(command string) string {
-	parts := []string{command}
-	for _, a := range os.Args[1:] {
-		if strings.ContainsAny(a, " \t'\"$\\`*?;&|<>()") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		parts = append(parts, a)
-	}
-	return strings.Join(parts, " ")
-}
-
-// treeState names the commit of the working tree, marked dirty if it has uncommitted changes.
-func treeState() string {
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "commit unknown"
-	}
-	state := "commit " + strings.TrimSpace(string(out))
-	if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
-		state += " with uncommitted changes"
-	}
-	return state
-}
-
-func depVersions(deps []string) string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "versions unknown"
-	}
-	var parts []string
-	for _, d := range info.Deps {
-		if slices.Contains(deps, d.Path) {
-			v := d.Version
-			if d.Replace != nil {
-				v += " (replaced by " + d.Replace.Path + ")"
-			}
-			parts = append(parts, d.Path+" "+v)
-		}
-	}
-	return strings.Join(parts, ", ")
 }
