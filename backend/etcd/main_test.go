@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/etcd/internal/etcdtest"
 	"github.com/leasehold/leasehold/conformance"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -61,7 +62,7 @@ func (harness) Advance(time.Duration) bool       { return false }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, harness{}, conformance.WithResolution(resolution))
+	conformance.Run(t, harness{}, conformance.WithResolution(resolution), conformance.WithSoak(testenv.Soak()))
 }
 
 // etcdClient returns a client of the package's shared server, for a test that looks at or
