@@ -93,7 +93,7 @@ func TestStaleNoticeIsNotTaken(t *testing.T) {
 	}
 	defer fw.Close()
 	drain(fw.C()) // it starts woken: it made no try
-	notify(t, url, s.Channel(), postgres.Notice(fresh, "x"))
+	notify(t, url, s.Channel(), postgres.Notice(fresh, "x")+" 1")
 	select {
 	case <-fw.C():
 	case <-time.After(10 * time.Second):
