@@ -17,10 +17,9 @@ $$;
 -- alive reports whether the listening backend pid that started at started, of the Store that
 -- LISTENs on channel, still serves that Store: it runs, and its application_name is the Store's
 -- listener's ("leasehold listener " and the channel's last 16 characters, the Store's id), maybe
--- with more after it (PgBouncer's
--- application_name_add_host appends " - host:port"). A pooler in session mode keeps a server
--- session after its client's connection closed, and gives it to its next client: the session
--- reset (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
+-- with more after it (PgBouncer's application_name_add_host appends " - host:port"). A pooler in
+-- session mode keeps a server session after its client's connection closed, and gives it to its
+-- next client: the session reset (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
 -- (another role's backend) counts as alive.
 --
 -- It and live are PL/pgSQL, whose plans a session keeps: a function in SQL is parsed and planned
