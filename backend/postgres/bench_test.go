@@ -3,9 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/primitives"
 )
@@ -131,144 +128,6 @@ func BenchmarkNotifyDelivery(b *testing.B) {
 			}
 		})
 	}
-}
-
-// BenchmarkPairBeforeAndAfterForgetting: the uncontended pair's two statements (Acquire's and
-// Release's, as a Store sends them) on one key, on the schema of the release that kept every
-// key's row (before) and on this one, whose release deletes the row and whose next acquire
-// makes it again (after), in two schemas of one server. Each iteration runs one pair on each,
-// so both see the same load; it reports each one's time and after/before:
-// `go test -run '^$' -bench PairBeforeAndAfterForgetting -count 5 ./backend/postgres/`.
-func BenchmarkPairBeforeAndAfterForgetting(b *testing.B) {
-	pairsOnSchemas(b, []pairSchema{
-		{name: "before", src: schemaBeforeForgetting, acquire: acquireBeforeLockDelay},
-		{name: "after", acquire: acquireWithLockDelay(0)},
-	})
-}
-
-// BenchmarkPairBeforeAndAfterLockDelay: the uncontended pair as a Store sends it, on the schema
-// of the release before the lock delay (before), and on this one for a lease without a delay
-// (after) and with one (delayed: released in time, it leaves none), in schemas of one server.
-// Each iteration runs one pair on each, so all see the same load; it reports each one's time
-// and the database's CPU (its backend's, one connection per schema) per pair, and the ratios to
-// before: `go test -run '^$' -bench PairBeforeAndAfterLockDelay -count 5 ./backend/postgres/`.
-func BenchmarkPairBeforeAndAfterLockDelay(b *testing.B) {
-	pairsOnSchemas(b, []pairSchema{
-		{name: "before", src: schemaBeforeLockDelay, acquire: acquireBeforeLockDelay},
-		{name: "after", acquire: acquireWithLockDelay(0)},
-		{name: "delayed", acquire: acquireWithLockDelay(time.Minute)},
-	})
-}
-
-// The uncontended acquire's call as the Store sent it before the lock delay, and as it sends it
-// now with a lease's delay (%s: the schema, quoted).
-const acquireBeforeLockDelay = "SELECT granted, fence, retry, err FROM %s.leasehold_acquire($1::bytea, $2::bytea, 1, 1, 60000000, 0, ''::bytea, 0, 0, NULL, NULL, NULL, NULL)"
-
-func acquireWithLockDelay(d time.Duration) string {
-	return fmt.Sprintf("SELECT granted, fence, retry, err FROM %%s.leasehold_acquire($1::bytea, $2::bytea, 1, 1, 60000000, 0, ''::bytea, 0, 0, NULL, NULL, NULL, NULL, %d)",
-		d.Microseconds())
-}
-
-// pairSchema is a schema the pair runs on: src is its schema file (empty: this version's), and
-// acquire the acquire's call with %s for the schema.
-type pairSchema struct {
-	name, src, acquire string
-}
-
-// pairsOnSchemas runs the uncontended pair on each of schemas in turn, b.N times each, over one
-// connection per schema, and reports each one's time and its backend's CPU per pair, and the
-// ratios to the first.
-func pairsOnSchemas(b *testing.B, schemas []pairSchema) {
-	ctx := context.Background()
-	url := serverURL(b)
-	admin := newPool(b, url)
-	base := strings.ToLower(strings.ReplaceAll(uniqueKey(b), "-", "_"))
-	type run struct {
-		acquire, release string
-		pool             *pgxpool.Pool
-		pid              int
-		took, cpu        time.Duration
-	}
-	runs := make([]*run, len(schemas))
-	for i, sc := range schemas {
-		name := base + "_" + sc.name
-		var ddl string
-		if sc.src == "" {
-			var err error
-			if ddl, err = postgres.SchemaSQL(postgres.WithSchema(name)); err != nil {
-				b.Fatal(err)
-			}
-		} else {
-			ddl = postgres.SchemaSQLFrom(sc.src, name)
-		}
-		q := pgx.Identifier{name}.Sanitize()
-		if _, err := admin.Exec(ctx, "CREATE SCHEMA "+q+"; "+ddl); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { admin.Exec(context.Background(), "DROP SCHEMA "+q+" CASCADE") })
-		pool, err := pgxpool.NewWithConfig(ctx, poolConfig(b, url, func(c *pgxpool.Config) { c.MaxConns = 1 }))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(pool.Close)
-		r := &run{acquire: fmt.Sprintf(sc.acquire, q), release: "SELECT " + q + ".leasehold_release($1::bytea, $2::bytea, $3::bigint)", pool: pool}
-		if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&r.pid); err != nil {
-			b.Fatal(err)
-		}
-		runs[i] = r
-	}
-	key, holder := []byte("k"), []byte("h")
-	pair := func(r *run) {
-		var (
-			granted, ok  bool
-			fence, retry int64
-			msg          *string
-		)
-		if err := r.pool.QueryRow(ctx, r.acquire, key, holder).Scan(&granted, &fence, &retry, &msg); err != nil || !granted {
-			b.Fatal(granted, err)
-		}
-		if err := r.pool.QueryRow(ctx, r.release, key, holder, fence).Scan(&ok); err != nil || !ok {
-			b.Fatal(ok, err)
-		}
-	}
-	for _, r := range runs { // statements prepared, plans cached
-		for range 10 {
-			pair(r)
-		}
-	}
-	for _, r := range runs {
-		r.cpu = -backendCPU(b, r.pid)
-	}
-	for b.Loop() {
-		for _, r := range runs {
-			start := time.Now()
-			pair(r)
-			r.took += time.Since(start)
-		}
-	}
-	for i, r := range runs {
-		r.cpu += backendCPU(b, r.pid)
-		name := schemas[i].name
-		b.ReportMetric(float64(r.took.Nanoseconds())/float64(b.N), name+"-ns/pair")
-		b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(b.N), name+"-db-CPU-ns/pair")
-		if i > 0 {
-			b.ReportMetric(float64(r.took)/float64(runs[0].took), name+"/"+schemas[0].name)
-			b.ReportMetric(float64(r.cpu)/float64(runs[0].cpu), name+"/"+schemas[0].name+"-db-CPU")
-		}
-	}
-}
-
-// backendCPU returns the CPU time the server's process pid has used (/proc's schedstat, in ns).
-func backendCPU(b *testing.B, pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-	if err != nil {
-		b.Skipf("the database's CPU: %v", err)
-	}
-	var ns int64
-	if _, err := fmt.Sscan(string(raw), &ns); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ns)
 }
 
 // BenchmarkMutexHandoff: 16 workers (and 2), each with a Store and pool of its own (16 processes,

@@ -33,8 +33,7 @@
 // the lease is over (Extend, Release and its holder's own tries do not find it held: the holder
 // is refused, or waits in line, until the delay ends). A lease released in time leaves no delay.
 // A waiter held up by a delay is told when it ends (RetryAfter) and sends nothing until then. A
-// lease without a delay costs nothing more. Every Store on a key must be of this version or later
-// for its delays to hold: see "Tables, functions and privileges".
+// lease without a delay costs nothing more.
 //
 // A key has one limit at a time, that of its unexpired leases or, with none, of the live places
 // in its line: a request with another limit is refused at once with a *core.LimitMismatchError
@@ -105,7 +104,7 @@
 //   - fences: one row per resource ever given to AcceptFence, kept: it is what refuses a stale
 //     write. Delete a resource's row (DELETE FROM leasehold_fences WHERE resource = $1) only
 //     when no lease's holder will write to it again — with the resource itself, say.
-//   - schema: one row.
+//   - schema: one row (the layout's version and when a Store last swept).
 //
 // The sweep: every Store tries one every 15 to 45 s, and the one that finds no sweep in the
 // last minute runs it, so the database sees about one a minute however many Stores there are,
@@ -119,24 +118,28 @@
 //
 // # Tables, functions and privileges
 //
-// New creates, idempotently, six tables and fifteen functions named with the prefix (default
-// "leasehold_", WithTablePrefix) in the schema (default "public", WithSchema). The tables are
-// keys, leases, waiters, left, fences and schema (the functions' version and the last sweep's
-// time); SchemaSQL returns the SQL. New upgrades the tables and functions of an earlier version
-// in place (adding columns, replacing functions) in one transaction, which first takes a
-// transaction-scoped advisory lock (pg_advisory_xact_lock, on a key hashed from the schema and
-// prefix) so that Stores starting together take turns. In a rolling deploy the
-// functions in place are those of the Store that started last, and every Store calls them; a
-// Store sweeps only while they are its own. A Store of the version before the lock delay keeps
-// working on this version's functions: its acquire (by the signature it knows) grants leases
-// without a delay and heeds the delays of others'. Once such a Store starts again and puts its
-// own functions back, delays go unheeded — its functions purge a delayed lease as expired —
-// until a Store of this version starts. Creating them needs CREATE on the schema; afterwards the
-// Store needs SELECT, INSERT, UPDATE and DELETE on the tables, EXECUTE on the functions
-// (PostgreSQL grants it to PUBLIC by default) and the right to connect for LISTEN. A role that
-// may not create runs with WithoutSetup, after an administrator ran SchemaSQL's output. Keys,
-// holders and values are bytea: any bytes, as bind parameters only, and keys of any length
-// (they are indexed by their SHA-256).
+// New creates six tables and fourteen functions named with the prefix (default "leasehold_",
+// WithTablePrefix) in the schema (default "public", WithSchema), where there are none, in one
+// transaction, which first takes a transaction-scoped advisory lock (pg_advisory_xact_lock, on a
+// key hashed from the schema and prefix) so that Stores starting together take turns. The tables
+// are keys, leases, waiters, left, fences and schema; SchemaSQL returns the SQL. Creating them
+// needs CREATE on the schema; afterwards the Store needs SELECT, INSERT, UPDATE and DELETE on the
+// tables, EXECUTE on the functions (PostgreSQL grants it to PUBLIC by default) and the right to
+// connect for LISTEN. A role that may not create runs with WithoutSetup, after an administrator
+// ran SchemaSQL's output. Keys, holders and values are bytea: any bytes, as bind parameters only,
+// and keys of any length (they are indexed by their SHA-256).
+//
+// # Layout versions
+//
+// The tables and functions are one layout, whose version, LayoutVersion, is the column layout of
+// the schema table's one row (SELECT layout FROM leasehold_schema), written when they are
+// created. New reads it first, and refuses any other version, older or newer (tables a Leasehold
+// of another version made), or a schema table without one: its error names the version found
+// and LayoutVersion, and wraps ErrLayoutVersion, and New changes nothing. A Store never upgrades
+// tables in place, nor works beside Stores of another layout: to move to another version, stop
+// every Store of the old one, then drop its tables and functions (or give the new Stores another
+// WithTablePrefix) before starting the new ones. Every change of the tables or functions takes a
+// new LayoutVersion.
 //
 // Every function expects READ COMMITTED, PostgreSQL's default; under a stricter default
 // isolation an operation that meets a concurrent one fails with a serialization error, which

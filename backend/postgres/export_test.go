@@ -26,13 +26,6 @@ func (s *Store) Sweep(ctx context.Context) (keys, places, tries int, err error) 
 	return w.Keys, w.Places, w.Tries, err
 }
 
-// SchemaSQLFrom is SchemaSQL for the schema file src (an earlier version's), in schema with the
-// default prefix.
-func SchemaSQLFrom(src, schema string) string {
-	n := namesFrom(src, schema, "leasehold_")
-	return n.ddl + "\n" + n.recordVersion() + ";\n"
-}
-
 // Retryable reports whether setup tries again after err.
 func Retryable(err error) bool { return retryable(err) }
 

@@ -132,7 +132,7 @@ func deleteUncommitted(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, by s
 		return n
 	}
 	before := rows()
-	if _, err := tx.Exec(ctx, "SELECT leasehold_sweep((SELECT version FROM leasehold_schema), 0, 1000)"); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT leasehold_sweep(0, 1000)"); err != nil {
 		t.Fatalf("sweep: %v", err)
 	}
 	if before != 1 || rows() != 0 {

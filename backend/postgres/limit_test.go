@@ -147,3 +147,9 @@ func TestRefusedLimitMismatchWritesNothing(t *testing.T) {
 		t.Errorf("first notification after the refused requests: %+v, %v; want only the test's own", n, err)
 	}
 }
+
+// isMismatch reports whether err is a *core.LimitMismatchError naming held and requested.
+func isMismatch(err error, held, requested int) bool {
+	lm, ok := err.(*core.LimitMismatchError)
+	return ok && lm.Held == held && lm.Requested == requested
+}

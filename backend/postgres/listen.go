@@ -222,16 +222,15 @@ func (l *listener) wakeAllLocked() {
 	}
 }
 
-// heard is a grant's notice that found no waiter yet: when, and the grant's fence (0 if the
-// notice had none).
+// heard is a grant's notice that found no waiter yet: when, and the grant's fence.
 type heard struct {
 	at    time.Time
 	fence uint64
 }
 
 // deliver hands a notification to the waiters or watches it is for. A grant's notice is the
-// notice of its holder and key (see noticeOf), then, from this version's functions, a space and
-// the grant's fence.
+// notice of its holder and key (see noticeOf), a space and the grant's fence; another payload on
+// the Store's channel is not a grant, and is dropped.
 func (l *listener) deliver(channel, payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -239,8 +238,8 @@ func (l *listener) deliver(channel, payload string) {
 	case l.channel:
 		notice, f, _ := strings.Cut(payload, " ")
 		fence, err := strconv.ParseUint(f, 10, 64)
-		if err != nil {
-			fence = 0 // none: the waiter looks with a try
+		if err != nil || fence == 0 {
+			return
 		}
 		ws := l.waiters[notice]
 		if len(ws) == 0 {

@@ -38,7 +38,10 @@ func TestIdleWaitersSendNothing(t *testing.T) {
 	for range n {
 		s, c := countedStore(t, url)
 		counters = append(counters, c)
-		m, _ := primitives.NewMutex(s, key, primitives.WithTTL(time.Minute), primitives.WithRetryInterval(250*time.Millisecond))
+		// The first waiter waits while the later ones' Stores start (seconds each on a loaded
+		// machine): its acquire timeout outlasts that.
+		m, _ := primitives.NewMutex(s, key, primitives.WithTTL(time.Minute), primitives.WithRetryInterval(250*time.Millisecond),
+			primitives.WithAcquireTimeout(2*time.Minute))
 		go func() {
 			l, err := m.Acquire(ctx)
 			if err != nil {

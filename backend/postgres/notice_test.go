@@ -93,7 +93,7 @@ func TestStaleNoticeIsNotTaken(t *testing.T) {
 	}
 	defer fw.Close()
 	drain(fw.C()) // it starts woken: it made no try
-	notify(t, url, s.Channel(), postgres.Notice(fresh, "x"))
+	notify(t, url, s.Channel(), postgres.Notice(fresh, "x")+" 1")
 	select {
 	case <-fw.C():
 	case <-time.After(10 * time.Second):
@@ -110,89 +110,6 @@ func TestStaleNoticeIsNotTaken(t *testing.T) {
 	}
 	if n := c.n.Load() - before; n != 1 {
 		t.Errorf("the try after a stale notice sent %d statements, want 1", n)
-	}
-}
-
-// TestNoticeWithoutFenceWakes: a notice without a fence (from an earlier version's functions,
-// still in place while Stores of this version start) wakes the waiter, whose next try asks the
-// database.
-func TestNoticeWithoutFenceWakes(t *testing.T) {
-	url, key := serverURL(t), uniqueKey(t)
-	ctx := context.Background()
-	holder := newStore(t, url)
-	if _, err := holder.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	s, c := countedStore(t, url)
-	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
-	w := enroll(t, s, req)
-	drain(w.C())
-	notify(t, url, s.Channel(), postgres.Notice(key, "w"))
-	select {
-	case <-w.C():
-	case <-time.After(10 * time.Second):
-		t.Fatal("a notice without a fence did not wake the waiter")
-	}
-	before := c.n.Load()
-	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {
-		t.Fatalf("the waiter's try: %+v, %v; want refused (no grant was made)", res, err)
-	}
-	if n := c.n.Load() - before; n != 1 {
-		t.Errorf("the try after a notice without a fence sent %d statements, want 1", n)
-	}
-}
-
-// TestEarlierVersionsStoreHearsItsNotice: a place taken by a Store of an earlier version, whose
-// channel's id follows a 'w', is told of its grant with the notice alone, which that Store
-// reads (a place of this version's Stores gets the fence after it: see
-// TestWaiterTakesItsGrantFromTheNotice).
-func TestEarlierVersionsStoreHearsItsNotice(t *testing.T) {
-	url, key := serverURL(t), uniqueKey(t)
-	ctx := context.Background()
-	s := newStore(t, url)
-	held, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The earlier version's listener: a session of its own, named as that version named it.
-	id := "0123456789abcdef"
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["application_name"] = "leasehold listener " + id
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	channel := "leasehold_w" + id
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		pid     int32
-		started time.Time
-	)
-	if err := conn.QueryRow(ctx, "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&pid, &started); err != nil {
-		t.Fatal(err)
-	}
-	var granted bool
-	if err := conn.QueryRow(ctx, "SELECT granted FROM leasehold_acquire($1::bytea, 'w'::bytea, 1, 1, 60000000, 60000000, ''::bytea, 0, 0, 1, $2, $3, $4)",
-		[]byte(key), channel, pid, started).Scan(&granted); err != nil || granted {
-		t.Fatalf("the earlier version's try: %v, %v; want refused", granted, err)
-	}
-	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h", Fence: held.Fence}); err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	n, err := conn.WaitForNotification(nctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := postgres.Notice(key, "w"); n.Payload != want {
-		t.Errorf("the earlier version's Store heard %q, want %q", n.Payload, want)
 	}
 }
 

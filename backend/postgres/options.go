@@ -58,7 +58,7 @@ func WithTablePrefix(prefix string) Option {
 }
 
 // WithoutSetup makes New create nothing: it only checks that the tables and functions exist at
-// this version (made by SchemaSQL's output, say, by a role allowed to create them). The Store
+// LayoutVersion (made by SchemaSQL's output, say, by a role allowed to create them). The Store
 // then needs only to read and write its tables and to run its functions.
 func WithoutSetup() Option {
 	return func(o *options) error {

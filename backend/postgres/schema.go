@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -39,32 +38,39 @@ var schemaSQL = func() string {
 	return strings.Join(parts, "\n")
 }()
 
+// LayoutVersion is the version of the tables and functions (the layout) this package's Stores
+// read and write. New writes it in the layout's one-row table when it creates them, and refuses
+// tables of any other version, older or newer, with an error wrapping ErrLayoutVersion, changing
+// nothing. Every change of the layout takes a new number.
+const LayoutVersion = 1
+
+// ErrLayoutVersion is wrapped by New's error when the schema and prefix hold tables of another
+// layout version than LayoutVersion (a Leasehold of another version made them), or of none. The
+// error names both versions. New changed nothing: run a Store of the layout's version, or give
+// this one a schema or prefix of its own (WithSchema, WithTablePrefix).
+var ErrLayoutVersion = errors.New("tables of another layout version")
+
 // names are the schema-qualified, quoted names of what the Store uses, and the SQL of its calls.
 type names struct {
 	schema, prefix string
+	table          string // the layout's table, quoted
 	ddl            string // schemaSQL with the names filled in
-	version        string // sha256 of ddl: the functions' version
 	changed        string // the channel of change announcements (core.Watcher)
 
-	acquire, extend, release, leave, watch, inspect, acceptFence, readVersion, sweep string
+	acquire, extend, release, leave, watch, inspect, acceptFence, readLayout, sweep string
 }
 
 // validPrefix is what WithTablePrefix takes: a lower-case SQL identifier short enough that the
-// longest name made from it ("<prefix>accept_fence", a channel "<prefix>f<16 hex>") fits
+// longest name made from it ("<prefix>accept_fence", a channel "<prefix><16 hex>") fits
 // PostgreSQL's 63 bytes.
 var validPrefix = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,31}$`)
 
-func newNames(schema, prefix string) names { return namesFrom(schemaSQL, schema, prefix) }
-
-// namesFrom is newNames for the schema file src.
-func namesFrom(src, schema, prefix string) names {
+func newNames(schema, prefix string) names {
 	q := func(name string) string { return pgx.Identifier{schema, prefix + name}.Sanitize() }
-	n := names{schema: schema, prefix: prefix, changed: prefix + "changed"}
-	ddl := strings.ReplaceAll(src, "@@changed", quoteLiteral(n.changed))
-	ddl = regexp.MustCompile(`@([a-z_]+)`).ReplaceAllStringFunc(ddl, func(m string) string { return q(m[1:]) })
-	n.ddl = ddl
-	sum := sha256.Sum256([]byte(ddl))
-	n.version = hex.EncodeToString(sum[:])
+	n := names{schema: schema, prefix: prefix, table: q("schema"), changed: prefix + "changed"}
+	ddl := strings.ReplaceAll(schemaSQL, "@@changed", quoteLiteral(n.changed))
+	ddl = strings.ReplaceAll(ddl, "@@layout", strconv.Itoa(LayoutVersion))
+	n.ddl = regexp.MustCompile(`@([a-z_]+)`).ReplaceAllStringFunc(ddl, func(m string) string { return q(m[1:]) })
 	n.acquire = "SELECT granted, fence, retry, err FROM " + q("acquire") +
 		"($1::bytea, $2::bytea, $3::integer, $4::integer, $5::bigint, $6::bigint, $7::bytea, $8::bigint, $9::bigint, " +
 		"$10::bigint, $11::text, $12::integer, $13::timestamptz, $14::bigint)"
@@ -74,8 +80,8 @@ func namesFrom(src, schema, prefix string) names {
 	n.watch = "SELECT " + q("watch") + "($1::bytea, $2::bigint)"
 	n.inspect = "SELECT kind, lim, holder, permits, fence, ttl, value FROM " + q("inspect") + "($1::bytea)"
 	n.acceptFence = "SELECT accepted, highest FROM " + q("accept_fence") + "($1::bytea, $2::bigint)"
-	n.readVersion = "SELECT version FROM " + q("schema")
-	n.sweep = "SELECT ran, keys, places, tries FROM " + q("sweep") + "(" + quoteLiteral(n.version) + ", $1::bigint, $2::integer)"
+	n.readLayout = "SELECT layout FROM " + n.table
+	n.sweep = "SELECT ran, keys, places, tries FROM " + q("sweep") + "($1::bigint, $2::integer)"
 	return n
 }
 
@@ -83,88 +89,99 @@ func namesFrom(src, schema, prefix string) names {
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // SchemaSQL returns the SQL that New runs to create the tables and functions of a Store with
-// opts (only WithSchema and WithTablePrefix matter), for a database administrator who creates
-// them ahead of time for a Store made WithoutSetup. It is idempotent.
+// opts (only WithSchema and WithTablePrefix matter) and record their LayoutVersion, for a
+// database administrator who creates them ahead of time for a Store made WithoutSetup. It is one
+// transaction, which installs them where there are none: run over tables of any version, it
+// fails and changes nothing.
 func SchemaSQL(opts ...Option) (string, error) {
 	o, err := newOptions(opts)
 	if err != nil {
 		return "", err
 	}
-	n := newNames(o.schema, o.prefix)
-	return n.ddl + "\n" + n.recordVersion() + ";\n", nil
+	return "BEGIN;\n" + newNames(o.schema, o.prefix).ddl + "COMMIT;\n", nil
 }
 
-func (n names) recordVersion() string {
-	t := pgx.Identifier{n.schema, n.prefix + "schema"}.Sanitize()
-	return "DELETE FROM " + t + "; INSERT INTO " + t + " (version) VALUES (" + quoteLiteral(n.version) + ")"
-}
-
-// setup makes sure the tables and functions of n exist at this version. When the version row
-// says so already it costs one query; otherwise it runs the DDL in one transaction that first
-// takes a transaction-scoped advisory lock on the schema and prefix and locks the version
-// table, so that Stores starting together take turns (CREATE ... IF NOT EXISTS is not atomic
-// against a concurrent creator). With create false it only checks. A database it cannot reach
-// (no answer, or not as PostgreSQL) fails it at once, with what it was doing.
+// setup makes sure the tables and functions of n exist at LayoutVersion. When they do it costs
+// one query. Where there are none it creates them (unless create is false) in one transaction
+// that first takes a transaction-scoped advisory lock on the schema and prefix, so that Stores
+// starting together take turns (CREATE TABLE is not atomic against a concurrent creator). Tables
+// of another layout version it refuses, with ErrLayoutVersion, and changes nothing. A database it
+// cannot reach (no answer, or not as PostgreSQL) fails it at once, with what it was doing.
 func setup(ctx context.Context, pool *pgxpool.Pool, n names, create bool) error {
-	var v string
-	err := pool.QueryRow(ctx, n.readVersion).Scan(&v)
-	if err == nil && v == n.version {
-		return nil
-	}
-	var pe *pgconn.PgError
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) && !errors.As(err, &pe) {
-		cc := pool.Config().ConnConfig
-		return fmt.Errorf("reach the database at %s to read the version of schema %q prefix %q: %w",
-			net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), n.schema, n.prefix, err)
-	}
-	if !create {
-		if err == nil || errors.Is(err, pgx.ErrNoRows) {
-			err = fmt.Errorf("tables of version %.12s, want %.12s", v, n.version)
-		}
-		return fmt.Errorf("schema %q prefix %q not set up (run postgres.SchemaSQL's output, or drop WithoutSetup): %w",
-			n.schema, n.prefix, err)
-	}
+	var made error // the last try to create the tables
 	for attempt := 0; ; attempt++ {
-		err = createSchema(ctx, pool, n)
-		if err == nil || attempt == 4 || !retryable(err) {
-			break
+		found, ok, err := readLayout(ctx, pool, n)
+		var pe *pgconn.PgError
+		switch {
+		case err != nil && !errors.As(err, &pe):
+			cc := pool.Config().ConnConfig
+			return fmt.Errorf("reach the database at %s to read the layout version of schema %q prefix %q: %w",
+				net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), n.schema, n.prefix, err)
+		case err != nil:
+			return fmt.Errorf("read the layout version of schema %q prefix %q: %w", n.schema, n.prefix, err)
+		case ok && found == LayoutVersion:
+			return nil
+		case ok:
+			return fmt.Errorf("%w: schema %q prefix %q holds layout %s; this Store reads layout version %d only",
+				ErrLayoutVersion, n.schema, n.prefix, describeLayout(found), LayoutVersion)
+		case !create:
+			return fmt.Errorf("schema %q prefix %q not set up (run postgres.SchemaSQL's output, or drop WithoutSetup): no table %s",
+				n.schema, n.prefix, n.table)
+		case made != nil && (attempt == 5 || !retryable(made)):
+			return fmt.Errorf("create tables in schema %q with prefix %q: %w", n.schema, n.prefix, made)
+		case made != nil:
+			select {
+			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+			case <-ctx.Done():
+				return fmt.Errorf("create tables in schema %q with prefix %q: %w", n.schema, n.prefix, made)
+			}
+		case attempt > 0:
+			return fmt.Errorf("create tables in schema %q with prefix %q: no table %s once made", n.schema, n.prefix, n.table)
 		}
-		select {
-		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
-		case <-ctx.Done():
-			return fmt.Errorf("create tables in schema %q with prefix %q: %w", n.schema, n.prefix, err)
-		}
+		made = createSchema(ctx, pool, n)
 	}
-	if err != nil {
-		return fmt.Errorf("create tables in schema %q with prefix %q: %w", n.schema, n.prefix, err)
-	}
-	return nil
 }
 
+// readLayout returns the layout version recorded in n's layout table, and ok false when there is
+// no such table. A table without a version (empty, or of a layout before they were numbered)
+// reads as version -1.
+func readLayout(ctx context.Context, pool *pgxpool.Pool, n names) (found int, ok bool, err error) {
+	err = pool.QueryRow(ctx, n.readLayout).Scan(&found)
+	var pe *pgconn.PgError
+	switch {
+	case err == nil:
+		return found, true, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return -1, true, nil
+	case errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
+		return 0, false, nil
+	case errors.As(err, &pe) && pe.Code == "42703": // undefined_column: no layout column
+		return -1, true, nil
+	}
+	return 0, false, err
+}
+
+// describeLayout names a layout version read by readLayout.
+func describeLayout(v int) string {
+	if v < 0 {
+		return "without a version number"
+	}
+	return "version " + strconv.Itoa(v)
+}
+
+// createSchema installs n's tables and functions in one transaction, unless its layout table
+// appeared while it waited for its turn: setup then reads its version again.
 func createSchema(ctx context.Context, pool *pgxpool.Pool, n names) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// Setups of one schema and prefix take turns from the start: CREATE TABLE IF NOT
-		// EXISTS is not atomic against a concurrent creator, which would fail this one.
 		lock := sha256.Sum256([]byte("leasehold setup\x00" + n.schema + "\x00" + n.prefix))
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(binary.BigEndian.Uint64(lock[:8]))); err != nil {
 			return err
 		}
-		t := pgx.Identifier{n.schema, n.prefix + "schema"}.Sanitize()
-		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+t+" (version text NOT NULL)"); err != nil {
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", n.table).Scan(&exists); err != nil || exists {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+t+" IN EXCLUSIVE MODE"); err != nil {
-			return err
-		}
-		var v string
-		err := tx.QueryRow(ctx, n.readVersion).Scan(&v)
-		if err == nil && v == n.version {
-			return nil // another Store made it while this one waited
-		}
-		if _, err := tx.Exec(ctx, n.ddl); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, n.recordVersion())
+		_, err := tx.Exec(ctx, n.ddl)
 		return err
 	})
 }

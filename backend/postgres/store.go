@@ -44,12 +44,13 @@ var (
 )
 
 // New returns a Store over pool. Unless WithoutSetup, it first creates the Store's tables and
-// functions when they are missing or of another version (idempotently, in one transaction), which
-// needs the right to create in the schema. It then opens the listening connection and waits, up to
+// functions when there are none (in one transaction), which needs the right to create in the
+// schema; tables of another LayoutVersion it refuses with an error wrapping ErrLayoutVersion,
+// changing nothing. It then opens the listening connection and waits, up to
 // five seconds, for it to be up or to have failed (until it is up, waiters poll). ctx bounds New:
 // a database that cannot be reached, or a server that does not answer as PostgreSQL (another
 // protocol on the port), fails it once ctx ends, if not before. On failure New returns an error
-// saying what failed (reaching the database, or creating the tables) and why, wrapping ctx's error
+// saying what failed (reaching the database, the layout's version, or creating the tables) and why, wrapping ctx's error
 // when ctx ended, with nothing started; a nil ctx or pool or a bad option is core.ErrInvalid.
 // Close stops what the Store started and leaves the pool open.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
@@ -85,9 +86,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	// in sql/line.sql).
 	lc.RuntimeParams["application_name"] = listenerName + " " + hex.EncodeToString(id[:])
 	s := &Store{pool: pool, n: n, opts: o, leaving: make(leavings), newTry: rand.Int64}
-	// The 'f' before the id tells the line's functions that this Store reads the fence in a
-	// grant's notice (an earlier version's Stores put a 'w' there).
-	s.l = newListener(s, lc, o.prefix+"f"+hex.EncodeToString(id[:]))
+	s.l = newListener(s, lc, o.prefix+hex.EncodeToString(id[:]))
 	bg, stop := context.WithCancel(context.Background())
 	s.cancel = stop
 	s.loops.Add(3)

@@ -161,14 +161,10 @@ func (w *waiter) wake() {
 	}
 }
 
-// granted wakes the waiter for a grant from the line with fence (0: a notice without one, from
-// an earlier version's functions, which its next try looks for), and keeps it to be taken,
+// granted wakes the waiter for a grant from the line with fence, and keeps it to be taken,
 // unless it is stale: made before the holder's latest refusal. l.mu must be held.
 func (w *waiter) granted(fence uint64) {
-	switch {
-	case fence == 0:
-		w.wake()
-	case fence > w.floor && fence != w.grant:
+	if fence > w.floor && fence != w.grant {
 		w.grant = max(w.grant, fence)
 		w.wake()
 	}

@@ -32,17 +32,7 @@ func StartPgBouncer(t testing.TB, s *Server) string {
 // PgBouncer then resets it (DISCARD ALL) and keeps it for the next client.
 func StartPgBouncerMode(t testing.TB, s *Server, mode string, settings ...string) string {
 	t.Helper()
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
-		bin = "/usr/sbin/pgbouncer"
-		if _, serr := os.Stat(bin); serr != nil {
-			msg := "pgtest: pgbouncer not found; install it (apt-get install -y pgbouncer) to run this test"
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
+	bin := pgBouncerBinary(t)
 	dir, err := os.MkdirTemp("", "pgtest-pgbouncer-") // not t.TempDir: its parent is closed to other users
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +78,34 @@ logfile = %s
 		}
 	})
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&default_query_exec_mode=exec", port)
+	awaitPgBouncer(t, s, url, filepath.Join(dir, "pgbouncer.log"), exited)
+	return url
+}
+
+// pgBouncerBinary returns the path of pgbouncer (on PATH or in /usr/sbin); without it the test
+// is skipped, or fails under CI=true.
+func pgBouncerBinary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err == nil {
+		return bin
+	}
+	bin = "/usr/sbin/pgbouncer"
+	if _, serr := os.Stat(bin); serr != nil {
+		msg := "pgtest: pgbouncer not found; install it (apt-get install -y pgbouncer) to run this test"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return bin
+}
+
+// awaitPgBouncer waits up to ten seconds until the PgBouncer started for s answers at url with
+// s's database, and fails t when another server answers there, the time is up, or it exited
+// (closed exited), with its log.
+func awaitPgBouncer(t testing.TB, s *Server, url, logPath string, exited <-chan struct{}) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -101,16 +119,16 @@ logfile = %s
 		switch {
 		case err == nil && dataDir != s.data:
 			// Another pgbouncer took the port first (this one exits): not ours.
-			t.Fatalf("pgtest: pgbouncer on port %d: another pgbouncer answers there (its server's data directory %s)", port, dataDir)
+			t.Fatalf("pgtest: pgbouncer at %s: another pgbouncer answers there (its server's data directory %s)", url, dataDir)
 		case err == nil:
-			return url
+			return
 		case time.Now().After(deadline):
-			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			t.Fatalf("pgtest: pgbouncer on port %d: %v\n%s", port, err, log)
+			log, _ := os.ReadFile(logPath)
+			t.Fatalf("pgtest: pgbouncer at %s: %v\n%s", url, err, log)
 		}
 		select {
 		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			log, _ := os.ReadFile(logPath)
 			t.Fatal(errors.New("pgtest: pgbouncer exited\n" + string(log)))
 		case <-time.After(20 * time.Millisecond):
 		}

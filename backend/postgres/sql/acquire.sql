@@ -7,7 +7,7 @@
 -- the call): one its caller gave up on (see leave) is refused and takes no place and no lease.
 -- p_delay is the lease's lock delay (see tables.sql), set by every grant, renewed or new; a
 -- holder whose expired lease is in its delay is refused (or waits in line) until it ends.
-CREATE OR REPLACE FUNCTION @acquire(
+CREATE FUNCTION @acquire(
     p_key bytea, p_holder bytea, p_permits integer, p_lim integer, p_ttl bigint, p_wait bigint,
     p_value bytea, p_floor bigint, p_raise bigint, p_try bigint, p_channel text, p_pid integer,
     p_started timestamptz, p_delay bigint,
@@ -161,23 +161,5 @@ BEGIN
         PERFORM pg_notify(@@changed, md5(k.key));
     END IF;
     granted := true; fence := k.fence;
-END
-$$;
-
--- acquire as a Store of the version before the lock delay calls it: a grant without a delay.
--- Such a Store, running while a Store of this version upgrades the functions, so keeps working,
--- and keeps out of the permits the delays of others' leases close. (One that starts after puts
--- its own functions back, which ignore the delays until a Store of this version starts again.)
-CREATE OR REPLACE FUNCTION @acquire(
-    p_key bytea, p_holder bytea, p_permits integer, p_lim integer, p_ttl bigint, p_wait bigint,
-    p_value bytea, p_floor bigint, p_raise bigint, p_try bigint, p_channel text, p_pid integer,
-    p_started timestamptz,
-    OUT granted boolean, OUT fence bigint, OUT retry bigint, OUT err text)
-LANGUAGE plpgsql
-SET enable_seqscan = off SET enable_bitmapscan = off AS $$
-BEGIN
-    SELECT a.granted, a.fence, a.retry, a.err INTO granted, fence, retry, err
-    FROM @acquire(p_key, p_holder, p_permits, p_lim, p_ttl, p_wait, p_value, p_floor, p_raise, p_try,
-                  p_channel, p_pid, p_started, 0::bigint) a;
 END
 $$;

@@ -1,5 +1,5 @@
 -- extend is core.Store.Extend: ok is false when the holder holds no unexpired lease.
-CREATE OR REPLACE FUNCTION @extend(p_key bytea, p_holder bytea, p_ttl bigint,
+CREATE FUNCTION @extend(p_key bytea, p_holder bytea, p_ttl bigint,
     OUT ok boolean, OUT permits integer, OUT fence bigint, OUT lim integer, OUT value bytea)
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$

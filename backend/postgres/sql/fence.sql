@@ -1,7 +1,7 @@
 -- accept_fence records p_fence for the resource unless a higher one was accepted; it returns
 -- the highest fence accepted before (0 for none). The row stays locked until the caller's
 -- transaction ends.
-CREATE OR REPLACE FUNCTION @accept_fence(p_resource bytea, p_fence bigint, OUT accepted boolean,
+CREATE FUNCTION @accept_fence(p_resource bytea, p_fence bigint, OUT accepted boolean,
     OUT highest bigint)
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$

@@ -1,9 +1,8 @@
 -- inspect is core.Store.Inspect: its unexpired leases by fence (kind 0) with the key's row's
 -- limit, then the places in its line whose wait has not ended, head first (kind 1), each with
 -- its limit, then the row's limit (kind 2), then the expired leases whose lock delay lasts, by
--- fence, with the time left until it ends in ttl (kind 3; an earlier version's Store skips
--- them). It changes nothing.
-CREATE OR REPLACE FUNCTION @inspect(p_key bytea)
+-- fence, with the time left until it ends in ttl (kind 3). It changes nothing.
+CREATE FUNCTION @inspect(p_key bytea)
 RETURNS TABLE (kind integer, lim integer, holder bytea, permits integer, fence bigint,
                ttl bigint, value bytea)
 LANGUAGE plpgsql STABLE

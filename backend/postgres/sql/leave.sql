@@ -2,7 +2,7 @@
 -- it has not taken (unexpired: an expired one keeps its lock delay), serving the next waiters. With p_try, it leaves only the place that try took,
 -- and when there is none (the try has not arrived) it keeps the try out of the line for a minute.
 -- It forgets the key when nothing is left in it.
-CREATE OR REPLACE FUNCTION @leave(p_key bytea, p_holder bytea, p_try bigint) RETURNS void
+CREATE FUNCTION @leave(p_key bytea, p_holder bytea, p_try bigint) RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE

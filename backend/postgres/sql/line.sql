@@ -1,6 +1,6 @@
 -- lockkey locks key's row, creating it if need be, and returns it. A row another transaction
 -- deletes while this one waits for its lock is made again.
-CREATE OR REPLACE FUNCTION @lockkey(p_kh bytea, p_key bytea) RETURNS @keys LANGUAGE plpgsql AS $$
+CREATE FUNCTION @lockkey(p_kh bytea, p_key bytea) RETURNS @keys LANGUAGE plpgsql AS $$
 DECLARE
     k @keys;
 BEGIN
@@ -16,30 +16,27 @@ $$;
 
 -- alive reports whether the listening backend pid that started at started, of the Store that
 -- LISTENs on channel, still serves that Store: it runs, and its application_name is the Store's
--- listener's ("leasehold listener " and the channel's last 16 characters, the Store's id; an
--- earlier version's listeners named no id), maybe with more after it (PgBouncer's
--- application_name_add_host appends " - host:port"). A pooler in session mode keeps a server
--- session after its client's connection closed, and gives it to its next client: the session
--- reset (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
+-- listener's ("leasehold listener " and the channel's last 16 characters, the Store's id), maybe
+-- with more after it (PgBouncer's application_name_add_host appends " - host:port"). A pooler in
+-- session mode keeps a server session after its client's connection closed, and gives it to its
+-- next client: the session reset (DISCARD ALL), or the next client, renames it. A start or name the caller may not see
 -- (another role's backend) counts as alive.
 --
 -- It and live are PL/pgSQL, whose plans a session keeps: a function in SQL is parsed and planned
 -- again at each transaction that calls it, which cost a grant more than the rest of its work.
-CREATE OR REPLACE FUNCTION @alive(p_pid integer, p_started timestamptz, p_channel text)
+CREATE FUNCTION @alive(p_pid integer, p_started timestamptz, p_channel text)
 RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM pg_stat_get_activity(p_pid) a
                    WHERE a.pid = p_pid AND (a.backend_start IS NULL OR a.backend_start = p_started)
-                     AND coalesce(left(a.application_name, 35) = 'leasehold listener ' || right(p_channel, 16)
-                                  OR a.application_name = 'leasehold listener'
-                                  OR left(a.application_name, 21) = 'leasehold listener - ', true));
+                     AND coalesce(left(a.application_name, 35) = 'leasehold listener ' || right(p_channel, 16), true));
 END
 $$;
 
 -- live reports whether place w may still take a grant at p_now: its wait has not ended, and its
 -- Store's listening backend still runs or, for a place taken while that Store could not listen
 -- (its waiter polls), its holder asked within the last ten minutes.
-CREATE OR REPLACE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+CREATE FUNCTION @live(w @waiters, p_now bigint) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     IF w.deadline <= p_now THEN
         RETURN false;
@@ -53,7 +50,7 @@ $$;
 -- held returns the key's limit: its row's while it has an unexpired lease (or one a lock delay
 -- keeps), else that of the first live place in its line, else NULL (nothing holds the key: any
 -- limit may have it).
-CREATE OR REPLACE FUNCTION @held(k @keys, p_now bigint) RETURNS integer LANGUAGE plpgsql AS $$
+CREATE FUNCTION @held(k @keys, p_now bigint) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     v integer;
 BEGIN
@@ -68,7 +65,7 @@ $$;
 -- forget deletes the key's row when nothing is left in it — no lease (the caller purged the
 -- expired ones whose delay ended), no place in its line, no watch — and its last fence is below p_now, and
 -- reports whether it did. The caller holds the row's lock.
-CREATE OR REPLACE FUNCTION @forget(k @keys, p_now bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+CREATE FUNCTION @forget(k @keys, p_now bigint) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     IF k.fence >= p_now OR k.watched_until > p_now OR EXISTS (SELECT 1 FROM @leases WHERE kh = k.kh)
        OR EXISTS (SELECT 1 FROM @waiters WHERE kh = k.kh) THEN
@@ -86,7 +83,7 @@ $$;
 -- announced on its waiter's channel (with its fence), and to watchers. It returns k as it left
 -- it, written back when it granted anything. The caller purged the key's leases expired past
 -- their delay: every lease left holds its permits, or keeps them closed.
-CREATE OR REPLACE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE plpgsql AS $$
+CREATE FUNCTION @serve(k @keys, p_now bigint) RETURNS @keys LANGUAGE plpgsql AS $$
 DECLARE
     p @waiters;
     used bigint;
@@ -131,11 +128,8 @@ BEGIN
         used := used + p.permits;
         granted := true;
         IF p.channel IS NOT NULL THEN
-            -- The notice, and for a Store whose channel's id follows an 'f' the grant's fence,
-            -- which its waiter takes without asking again (an earlier version's Stores, whose
-            -- ids follow a 'w', read the notice alone).
-            PERFORM pg_notify(p.channel, md5(int4send(length(k.key)) || k.key || p.holder)
-                || CASE WHEN substr(p.channel, length(p.channel) - 16, 1) = 'f' THEN ' ' || k.fence ELSE '' END);
+            -- The notice and the grant's fence, which its waiter takes without asking again.
+            PERFORM pg_notify(p.channel, md5(int4send(length(k.key)) || k.key || p.holder) || ' ' || k.fence);
         END IF;
         -- Every permit taken: no live place, all of this limit, fits (a Mutex's line stops here).
         EXIT WHEN used >= p.lim;

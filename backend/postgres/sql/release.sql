@@ -1,7 +1,7 @@
 -- release is core.Store.Release: it ends the holder's unexpired lease with fence p_fence (any
 -- fence when 0), serves the line, forgets the key when nothing is left in it, and reports
 -- whether it ended one. An expired lease is not ended: one in its lock delay keeps it.
-CREATE OR REPLACE FUNCTION @release(p_key bytea, p_holder bytea, p_fence bigint) RETURNS boolean
+CREATE FUNCTION @release(p_key bytea, p_holder bytea, p_fence bigint) RETURNS boolean
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE

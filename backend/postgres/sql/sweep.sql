@@ -2,13 +2,10 @@
 -- swept in the last p_every microseconds: left rows past their minute, places in a line that
 -- can take no grant (see live; the line is served after them), and then the rows of keys with
 -- nothing left in them (forget): those whose leases expired unreleased (and whose lock delays
--- ended), whose watch lapsed,
--- whose raised fence the clock has passed, or whose places were dead. Each kind is bounded by
--- p_batch rows. It reports whether it ran and how many rows of each kind it removed. A key
--- locked by an operation is skipped, for the next sweep. It runs only when the functions in
--- place are of p_version: a Store of an earlier version may have put back functions that make
--- a key's row only once, and must not see it deleted under them.
-CREATE OR REPLACE FUNCTION @sweep(p_version text, p_every bigint, p_batch integer,
+-- ended), whose watch lapsed, whose raised fence the clock has passed, or whose places were
+-- dead. Each kind is bounded by p_batch rows. It reports whether it ran and how many rows of
+-- each kind it removed. A key locked by an operation is skipped, for the next sweep.
+CREATE FUNCTION @sweep(p_every bigint, p_batch integer,
     OUT ran boolean, OUT keys integer, OUT places integer, OUT tries integer)
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
@@ -19,7 +16,7 @@ DECLARE
     n integer;
 BEGIN
     ran := false; keys := 0; places := 0; tries := 0;
-    PERFORM 1 FROM @schema s WHERE s.version = p_version AND s.swept <= now_ - p_every FOR UPDATE SKIP LOCKED;
+    PERFORM 1 FROM @schema s WHERE s.swept <= now_ - p_every FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;
     END IF;

@@ -1,7 +1,8 @@
 -- Leasehold's PostgreSQL schema. @ stands for the schema-qualified table prefix (by default
 -- "public"."leasehold_"); comments never use it, since a schema's name may hold a line break,
--- which would end the comment and run the rest of the name. Every statement is idempotent: the
--- Store runs this file when the schema's version row is missing or of another version.
+-- which would end the comment and run the rest of the name. The files are one install, run once
+-- in one transaction where none of the tables are (see setup in schema.go); it writes the
+-- layout's version (LayoutVersion), which every change of the files raises.
 --
 -- Times are microseconds since the Unix epoch by the database's clock_timestamp(); durations are
 -- microseconds. Keys and holders are any bytes (bytea), looked up by their SHA-256 so that a key
@@ -29,13 +30,13 @@
 -- the churn of leases leaves until autovacuum comes. Index scans read one key's rows, and skip
 -- the dead ones once seen.
 
--- The version of this file the functions were made from, and when a Store last swept.
-CREATE TABLE IF NOT EXISTS @schema (
-    version text NOT NULL
+-- One row: the layout's version (LayoutVersion), and when a Store last swept.
+CREATE TABLE @schema (
+    layout integer NOT NULL,
+    swept  bigint NOT NULL DEFAULT 0
 );
-ALTER TABLE @schema ADD COLUMN IF NOT EXISTS swept bigint NOT NULL DEFAULT 0;
 
-CREATE TABLE IF NOT EXISTS @keys (
+CREATE TABLE @keys (
     kh            bytea PRIMARY KEY,          -- sha256(key)
     key           bytea NOT NULL,
     fence         bigint NOT NULL DEFAULT 0,  -- the last fence granted on the key
@@ -44,7 +45,7 @@ CREATE TABLE IF NOT EXISTS @keys (
     watched_until bigint NOT NULL DEFAULT 0   -- while now < this, changes are announced
 );
 
-CREATE TABLE IF NOT EXISTS @leases (
+CREATE TABLE @leases (
     kh      bytea NOT NULL,
     hh      bytea NOT NULL,                   -- sha256(holder)
     holder  bytea NOT NULL,
@@ -53,10 +54,11 @@ CREATE TABLE IF NOT EXISTS @leases (
     expires bigint NOT NULL,
     untaken boolean NOT NULL,                 -- granted by the line, not yet taken by its holder
     value   bytea NOT NULL,
+    delay   bigint NOT NULL,                  -- its lock delay (see the top of this file)
     PRIMARY KEY (kh, hh)
 );
 
-CREATE TABLE IF NOT EXISTS @waiters (
+CREATE TABLE @waiters (
     kh       bytea NOT NULL,
     seq      bigint NOT NULL,                 -- place in the line
     hh       bytea NOT NULL,
@@ -71,23 +73,14 @@ CREATE TABLE IF NOT EXISTS @waiters (
     channel  text,                            -- where its Store hears of its grant
     pid      integer,                         -- that Store's listening backend, to tell it died
     started  timestamptz,
+    tried    bigint NOT NULL,                 -- when its holder last asked (a place without pid polls: see live)
+    delay    bigint NOT NULL,                 -- the lock delay of the grant it asks for
     PRIMARY KEY (kh, seq),
     UNIQUE (kh, hh)
 );
--- When the place's holder last asked (a waiter without pid polls: see live); for a place taken
--- before the column was made, when it was made, and by an earlier version's functions, when
--- it was taken.
-ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS tried bigint NOT NULL
-    DEFAULT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-
--- The lock delay of a lease, and of the grant a place in the line asks for (microseconds; see
--- the top of this file). Rows made before the columns were, or by an earlier version's
--- functions, have none.
-ALTER TABLE @leases ADD COLUMN IF NOT EXISTS delay bigint NOT NULL DEFAULT 0;
-ALTER TABLE @waiters ADD COLUMN IF NOT EXISTS delay bigint NOT NULL DEFAULT 0;
 
 -- Tries given up in flight, so that one arriving late takes no place in the line.
-CREATE TABLE IF NOT EXISTS @left (
+CREATE TABLE @left (
     kh      bytea NOT NULL,
     hh      bytea NOT NULL,
     try     bigint NOT NULL,
@@ -96,8 +89,10 @@ CREATE TABLE IF NOT EXISTS @left (
 );
 
 -- The highest fence accepted per resource by Store.AcceptFence.
-CREATE TABLE IF NOT EXISTS @fences (
+CREATE TABLE @fences (
     rh       bytea PRIMARY KEY,               -- sha256(resource)
     resource bytea NOT NULL,
     fence    bigint NOT NULL
 );
+
+INSERT INTO @schema (layout) VALUES (@@layout);

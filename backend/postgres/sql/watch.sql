@@ -1,5 +1,5 @@
 -- watch has the key's changes announced for p_for microseconds from now (at least).
-CREATE OR REPLACE FUNCTION @watch(p_key bytea, p_for bigint) RETURNS void LANGUAGE plpgsql
+CREATE FUNCTION @watch(p_key bytea, p_for bigint) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_kh bytea := sha256(p_key);
