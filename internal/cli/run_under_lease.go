@@ -19,7 +19,7 @@ import (
 type leaseRun struct {
 	cfg            runConfig
 	stdout, stderr io.Writer
-	sigs           chan os.Signal // the forwarded signals that came, for the command
+	sigs           chan os.Signal // the signals of supervise.Forwarded that came, for the command
 	lease          heldLease
 	stop           supervise.Stop // the command's stop, as last scheduled after a grant or a refresh
 	stopping       bool           // the command has been told to stop: run exits exitLost
@@ -99,7 +99,7 @@ func (r *leaseRun) start(ctx context.Context, interruptedWaiting bool) (*supervi
 	return c, 0
 }
 
-// follow passes the forwarded signals on to the command c and keeps its stop with the lease
+// follow passes the signals of supervise.Forwarded on to the command c and keeps its stop with the lease
 // until it ends: later after each refresh, sooner when the lease is lost. It returns run's exit
 // status once c has ended and the lease is released.
 func (r *leaseRun) follow(ctx context.Context, c *supervise.Child) int {

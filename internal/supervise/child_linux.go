@@ -19,7 +19,7 @@ import (
 //     refresh, and stops it on that schedule by its own clock unless told a later one in time,
 //     whatever state the CLI is in: stopped (SIGSTOP), stalled, or dead.
 //   - When the CLI dies, even by SIGKILL, the supervisor reads EOF and sends SIGKILL to the rest of
-//     its group and to every descendant, then exits (see supervise).
+//     its group and to every descendant, then exits (see runSupervisor).
 //     SIGKILL rather than SIGTERM: nobody refreshes the lease any more and its time left is
 //     unknown, so the command must not run on through a grace period.
 //   - When the supervisor ends (the command exited, or the supervisor was killed), the CLI reads
