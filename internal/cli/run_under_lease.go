@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"reflect"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -28,6 +30,7 @@ type leaseRun struct {
 // runUnderLease takes the lease (cfg.acquire), runs the command under it, and returns the exit
 // status of run or elect.
 func runUnderLease(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) int {
+	stdout, stderr = lockedOutput(stdout, stderr)
 	r := &leaseRun{cfg: cfg, stdout: stdout, stderr: stderr, sigs: make(chan os.Signal, 8)}
 	signal.Notify(r.sigs, supervise.Forwarded...)
 	defer signal.Stop(r.sigs)
@@ -195,4 +198,30 @@ func (r *leaseRun) release(ctx context.Context) {
 	if err != nil && !errors.Is(err, core.ErrLost) {
 		r.say("%v", err)
 	}
+}
+
+// lockedOutput returns stdout and stderr for run's lines and the command's output, which os/exec
+// copies on goroutines of its own when they are not files: stderr, unless a file, written by one
+// writer at a time, and stdout too when it is the same writer.
+func lockedOutput(stdout, stderr io.Writer) (io.Writer, io.Writer) {
+	if _, ok := stderr.(*os.File); ok {
+		return stdout, stderr
+	}
+	locked := &lockedWriter{w: stderr}
+	if t := reflect.TypeOf(stdout); t != nil && t == reflect.TypeOf(stderr) && t.Comparable() && stdout == stderr {
+		return locked, locked
+	}
+	return stdout, locked
+}
+
+// lockedWriter is w, written by one writer at a time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
