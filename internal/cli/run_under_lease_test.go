@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,14 +22,19 @@ func TestRunSaysTheLossOnTheStderrItsCommandWritesTo(t *testing.T) {
 	const key = "shared-stderr"
 	var errOut bytes.Buffer
 	code := make(chan int, 1)
+	writing := filepath.Join(t.TempDir(), "writing")
 	go func() {
 		code <- run(t.Context(), []string{"run", "-redis", memoryRedis, "-key", key, "-ttl", "1s", "--",
-			"sh", "-c", "while :; do echo working >&2; sleep 0.01; done"}, io.Discard, &errOut)
+			"sh", "-c", `echo working >&2; touch "$1"; while :; do echo working >&2; sleep 0.01; done`, "sh", writing}, io.Discard, &errOut)
 	}()
-	snap := poll.For(t, "the run holds the key", func() (core.Snapshot, bool) {
-		snap, err := store.Inspect(t.Context(), key)
-		return snap, err == nil && len(snap.Leases) == 1
+	poll.Until(t, "the command writes to stderr", func() bool {
+		_, err := os.Stat(writing)
+		return err == nil
 	})
+	snap, err := store.Inspect(t.Context(), key)
+	if err != nil || len(snap.Leases) != 1 {
+		t.Fatalf("inspect the run's key: %+v, %v; want one holder", snap, err)
+	}
 	if ok, err := store.Release(t.Context(), core.ReleaseRequest{Key: key, Holder: snap.Leases[0].Holder}); !ok || err != nil {
 		t.Fatalf("release the run's lease from under it: %v, %v", ok, err)
 	}
