@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/supervise"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -62,7 +63,7 @@ func electCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	fs.BoolVar(&observe, "observe", false, "print the leader of KEY and each change, one line each, until interrupted")
 	cfg.registerTiming(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), cfg.store.help(fmt.Sprintf(electHelp, processGroupNote, exitLost, exitBusy, exitInterrupted, exitCannotStart, exitConfig, storeFailure)))
+		fmt.Fprint(fs.Output(), cfg.store.help(fmt.Sprintf(electHelp, supervise.GroupNote, exitLost, exitBusy, exitInterrupted, exitCannotStart, exitConfig, storeFailure)))
 		fs.PrintDefaults()
 	}
 	before, command, dashes := args, []string(nil), false

@@ -318,16 +318,35 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	if e := r.chosen(); e != nil {
 		return e.connect(ctx)
 	}
-	servers := make([]*server, 0, len(r.urls))
-	closeAll := func() {
-		for _, s := range servers {
-			s.close()
-		}
+	servers, errs, err := r.dial(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
+	closeAll := func() { closeServers(servers) }
+	if len(servers) == 1 {
+		if errs[0] != nil {
+			closeAll()
+			return nil, nil, errs[0]
+		}
+		return servers[0].store, closeAll, nil
+	}
+	rl, err := redlockOver(servers, errs, cmd, warn, limit)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return rl, closeAll, nil
+}
+
+// dial opens a server for each -redis URL and checks them all in parallel (server.check). It
+// returns the servers and each one's check, or an error, with nothing left open: a URL that
+// cannot be opened, or ctx's.
+func (r *storeFlags) dial(ctx context.Context) ([]*server, []error, error) {
+	servers := make([]*server, 0, len(r.urls))
 	for _, u := range r.urls {
 		s, err := r.open(u)
 		if err != nil {
-			closeAll()
+			closeServers(servers)
 			return nil, nil, err
 		}
 		servers = append(servers, s)
@@ -339,25 +358,30 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		closeAll()
+		closeServers(servers)
 		return nil, nil, err
 	}
-	if len(servers) == 1 {
-		if errs[0] != nil {
-			closeAll()
-			return nil, nil, errs[0]
-		}
-		return servers[0].store, closeAll, nil
-	}
+	return servers, errs, nil
+}
 
+// closeServers closes each of servers.
+func closeServers(servers []*server) {
+	for _, s := range servers {
+		s.close()
+	}
+}
+
+// redlockOver returns Redlock over servers, whose checks failed where errs says, if enough
+// answer to grant a key of limit permits; each that does not is reported on warn as connect
+// says. It leaves the servers open either way.
+func redlockOver(servers []*server, errs []error, cmd string, warn io.Writer, limit int) (*redlock.Store, error) {
 	stores := make([]core.Store, len(servers))
 	for i, s := range servers {
 		stores[i] = s.store
 	}
 	rl, err := redlock.New(stores)
 	if err != nil {
-		closeAll()
-		return nil, nil, err
+		return nil, err
 	}
 	up, need := 0, rl.Quorum(limit)
 	for _, err := range errs {
@@ -380,12 +404,11 @@ func (r *storeFlags) connect(ctx context.Context, cmd string, warn io.Writer, li
 		}
 	}
 	if up < need {
-		closeAll()
 		what := fmt.Sprintf("%d (a majority)", need)
 		if limit > 1 {
 			what = fmt.Sprintf("%d for -limit %d", need, limit)
 		}
-		return nil, nil, fmt.Errorf("only %d of %d Redis servers answer; Redlock needs %s", up, len(servers), what)
+		return nil, fmt.Errorf("only %d of %d Redis servers answer; Redlock needs %s", up, len(servers), what)
 	}
-	return rl, closeAll, nil
+	return rl, nil
 }

@@ -30,6 +30,14 @@ func (d *demo) summary(interrupted bool) demoReport {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.closed = true
+	rep := d.checkLocked(pool, lock)
+	d.printSummaryLocked(rep, interrupted)
+	return rep
+}
+
+// checkLocked returns the report of the run, with the problems the workers met and those the
+// final checks of the store's records of both keys (pool, lock) find. d.mu must be held.
+func (d *demo) checkLocked(pool, lock keyRecord) demoReport {
 	rep := demoReport{
 		poolAcquired:        int(d.poolAcquired.Load()),
 		lockAcquired:        int(d.lockAcquired.Load()),
@@ -62,7 +70,12 @@ func (d *demo) summary(interrupted bool) demoReport {
 		}
 	}
 	rep.problems = problems
+	return rep
+}
 
+// printSummaryLocked prints the summary of rep, a run that was interrupted or not: a row per
+// figure, then the result and each problem. d.mu must be held.
+func (d *demo) printSummaryLocked(rep demoReport, interrupted bool) {
 	w := d.w
 	fmt.Fprintf(w, "\nsummary after %.2fs", time.Since(d.start).Seconds())
 	if interrupted {
@@ -101,21 +114,20 @@ func (d *demo) summary(interrupted bool) demoReport {
 	for _, n := range d.notes {
 		row("note", "%s", n)
 	}
-	if len(problems) == 0 {
+	if len(rep.problems) == 0 {
 		if interrupted {
 			row("result", "OK as far as it went: no limit exceeded, no fence went backwards")
 		} else {
 			row("result", "OK: no limit exceeded, no fence went backwards")
 		}
-		return rep
+		return
 	}
 	row("result", "FAILED")
-	for _, p := range problems {
+	for _, p := range rep.problems {
 		for _, line := range wrap(p, "    - ", "      ", lineWidth) {
 			fmt.Fprintln(w, line)
 		}
 	}
-	return rep
 }
 
 // happening is what a worker did with a lease: who, what, how many holders of the lease's size
