@@ -32,9 +32,13 @@ local overtakes = ARGV[12]
 -- keep in the HSET and a PEXPIRE, as keep does. No lease holds the key, so any limit is its own.
 if n <= limit then
   local last, until_ms, fast = 0, 0, not overtakes -- leaves to overtake: the general path records them
+  local versioned = #all == 0 -- a new hash gets its layout below; any other must have ours
   for i = 1, #all, 2 do
     local f, x = all[i], counter(all[i + 1])
-    if not x then
+    if f == 'layout' then
+      versioned = all[i + 1] == LAYOUT_VERSION
+      fast = fast and versioned
+    elseif not x then
       fast = false -- a lease, or someone else's entry: the general path reads it
     elseif f == 'fence' then
       last = x
@@ -47,7 +51,7 @@ if n <= limit then
     end
     if not fast then break end
   end
-  if fast then
+  if fast and versioned then
     local fence = math.max(last + 1, now_us, min_fence, floor)
     local ft, entry = int(fence), ''
     if value ~= '' then entry = '\n' .. value end
@@ -56,6 +60,10 @@ if n <= limit then
     local life = fenced(ttl + d, fence)
     if lasts(until_ms, life) then
       redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', lt)
+    elseif #all == 0 then
+      life = kept(life)
+      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', lt, 'keep', int(now_ms + life), 'layout', LAYOUT_VERSION)
+      redis.call('PEXPIRE', state, life)
     else
       life = kept(life)
       redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', lt, 'keep', int(now_ms + life))

@@ -15,7 +15,10 @@
 --                    releases one or gives one back publishes on the key's changed channel), line
 --                    (until when queue and waiting may hold places: they expire then, and a call
 --                    reads the line only before), left (until when left may hold try ids: read
---                    only before) and keep (when the hash itself expires). The hash outlives
+--                    only before) and keep (when the hash itself expires). The entry layout holds
+--                    the layout's version (LAYOUT_VERSION), written with the hash's first entries and
+--                    deleted with its last: a call that finds another version, or none beside
+--                    entries of ours, fails and writes nothing (other_layout). The hash outlives
 --                    every lease, place, left try and watch it records, and a fence it granted
 --                    above the clock, by as long again as the longest of them needed when it
 --                    last set keep (a second at least): its counters must not start again while
@@ -129,6 +132,13 @@ local function foreign(field)
     '" is not ours); it was left untouched'})
 end
 
+-- other_layout stops the call: the lease hash is of another layout version than this one's
+-- (found: its layout entry, or nil when it has none beside entries of ours).
+local function other_layout(found)
+  error({err = 'LAYOUT leasehold: ' .. state .. ' is of layout ' .. (found or 'none') ..
+    ', this Store speaks layout ' .. LAYOUT_VERSION .. '; it was left untouched'})
+end
+
 -- counter returns the number a counter's entry holds, or nil when it is not one of ours: ours
 -- are whole numbers below 2^53, and one that is not (nan, inf, negative, fractional) is someone
 -- else's, and would break the arithmetic (a fence of NaN).
@@ -143,11 +153,21 @@ end
 local function load(all)
   leases, delays, used, read = {}, {}, 0, all
   meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0, keep = 0}
+  if #all == 0 then writes = {layout = LAYOUT_VERSION} end
+  local version, odd
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
+    local n, fence, exp, q, d, value
     if string.byte(f) == 58 then -- ':'
-      local n, fence, exp, q, d, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
-      if not n then foreign(f) end
+      n, fence, exp, q, d, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
+      odd = odd or (not n and f)
+    elseif f == 'layout' then
+      version = v
+    else
+      local x = meta[f] and counter(v)
+      if x then meta[f] = x else odd = odd or f end
+    end
+    if n then
       exp = tonumber(exp)
       if d == '' then d = 0 else d = tonumber(d) end
       if exp > now_ms then
@@ -160,12 +180,12 @@ local function load(all)
         writes = writes or {}
         writes[f] = false
       end
-    else
-      local x = meta[f] and counter(v)
-      if not x then foreign(f) end
-      meta[f] = x
     end
   end
+  -- Another version's hash is reported as such, whatever it holds; one with no version, as
+  -- someone else's when an entry is not ours, else as a layout before versions.
+  if version ~= LAYOUT_VERSION and (version or (#all > 0 and not odd)) then other_layout(version) end
+  if odd then foreign(odd) end
 end
 
 -- setm sets the counter k to v, whose text is text (nil: to be formatted when written).
@@ -179,11 +199,12 @@ end
 -- me: it returns me's entry (nil when none) and whether the rest allows the fast path (every
 -- other lease well formed and unexpired, since the general path deletes an expired one and
 -- reports one not ours; every other entry a counter of ours; and, when quiet, no live line or
--- watch), stopping at the first entry that rules it out; and, when it allows it, the counters
+-- watch; and the layout of this version), stopping at the first entry that rules it out; and,
+-- when it allows it, the counters
 -- limit and keep (0 when absent), whether me's is the only lease, whether a left try lives, and
 -- whether the fence is at or above the clock (see settle).
 local function scan(all, me, quiet)
-  local entry, limit, until_ms, alone, tries, raised = nil, 0, 0, true, false, false
+  local entry, limit, until_ms, alone, tries, raised, versioned = nil, 0, 0, true, false, false, false
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
     if f == me then
@@ -192,6 +213,9 @@ local function scan(all, me, quiet)
       local exp = string.match(v, '^%d+ %d+ (%d+)')
       if not exp or tonumber(exp) <= now_ms then return entry, false end
       alone = false
+    elseif f == 'layout' then
+      if v ~= LAYOUT_VERSION then return entry, false end
+      versioned = true
     else
       local x = counter(v)
       if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == 'keep' or f == 'left' or
@@ -209,7 +233,7 @@ local function scan(all, me, quiet)
       end
     end
   end
-  return entry, true, limit, until_ms, alone, tries, raised
+  return entry, versioned, limit, until_ms, alone, tries, raised
 end
 
 -- lasts says a lease hash that expires at until_ms (its keep) needs no new expiry to live life

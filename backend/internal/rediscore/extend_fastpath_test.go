@@ -37,6 +37,20 @@ type keyState struct {
 	setup func(ctx context.Context, p redis.Pipeliner, ks []string)
 }
 
+// withLayout returns a lease hash of entries h, written in order, with this version's layout
+// entry last, as the scripts write it with a hash's first entries, unless h has one.
+func withLayout(h map[string]string, order []string) (map[string]string, []string) {
+	if _, ok := h["layout"]; ok {
+		return h, order
+	}
+	h = maps.Clone(h)
+	h["layout"] = strconv.Itoa(rediscore.LayoutVersion)
+	if order != nil {
+		order = append(slices.Clone(order), "layout")
+	}
+	return h, order
+}
+
 // runState sets tw's clock to now and key's state to st (the hash's entries in st.order or sorted,
 // then setup), runs src with args exactly (an extend's ARGV is holder and ttl: no changed channel)
 // and returns the snapshot.
@@ -53,6 +67,7 @@ func (tw *twin) runState(t *testing.T, now time.Time, key string, st keyState, s
 	p.FlushAll(ctx)
 	if st.hash != nil {
 		if len(st.hash) > 0 {
+			st.hash, st.order = withLayout(st.hash, st.order)
 			kv := make([]any, 0, 2*len(st.hash))
 			order := st.order
 			if order == nil {

@@ -100,7 +100,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		if subs != nil {
 			subs.endTry(t)
 		}
-		if call.try != nil && !errors.Is(err, core.ErrLimitMismatch) {
+		if call.try != nil && !errors.Is(err, core.ErrLimitMismatch) && !errors.Is(err, ErrLayoutVersion) {
 			// The try may have reached the server and taken a place that nobody would own (its
 			// caller takes an error as final), or may still reach it, after the leave, on its
 			// own connection: leave, and keep that try out of the line (a limit mismatch was
