@@ -15,10 +15,10 @@
 --                    releases one or gives one back publishes on the key's changed channel), line
 --                    (until when queue and waiting may hold places: they expire then, and a call
 --                    reads the line only before), left (until when left may hold try ids: read
---                    only before) and keep (when the hash itself expires). The entry layout holds
---                    the layout's version (LAYOUT_VERSION), written with the hash's first entries and
---                    deleted with its last: a call that finds another version, or none beside
---                    entries of ours, fails and writes nothing (other_layout). The hash outlives
+--                    only before) and keep (when the hash itself expires; its entry is named
+--                    'keep@' .. the layout's version, KEEP_ENTRY: every hash of ours has it, so a
+--                    call that finds another version's, or a hash of ours without it, fails and
+--                    writes nothing, other_layout). The hash outlives
 --                    every lease, place, left try and watch it records, and a fence it granted
 --                    above the clock, by as long again as the longest of them needed when it
 --                    last set keep (a second at least): its counters must not start again while
@@ -133,7 +133,7 @@ local function foreign(field)
 end
 
 -- other_layout stops the call: the lease hash is of another layout version than this one's
--- (found: its layout entry, or nil when it has none beside entries of ours).
+-- (found: the version its keep entry's name carries, or nil when it has none).
 local function other_layout(found)
   error({err = 'LAYOUT leasehold: ' .. state .. ' is of layout ' .. (found or 'none') ..
     ', this Store speaks layout ' .. LAYOUT_VERSION .. '; it was left untouched'})
@@ -152,8 +152,7 @@ end
 -- expired lease whose lock delay has ended (or that had none) is marked for deletion.
 local function load(all)
   leases, delays, used, read = {}, {}, 0, all
-  meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0, keep = 0}
-  if #all == 0 then writes = {layout = LAYOUT_VERSION} end
+  meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0}
   local version, odd
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
@@ -161,11 +160,14 @@ local function load(all)
     if string.byte(f) == 58 then -- ':'
       n, fence, exp, q, d, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
       odd = odd or (not n and f)
-    elseif f == 'layout' then
-      version = v
+    elseif f == KEEP_ENTRY then
+      version, meta.keep = LAYOUT_VERSION, counter(v)
+      odd = odd or (not meta.keep and f)
+    elseif string.sub(f, 1, 5) == 'keep@' then
+      version = string.sub(f, 6)
     else
-      local x = meta[f] and counter(v)
-      if x then meta[f] = x else odd = odd or f end
+      local x = f ~= 'keep' and meta[f] and counter(v)
+      if x then meta[f] = x elseif f ~= 'keep' or not counter(v) then odd = odd or f end
     end
     if n then
       exp = tonumber(exp)
@@ -182,10 +184,12 @@ local function load(all)
       end
     end
   end
-  -- Another version's hash is reported as such, whatever it holds; one with no version, as
-  -- someone else's when an entry is not ours, else as a layout before versions.
+  -- Another version's hash is reported as such, whatever it holds; one without a keep entry
+  -- (every hash of ours has one), as someone else's when an entry is not ours, else as a layout
+  -- from before versions.
   if version ~= LAYOUT_VERSION and (version or (#all > 0 and not odd)) then other_layout(version) end
   if odd then foreign(odd) end
+  meta.keep = meta.keep or 0
 end
 
 -- setm sets the counter k to v, whose text is text (nil: to be formatted when written).
@@ -199,7 +203,7 @@ end
 -- me: it returns me's entry (nil when none) and whether the rest allows the fast path (every
 -- other lease well formed and unexpired, since the general path deletes an expired one and
 -- reports one not ours; every other entry a counter of ours; and, when quiet, no live line or
--- watch; and the layout of this version), stopping at the first entry that rules it out; and,
+-- watch; and this version's keep entry), stopping at the first entry that rules it out; and,
 -- when it allows it, the counters
 -- limit and keep (0 when absent), whether me's is the only lease, whether a left try lives, and
 -- whether the fence is at or above the clock (see settle).
@@ -213,19 +217,16 @@ local function scan(all, me, quiet)
       local exp = string.match(v, '^%d+ %d+ (%d+)')
       if not exp or tonumber(exp) <= now_ms then return entry, false end
       alone = false
-    elseif f == 'layout' then
-      if v ~= LAYOUT_VERSION then return entry, false end
-      versioned = true
     else
       local x = counter(v)
-      if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == 'keep' or f == 'left' or
+      if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == KEEP_ENTRY or f == 'left' or
         f == 'line' or f == 'watch') or (quiet and (f == 'line' or f == 'watch') and x > now_ms) then
         return entry, false
       end
       if f == 'limit' then
         limit = x
-      elseif f == 'keep' then
-        until_ms = x
+      elseif f == KEEP_ENTRY then
+        until_ms, versioned = x, true
       elseif f == 'left' then
         tries = x > now_ms
       elseif f == 'fence' then
@@ -288,7 +289,7 @@ local function flush()
         del = del or {}
         del[#del + 1] = f
       else
-        set[#set + 1] = f
+        set[#set + 1] = f == 'keep' and KEEP_ENTRY or f
         if w == true then
           set[#set + 1] = int(meta[f])
         elseif type(w) == 'string' then

@@ -136,10 +136,9 @@ func TestStoredFormat(t *testing.T) {
 		{0, ":b", fmt.Sprintf(`^1 %d \d+`, b.Fence) + regexp.QuoteMeta("\n"+odd) + `$`},
 		{0, "fence", fmt.Sprintf(`^%d$`, b.Fence)},
 		{0, "limit", `^3$`},
-		{0, "layout", `^` + strconv.Itoa(rediscore.LayoutVersion) + `$`},
 		{0, "seq", `^2$`},
 		{0, "line", `^[1-9]\d*$`},
-		{0, "keep", `^[1-9]\d*$`},
+		{0, rediscore.KeepField, `^[1-9]\d*$`},
 		{2, "w", `^3 \d+ 3 60000 0 [01] ` + channel + `$`},
 		{2, "v", fmt.Sprintf(`^3 \d+ 3 60000 0 [23] %d `, len(odd)) + regexp.QuoteMeta(odd) + channel + `$`},
 	} {
@@ -155,8 +154,8 @@ func TestStoredFormat(t *testing.T) {
 	if v := get(0, "watch"); !regexp.MustCompile(`^[1-9]\d*$`).MatchString(v) {
 		t.Errorf("the watch counter is %q, want a deadline in server ms", v)
 	}
-	if n, err := c.HLen(ctx, keys[0]).Result(); err != nil || n != 9 {
-		t.Errorf("the lease hash has %d entries (%v), want 2 leases, 6 counters (no left) and the layout", n, err)
+	if n, err := c.HLen(ctx, keys[0]).Result(); err != nil || n != 8 {
+		t.Errorf("the lease hash has %d entries (%v), want 2 leases and 6 counters (no left)", n, err)
 	}
 	if snap, err := s.Inspect(ctx, "fmt"); err != nil || len(snap.Leases) != 2 || snap.InUse() != 2 || len(snap.Waiters) != 2 {
 		t.Errorf("Inspect of a watched key = %+v, %v; want the 2 leases and 2 waiters only", snap, err)

@@ -31,8 +31,8 @@ func refusedAsLayout(t *testing.T, op string, err error, found string) {
 }
 
 // TestStoreRefusesAKeyOfAnotherLayoutAndChangesNothing: a lease hash written by another layout
-// version (its layout entry says so), or by a layout from before versions (none, beside entries
-// of ours), is refused by every operation with an error naming both versions, and is left as it
+// version (the name of its keep entry says so), or by a layout from before versions (a keep
+// entry named "keep", beside entries of ours), is refused by every operation with an error naming both versions, and is left as it
 // was, its line's keys not made.
 func TestStoreRefusesAKeyOfAnotherLayoutAndChangesNothing(t *testing.T) {
 	srv := redistest.StartServer(t)
@@ -45,7 +45,7 @@ func TestStoreRefusesAKeyOfAnotherLayoutAndChangesNothing(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		s := mk(t, srv.Addr)
 		for found, hash := range map[string]map[string]string{
-			"2":    {":h": lease, "fence": fence, "limit": "1", "keep": far, "layout": "2", "shape": "of version 2"},
+			"2":    {":h": lease, "fence": fence, "limit": "1", "keep@2": far, "shape": "of version 2"},
 			"none": {":h": lease, "fence": fence, "limit": "1", "keep": far},
 		} {
 			t.Run(name+"/"+found, func(t *testing.T) {

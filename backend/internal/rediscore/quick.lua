@@ -9,7 +9,7 @@
 
 -- quick_acquire grants a key that has no lease, place, watch or left try, to a try that overtakes
 -- no leave (see acquire.lua): its lease hash is gone (never used, or left idle and deleted), or
--- holds the counters fence, limit and keep and the layout alone, as a
+-- holds the counters fence, limit and keep alone, as a
 -- release leaves them under a fence above the clock (a Redlock node's). The fence is max(last +
 -- 1, now_us, the floors sent), any limit is the key's, and the grant is one HSET of the lease and
 -- the counters, and the hash's expiry when it would not last (see keep, fenced and kept): what
@@ -19,9 +19,8 @@ local function quick_acquire(all)
   local nt, lt = ARGV[6] or '1', ARGV[7] or '1'
   local last, keep = 0, 0
   if #all ~= 0 then
-    if #all ~= 8 or all[1] ~= 'fence' or all[3] ~= 'limit' or all[5] ~= 'keep' or all[7] ~= 'layout' or
-      all[8] ~= LAYOUT_VERSION or #all[2] > 16 or #all[4] > 15 or #all[6] > 15 or
-      not string.find(all[2] .. ' ' .. all[4] .. ' ' .. all[6], '^[1-9]%d* [1-9]%d* [1-9]%d*$') then
+    if #all ~= 6 or all[1] ~= 'fence' or all[3] ~= 'limit' or all[5] ~= KEEP_ENTRY or #all[2] > 16 or #all[4] > 15 or
+      #all[6] > 15 or not string.find(all[2] .. ' ' .. all[4] .. ' ' .. all[6], '^[1-9]%d* [1-9]%d* [1-9]%d*$') then
       return nil
     end
     last, keep = tonumber(all[2]), tonumber(all[6])
@@ -48,25 +47,20 @@ local function quick_acquire(all)
     redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt)
   else
     life = life + math.min(life > 1000 and life or 1000, 31536000000)
-    if #all == 0 then
-      redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt, 'keep', string.format('%d', now_ms + life),
-        'layout', LAYOUT_VERSION)
-    else
-      redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt, 'keep', string.format('%d', now_ms + life))
-    end
+    redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt, KEEP_ENTRY, string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end
   return fence
 end
 
 -- lone returns the entry of the lease at me and the counters fence, limit and keep (texts) when
--- they and this version's layout are the lease hash's only entries, all (as HGETALL read it), in any order, and the counters
+-- they are the lease hash's only entries, all (as HGETALL read it), in any order, and the counters
 -- are digits with no leading zero, limit and keep below 10^15 and the fence below 2^53; otherwise
 -- nil (any other entry, ours or not, goes the general way, which reports one not ours).
 local function lone(all, me)
-  if #all ~= 10 then return nil end
+  if #all ~= 8 then return nil end
   local entry, fence, limit, keep
-  for i = 1, 9, 2 do
+  for i = 1, 7, 2 do
     local f = all[i]
     if f == me then
       entry = all[i + 1]
@@ -74,9 +68,9 @@ local function lone(all, me)
       fence = all[i + 1]
     elseif f == 'limit' then
       limit = all[i + 1]
-    elseif f == 'keep' then
+    elseif f == KEEP_ENTRY then
       keep = all[i + 1]
-    elseif f ~= 'layout' or all[i + 1] ~= LAYOUT_VERSION then
+    else
       return nil
     end
   end
@@ -89,10 +83,10 @@ local function lone(all, me)
 end
 
 -- quick_release ends the holder's lease when it is the hash's only entry besides the counters
--- fence, limit and keep and the layout (each digits with no leading zero, limit and keep below 10^15, the fence
+-- fence, limit and keep (each digits with no leading zero, limit and keep below 10^15, the fence
 -- below 2^53: any other counter, ours or not, goes the general way, which reports one not ours),
 -- unexpired, and at the fence asked for, if any: the key is left idle, and its hash deleted (an
--- HDEL of its five entries, as settle's HDEL of every entry would; HDEL, not DEL, which an ACL
+-- HDEL of its four entries, as settle's HDEL of every entry would; HDEL, not DEL, which an ACL
 -- that lets Leasehold's commands through need not allow), or, under a fence at or above the
 -- clock, kept with its counters until the clock passes the fence, as settle keeps it. It compares the expiry
 -- and the fence with the clock as texts: decimals with no leading zero compare as their numbers
@@ -118,18 +112,18 @@ local function quick_release(all)
       redis.call('HDEL', state, me)
     else
       redis.call('HDEL', state, me)
-      redis.call('HSET', state, 'keep', string.format('%d', until_ms))
+      redis.call('HSET', state, KEEP_ENTRY, string.format('%d', until_ms))
       redis.call('PEXPIRE', state, until_ms - now_ms)
     end
   else
-    redis.call('HDEL', state, me, 'fence', 'limit', 'keep', 'layout')
+    redis.call('HDEL', state, me, 'fence', 'limit', KEEP_ENTRY)
   end
   if n == '1' then return 1 end
   return tonumber(n)
 end
 
 -- quick_extend renews the holder's lease for ttl ms from now when it is the hash's only entry
--- besides the counters fence, limit and keep and the layout, laid out and checked as quick_release's, and
+-- besides the counters fence, limit and keep, laid out and checked as quick_release's, and
 -- unexpired: the entry written back as the general path writes it (a grant from the line taken:
 -- no q mark; its lock delay kept), and the hash's keep and expiry when it would not last until
 -- the delay would end (see keep).
@@ -158,7 +152,7 @@ local function quick_extend(all)
     redis.call('HSET', state, me, e)
   else
     local life = ttl + math.min(ttl > 1000 and ttl or 1000, 31536000000) -- kept(ttl)
-    redis.call('HSET', state, me, e, 'keep', string.format('%d', now_ms + life))
+    redis.call('HSET', state, me, e, KEEP_ENTRY, string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end
   return {1, tonumber(nt), f, tonumber(limit), value}

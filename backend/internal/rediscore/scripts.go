@@ -35,15 +35,21 @@ var (
 // takes the next version.
 const LayoutVersion = 1
 
-// common is the Lua every script shares, with LAYOUT_VERSION written as the layout's version (a string
-// literal: the library keeps no variable for it from one call to the next): the prelude (the layout,
+// common is the Lua every script shares, with LAYOUT_VERSION and KEEP_ENTRY written out (see
+// withLayout: the library keeps no variable for them from one call to the next): the prelude (the layout,
 // a call's state, the lease hash's codec), the line (its places, grants and serving, and settle,
 // a writing call's end) and the quick paths of the uncontended acquire, extend and release.
 var common = withLayout(commonPrelude + "\n" + commonLine + "\n" + quick)
 
-// withLayout returns the Lua src with LAYOUT_VERSION written as the layout's version.
+// keepEntry names the lease hash's entry that holds when the hash expires: "keep@" and the
+// layout version. Every lease hash has it, so its name is where a Store reads the layout's version
+// at no cost: the calls read the whole hash anyway (see common.lua).
+var keepEntry = "keep@" + strconv.Itoa(LayoutVersion)
+
+// withLayout returns the Lua src with LAYOUT_VERSION and KEEP_ENTRY written as the layout's
+// version and keepEntry, as string literals.
 func withLayout(src string) string {
-	return strings.ReplaceAll(src, "LAYOUT_VERSION", "'"+strconv.Itoa(LayoutVersion)+"'")
+	return strings.NewReplacer("LAYOUT_VERSION", "'"+strconv.Itoa(LayoutVersion)+"'", "KEEP_ENTRY", "'"+keepEntry+"'").Replace(src)
 }
 
 // Script names one of the scripts a Client runs: an index into Sources and functionNames.
