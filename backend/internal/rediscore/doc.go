@@ -15,7 +15,7 @@
 // counters as entries of their own: fence (the last fence granted), limit (of the latest grant),
 // seq (the line's place counter), and until when, in server milliseconds, some Store watches the
 // key (watch), the line's keys live (line), the left tries live (left) and the hash itself lives
-// (keep). P{K'}:queue (a sorted set, the line of waiters in arrival order), P{K'}:waiting (a hash
+// (keep, the entry keep@1: see Layout version). P{K'}:queue (a sorted set, the line of waiters in arrival order), P{K'}:waiting (a hash
 // of waiter → its request: the numbers, and the channel of its Store, after the value's length
 // and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
 // their reply came, and of leaves overtaken by a later try of their holder, for a minute) are
@@ -61,16 +61,54 @@
 // lease and no place, kept for a watch or a left try alone, is kept as long again as they need,
 // not as long as its leases and places had it kept.
 //
-// This layout replaced one of six keys (leases, holders, meta, queue, waiting, left) before any
-// release. The lease hash has a name of its own (lease, not leases), so neither layout reads
-// the other's leases as its own; but neither sees the other's leases either, and the line's keys
-// kept their names, so processes of the two layouts must not share a prefix.
+// # Record format (layout version 1)
+//
+// Numbers are whole decimals below 2^53, as strconv and the scripts' int() write them; times are
+// the server's clock (TIME) in ms; a fence is at least the server's clock in µs when granted.
+// P{K'} is the key's tag.
+//
+//	Redis key       type  entry / member           value
+//	P{K'}:lease     hash  ':' + holder             "<permits> <fence> <expiry ms>", then " q" for a grant from
+//	                                               the line not taken yet, "+<lock delay ms>" when it has one,
+//	                                               then "\n<value>" when it has one
+//	                      fence                    the last fence granted
+//	                      limit                    the limit of the latest grant (the key's, while leases live)
+//	                      seq                      the line's place counter
+//	                      watch                    until when some Store watches the key
+//	                      line                     until when queue and waiting may hold places
+//	                      left                     until when left may hold ids
+//	                      keep@1                   when the hash expires; its name carries the layout version
+//	P{K'}:queue     zset  holder                   place (from seq): the line in arrival order
+//	P{K'}:waiting   hash  holder                   "<permits> <deadline ms> <limit> <ttl ms> <min fence> <flags>
+//	                                               [<delay ms> ][<value length> <value>]<channel>": flags is
+//	                                               listens (0/1: a PUBLISH on the channel counts its Store),
+//	                                               +2 when a value follows, +4 when a lock delay does
+//	P{K'}:left      zset  try id or leave id       until when that try takes no place, or that leave does nothing
+//
+// Channels (named by the scripts from the lease key, never sent): P{K'}:granted:<store id>
+// carries grants from the line to that Store's waiters, each "<holder length>:<holder><fence> ";
+// P{K'}:changed carries an empty message on each change of a watched key.
+//
+// # Layout version
+//
+// The layout above, and the scripts' arguments and replies, are LayoutVersion 1. Every lease
+// hash has its keep entry, whose name carries the version (keep@1), and every call reads the
+// whole hash, so a script knows the version of what it reads at no cost: a hash whose keep entry
+// names another version (keep@2), or a hash of ours whose keep entry has none (keep: a layout
+// from before versions), is refused: the call writes nothing, and its error reply is returned as a
+// *LayoutError naming both versions (errors.Is ErrLayoutVersion). The Functions library is named
+// LibraryName ("leasehold") whatever its version, and its functions carry the version in their
+// names (leasehold_v1_acquire, …), so a Store never runs another version's code; the one function
+// every version has, LayoutFunction (leasehold_layout), returns the loaded library's version,
+// which a Store asks once, when its FUNCTION LOAD finds a library loaded: another version's is
+// refused the same way (see Functions). A change to the layout, or to what the scripts take or
+// answer, that a Store of this version would misread takes the next version. Stores of two
+// versions do not share a server.
 //
 // A lease's value (at most 1 KiB, any bytes) is stored inline, in the lease's entry: granting,
 // renewing, extending or inspecting a lease reads and writes no other key and runs no other
 // command for it. A waiter's value is kept with its request in the waiting hash, length-prefixed
-// because the channel after it holds the user key (a place without a value is stored as before
-// values were), and goes with the grant the line makes it.
+// because the channel after it holds the user key, and goes with the grant the line makes it.
 //
 // # One limit per key
 //
@@ -94,8 +132,7 @@
 // missing. Where the server refuses the library (an older server, an ACL without FUNCTION LOAD
 // or FCALL, a proxy that does not pass them), the Store uses EVALSHA, falling back to EVAL once
 // per server, for the rest of its life. Both ways run the same Lua, so clients of either kind
-// share keys. The library's name carries a hash of its source, so clients of different versions
-// keep one each on a server (a few KiB; FUNCTION DELETE removes an old one). The scripts take
+// share keys. A server holds one library (see Layout version). The scripts take
 // the time from the server (TIME) and delete expired leases when they write. Someone else's data
 // under the prefix is reported (an error naming the key and its type) and left untouched: each
 // key's first command is one that Redis refuses on a wrong type before it changes anything, and
