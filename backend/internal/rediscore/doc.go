@@ -15,8 +15,8 @@
 // counters as entries of their own: fence (the last fence granted), limit (of the latest grant),
 // seq (the line's place counter), and until when, in server milliseconds, some Store watches the
 // key (watch), the line's keys live (line), the left tries live (left) and the hash itself lives
-// (keep, the entry keep@1: see Layout version). P{K'}:queue (a sorted set, the line of waiters in arrival order), P{K'}:waiting (a hash
-// of waiter → its request: the numbers, and the channel of its Store, after the value's length
+// (keep, the entry keep@1: see Layout version). P{K'}:queue (a sorted set, the line of waiters
+// in arrival order), P{K'}:waiting (a hash of waiter → its request: the numbers, and the channel of its Store, after the value's length
 // and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
 // their reply came, and of leaves overtaken by a later try of their holder, for a minute) are
 // read only while the lease hash says they live, so an uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
