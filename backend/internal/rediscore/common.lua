@@ -1,55 +1,32 @@
--- Shared prelude of every Leasehold script. One resource key is four Redis keys in one slot:
---   KEYS[1] lease:   hash, all a call needs when nobody waits, read whole by one HGETALL. A lease is
---                    the entry ':' .. holder -> "<permits> <fence> <expiry in server ms>", then " q"
---                    for a lease the line granted that its waiter has not taken yet (an Acquire by
---                    the holder takes it), then "+<lock delay in ms>" for a lease granted with a
---                    lock delay, then "\n" and the lease's value when it has one. A lease whose
---                    expiry has passed is no lease; the next call that writes deletes it, unless
---                    it has a lock delay that has not ended (expiry + delay > now): until then
---                    the entry stays, delayed, and its permits stay closed to every request (its
---                    holder's too), to the key's limit and to the line's head (see delays).
---                    The key's counters are entries of their own, none starting with ':' (an
---                    absent one is 0): fence (the last fence granted), limit (of the latest
---                    grant), seq (the last place given in the line), watch (until when, in server
---                    ms, some Store watches the key: until then a call that grants a new lease,
---                    releases one or gives one back publishes on the key's changed channel), line
---                    (until when queue and waiting may hold places: they expire then, and a call
---                    reads the line only before), left (until when left may hold try ids: read
---                    only before) and keep (when the hash itself expires; its entry is named
---                    'keep@' .. the layout's version, KEEP_ENTRY: every hash of ours has it, so a
---                    call that finds another version's, or a hash of ours without it, fails and
---                    writes nothing, other_layout). The hash outlives
---                    every lease, place, left try and watch it records, and a fence it granted
---                    above the clock, by as long again as the longest of them needed when it
---                    last set keep (a second at least): its counters must not start again while
---                    they are in use. A key left idle (no lease, and no live line, watch or left
---                    try) leaves nothing: the call that makes it so deletes the hash (settle;
---                    release's fast path likewise). That is safe for fences only because a new
---                    grant's fence is max(last + 1, now_us, floors): with the hash gone, last is
---                    0, and the clock, in µs, is above every fence granted before as long as the
---                    last fence was below now_us when the hash went. So a hash whose fence is at
---                    or above now_us (raised by a floor: a Redlock node's) is not deleted but
---                    expires just after the clock passes the fence. (This leans on the server
---                    clock not going back past the last fence; a week's margin, as before, only
---                    made a step back less likely to matter, at a week of memory per key.)
---   KEYS[2] queue:   sorted set, the line of waiters: holder -> place. It and waiting expire
---                    together (the counter line) a minute past the last lease's expiry at the
---                    latest try, or twice that, never past twice the longest wait: every live
---                    waiter tries again when the leases in its way expire (or at its retry
---                    interval), which renews them, so the places of waiters that died go with
---                    the keys when nobody uses the key again, whatever their wait.
---   KEYS[3] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>
---                    <listens> <channel>", the request of each waiter in the line, its Store's
---                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
---                    not (0: a Cluster, where PUBLISH counts only the node's own subscribers); for
---                    a request with a value, listens is 2 or 3 (0 or 1, plus 2) and "<value length>
---                    <value>" comes before the channel (which holds the user key: any bytes); for a
---                    request with a lock delay, listens has 4 added and "<delay ms> " comes first
---   KEYS[4] left:    sorted set, try id -> server ms until which a try of that id, whose caller
---                    gave up on it before its reply came, takes no place in the line: a leave
---                    that overtook its try on another connection; and leave id -> server ms
---                    until which a leave of that id, which a later try of its holder overtook,
---                    does nothing
+-- Shared prelude of every Leasehold script. One resource key is four Redis keys in one slot,
+-- KEYS[1] lease (hash), KEYS[2] queue (zset), KEYS[3] waiting (hash), KEYS[4] left (zset); their
+-- records are the table "Record format" in doc.go. The lease hash is all a call needs when nobody
+-- waits, read whole by one HGETALL; a counter absent from it is 0.
+--   A lease whose expiry has passed is no lease; the next call that writes deletes it, unless it
+-- has a lock delay that has not ended (expiry + delay > now): until then the entry stays, delayed,
+-- and its permits stay closed to every request (its holder's too), to the key's limit and to the
+-- line's head (see delays).
+--   Every hash of ours has its keep entry, named 'keep@' .. the layout's version (KEEP_ENTRY): a
+-- call that finds another version's, or a hash of ours without one, fails and writes nothing
+-- (other_layout). The hash outlives every lease, place, left try and watch it records, and a fence
+-- it granted above the clock, by as long again as the longest of them needed when it last set
+-- keep (a second at least): its counters must not start again while they are in use. A key left
+-- idle (no lease, and no live line, watch or left try) leaves nothing: the call that makes it so
+-- deletes the hash (settle; release's fast path likewise). That is safe for fences only because
+-- a new grant's fence is max(last + 1, now_us, floors): with the hash gone, last is 0, and the
+-- clock, in µs, is above every fence granted before as long as the last fence was below now_us
+-- when the hash went. So a hash whose fence is at or above now_us (raised by a floor: a Redlock
+-- node's) is not deleted but expires just after the clock passes the fence (this leans on the
+-- server clock not going back past the last fence).
+--   queue and waiting expire together (the counter line) a minute past the last lease's expiry
+-- at the latest try, or twice that, never past twice the longest wait: every live waiter tries
+-- again when the leases in its way expire (or at its retry interval), which renews them, so the
+-- places of waiters that died go with the keys when nobody uses the key again, whatever their
+-- wait. A waiting record's listens says whether a PUBLISH on its channel counts its Store (1) or
+-- not (0: a Cluster, where PUBLISH counts only the node's own subscribers).
+--   left holds the ids of tries whose caller gave up before the reply came (such a try takes no
+-- place in the line: its leave overtook it on another connection), and of leaves a later try of
+-- their holder overtook (such a leave does nothing), each until a time in server ms.
 -- The key's channels are named after KEYS[1] (see layout.go), so no call sends them: its changed
 -- channel, and the channel of each Store that waits (see granted_channel).
 -- Every number that goes into a stored string is a whole decimal number below 2^53, as int()
