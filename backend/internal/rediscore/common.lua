@@ -137,14 +137,18 @@ local function load(all)
     if string.byte(f) == 58 then -- ':'
       n, fence, exp, q, d, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
       odd = odd or (not n and f)
+    elseif meta[f] then
+      local x = counter(v)
+      if x then meta[f] = x else odd = odd or f end
     elseif f == KEEP_ENTRY then
       version, meta.keep = LAYOUT_VERSION, counter(v)
       odd = odd or (not meta.keep and f)
+    elseif f == 'keep' then -- a layout from before versions, unless not ours
+      odd = odd or (not counter(v) and f)
     elseif string.sub(f, 1, 5) == 'keep@' then
       version = string.sub(f, 6)
     else
-      local x = f ~= 'keep' and meta[f] and counter(v)
-      if x then meta[f] = x elseif f ~= 'keep' or not counter(v) then odd = odd or f end
+      odd = odd or f
     end
     if n then
       exp = tonumber(exp)
