@@ -6,31 +6,23 @@
 //
 // # Key layout
 //
-// A resource key K under prefix P is stored in four Redis keys. P{K'}:lease is a hash that holds
-// all an operation needs when nobody waits, so that it reads it whole with one HGETALL and writes
-// back what it changed with one HSET (and one HDEL): each lease as the entry ':' + holder →
-// "permits fence expiry" (the expiry in server milliseconds), with " q" after a grant from the
-// line not taken yet, "+" and its lock delay in ms when it has one, then a newline and the
-// lease's value when it has one; and the key's
-// counters as entries of their own: fence (the last fence granted), limit (of the latest grant),
-// seq (the line's place counter), and until when, in server milliseconds, some Store watches the
-// key (watch), the line's keys live (line), the left tries live (left) and the hash itself lives
-// (keep, the entry keep@1: see Layout version). P{K'}:queue (a sorted set, the line of waiters
-// in arrival order), P{K'}:waiting (a hash of waiter → its request: the numbers, and the channel of its Store, after the value's length
-// and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
-// their reply came, and of leaves overtaken by a later try of their holder, for a minute) are
-// read only while the lease hash says they live, so an uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
+// A resource key K under prefix P is stored in four Redis keys (their records are the table in
+// Record format). P{K'}:lease is a hash that holds all an operation needs when nobody waits: its
+// leases, each inline with its value, and the key's counters; a call reads it whole with one
+// HGETALL and writes back what it changed with one HSET (and one HDEL). P{K'}:queue, P{K'}:waiting
+// (the line) and P{K'}:left (tries given up before their reply came, and leaves overtaken by a
+// later try of their holder, for a minute) are read only while the lease hash says they live. So
+// an uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
 // as every key is again after its last release), a release TIME, HGETALL and HDEL, and an extend
-// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE);
-// in the common case each writes straight from the HGETALL's reply, without decoding the rest of
-// the state (the fast paths: acquire.lua, release.lua and extend.lua say when they apply), and
-// the uncontended lock's acquire (on a key with no hash), extend and release (of the hash's lone
-// lease) do so before setting up anything else (the quick paths, quick.lua). K' is K
-// with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
-// the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed, which all share)
-// land in one Redis Cluster slot and one script can touch them all; the encoding keeps any user
-// key in one slot and distinct from every other. No call sends the channels: the scripts name them
-// after the lease hash's name, and a waiting try's Store after its try id.
+// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE); in the common
+// case each writes straight from the HGETALL's reply, without decoding the rest of the state (the
+// fast paths: acquire.lua, release.lua and extend.lua say when they apply), and the uncontended
+// lock's acquire (on a key with no hash), extend and release (of the hash's lone lease) do so
+// before setting up anything else (the quick paths, quick.lua). K' is K with '%', '{' and '}'
+// percent-encoded. K' is the hash tag, so the four keys (and the key's channels) land in one
+// Redis Cluster slot and one script can touch them all; the encoding keeps any user key in one
+// slot and distinct from every other. No call sends the channels: the scripts name them after
+// the lease hash's name, and a waiting try's Store after its try id.
 //
 // # Nothing left behind
 //
