@@ -11,7 +11,8 @@
 // package core (core.ErrClosed, core.ErrLost, core.ErrInvalid) or ctx's error is returned as it is,
 // or with a detail after it. So is the *core.LimitMismatchError of a request whose limit is not the
 // key's (that of its leases, or of its waiters when it has none), which was refused at once and
-// wrote nothing. The portable layer (package primitives) names the operation and the key.
+// wrote nothing; and the *LayoutError of a key or library written by a Leasehold of another
+// layout version (errors.Is ErrLayoutVersion), which changed nothing. The portable layer (package primitives) names the operation and the key.
 //
 // A failure to use the server reads as the sentence the leasehold CLI prints for it, and wraps
 // go-redis's error: "goredis: redis ADDR unreachable: dial tcp ...", "goredis: redis ADDR:
@@ -104,6 +105,15 @@ var (
 	_ core.FenceRaiser = (*Store)(nil)
 	_ core.Watcher     = (*Store)(nil)
 )
+
+// ErrLayoutVersion is what the error of a call that met a key or a Redis Functions library
+// written by a Leasehold of another layout version wraps (errors.Is): the call changed nothing.
+// Stores of two layout versions do not share a server; the error, a *LayoutError, names the key
+// or library, the version found and the version this Store speaks.
+var ErrLayoutVersion = rediscore.ErrLayoutVersion
+
+// LayoutError is the error of a call that met another layout version (see ErrLayoutVersion).
+type LayoutError = rediscore.LayoutError
 
 // Option configures a Store.
 type Option func(*options)

@@ -67,7 +67,7 @@ func TestLateLeaveSparesTheHoldersNewerTry(t *testing.T) {
 			}
 
 			// h gives up its place; the leave is stuck on the way, and the Store gives up on it.
-			arrived, deliver := px.HoldRequest(rediscore.LibraryName + "_leave")
+			arrived, deliver := px.HoldRequest(rediscore.FunctionName(4)) // leave is Script 4
 			defer deliver()
 			ended, cancel := context.WithCancel(ctx)
 			cancel()
@@ -153,7 +153,7 @@ func TestDeadPlaceOfAnOvertakenLeaveIsPassedOn(t *testing.T) {
 	if res, err := s.Acquire(ctx, h); err != nil || res.Granted {
 		t.Fatalf("Acquire(h) = %+v, %v; want a place in line", res, err)
 	}
-	arrived, deliver := px.HoldRequest(rediscore.LibraryName + "_leave")
+	arrived, deliver := px.HoldRequest(rediscore.FunctionName(4)) // leave is Script 4
 	defer deliver()
 	ended, cancel := context.WithCancel(ctx)
 	cancel()

@@ -32,14 +32,15 @@ local overtakes = ARGV[12]
 -- keep in the HSET and a PEXPIRE, as keep does. No lease holds the key, so any limit is its own.
 if n <= limit then
   local last, until_ms, fast = 0, 0, not overtakes -- leaves to overtake: the general path records them
+  local versioned = #all == 0 -- a new hash gets its keep entry below; any other must have ours
   for i = 1, #all, 2 do
     local f, x = all[i], counter(all[i + 1])
     if not x then
       fast = false -- a lease, or someone else's entry: the general path reads it
     elseif f == 'fence' then
       last = x
-    elseif f == 'keep' then
-      until_ms = x
+    elseif f == KEEP_ENTRY then
+      until_ms, versioned = x, true
     elseif f == 'line' or f == 'watch' or f == 'left' then
       fast = fast and x <= now_ms
     elseif f ~= 'limit' and f ~= 'seq' then
@@ -47,7 +48,7 @@ if n <= limit then
     end
     if not fast then break end
   end
-  if fast then
+  if fast and versioned then
     local fence = math.max(last + 1, now_us, min_fence, floor)
     local ft, entry = int(fence), ''
     if value ~= '' then entry = '\n' .. value end
@@ -58,7 +59,7 @@ if n <= limit then
       redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', lt)
     else
       life = kept(life)
-      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', lt, 'keep', int(now_ms + life))
+      redis.call('HSET', state, ':' .. holder, entry, 'fence', ft, 'limit', lt, KEEP_ENTRY, int(now_ms + life))
       redis.call('PEXPIRE', state, life)
     end
     return fence

@@ -1,52 +1,32 @@
--- Shared prelude of every Leasehold script. One resource key is four Redis keys in one slot:
---   KEYS[1] lease:   hash, all a call needs when nobody waits, read whole by one HGETALL. A lease is
---                    the entry ':' .. holder -> "<permits> <fence> <expiry in server ms>", then " q"
---                    for a lease the line granted that its waiter has not taken yet (an Acquire by
---                    the holder takes it), then "+<lock delay in ms>" for a lease granted with a
---                    lock delay, then "\n" and the lease's value when it has one. A lease whose
---                    expiry has passed is no lease; the next call that writes deletes it, unless
---                    it has a lock delay that has not ended (expiry + delay > now): until then
---                    the entry stays, delayed, and its permits stay closed to every request (its
---                    holder's too), to the key's limit and to the line's head (see delays).
---                    The key's counters are entries of their own, none starting with ':' (an
---                    absent one is 0): fence (the last fence granted), limit (of the latest
---                    grant), seq (the last place given in the line), watch (until when, in server
---                    ms, some Store watches the key: until then a call that grants a new lease,
---                    releases one or gives one back publishes on the key's changed channel), line
---                    (until when queue and waiting may hold places: they expire then, and a call
---                    reads the line only before), left (until when left may hold try ids: read
---                    only before) and keep (when the hash itself expires). The hash outlives
---                    every lease, place, left try and watch it records, and a fence it granted
---                    above the clock, by as long again as the longest of them needed when it
---                    last set keep (a second at least): its counters must not start again while
---                    they are in use. A key left idle (no lease, and no live line, watch or left
---                    try) leaves nothing: the call that makes it so deletes the hash (settle;
---                    release's fast path likewise). That is safe for fences only because a new
---                    grant's fence is max(last + 1, now_us, floors): with the hash gone, last is
---                    0, and the clock, in µs, is above every fence granted before as long as the
---                    last fence was below now_us when the hash went. So a hash whose fence is at
---                    or above now_us (raised by a floor: a Redlock node's) is not deleted but
---                    expires just after the clock passes the fence. (This leans on the server
---                    clock not going back past the last fence; a week's margin, as before, only
---                    made a step back less likely to matter, at a week of memory per key.)
---   KEYS[2] queue:   sorted set, the line of waiters: holder -> place. It and waiting expire
---                    together (the counter line) a minute past the last lease's expiry at the
---                    latest try, or twice that, never past twice the longest wait: every live
---                    waiter tries again when the leases in its way expire (or at its retry
---                    interval), which renews them, so the places of waiters that died go with
---                    the keys when nobody uses the key again, whatever their wait.
---   KEYS[3] waiting: hash, holder -> "<permits> <deadline in server ms> <limit> <ttl_ms> <min_fence>
---                    <listens> <channel>", the request of each waiter in the line, its Store's
---                    channel, and whether a PUBLISH there counts that Store when it listens (1) or
---                    not (0: a Cluster, where PUBLISH counts only the node's own subscribers); for
---                    a request with a value, listens is 2 or 3 (0 or 1, plus 2) and "<value length>
---                    <value>" comes before the channel (which holds the user key: any bytes); for a
---                    request with a lock delay, listens has 4 added and "<delay ms> " comes first
---   KEYS[4] left:    sorted set, try id -> server ms until which a try of that id, whose caller
---                    gave up on it before its reply came, takes no place in the line: a leave
---                    that overtook its try on another connection; and leave id -> server ms
---                    until which a leave of that id, which a later try of its holder overtook,
---                    does nothing
+-- Shared prelude of every Leasehold script. One resource key is four Redis keys in one slot,
+-- KEYS[1] lease (hash), KEYS[2] queue (zset), KEYS[3] waiting (hash), KEYS[4] left (zset); their
+-- records are the table "Record format" in doc.go. The lease hash is all a call needs when nobody
+-- waits, read whole by one HGETALL; a counter absent from it is 0.
+--   A lease whose expiry has passed is no lease; the next call that writes deletes it, unless it
+-- has a lock delay that has not ended (expiry + delay > now): until then the entry stays, delayed,
+-- and its permits stay closed to every request (its holder's too), to the key's limit and to the
+-- line's head (see delays).
+--   Every hash of ours has its keep entry, named 'keep@' .. the layout's version (KEEP_ENTRY): a
+-- call that finds another version's, or a hash of ours without one, fails and writes nothing
+-- (other_layout). The hash outlives every lease, place, left try and watch it records, and a fence
+-- it granted above the clock, by as long again as the longest of them needed when it last set
+-- keep (a second at least): its counters must not start again while they are in use. A key left
+-- idle (no lease, and no live line, watch or left try) leaves nothing: the call that makes it so
+-- deletes the hash (settle; release's fast path likewise). That is safe for fences only because
+-- a new grant's fence is max(last + 1, now_us, floors): with the hash gone, last is 0, and the
+-- clock, in µs, is above every fence granted before as long as the last fence was below now_us
+-- when the hash went. So a hash whose fence is at or above now_us (raised by a floor: a Redlock
+-- node's) is not deleted but expires just after the clock passes the fence (this leans on the
+-- server clock not going back past the last fence).
+--   queue and waiting expire together (the counter line) a minute past the last lease's expiry
+-- at the latest try, or twice that, never past twice the longest wait: every live waiter tries
+-- again when the leases in its way expire (or at its retry interval), which renews them, so the
+-- places of waiters that died go with the keys when nobody uses the key again, whatever their
+-- wait. A waiting record's listens says whether a PUBLISH on its channel counts its Store (1) or
+-- not (0: a Cluster, where PUBLISH counts only the node's own subscribers).
+--   left holds the ids of tries whose caller gave up before the reply came (such a try takes no
+-- place in the line: its leave overtook it on another connection), and of leaves a later try of
+-- their holder overtook (such a leave does nothing), each until a time in server ms.
 -- The key's channels are named after KEYS[1] (see layout.go), so no call sends them: its changed
 -- channel, and the channel of each Store that waits (see granted_channel).
 -- Every number that goes into a stored string is a whole decimal number below 2^53, as int()
@@ -129,6 +109,13 @@ local function foreign(field)
     '" is not ours); it was left untouched'})
 end
 
+-- other_layout stops the call: the lease hash is of another layout version than this one's
+-- (found: the version its keep entry's name carries, or nil when it has none).
+local function other_layout(found)
+  error({err = 'LAYOUT leasehold: ' .. state .. ' is of layout ' .. (found or 'none') ..
+    ', this Store speaks layout ' .. LAYOUT_VERSION .. '; it was left untouched'})
+end
+
 -- counter returns the number a counter's entry holds, or nil when it is not one of ours: ours
 -- are whole numbers below 2^53, and one that is not (nan, inf, negative, fractional) is someone
 -- else's, and would break the arithmetic (a fence of NaN).
@@ -142,12 +129,28 @@ end
 -- expired lease whose lock delay has ended (or that had none) is marked for deletion.
 local function load(all)
   leases, delays, used, read = {}, {}, 0, all
-  meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0, keep = 0}
+  meta = {fence = 0, limit = 0, seq = 0, watch = 0, line = 0, left = 0}
+  local version, odd
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
+    local n, fence, exp, q, d, value
     if string.byte(f) == 58 then -- ':'
-      local n, fence, exp, q, d, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
-      if not n then foreign(f) end
+      n, fence, exp, q, d, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
+      odd = odd or (not n and f)
+    elseif meta[f] then
+      local x = counter(v)
+      if x then meta[f] = x else odd = odd or f end
+    elseif f == KEEP_ENTRY then
+      version, meta.keep = LAYOUT_VERSION, counter(v)
+      odd = odd or (not meta.keep and f)
+    elseif f == 'keep' then -- a layout from before versions, unless not ours
+      odd = odd or (not counter(v) and f)
+    elseif string.sub(f, 1, 5) == 'keep@' then
+      version = string.sub(f, 6)
+    else
+      odd = odd or f
+    end
+    if n then
       exp = tonumber(exp)
       if d == '' then d = 0 else d = tonumber(d) end
       if exp > now_ms then
@@ -160,12 +163,14 @@ local function load(all)
         writes = writes or {}
         writes[f] = false
       end
-    else
-      local x = meta[f] and counter(v)
-      if not x then foreign(f) end
-      meta[f] = x
     end
   end
+  -- Another version's hash is reported as such, whatever it holds; one without a keep entry
+  -- (every hash of ours has one), as someone else's when an entry is not ours, else as a layout
+  -- from before versions.
+  if version ~= LAYOUT_VERSION and (version or (#all > 0 and not odd)) then other_layout(version) end
+  if odd then foreign(odd) end
+  meta.keep = meta.keep or 0
 end
 
 -- setm sets the counter k to v, whose text is text (nil: to be formatted when written).
@@ -179,11 +184,12 @@ end
 -- me: it returns me's entry (nil when none) and whether the rest allows the fast path (every
 -- other lease well formed and unexpired, since the general path deletes an expired one and
 -- reports one not ours; every other entry a counter of ours; and, when quiet, no live line or
--- watch), stopping at the first entry that rules it out; and, when it allows it, the counters
+-- watch; and this version's keep entry), stopping at the first entry that rules it out; and,
+-- when it allows it, the counters
 -- limit and keep (0 when absent), whether me's is the only lease, whether a left try lives, and
 -- whether the fence is at or above the clock (see settle).
 local function scan(all, me, quiet)
-  local entry, limit, until_ms, alone, tries, raised = nil, 0, 0, true, false, false
+  local entry, limit, until_ms, alone, tries, raised, versioned = nil, 0, 0, true, false, false, false
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
     if f == me then
@@ -194,14 +200,14 @@ local function scan(all, me, quiet)
       alone = false
     else
       local x = counter(v)
-      if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == 'keep' or f == 'left' or
+      if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == KEEP_ENTRY or f == 'left' or
         f == 'line' or f == 'watch') or (quiet and (f == 'line' or f == 'watch') and x > now_ms) then
         return entry, false
       end
       if f == 'limit' then
         limit = x
-      elseif f == 'keep' then
-        until_ms = x
+      elseif f == KEEP_ENTRY then
+        until_ms, versioned = x, true
       elseif f == 'left' then
         tries = x > now_ms
       elseif f == 'fence' then
@@ -209,7 +215,7 @@ local function scan(all, me, quiet)
       end
     end
   end
-  return entry, true, limit, until_ms, alone, tries, raised
+  return entry, versioned, limit, until_ms, alone, tries, raised
 end
 
 -- lasts says a lease hash that expires at until_ms (its keep) needs no new expiry to live life
@@ -264,7 +270,7 @@ local function flush()
         del = del or {}
         del[#del + 1] = f
       else
-        set[#set + 1] = f
+        set[#set + 1] = f == 'keep' and KEEP_ENTRY or f
         if w == true then
           set[#set + 1] = int(meta[f])
         elseif type(w) == 'string' then

@@ -58,7 +58,7 @@ func TestLockDelayOutlivesTheLeaseHashsExpiry(t *testing.T) {
 		{"fast acquire", func(t *testing.T, s redisharness.Store, c *redis.Client, _ func(time.Duration)) time.Duration {
 			// A hash of counters alone, one of which the quick acquire does not take.
 			keep := strconv.FormatInt(start.Add(time.Second).UnixMilli(), 10)
-			if err := c.HSet(ctx, rediscore.Keys("k")[0], "fence", "1", "limit", "1", "seq", "3", "keep", keep).Err(); err != nil {
+			if err := c.HSet(ctx, rediscore.Keys("k")[0], "fence", "1", "limit", "1", "seq", "3", rediscore.KeepField, keep).Err(); err != nil {
 				t.Fatal(err)
 			}
 			mustAcquire(t, s, req("k", "a", 1, time.Minute, 0, delay), true)

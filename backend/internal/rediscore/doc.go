@@ -6,31 +6,23 @@
 //
 // # Key layout
 //
-// A resource key K under prefix P is stored in four Redis keys. P{K'}:lease is a hash that holds
-// all an operation needs when nobody waits, so that it reads it whole with one HGETALL and writes
-// back what it changed with one HSET (and one HDEL): each lease as the entry ':' + holder →
-// "permits fence expiry" (the expiry in server milliseconds), with " q" after a grant from the
-// line not taken yet, "+" and its lock delay in ms when it has one, then a newline and the
-// lease's value when it has one; and the key's
-// counters as entries of their own: fence (the last fence granted), limit (of the latest grant),
-// seq (the line's place counter), and until when, in server milliseconds, some Store watches the
-// key (watch), the line's keys live (line), the left tries live (left) and the hash itself lives
-// (keep). P{K'}:queue (a sorted set, the line of waiters in arrival order), P{K'}:waiting (a hash
-// of waiter → its request: the numbers, and the channel of its Store, after the value's length
-// and the value when it has one) and P{K'}:left (a sorted set of the ids of tries given up before
-// their reply came, and of leaves overtaken by a later try of their holder, for a minute) are
-// read only while the lease hash says they live, so an uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
+// A resource key K under prefix P is stored in four Redis keys (their records are the table in
+// Record format). P{K'}:lease is a hash that holds all an operation needs when nobody waits: its
+// leases, each inline with its value, and the key's counters; a call reads it whole with one
+// HGETALL and writes back what it changed with one HSET (and one HDEL). P{K'}:queue, P{K'}:waiting
+// (the line) and P{K'}:left (tries given up before their reply came, and leaves overtaken by a
+// later try of their holder, for a minute) are read only while the lease hash says they live. So
+// an uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
 // as every key is again after its last release), a release TIME, HGETALL and HDEL, and an extend
-// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE);
-// in the common case each writes straight from the HGETALL's reply, without decoding the rest of
-// the state (the fast paths: acquire.lua, release.lua and extend.lua say when they apply), and
-// the uncontended lock's acquire (on a key with no hash), extend and release (of the hash's lone
-// lease) do so before setting up anything else (the quick paths, quick.lua). K' is K
-// with '%', '{' and '}' percent-encoded. K' is the hash tag, so the four keys (and
-// the key's channels: each Store's P{K'}:granted:<store id>, and P{K'}:changed, which all share)
-// land in one Redis Cluster slot and one script can touch them all; the encoding keeps any user
-// key in one slot and distinct from every other. No call sends the channels: the scripts name them
-// after the lease hash's name, and a waiting try's Store after its try id.
+// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE); in the common
+// case each writes straight from the HGETALL's reply, without decoding the rest of the state (the
+// fast paths: acquire.lua, release.lua and extend.lua say when they apply), and the uncontended
+// lock's acquire (on a key with no hash), extend and release (of the hash's lone lease) do so
+// before setting up anything else (the quick paths, quick.lua). K' is K with '%', '{' and '}'
+// percent-encoded. K' is the hash tag, so the four keys (and the key's channels) land in one
+// Redis Cluster slot and one script can touch them all; the encoding keeps any user key in one
+// slot and distinct from every other. No call sends the channels: the scripts name them after
+// the lease hash's name, and a waiting try's Store after its try id.
 //
 // # Nothing left behind
 //
@@ -61,16 +53,54 @@
 // lease and no place, kept for a watch or a left try alone, is kept as long again as they need,
 // not as long as its leases and places had it kept.
 //
-// This layout replaced one of six keys (leases, holders, meta, queue, waiting, left) before any
-// release. The lease hash has a name of its own (lease, not leases), so neither layout reads
-// the other's leases as its own; but neither sees the other's leases either, and the line's keys
-// kept their names, so processes of the two layouts must not share a prefix.
+// # Record format (layout version 1)
+//
+// Numbers are whole decimals below 2^53, as strconv and the scripts' int() write them; times are
+// the server's clock (TIME) in ms; a fence is at least the server's clock in µs when granted.
+// P{K'} is the key's tag.
+//
+//	Redis key       type  entry / member           value
+//	P{K'}:lease     hash  ':' + holder             "<permits> <fence> <expiry ms>", then " q" for a grant from
+//	                                               the line not taken yet, "+<lock delay ms>" when it has one,
+//	                                               then "\n<value>" when it has one
+//	                      fence                    the last fence granted
+//	                      limit                    the limit of the latest grant (the key's, while leases live)
+//	                      seq                      the line's place counter
+//	                      watch                    until when some Store watches the key
+//	                      line                     until when queue and waiting may hold places
+//	                      left                     until when left may hold ids
+//	                      keep@1                   when the hash expires; its name carries the layout version
+//	P{K'}:queue     zset  holder                   place (from seq): the line in arrival order
+//	P{K'}:waiting   hash  holder                   "<permits> <deadline ms> <limit> <ttl ms> <min fence> <flags>
+//	                                               [<delay ms> ][<value length> <value>]<channel>": flags is
+//	                                               listens (0/1: a PUBLISH on the channel counts its Store),
+//	                                               +2 when a value follows, +4 when a lock delay does
+//	P{K'}:left      zset  try id or leave id       until when that try takes no place, or that leave does nothing
+//
+// Channels (named by the scripts from the lease key, never sent): P{K'}:granted:<store id>
+// carries grants from the line to that Store's waiters, each "<holder length>:<holder><fence> ";
+// P{K'}:changed carries an empty message on each change of a watched key.
+//
+// # Layout version
+//
+// The layout above, and the scripts' arguments and replies, are LayoutVersion 1. Every lease
+// hash has its keep entry, whose name carries the version (keep@1), and every call reads the
+// whole hash, so a script knows the version of what it reads at no cost: a hash whose keep entry
+// names another version (keep@2), or a hash of ours whose keep entry has none (keep: a layout
+// from before versions), is refused: the call writes nothing, and its error reply is returned as a
+// *LayoutError naming both versions (errors.Is ErrLayoutVersion). The Functions library is named
+// LibraryName ("leasehold") whatever its version, and its functions carry the version in their
+// names (leasehold_v1_acquire, …), so a Store never runs another version's code; the one function
+// every version has, LayoutFunction (leasehold_layout), returns the loaded library's version,
+// which a Store asks once, when its FUNCTION LOAD finds a library loaded: another version's is
+// refused the same way (see Functions). A change to the layout, or to what the scripts take or
+// answer, that a Store of this version would misread takes the next version. Stores of two
+// versions do not share a server.
 //
 // A lease's value (at most 1 KiB, any bytes) is stored inline, in the lease's entry: granting,
 // renewing, extending or inspecting a lease reads and writes no other key and runs no other
 // command for it. A waiter's value is kept with its request in the waiting hash, length-prefixed
-// because the channel after it holds the user key (a place without a value is stored as before
-// values were), and goes with the grant the line makes it.
+// because the channel after it holds the user key, and goes with the grant the line makes it.
 //
 // # One limit per key
 //
@@ -94,8 +124,7 @@
 // missing. Where the server refuses the library (an older server, an ACL without FUNCTION LOAD
 // or FCALL, a proxy that does not pass them), the Store uses EVALSHA, falling back to EVAL once
 // per server, for the rest of its life. Both ways run the same Lua, so clients of either kind
-// share keys. The library's name carries a hash of its source, so clients of different versions
-// keep one each on a server (a few KiB; FUNCTION DELETE removes an old one). The scripts take
+// share keys. A server holds one library (see Layout version). The scripts take
 // the time from the server (TIME) and delete expired leases when they write. Someone else's data
 // under the prefix is reported (an error naming the key and its type) and left untouched: each
 // key's first command is one that Redis refuses on a wrong type before it changes anything, and

@@ -167,7 +167,7 @@ func TestForeignCounterValuesAreReported(t *testing.T) {
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			ctx := context.Background()
 			for _, v := range []string{"nan", "inf", "-inf", "-1", "1.5", "1e300", "9007199254740993"} {
-				for _, counter := range []string{"fence", "seq", "keep"} {
+				for _, counter := range []string{"fence", "seq", rediscore.KeepField} {
 					key := "theirs-" + counter + "-" + v
 					lease := rediscore.Keys(key)[0]
 					if err := c.HSet(ctx, lease, counter, v).Err(); err != nil {

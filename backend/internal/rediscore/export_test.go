@@ -32,3 +32,6 @@ func OnReclaim(t testing.TB, f func(key, holder string, fence uint64, given bool
 	testReclaimed.Store(&f)
 	t.Cleanup(func() { testReclaimed.Store(nil) })
 }
+
+// KeepField names the lease hash's keep entry, whose name carries the layout version.
+var KeepField = keepEntry

@@ -27,7 +27,7 @@ if entry and fast then
       redis.call('HSET', state, me, e)
     else
       life = kept(life)
-      redis.call('HSET', state, me, e, 'keep', int(now_ms + life))
+      redis.call('HSET', state, me, e, KEEP_ENTRY, int(now_ms + life))
       redis.call('PEXPIRE', state, life)
     end
     return {1, n, fence, limit, value}

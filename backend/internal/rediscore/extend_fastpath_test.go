@@ -37,6 +37,23 @@ type keyState struct {
 	setup func(ctx context.Context, p redis.Pipeliner, ks []string)
 }
 
+// withKeep returns a lease hash of entries h, written in order, with a keep entry of 0 (as
+// absent) last when h has none: every hash of this layout has one, whose name carries its
+// version.
+func withKeep(h map[string]string, order []string) (map[string]string, []string) {
+	for f := range h {
+		if strings.HasPrefix(f, "keep") {
+			return h, order
+		}
+	}
+	h = maps.Clone(h)
+	h[rediscore.KeepField] = "0"
+	if order != nil {
+		order = append(slices.Clone(order), rediscore.KeepField)
+	}
+	return h, order
+}
+
 // runState sets tw's clock to now and key's state to st (the hash's entries in st.order or sorted,
 // then setup), runs src with args exactly (an extend's ARGV is holder and ttl: no changed channel)
 // and returns the snapshot.
@@ -53,6 +70,7 @@ func (tw *twin) runState(t *testing.T, now time.Time, key string, st keyState, s
 	p.FlushAll(ctx)
 	if st.hash != nil {
 		if len(st.hash) > 0 {
+			st.hash, st.order = withKeep(st.hash, st.order)
 			kv := make([]any, 0, 2*len(st.hash))
 			order := st.order
 			if order == nil {
@@ -102,7 +120,7 @@ func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
 	far := s(nowMs + 4*halfWeek)
 	live := s(nowMs + ttl)
 	base := func(extra map[string]string) keyState {
-		h := map[string]string{"fence": "7", "limit": "2", "seq": "3", "keep": far}
+		h := map[string]string{"fence": "7", "limit": "2", "seq": "3", rediscore.KeepField: far}
 		for f, v := range extra {
 			if v == "" {
 				delete(h, f)
@@ -184,9 +202,9 @@ func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
 		"limit -0": {"limit", "-0"}, "limit 2.0": {"limit", "2.0"}, "limit newline": {"limit", "2\n"},
 		"limit 2^53-1": {"limit", "9007199254740991"}, "limit 2^53": {"limit", "9007199254740992"},
 		"limit 0-led": {"limit", "002"}, "limit 0": {"limit", "0"}, "limit NUL": {"limit", "2\x00"},
-		"keep 1e20": {"keep", "1e20"}, "keep hex far": {"keep", fmt.Sprintf("0x%x", nowMs+4*halfWeek)},
-		"keep -0": {"keep", "-0"}, "keep 0": {"keep", "0"}, "keep inf": {"keep", "inf"},
-		"keep 2^53-1": {"keep", "9007199254740991"}, "keep fraction": {"keep", far + ".5"},
+		"keep 1e20": {rediscore.KeepField, "1e20"}, "keep hex far": {rediscore.KeepField, fmt.Sprintf("0x%x", nowMs+4*halfWeek)},
+		"keep -0": {rediscore.KeepField, "-0"}, "keep 0": {rediscore.KeepField, "0"}, "keep inf": {rediscore.KeepField, "inf"},
+		"keep 2^53-1": {rediscore.KeepField, "9007199254740991"}, "keep fraction": {rediscore.KeepField, far + ".5"},
 		"fence 1e3": {"fence", "1e3"}, "seq -1": {"seq", "-1"}, "watch nan": {"watch", "nan"},
 		"watch live": {"watch", s(nowMs + 30000)}, "line live": {"line", s(nowMs + 30000)},
 		"left live": {"left", s(nowMs + 30000)}, "watch 1e15": {"watch", "1e15"},
@@ -213,15 +231,15 @@ func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
 	}
 	// Keep at its edge for every TTL the calls send, and a hash with no expiry.
 	for _, d := range []int64{1, ttl, maxTTL} {
-		states[fmt.Sprintf("self, keep at the edge of %d ms", d)] = self("1 7 "+live, map[string]string{"keep": s(nowMs + d)})
-		states[fmt.Sprintf("self, keep a ms short of %d ms", d)] = self("1 7 "+live, map[string]string{"keep": s(nowMs + d - 1)})
+		states[fmt.Sprintf("self, keep at the edge of %d ms", d)] = self("1 7 "+live, map[string]string{rediscore.KeepField: s(nowMs + d)})
+		states[fmt.Sprintf("self, keep a ms short of %d ms", d)] = self("1 7 "+live, map[string]string{rediscore.KeepField: s(nowMs + d - 1)})
 		states[fmt.Sprintf("self untaken with value, keep a ms short of %d ms", d)] = self("1 7 "+live+" q\nv",
-			map[string]string{"keep": s(nowMs + d - 1)})
+			map[string]string{rediscore.KeepField: s(nowMs + d - 1)})
 	}
 	noExpiry := self("1 7 "+live, nil)
 	noExpiry.setup = func(ctx context.Context, p redis.Pipeliner, ks []string) { p.Persist(ctx, ks[0]) }
 	states["self, hash without expiry"] = noExpiry
-	noExpiryShort := self("1 7 "+live, map[string]string{"keep": ""})
+	noExpiryShort := self("1 7 "+live, map[string]string{rediscore.KeepField: ""})
 	noExpiryShort.setup = noExpiry.setup
 	states["self, hash without expiry or keep"] = noExpiryShort
 	// Hundreds of leases (thousands under LEASEHOLD_SOAK=1; past 128 entries the server keeps
@@ -349,12 +367,12 @@ func TestExtendFastPathMatchesOnWiderDrawnStates(t *testing.T) {
 				rapid.SampledFrom(tails).Draw(rt, h+" tail")
 		}
 		st := keyState{hash: map[string]string{}}
-		for _, c := range []string{"fence", "limit", "seq", "watch", "line", "left", "keep"} {
+		for _, c := range []string{"fence", "limit", "seq", "watch", "line", "left", rediscore.KeepField} {
 			switch rapid.IntRange(0, 3).Draw(rt, c+" kind") {
 			case 0: // absent
 			case 1:
 				switch c {
-				case "keep":
+				case rediscore.KeepField:
 					st.hash[c] = s(nowMs + ttl + rapid.Int64Range(-1, 1).Draw(rt, c))
 				case "limit", "seq", "fence":
 					st.hash[c] = s(rapid.Int64Range(0, 3).Draw(rt, c))

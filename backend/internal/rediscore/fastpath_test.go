@@ -40,7 +40,7 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 	lease := func(n, fence, exp int64, rest string) string { return s(n) + " " + s(fence) + " " + s(exp) + rest }
 	live, dead := nowMs+ttl, nowMs
 	counters := func(extra map[string]string) fastState {
-		h := map[string]string{"fence": "7", "limit": "1", "seq": "3", "keep": far}
+		h := map[string]string{"fence": "7", "limit": "1", "seq": "3", rediscore.KeepField: far}
 		for f, v := range extra {
 			if v == "" {
 				delete(h, f)
@@ -59,9 +59,9 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 	// lone is the hash of one lease, at entry f, as a grant on a new hash writes it (the entry,
 	// fence, limit, keep, in that order: the quick paths' state), with the counters in extra.
 	lone := func(f, entry string, extra map[string]string) fastState {
-		h := map[string]string{f: entry, "fence": "7", "limit": "1", "keep": far}
+		h := map[string]string{f: entry, "fence": "7", "limit": "1", rediscore.KeepField: far}
 		maps.Copy(h, extra)
-		return fastState{hash: h, order: []string{f, "fence", "limit", "keep"}}
+		return fastState{hash: h, order: []string{f, "fence", "limit", rediscore.KeepField}}
 	}
 	states := map[string]fastState{
 		"lone":                    lone(":h", lease(1, 7, live, ""), nil),
@@ -73,9 +73,9 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"lone in its delay":       lone(":h", lease(1, 7, dead, "+60000"), nil),
 		"lone, delay ended":       lone(":h", lease(1, 7, dead, "+1"), nil),
 		"lone, fence above now":   lone(":h", lease(1, nowUs+5000, live, ""), map[string]string{"fence": s(nowUs + 5000)}),
-		"lone, keep a ms short":   lone(":h", lease(1, 7, live, ""), map[string]string{"keep": s(nowMs + ttl - 1)}),
-		"lone, keep at the edge":  lone(":h", lease(1, 7, live, ""), map[string]string{"keep": s(nowMs + ttl)}),
-		"lone, keep not ours":     lone(":h", lease(1, 7, live, ""), map[string]string{"keep": "x"}),
+		"lone, keep a ms short":   lone(":h", lease(1, 7, live, ""), map[string]string{rediscore.KeepField: s(nowMs + ttl - 1)}),
+		"lone, keep at the edge":  lone(":h", lease(1, 7, live, ""), map[string]string{rediscore.KeepField: s(nowMs + ttl)}),
+		"lone, keep not ours":     lone(":h", lease(1, 7, live, ""), map[string]string{rediscore.KeepField: "x"}),
 		"lone, empty limit":       lone(":h", lease(1, 7, live, ""), map[string]string{"limit": ""}),
 		"lone, fence 2^53":        lone(":h", lease(1, 7, live, ""), map[string]string{"fence": "9007199254740992"}),
 		"lone, entry fence 2^53":  lone(":h", lease(1, 1<<53, live, ""), map[string]string{"fence": "9007199254740992"}),
@@ -83,31 +83,31 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"lone, entry not ours":    lone(":h", "garbage", nil),
 		// As a release under a fence above the clock leaves a Redlock node's hash, and a grant
 		// then adds its lease after the counters.
-		"counters kept":                       {hash: map[string]string{"fence": "7", "limit": "1", "keep": far}, order: []string{"fence", "limit", "keep"}},
-		"counters kept, fence above now":      {hash: map[string]string{"fence": s(nowUs + 5000), "limit": "1", "keep": s(nowMs + 6)}, order: []string{"fence", "limit", "keep"}},
-		"counters kept, fence far above now":  {hash: map[string]string{"fence": s(nowUs + 2e9), "limit": "1", "keep": s(nowMs + 2e6 + 1)}, order: []string{"fence", "limit", "keep"}},
-		"counters kept, fence at now":         {hash: map[string]string{"fence": s(nowUs), "limit": "1", "keep": far}, order: []string{"fence", "limit", "keep"}},
-		"counters kept, limit 3":              {hash: map[string]string{"fence": s(nowUs + 5000), "limit": "3", "keep": far}, order: []string{"fence", "limit", "keep"}},
-		"counters kept, out of order":         {hash: map[string]string{"fence": "7", "limit": "1", "keep": far}, order: []string{"keep", "fence", "limit"}},
-		"counters kept, fence 2^53-1":         {hash: map[string]string{"fence": "9007199254740991", "limit": "1", "keep": far}, order: []string{"fence", "limit", "keep"}},
-		"counters kept, fence 2^53":           {hash: map[string]string{"fence": "9007199254740992", "limit": "1", "keep": far}, order: []string{"fence", "limit", "keep"}},
-		"counters kept, fence 07":             {hash: map[string]string{"fence": "07", "limit": "1", "keep": far}, order: []string{"fence", "limit", "keep"}},
-		"lone last, fence above now":          {hash: map[string]string{":h": lease(1, nowUs+5000, live, ""), "fence": s(nowUs + 5000), "limit": "1", "keep": far}, order: []string{"fence", "limit", "keep", ":h"}},
-		"lone last, fence above, kept to it":  {hash: map[string]string{":h": lease(1, nowUs+5000, live, ""), "fence": s(nowUs + 5000), "limit": "1", "keep": s(nowMs + 6)}, order: []string{"fence", "limit", "keep", ":h"}},
-		"lone last, fence below now":          {hash: map[string]string{":h": lease(1, 7, live, ""), "fence": "7", "limit": "1", "keep": far}, order: []string{"fence", "limit", "keep", ":h"}},
-		"lone last, expired, fence above now": {hash: map[string]string{":h": lease(1, nowUs+5000, dead, ""), "fence": s(nowUs + 5000), "limit": "1", "keep": far}, order: []string{"fence", "limit", "keep", ":h"}},
-		"lone, counters not in order":         {hash: map[string]string{":h": lease(1, 7, live, ""), "fence": "7", "limit": "1", "keep": far}, order: []string{":h", "fence", "keep", "limit"}},
+		"counters kept":                       {hash: map[string]string{"fence": "7", "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField}},
+		"counters kept, fence above now":      {hash: map[string]string{"fence": s(nowUs + 5000), "limit": "1", rediscore.KeepField: s(nowMs + 6)}, order: []string{"fence", "limit", rediscore.KeepField}},
+		"counters kept, fence far above now":  {hash: map[string]string{"fence": s(nowUs + 2e9), "limit": "1", rediscore.KeepField: s(nowMs + 2e6 + 1)}, order: []string{"fence", "limit", rediscore.KeepField}},
+		"counters kept, fence at now":         {hash: map[string]string{"fence": s(nowUs), "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField}},
+		"counters kept, limit 3":              {hash: map[string]string{"fence": s(nowUs + 5000), "limit": "3", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField}},
+		"counters kept, out of order":         {hash: map[string]string{"fence": "7", "limit": "1", rediscore.KeepField: far}, order: []string{rediscore.KeepField, "fence", "limit"}},
+		"counters kept, fence 2^53-1":         {hash: map[string]string{"fence": "9007199254740991", "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField}},
+		"counters kept, fence 2^53":           {hash: map[string]string{"fence": "9007199254740992", "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField}},
+		"counters kept, fence 07":             {hash: map[string]string{"fence": "07", "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField}},
+		"lone last, fence above now":          {hash: map[string]string{":h": lease(1, nowUs+5000, live, ""), "fence": s(nowUs + 5000), "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
+		"lone last, fence above, kept to it":  {hash: map[string]string{":h": lease(1, nowUs+5000, live, ""), "fence": s(nowUs + 5000), "limit": "1", rediscore.KeepField: s(nowMs + 6)}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
+		"lone last, fence below now":          {hash: map[string]string{":h": lease(1, 7, live, ""), "fence": "7", "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
+		"lone last, expired, fence above now": {hash: map[string]string{":h": lease(1, nowUs+5000, dead, ""), "fence": s(nowUs + 5000), "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
+		"lone, counters not in order":         {hash: map[string]string{":h": lease(1, 7, live, ""), "fence": "7", "limit": "1", rediscore.KeepField: far}, order: []string{":h", "fence", rediscore.KeepField, "limit"}},
 		"none":                                {},
 		"counters":                            counters(nil),
 		"counters, no fence":                  counters(map[string]string{"fence": ""}),
-		"counters, keep only":                 {hash: map[string]string{"keep": far}},
+		"counters, keep only":                 {hash: map[string]string{rediscore.KeepField: far}},
 		"fence above now":                     counters(map[string]string{"fence": s(nowUs + 5000)}),
 		"fence 2^53-2":                        counters(map[string]string{"fence": "9007199254740990"}),
-		"keep at the edge":                    counters(map[string]string{"keep": s(nowMs + ttl)}),
-		"keep a ms short":                     counters(map[string]string{"keep": s(nowMs + ttl - 1)}),
-		"keep 0":                              counters(map[string]string{"keep": "0"}),
-		"no keep":                             counters(map[string]string{"keep": ""}),
-		"keep for 2^50":                       counters(map[string]string{"keep": s(nowMs + 1<<50 + 2*halfWeek)}),
+		"keep at the edge":                    counters(map[string]string{rediscore.KeepField: s(nowMs + ttl)}),
+		"keep a ms short":                     counters(map[string]string{rediscore.KeepField: s(nowMs + ttl - 1)}),
+		"keep 0":                              counters(map[string]string{rediscore.KeepField: "0"}),
+		"no keep":                             counters(map[string]string{rediscore.KeepField: ""}),
+		"keep for 2^50":                       counters(map[string]string{rediscore.KeepField: s(nowMs + 1<<50 + 2*halfWeek)}),
 		"line at now":                         counters(map[string]string{"line": s(nowMs)}),
 		"line live":                           liveLine(counters(nil)),
 		"line live, no place":                 counters(map[string]string{"line": s(nowMs + 1)}),
@@ -149,9 +149,9 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"self in its delay":        counters(map[string]string{":h": lease(1, 7, dead, "+60000")}),
 		"self, expiry 0":           counters(map[string]string{":h": lease(1, 7, 0, "")}),
 		"self, expiry a ms on":     counters(map[string]string{":h": lease(1, 7, nowMs+1, "")}),
-		"self, keep a ms short":    counters(map[string]string{":h": lease(1, 7, live, ""), "keep": s(nowMs + ttl - 1)}),
-		"self, keep at the edge":   counters(map[string]string{":h": lease(1, 7, live, ""), "keep": s(nowMs + ttl)}),
-		"self, no keep":            counters(map[string]string{":h": lease(1, 7, live, ""), "keep": ""}),
+		"self, keep a ms short":    counters(map[string]string{":h": lease(1, 7, live, ""), rediscore.KeepField: s(nowMs + ttl - 1)}),
+		"self, keep at the edge":   counters(map[string]string{":h": lease(1, 7, live, ""), rediscore.KeepField: s(nowMs + ttl)}),
+		"self, no keep":            counters(map[string]string{":h": lease(1, 7, live, ""), rediscore.KeepField: ""}),
 		"self, no limit":           counters(map[string]string{":h": lease(1, 7, live, ""), "limit": ""}),
 		"self alone":               {hash: map[string]string{":h": lease(1, 7, live, "")}},
 		"self, line live":          liveLine(counters(map[string]string{":h": lease(1, 7, live, "")})),
@@ -165,7 +165,7 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"self, fence above, left":  counters(map[string]string{":h": lease(1, 7, live, ""), "fence": s(nowUs + 5000), "left": s(nowMs + 1)}),
 		"self, foreign counter":    counters(map[string]string{":h": lease(1, 7, live, ""), "FENCE": "1"}),
 		"self, bad fence":          counters(map[string]string{":h": lease(1, 7, live, ""), "fence": "1.5"}),
-		"self, bad keep":           counters(map[string]string{":h": lease(1, 7, live, ""), "keep": "-1"}),
+		"self, bad keep":           counters(map[string]string{":h": lease(1, 7, live, ""), rediscore.KeepField: "-1"}),
 		"foreign self entry":       counters(map[string]string{":h": "garbage"}),
 		"foreign numeric entry":    counters(map[string]string{":h": "5"}),
 		"fence x":                  counters(map[string]string{"fence": "x"}),
@@ -311,12 +311,12 @@ func TestFastPathsMatchOnDrawnStates(t *testing.T) {
 			return s(base + rapid.Int64Range(-1, 1).Draw(rt, label))
 		}
 		st := fastState{hash: map[string]string{}}
-		for _, c := range []string{"fence", "limit", "seq", "watch", "line", "left", "keep"} {
+		for _, c := range []string{"fence", "limit", "seq", "watch", "line", "left", rediscore.KeepField} {
 			switch rapid.IntRange(0, 2).Draw(rt, c+" kind") {
 			case 0: // absent
 			case 1:
 				switch c {
-				case "keep":
+				case rediscore.KeepField:
 					st.hash[c] = near(c, nowMs+ttl)
 				case "fence":
 					st.hash[c] = near(c, now.UnixMicro())

@@ -28,8 +28,15 @@ type FunctionClient interface {
 // does not pass them. A server that lost the library (restarted without persistence, FUNCTION
 // FLUSH, a new Cluster node) gets it again on the next call. The zero value is ready; it is safe
 // for concurrent use.
+//
+// A server whose library is of another layout version (see LibraryName) is refused: every call
+// returns a *LayoutError, and the load is tried again after loadRetry, so that a Store starts
+// using the server once the other version's library is deleted (FUNCTION DELETE leasehold).
 type Functions struct {
 	state atomic.Int32
+	// found is the layout version of the library another Store loaded, while state is
+	// fnMismatch.
+	found atomic.Int64
 	// retryAt is when, in Unix ns, a load may be tried again after one that could not reach
 	// every node: until then calls use EVALSHA rather than wait for an unreachable node each.
 	retryAt atomic.Int64
@@ -39,9 +46,10 @@ type Functions struct {
 const loadRetry = time.Second
 
 const (
-	fnUnknown int32 = iota // the library has not been loaded yet
-	fnLoaded               // FCALL
-	fnRefused              // EVALSHA, for good
+	fnUnknown  int32 = iota // the library has not been loaded yet
+	fnLoaded                // FCALL
+	fnRefused               // EVALSHA, for good
+	fnMismatch              // the loaded library is of another layout version: refused
 )
 
 // Run runs script as call says: by FCALL while the library is loaded (loading it first
@@ -51,9 +59,18 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ca
 	switch f.state.Load() {
 	case fnRefused:
 		return c.Eval(ctx, script, call)
+	case fnMismatch:
+		if !f.loadDue() {
+			return nil, libraryLayout(f.found.Load())
+		}
+		f.state.CompareAndSwap(fnMismatch, fnUnknown)
+		fallthrough
 	case fnUnknown:
-		if !f.loadDue() || !f.load(ctx, c) {
+		if !f.loadDue() {
 			return c.Eval(ctx, script, call)
+		}
+		if ok, err := f.load(ctx, c); err != nil || !ok {
+			return f.instead(ctx, c, script, call, err)
 		}
 	}
 	r, err := c.FCall(ctx, script, call)
@@ -64,8 +81,11 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ca
 		return c.Eval(ctx, script, call)
 	}
 	if msg, ok := c.Reply(err); ok && functionMissing(msg) {
-		if !f.loadDue() || !f.load(ctx, c) {
+		if !f.loadDue() {
 			return c.Eval(ctx, script, call)
+		}
+		if ok, err := f.load(ctx, c); err != nil || !ok {
+			return f.instead(ctx, c, script, call, err)
 		}
 		r, err = c.FCall(ctx, script, call)
 		if msg, ok := c.Reply(err); ok && functionMissing(msg) {
@@ -78,13 +98,23 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ca
 	return r, err
 }
 
+// instead runs a call that cannot FCALL: by EVALSHA, or, when the library is of another layout
+// version (err), not at all.
+func (f *Functions) instead(ctx context.Context, c FunctionClient, script Script, call Call, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return c.Eval(ctx, script, call)
+}
+
 // FunctionName returns the name of script's function in Library.
 func FunctionName(script Script) string { return functionNames[script] }
 
 // load loads the library on every node and reports whether FCALL can be used: false when a node
-// refused it (and then for good) or could not be reached (then the next call tries again).
-func (f *Functions) load(ctx context.Context, c FunctionClient) bool {
-	unreached := false
+// refused it (and then for good) or could not be reached (then the next call tries again); and a
+// *LayoutError when a node holds the library of another layout version (see loaded).
+func (f *Functions) load(ctx context.Context, c FunctionClient) (bool, error) {
+	unreached, exists := false, false
 	for _, err := range c.LoadLibrary(ctx) {
 		if err == nil {
 			continue
@@ -93,20 +123,53 @@ func (f *Functions) load(ctx context.Context, c FunctionClient) bool {
 		switch {
 		case !ok:
 			unreached = true
-		case strings.Contains(msg, "already exists"), strings.HasPrefix(msg, "READONLY"):
-			// Loaded before, by this client or another of this version; or a replica, which
-			// has it from its primary.
+		case strings.Contains(msg, "already exists"):
+			exists = true // loaded before, by this client or another, of this version or not
+		case strings.HasPrefix(msg, "READONLY"):
+			// A replica, which has it from its primary.
 		default:
 			f.state.Store(fnRefused)
-			return false
+			return false, nil
 		}
 	}
 	if unreached {
 		f.retryAt.Store(time.Now().Add(loadRetry).UnixNano())
-		return false
+		return false, nil
+	}
+	if exists {
+		if ok, err := f.loaded(ctx, c); !ok || err != nil {
+			return false, err
+		}
 	}
 	f.state.CompareAndSwap(fnUnknown, fnLoaded)
-	return f.state.Load() == fnLoaded
+	return f.state.Load() == fnLoaded, nil
+}
+
+// loaded asks a server whose library was loaded before which layout version it is (one FCALL
+// of LayoutFunction, made once per Store, when it first finds the library there), and reports
+// whether it is this one's; another version's is a *LayoutError, and refuses the calls until
+// loadRetry has passed.
+func (f *Functions) loaded(ctx context.Context, c FunctionClient) (bool, error) {
+	r, err := c.FCall(ctx, layoutScript, Call{Args: make([]any, Head)})
+	found, isInt := r.(int64)
+	msg, isReply := c.Reply(err)
+	switch {
+	case err == nil && isInt && found == LayoutVersion:
+		return true, nil
+	case err == nil && isInt:
+		f.found.Store(found)
+		f.retryAt.Store(time.Now().Add(loadRetry).UnixNano())
+		f.state.Store(fnMismatch)
+		return false, libraryLayout(found)
+	case isReply && fcallRefused(msg):
+		f.state.Store(fnRefused)
+		return false, nil
+	default:
+		// Unreadable, unreachable, or without the function (flushed since the load, or a library
+		// from before versions): EVALSHA meanwhile, whose scripts check each key's layout.
+		f.retryAt.Store(time.Now().Add(loadRetry).UnixNano())
+		return false, nil
+	}
 }
 
 // fcallRefused reports whether an error reply says the user may not run FCALL itself (not a

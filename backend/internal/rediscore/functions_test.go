@@ -380,7 +380,8 @@ func TestLibraryLoadsOnThisServer(t *testing.T) {
 			flags[strings.TrimPrefix(f.Name, rediscore.LibraryName+"_")] = strings.Join(f.Flags, ",")
 		}
 	}
-	want := map[string]string{"acquire": "", "extend": "", "release": "allow-oom", "inspect": "no-writes", "leave": "allow-oom", "watch": ""}
+	want := map[string]string{"v1_acquire": "", "v1_extend": "", "v1_release": "allow-oom", "v1_inspect": "no-writes", "v1_leave": "allow-oom",
+		"v1_watch": "", "layout": "no-writes"}
 	if fmt.Sprint(flags) != fmt.Sprint(want) {
 		t.Fatalf("functions and flags %v; want %v", flags, want)
 	}

@@ -138,7 +138,7 @@ func TestStoredFormat(t *testing.T) {
 		{0, "limit", `^3$`},
 		{0, "seq", `^2$`},
 		{0, "line", `^[1-9]\d*$`},
-		{0, "keep", `^[1-9]\d*$`},
+		{0, rediscore.KeepField, `^[1-9]\d*$`},
 		{2, "w", `^3 \d+ 3 60000 0 [01] ` + channel + `$`},
 		{2, "v", fmt.Sprintf(`^3 \d+ 3 60000 0 [23] %d `, len(odd)) + regexp.QuoteMeta(odd) + channel + `$`},
 	} {

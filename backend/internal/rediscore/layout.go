@@ -32,10 +32,8 @@ func (l layout) tag(key string) string {
 }
 
 // suffixes follow a resource key's tag: its four Redis keys, in the order the scripts take them
-// (see common.lua). The lease hash is "lease", not the "leases" sorted set of the layout before
-// it, so that neither layout reads the other's leases as its own; the line's keys kept their
-// names (see doc.go: the two must not share a prefix). The scripts name the key's channels after
-// the lease hash's name (see changed and channel): the tag, then what follows "lease".
+// (see common.lua). The scripts name the key's channels after the lease hash's name (see changed
+// and channel): the tag, then what follows "lease".
 var suffixes = [...]string{"lease", "queue", "waiting", "left"}
 
 // keys returns the Redis keys of a resource key, in the order the scripts take them: slices of

@@ -169,7 +169,7 @@ local function settle()
       if #read > 0 then
         -- Every entry it may hold: the counters, the leases read, and those the call wrote
         -- (a grant undone); HDEL, not DEL, so that it deletes only entries of ours.
-        local gone = {'fence', 'limit', 'seq', 'watch', 'line', 'left', 'keep'}
+        local gone = {'fence', 'limit', 'seq', 'watch', 'line', 'left', KEEP_ENTRY}
         for i = 1, #read, 2 do
           if string.byte(read[i]) == 58 then gone[#gone + 1] = read[i] end
         end

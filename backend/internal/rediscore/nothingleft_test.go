@@ -293,7 +293,7 @@ func TestNewKeyFastPathKeepsTheHash(t *testing.T) {
 		// Counters alone, whose keep and expiry run out before the next lease would.
 		k := rediscore.Keys(req.Key)[0]
 		short := int64(ttl.Milliseconds()) - 1000
-		if err := c.HSet(ctx, k, "keep", int64(serverMs())+short, "fence", r1.Fence, "limit", 1).Err(); err != nil {
+		if err := c.HSet(ctx, k, rediscore.KeepField, int64(serverMs())+short, "fence", r1.Fence, "limit", 1).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.PExpire(ctx, k, time.Duration(short)*time.Millisecond).Err(); err != nil {

@@ -65,21 +65,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	if subs != nil && waits {
 		t = subs.beforeTry(req.Key, req.Holder)
 	}
-	call := acquireCall{req: req, fences: f, overtakes: s.leaves.overtaken(req.Key, req.Holder)}
-	if waits {
-		call.try = tryID(s.id, s.tries.Add(1))
-		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
-		// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
-		call.listens = s.listens && t.gen != 0
-	} else if req.Unshared && ctx.Done() != nil && ctx.Err() == nil {
-		// A try that will not wait, whose ctx can end while the call is still on its way: named,
-		// so that the leave sent when its caller gives up keeps it from being granted should it
-		// arrive after the caller's give-back (see Release). Its own name, not its holder's:
-		// the holder's later tries (the next attempt, a Redlock node's raise) must still be
-		// granted. A shared holder's lease is not given back, and its try is not named; nor is
-		// one whose ctx has ended already, which is not sent (nothing to leave).
-		call.try = tryID(s.id, s.tries.Add(1))
-	}
+	call := s.acquireCall(ctx, req, f, t)
 	r, err := s.send(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
 	if err == nil && ctx.Err() != nil {
 		// ctx ended before a driver that waits for the reply had it: the caller has gone, as
@@ -97,19 +83,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		err = s.replyError(err)
 	}
 	if err != nil {
-		if subs != nil {
-			subs.endTry(t)
-		}
-		if call.try != nil && !errors.Is(err, core.ErrLimitMismatch) {
-			// The try may have reached the server and taken a place that nobody would own (its
-			// caller takes an error as final), or may still reach it, after the leave, on its
-			// own connection: leave, and keep that try out of the line (a limit mismatch was
-			// answered, and changed nothing: nothing to leave). A grant made meanwhile
-			// goes on down the line; a lease granted to the try itself is not the line's, and is
-			// the caller's to release: its Release waits for this leave, so that the try cannot
-			// arrive between the two and take a lease nobody gives back.
-			s.leaveWith(req.Key, req.Holder, leaveTryArgs(req.Holder, call.try))
-		}
+		s.failedTry(subs, t, call, err)
 		return core.AcquireResult{}, err
 	}
 	if subs == nil && !res.Granted && waits {
@@ -128,6 +102,44 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		s.leaveNow(ctx, req.Key, leaveArgs(req.Holder, last))
 	}
 	return res, nil
+}
+
+// acquireCall returns the script call of a try of req with the least fences f, t its try on
+// the Store's subscriptions (zero: none).
+func (s *Store) acquireCall(ctx context.Context, req core.AcquireRequest, f fences, t try) acquireCall {
+	call := acquireCall{req: req, fences: f, overtakes: s.leaves.overtaken(req.Key, req.Holder)}
+	if req.Wait > 0 {
+		call.try = tryID(s.id, s.tries.Add(1))
+		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
+		// subscription was confirmed before the try: until then a waiter keeps its place unchecked.
+		call.listens = s.listens && t.gen != 0
+	} else if req.Unshared && ctx.Done() != nil && ctx.Err() == nil {
+		// A try that will not wait, whose ctx can end while the call is still on its way: named,
+		// so that the leave sent when its caller gives up keeps it from being granted should it
+		// arrive after the caller's give-back (see Release). Its own name, not its holder's:
+		// the holder's later tries (the next attempt, a Redlock node's raise) must still be
+		// granted. A shared holder's lease is not given back, and its try is not named; nor is
+		// one whose ctx has ended already, which is not sent (nothing to leave).
+		call.try = tryID(s.id, s.tries.Add(1))
+	}
+	return call
+}
+
+// failedTry ends the try call, t on subs (nil: none), that failed with err.
+func (s *Store) failedTry(subs *subscriptions, t try, call acquireCall, err error) {
+	if subs != nil {
+		subs.endTry(t)
+	}
+	if call.try != nil && !errors.Is(err, core.ErrLimitMismatch) && !errors.Is(err, ErrLayoutVersion) {
+		// The try may have reached the server and taken a place that nobody would own (its
+		// caller takes an error as final), or may still reach it, after the leave, on its
+		// own connection: leave, and keep that try out of the line (a limit mismatch or another
+		// layout was answered, and changed nothing: nothing to leave). A grant made meanwhile
+		// goes on down the line; a lease granted to the try itself is not the line's, and is
+		// the caller's to release: its Release waits for this leave, so that the try cannot
+		// arrive between the two and take a lease nobody gives back.
+		s.leaveWith(call.req.Key, call.req.Holder, leaveTryArgs(call.req.Holder, call.try))
+	}
 }
 
 // Extend implements core.Store.Extend: one script call, which reports the lease's value as its

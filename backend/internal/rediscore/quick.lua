@@ -19,7 +19,7 @@ local function quick_acquire(all)
   local nt, lt = ARGV[6] or '1', ARGV[7] or '1'
   local last, keep = 0, 0
   if #all ~= 0 then
-    if #all ~= 6 or all[1] ~= 'fence' or all[3] ~= 'limit' or all[5] ~= 'keep' or #all[2] > 16 or #all[4] > 15 or
+    if #all ~= 6 or all[1] ~= 'fence' or all[3] ~= 'limit' or all[5] ~= KEEP_ENTRY or #all[2] > 16 or #all[4] > 15 or
       #all[6] > 15 or not string.find(all[2] .. ' ' .. all[4] .. ' ' .. all[6], '^[1-9]%d* [1-9]%d* [1-9]%d*$') then
       return nil
     end
@@ -47,7 +47,7 @@ local function quick_acquire(all)
     redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt)
   else
     life = life + math.min(life > 1000 and life or 1000, 31536000000)
-    redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt, 'keep', string.format('%d', now_ms + life))
+    redis.call('HSET', state, ':' .. ARGV[1], entry, 'fence', ft, 'limit', lt, KEEP_ENTRY, string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end
   return fence
@@ -68,7 +68,7 @@ local function lone(all, me)
       fence = all[i + 1]
     elseif f == 'limit' then
       limit = all[i + 1]
-    elseif f == 'keep' then
+    elseif f == KEEP_ENTRY then
       keep = all[i + 1]
     else
       return nil
@@ -112,11 +112,11 @@ local function quick_release(all)
       redis.call('HDEL', state, me)
     else
       redis.call('HDEL', state, me)
-      redis.call('HSET', state, 'keep', string.format('%d', until_ms))
+      redis.call('HSET', state, KEEP_ENTRY, string.format('%d', until_ms))
       redis.call('PEXPIRE', state, until_ms - now_ms)
     end
   else
-    redis.call('HDEL', state, me, 'fence', 'limit', 'keep')
+    redis.call('HDEL', state, me, 'fence', 'limit', KEEP_ENTRY)
   end
   if n == '1' then return 1 end
   return tonumber(n)
@@ -152,7 +152,7 @@ local function quick_extend(all)
     redis.call('HSET', state, me, e)
   else
     local life = ttl + math.min(ttl > 1000 and ttl or 1000, 31536000000) -- kept(ttl)
-    redis.call('HSET', state, me, e, 'keep', string.format('%d', now_ms + life))
+    redis.call('HSET', state, me, e, KEEP_ENTRY, string.format('%d', now_ms + life))
     redis.call('PEXPIRE', state, life)
   end
   return {1, tonumber(nt), f, tonumber(limit), value}

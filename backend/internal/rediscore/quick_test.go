@@ -61,14 +61,14 @@ func TestQuickReleaseReportsForeignCounters(t *testing.T) {
 			ctx := context.Background()
 			now := time.Now()
 			entry := "1 " + strconv.FormatInt(now.UnixMicro()-1000, 10) + " " + strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10)
-			good := map[string]string{"fence": strconv.FormatInt(now.UnixMicro()-1000, 10), "limit": "1", "keep": strconv.FormatInt(now.Add(2*time.Hour).UnixMilli(), 10)}
-			for _, counter := range []string{"fence", "limit", "keep"} {
+			good := map[string]string{"fence": strconv.FormatInt(now.UnixMicro()-1000, 10), "limit": "1", rediscore.KeepField: strconv.FormatInt(now.Add(2*time.Hour).UnixMilli(), 10)}
+			for _, counter := range []string{"fence", "limit", rediscore.KeepField} {
 				for _, v := range []string{"", "x", "-1", "1.5", "9007199254740993"} {
 					key := "quick-" + counter + "-" + v
 					lease := rediscore.Keys(key)[0]
 					want := map[string]string{":h": entry}
 					args := []any{":h", entry}
-					for _, f := range []string{"fence", "limit", "keep"} {
+					for _, f := range []string{"fence", "limit", rediscore.KeepField} {
 						want[f] = good[f]
 						if f == counter {
 							want[f] = v
@@ -123,7 +123,7 @@ func TestRedlockNodePairKeepsItsCountersOnlyUntilTheClockPassesTheFence(t *testi
 				t.Fatalf("release %d: %v, %v", i, ok, err)
 			}
 			m, err := c.HGetAll(ctx, lease).Result()
-			if err != nil || len(m) != 3 || m["fence"] != strconv.FormatUint(last, 10) || m["limit"] != "1" || m["keep"] == "" {
+			if err != nil || len(m) != 3 || m["fence"] != strconv.FormatUint(last, 10) || m["limit"] != "1" || m[rediscore.KeepField] == "" {
 				t.Fatalf("after release %d the hash is %q (%v); want the counters alone, at fence %d", i, m, err, last)
 			}
 			// Kept until just after the clock passes the fence, not the hour's lease.

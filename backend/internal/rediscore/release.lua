@@ -16,7 +16,7 @@ if entry and fast and not (alone and (tries or raised)) then
   local n, fence, exp = string.match(entry, '^(%d+) (%d+) (%d+)')
   if n and tonumber(exp) > now_ms and (want == 0 or tonumber(fence) == want) then
     if alone then
-      redis.call('HDEL', state, me, 'fence', 'limit', 'seq', 'watch', 'line', 'left', 'keep')
+      redis.call('HDEL', state, me, 'fence', 'limit', 'seq', 'watch', 'line', 'left', KEEP_ENTRY)
     else
       redis.call('HDEL', state, me)
     end

@@ -63,7 +63,7 @@ func countersOf(t *testing.T, c *redis.Client, key string) counters {
 	}
 	var cs counters
 	for name, p := range map[string]*uint64{"fence": &cs.fence, "limit": &cs.limit, "seq": &cs.seq, "watch": &cs.watch,
-		"line": &cs.line, "left": &cs.left, "keep": &cs.keep} {
+		"line": &cs.line, "left": &cs.left, rediscore.KeepField: &cs.keep} {
 		if v, ok := m[name]; ok {
 			if *p, err = strconv.ParseUint(v, 10, 64); err != nil {
 				t.Fatalf("counter %s of %q: %q", name, key, v)

@@ -136,6 +136,14 @@ func (s *Store) send(ctx context.Context, script Script, key string, args argLis
 	sent := time.Now()
 	r, err := s.client.Run(ctx, script, call(script, s.keyNames(key), &args))
 	if err != nil {
+		// Another layout version's data or library: the server answered, and changed nothing.
+		le, ok := errors.AsType[*LayoutError](err)
+		if !ok {
+			le = layoutError(err)
+		}
+		if le != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, le)
+		}
 		return nil, s.clientError(ctx, sent, err)
 	}
 	if !s.answered.Load() {
