@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/etcd/internal/etcdtest"
+	"github.com/leasehold/leasehold/core"
 )
 
 // TestLeaveOwedOnceTheBackgroundEndedHoldsUpNoTry: an operation in flight when the Store's
@@ -40,5 +41,44 @@ func TestLeaveOwedOnceTheBackgroundEndedHoldsUpNoTry(t *testing.T) {
 				t.Errorf("Inspect waited for a leave that never runs: %v", err)
 			}
 		})
+	}
+}
+
+// TestWaiterEnrolledAsTheStoreClosesIsWoken: a Register in flight when the Store closes gets
+// the key's watch before Close stops it and enrolls its waiter after, on a refusal that says
+// the line would not serve it. Nothing would wake that waiter: its caller, trusting a reliable
+// waiter, would wait for the leases in its way to end before it tried again and heard of the
+// Close. It must start woken.
+func TestWaiterEnrolledAsTheStoreClosesIsWoken(t *testing.T) {
+	t.Parallel()
+	s, err := New(etcdtest.Shared(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	key := fmt.Sprint(t.Name(), rand.Int64())
+	if res, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil || !res.Granted {
+		t.Fatalf("Acquire(a): %+v, %v", res, err)
+	}
+	r := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+	if res, err := s.Acquire(ctx, r); err != nil || res.Granted {
+		t.Fatalf("Acquire(w): %+v, %v; want refused, waiting", res, err)
+	}
+	ref, known := s.refusals.take(refusalID(key, "w"))
+	if !known {
+		t.Fatal("the refusal was not kept for Register")
+	}
+	kw, err := s.watchKey(ctx, key, ref.st) // Register's first step, before Close
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	w := kw.enroll("w", ref, known) // and its second, after
+	defer w.Close()
+	select {
+	case <-w.C():
+	case <-time.After(2 * time.Second):
+		t.Fatal("a waiter enrolled on the watch Close stopped was not woken")
 	}
 }
