@@ -82,3 +82,27 @@ func TestWaiterEnrolledAsTheStoreClosesIsWoken(t *testing.T) {
 		t.Fatal("a waiter enrolled on the watch Close stopped was not woken")
 	}
 }
+
+// TestLeaseDiscardedOnceTheBackgroundEndedIsNeverASpare: a try whose grant's transaction has no
+// known outcome ends when the Store's client has closed, so the revoke of its etcd lease cannot
+// be sent. The lease may carry that grant: a release of it later must not keep it as a spare.
+func TestLeaseDiscardedOnceTheBackgroundEndedIsNeverASpare(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Shared(t).Client(t)
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	g, err := c.Grant(t.Context(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	l := leases{own: g.ID, ownSecs: 5}
+	s.discard(l)
+	s.recycle(l.spares()...)
+	if id, ok := s.spares.take(5); ok {
+		t.Errorf("lease %x, discarded but never revoked, was kept as a spare", id)
+	}
+}
