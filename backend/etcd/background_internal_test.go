@@ -106,3 +106,42 @@ func TestLeaseDiscardedOnceTheBackgroundEndedIsNeverASpare(t *testing.T) {
 		t.Errorf("lease %x, discarded but never revoked, was kept as a spare", id)
 	}
 }
+
+// TestWaiterEnrolledAsTheClientClosesIsWoken: as TestWaiterEnrolledAsTheStoreClosesIsWoken,
+// but the Store's client closes, after the wake its session's end gives: the watch hears of
+// nothing any more, and the waiter must start woken.
+func TestWaiterEnrolledAsTheClientClosesIsWoken(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Shared(t).Client(t)
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	key := fmt.Sprint(t.Name(), rand.Int64())
+	if res, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil || !res.Granted {
+		t.Fatalf("Acquire(a): %+v, %v", res, err)
+	}
+	r := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+	if res, err := s.Acquire(ctx, r); err != nil || res.Granted {
+		t.Fatalf("Acquire(w): %+v, %v; want refused, waiting", res, err)
+	}
+	ref, known := s.refusals.take(refusalID(key, "w"))
+	if !known {
+		t.Fatal("the refusal was not kept for Register")
+	}
+	kw, err := s.watchKey(ctx, key, ref.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	s.loops.Wait() // the session's renewal has ended, and woken the waiters then enrolled
+	w := kw.enroll("w", ref, known)
+	defer w.Close()
+	select {
+	case <-w.C():
+	case <-time.After(2 * time.Second):
+		t.Fatal("a waiter enrolled once the client closed was not woken")
+	}
+}

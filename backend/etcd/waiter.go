@@ -63,13 +63,13 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wai
 
 // enroll adds a waiter of holder to kw, woken at once unless ref, the refusal its holder's try
 // was told (known), shows that the line would not serve it on the records kw keeps; always once
-// the Store closed (its next try says so).
+// the Store or its client closed (no event comes any more; its next try says so).
 func (kw *keyWatch) enroll(holder string, ref refusal, known bool) *waiter {
 	w := &waiter{kw: kw, holder: holder, c: make(signal, 1)}
 	kw.mu.Lock()
 	defer kw.mu.Unlock()
 	kw.waiters = append(kw.waiters, w)
-	if !known || kw.shutDown {
+	if !known || kw.shutDown || kw.s.ctx.Err() != nil {
 		w.wake()
 		return w
 	}
