@@ -61,13 +61,17 @@ func (b *background) idle() <-chan struct{} {
 	return b.idleCh
 }
 
-// goBackground runs fn in the background, tracked so that Close waits for it, within 10s.
-func (s *Store) goBackground(fn func(ctx context.Context)) { s.goBackgroundFor(10*time.Second, fn) }
+// goBackground runs fn in the background, tracked so that Close waits for it, within 10s. It
+// reports whether fn runs: not once the Store's background context has ended (Close, or the
+// client's Close), and then its caller undoes what it counted on fn to undo.
+func (s *Store) goBackground(fn func(ctx context.Context)) bool {
+	return s.goBackgroundFor(10*time.Second, fn)
+}
 
 // goBackgroundFor runs fn in the background, as goBackground, with budget d.
-func (s *Store) goBackgroundFor(d time.Duration, fn func(ctx context.Context)) {
+func (s *Store) goBackgroundFor(d time.Duration, fn func(ctx context.Context)) bool {
 	if !s.bg.start(s.ctx) {
-		return
+		return false
 	}
 	go func() {
 		defer s.bg.done()
@@ -75,6 +79,7 @@ func (s *Store) goBackgroundFor(d time.Duration, fn func(ctx context.Context)) {
 		defer cancel()
 		fn(ctx)
 	}()
+	return true
 }
 
 // revoke ends etcd leases that no record is on any more, in the background.

@@ -118,7 +118,9 @@
 // error wrapping core.ErrClosed, and the Store's Close returns at once, with an error saying that
 // its session was not revoked. Its places in lines then hold up those lines until the session
 // lease ends (WithSessionTTL, 10 s by default), and the etcd leases of the grants it was giving
-// up end with their TTLs.
+// up end with their TTLs. After either Close, an operation in flight does not wait for a leave
+// the Store can no longer send, and a Register in flight returns a waiter woken at once (its
+// next try returns core.ErrClosed).
 //
 // # What etcd does not give
 //

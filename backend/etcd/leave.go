@@ -134,11 +134,12 @@ func (l *leaves) ofPlace(id placeID) *pending {
 }
 
 // leaveInBackground leaves holder's place on key in the background; again after a second when
-// late is set and it found nothing then, for a try whose transaction may still arrive.
+// late is set and it found nothing then, for a try whose transaction may still arrive. Once the
+// Store's background work has ended it does nothing, and counts nothing owed.
 func (s *Store) leaveInBackground(key, holder string, late bool) {
 	id := refusalID(key, holder)
 	byKey, byPlace := s.leaves.add(id)
-	s.goBackgroundFor(leaveBudget, func(ctx context.Context) {
+	started := s.goBackgroundFor(leaveBudget, func(ctx context.Context) {
 		defer s.leaves.done(id, byKey, byPlace)
 		found, err := s.leaveAgain(ctx, key, holder)
 		if err != nil || found || !late {
@@ -150,6 +151,11 @@ func (s *Store) leaveInBackground(key, holder string, late bool) {
 		case <-ctx.Done():
 		}
 	})
+	if !started {
+		// Nothing can be sent any more (the Store or its client closed): the place ends with
+		// the session lease, and the tries and Inspects in flight must not wait for it.
+		s.leaves.done(id, byKey, byPlace)
+	}
 }
 
 // leaveBudget bounds how long a Store goes on trying to leave a place it owes: a place left

@@ -149,7 +149,9 @@ func (p *sparePool) doom(ids []clientv3.LeaseID, doomed bool) {
 // them, and a transaction that arrives after fails (etcd refuses a write on a lease it does not
 // have), so the grant is held by nobody for at most the revoke's round trip. Until the revoke is
 // done the leases are never spares, whoever releases the grant. The revoke is tried again while
-// etcd cannot be reached, until the leases would have ended by themselves.
+// etcd cannot be reached, until the leases would have ended by themselves. Once the Store's
+// background work has ended (Close, or the client's Close) nothing is sent: the leases stay
+// marked, never spares, and end at their TTL.
 func (s *Store) discard(l leases) {
 	var ids []clientv3.LeaseID
 	for _, id := range []clientv3.LeaseID{l.own, l.delay} {

@@ -58,20 +58,26 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wai
 	if err != nil {
 		return nil, s.fail(ctx, "register", err)
 	}
-	w := &waiter{kw: kw, holder: req.Holder, c: make(signal, 1)}
+	return kw.enroll(req.Holder, ref, known), nil
+}
+
+// enroll adds a waiter of holder to kw, woken at once unless ref, the refusal its holder's try
+// was told (known), shows that the line would not serve it on the records kw keeps; always once
+// the Store or its client closed (no event comes any more; its next try says so).
+func (kw *keyWatch) enroll(holder string, ref refusal, known bool) *waiter {
+	w := &waiter{kw: kw, holder: holder, c: make(signal, 1)}
 	kw.mu.Lock()
+	defer kw.mu.Unlock()
 	kw.waiters = append(kw.waiters, w)
-	if known {
-		w.placed = ref.placed
-		next, _ := kw.st.next()
-		if w.due(kw.st, next) {
-			w.wake()
-		}
-	} else {
+	if !known || kw.shutDown || kw.s.ctx.Err() != nil {
+		w.wake()
+		return w
+	}
+	w.placed = ref.placed
+	if next, _ := kw.st.next(); w.due(kw.st, next) {
 		w.wake()
 	}
-	kw.mu.Unlock()
-	return w, nil
+	return w
 }
 
 func (w *waiter) wake()              { w.c.wake() }

@@ -22,6 +22,7 @@ type keyWatch struct {
 	mu       sync.Mutex
 	st       *state
 	reliable bool
+	shutDown bool // the Store closed: no event comes any more
 	waiters  []*waiter
 	watches  []*watch
 	refs     int
@@ -119,9 +120,12 @@ func (kw *keyWatch) release() {
 	}
 }
 
-// shut stops kw (the Store closed) and wakes everyone on it.
+// shut stops kw (the Store closed) and wakes everyone on it, and whoever enrolls after.
 func (kw *keyWatch) shut() {
 	kw.cancel()
+	kw.mu.Lock()
+	kw.shutDown = true
+	kw.mu.Unlock()
 	kw.wakeAll()
 }
 
