@@ -163,7 +163,9 @@ func (w *Workload) Check(t testing.TB, linearizable bool) {
 	w.mu.Lock()
 	lateBy, losses, calls := w.lateBy, slices.Clone(w.losses), w.calls
 	w.mu.Unlock()
-	if allow := 100*time.Millisecond + w.lag + w.Overrun; lateBy > allow {
+	// A call that ignores its ctx returns a try's timeout late (seconds); the base allowance is
+	// for a goroutine the race detector and a loaded machine hold back beyond the timer probe's lag.
+	if allow := 250*time.Millisecond + w.lag + w.Overrun; lateBy > allow {
 		t.Errorf("a call returned %v after its ctx deadline (allowed %v)", lateBy, allow)
 	}
 	allow := 50*time.Millisecond + w.lag
