@@ -169,14 +169,20 @@ func TestRunCommandOutlivingSeveralTTLsIsNotStopped(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
+	// -ttl 3s, not less: the first stop time must leave a loaded machine time to start the
+	// supervisor (a race-detector binary) and send it the first refresh's schedule.
+	var wg sync.WaitGroup
 	for _, args := range [][]string{
-		{"run", "-redis", url, "-key", "long", "-ttl", "2s", "--", "sleep", "5"},
-		{"elect", "-redis", url, "-ttl", "2s", "longer", "v", "--", "sleep", "5"},
+		{"run", "-redis", url, "-key", "long", "-ttl", "3s", "--", "sleep", "8"},
+		{"elect", "-redis", url, "-ttl", "3s", "longer", "v", "--", "sleep", "8"},
 	} {
-		cmd := cli(t.Context(), args...)
-		out, _ := cmd.CombinedOutput()
-		if code := cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("%s -ttl 2s -- sleep 5: exit %d, output %q; want 0", args[0], code, out)
-		}
+		wg.Go(func() {
+			cmd := cli(t.Context(), args...)
+			out, _ := cmd.CombinedOutput()
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Errorf("%s -ttl 3s -- sleep 8: exit %d, output %q; want 0", args[0], code, out)
+			}
+		})
 	}
+	wg.Wait()
 }
