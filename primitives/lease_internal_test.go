@@ -13,11 +13,14 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// extendLog is a Store that records the Extend calls that reached it, in order.
+// extendLog is a Store that records the Extend calls that reached it, in order, and calls
+// returned (when set) with each request once the store has answered it, before its caller sees
+// the answer.
 type extendLog struct {
 	*memory.Store
-	mu    sync.Mutex
-	calls []sentExtend
+	mu       sync.Mutex
+	calls    []sentExtend
+	returned func(core.ExtendRequest)
 }
 
 type sentExtend struct {
@@ -29,7 +32,11 @@ func (s *extendLog) Extend(ctx context.Context, req core.ExtendRequest) (core.Ex
 	s.mu.Lock()
 	s.calls = append(s.calls, sentExtend{at: time.Now(), ttl: req.TTL})
 	s.mu.Unlock()
-	return s.Store.Extend(ctx, req)
+	res, err := s.Store.Extend(ctx, req)
+	if s.returned != nil {
+		s.returned(req)
+	}
+	return res, err
 }
 
 func (s *extendLog) last() sentExtend {
@@ -63,7 +70,7 @@ func TestExtendRacingRefreshKeepsTheLastDeadline(t *testing.T) {
 				}
 				paused, resume := make(chan struct{}), make(chan struct{})
 				var held atomic.Bool
-				m.sem.cfg.extended = func(req core.ExtendRequest) {
+				store.returned = func(req core.ExtendRequest) {
 					if (req.TTL == tc.extend) == tc.extendFirst && held.CompareAndSwap(false, true) {
 						paused <- struct{}{}
 						<-resume

@@ -3,8 +3,6 @@ package primitives
 import (
 	"fmt"
 	"time"
-
-	"github.com/leasehold/leasehold/core"
 )
 
 // Defaults for the options.
@@ -32,8 +30,7 @@ type config struct {
 	holder          string // "": a fresh random id per lease (WithHolder refuses "")
 	value           string // kept with every lease granted (WithValue)
 	events          []func(Event)
-	extended        func(core.ExtendRequest) // tests only: runs when a lease's Extend returns from the store, before its result is applied
-	err             error                    // the first invalid option
+	err             error // the first invalid option
 }
 
 // invalid records the option described by format as invalid, unless one was already.

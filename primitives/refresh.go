@@ -126,9 +126,6 @@ func (l *lease) sendRefresh(r *refreshCall) {
 		r.exclusive = true
 		r.now = time.Now()
 		r.res, r.err = l.p.store.Extend(r.ctx, l.req)
-		if h := l.p.cfg.extended; h != nil {
-			h(l.req)
-		}
 	case <-r.ctx.Done(): // Release, or the deadline, came while a Lease.Extend was in flight
 		r.err = r.ctx.Err()
 	}
@@ -211,9 +208,6 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	start := time.Now()
 	req := core.ExtendRequest{Key: l.p.key, Holder: l.p.holder, TTL: ttl}
 	res, err := l.p.store.Extend(ctx, req)
-	if h := l.p.cfg.extended; h != nil {
-		h(req)
-	}
 	if err == nil && res.Fence != l.p.fence {
 		err = fmt.Errorf("%w: the holder now holds a newer grant (fence %d)", ErrLost, res.Fence)
 	}
