@@ -14,7 +14,7 @@ import (
 // testConcurrentHoldersNeverExceedLimit runs workers on Stores of their own (processes, in
 // effect) that acquire and release on two keys, a semaphore and a mutex, and counts the holders
 // actually inside at once with an Occupancy of each. Each worker makes 20 rounds, or 40 under
-// WithSoak(true).
+// WithSoak(true), and more until the semaphore has been full once.
 func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 	const workers = 8
 	rounds := s.stressRounds()
@@ -24,7 +24,9 @@ func (s *suite) testConcurrentHoldersNeverExceedLimit(t *testing.T) {
 	for w := range workers {
 		st := s.h.NewStore(t)
 		wg.Go(func() {
-			for r := range rounds {
+			// More rounds, up to four times as many, until the semaphore has been full once:
+			// on a slow store the workers may not overlap enough in the first ones.
+			for r := 0; r < rounds || (x.sem.Peak() < stressLimit && r < 4*rounds); r++ {
 				if !x.round(st, fmt.Sprintf("w%d-r%d", w, r), 1+(w+r)%2, r%2 == 0) {
 					return
 				}
