@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"flag"
 	"os"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestMain runs the package's tests, up to 4 parallel ones at once, stops the shared server
@@ -24,12 +24,7 @@ func TestMain(m *testing.M) {
 	// Most parallel tests wait (a fault's length, a TTL, a self-check's timeout) beside the
 	// conformance runs, which keep the CPUs busy: unless -parallel says otherwise, more of them
 	// run at once than the machine has CPUs, go test's default.
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", "4")
-	}
+	testenv.ParallelWaiters(4)
 	code := m.Run()
 	if shared.srv != nil {
 		shared.srv.Close()

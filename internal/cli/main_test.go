@@ -3,13 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestMain runs the package's tests, up to 8 parallel ones at once, stops its PostgreSQL server
@@ -26,12 +27,7 @@ func TestMain(m *testing.M) {
 	// The parallel tests mostly wait, not compute: for the CLI's timeouts on servers that do not
 	// answer, and for the processes they start. Unless -parallel says otherwise, more of them
 	// run at once than the machine has CPUs, go test's default.
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", "8")
-	}
+	testenv.ParallelWaiters(8)
 	code := m.Run()
 	if pgShared.srv != nil {
 		pgShared.srv.Close()

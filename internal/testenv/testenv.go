@@ -7,7 +7,9 @@
 package testenv
 
 import (
+	"flag"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -29,5 +31,19 @@ func SkipShort(t testing.TB, why string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: " + why)
+	}
+}
+
+// ParallelWaiters raises the number of parallel tests a package runs at once to n, from
+// GOMAXPROCS, unless -test.parallel was given: for a package whose tests mostly wait on
+// servers, processes and timers, not the CPU. Call it from TestMain, before m.Run.
+func ParallelWaiters(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(n))
 	}
 }

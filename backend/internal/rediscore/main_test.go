@@ -4,8 +4,16 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
+	// Most tests wait on servers and timers: four at once keep `go test ./...` within its
+	// minutes. Under LEASEHOLD_SOAK=1 (CI, with the race detector) the default two, for a
+	// loaded machine's sake.
+	if !testenv.Soak() {
+		testenv.ParallelWaiters(4)
+	}
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"))
 }
