@@ -62,7 +62,9 @@ func fenceRaiser(t *testing.T, st core.Store) core.FenceRaiser {
 func (s *suite) testAcquireAboveFloorsNewGrantsOnly(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	fr, ctx := fenceRaiser(t, st), ctxFor(t)
-	floor := at(t, st, key).grant("x", 1, 2, time.Minute) + 1_000_000
+	// A store may take fences from its clock in microseconds: a floor an hour above the last
+	// fence stays above the clock however slowly the calls below run.
+	floor := at(t, st, key).grant("x", 1, 2, time.Minute) + uint64(time.Hour/time.Microsecond)
 	at(t, st, key).release("x")
 	req := core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute}
 	if res, err := fr.AcquireAbove(ctx, req, floor); err != nil || !res.Granted || res.Fence != floor {
@@ -75,7 +77,7 @@ func (s *suite) testAcquireAboveFloorsNewGrantsOnly(t *testing.T) {
 		t.Fatalf("grant after a floor of %d: fence %d, want above it", floor, f)
 	}
 	// The line: c waits with a floor well above the counter; the release grants it at least that.
-	lineFloor := floor + 1_000_000
+	lineFloor := floor + uint64(time.Hour/time.Microsecond)
 	wait := core.AcquireRequest{Key: key, Holder: "c", Permits: 1, Limit: 2, TTL: time.Minute, Wait: time.Minute}
 	if res, err := fr.AcquireAbove(ctx, wait, lineFloor); err != nil || res.Granted {
 		t.Fatalf("AcquireAbove with both permits held: %+v, %v; want a refusal", res, err)
