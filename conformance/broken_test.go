@@ -178,7 +178,7 @@ func (b *broken) Inspect(ctx context.Context, key string) (core.Snapshot, error)
 }
 
 // Watch, for "watchesNothing", returns a watch that never hears of a change.
-func (b *broken) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (b *broken) Watch(ctx context.Context, key string) (core.Wake, error) {
 	if b.fault == "watchesNothing" {
 		return silent{}, nil
 	}
@@ -206,7 +206,7 @@ func (silent) C() <-chan struct{} { return nil }
 func (silent) Reliable() bool     { return true }
 func (silent) Close()             {}
 
-func (b *broken) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (b *broken) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	if b.fault == "forgetsToNotify" {
 		return silent{}, nil
 	}

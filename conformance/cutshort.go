@@ -38,7 +38,7 @@ const cutShortGiveBack = 2 * time.Second
 // 0.2 to 4 ms (by its deadline, or canceled in flight), a few with 100 ms. After an Acquire
 // that returned an error it gives the try back as package primitives does (Release of its own
 // holder id with fence 0, within 2 s, beside the next calls); a wait cut short closes its
-// Waiter; a Release that failed is sent again within 2 s. It checks that
+// waiter; a Release that failed is sent again within 2 s. It checks that
 //   - no more permits than the limit are held at once by holders told they hold them;
 //   - no lease ends before its TTL while its holder holds it (Extend ErrLost, or a first
 //     Release that finds nothing);
@@ -287,10 +287,10 @@ func (c *cutShort) round(st core.Store, rnd *mrand.Rand) {
 }
 
 // acquire asks for req: once, or waiting until ctx ends, as the portable layer does (Wait is
-// the time ctx has left; a refusal registers for a wake, and the Waiter is closed when ctx
+// the time ctx has left; a refusal registers for a wake, and the waiter is closed when ctx
 // ends). An error is the try's; a wait that ran out is a refusal.
 func (c *cutShort) acquire(ctx context.Context, st core.Store, req core.AcquireRequest, wait bool) (core.AcquireResult, error) {
-	var w core.Waiter
+	var w core.Wake
 	registered := false
 	defer func() {
 		if w != nil {

@@ -19,7 +19,7 @@ type notifyingStore interface {
 
 // prefixStore is a driver that wraps another: it keeps every key under a prefix, so tenants
 // sharing one backend never meet. It is written from the docs of core.Store, core.Notifier and
-// core.Waiter alone, and proves itself with one conformance.Run call (TestPrefixStore).
+// core.Wake alone, and proves itself with one conformance.Run call (TestPrefixStore).
 //
 // It forwards Register, so its waiters are woken by the wrapped store's releases; a wrapper that
 // dropped it would leave them polling, and conformance.Run would say so. It does not forward
@@ -57,7 +57,7 @@ func (s *prefixStore) Inspect(ctx context.Context, key string) (core.Snapshot, e
 
 // Register enrolls in the wrapped store's line under the same renamed key as the refused
 // Acquire, so the release that grants the caller wakes it.
-func (s *prefixStore) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *prefixStore) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	req.Key = s.prefix + req.Key
 	return s.inner.Register(ctx, req)
 }

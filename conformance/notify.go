@@ -12,13 +12,13 @@ import (
 // joinLine makes holder a waiter the way the primitives do: an Acquire refused with a Wait, then
 // Register with the same request. It skips the test when the store has no notifications (the
 // suite was told WithoutNotifier) and fails it when the store has none but should.
-func (s *suite) joinLine(k keyAt, holder string, permits, limit int) core.Waiter {
+func (s *suite) joinLine(k keyAt, holder string, permits, limit int) core.Wake {
 	k.t.Helper()
 	return s.joinLineWith(k, k.request(holder, permits, limit, time.Minute))
 }
 
 // joinLineWith is joinLine for the request req (its Wait is set to a minute).
-func (s *suite) joinLineWith(k keyAt, req core.AcquireRequest) core.Waiter {
+func (s *suite) joinLineWith(k keyAt, req core.AcquireRequest) core.Wake {
 	t, st, key, holder := k.t, k.st, k.key, req.Holder
 	t.Helper()
 	n := s.notifier(t, st)
@@ -73,7 +73,7 @@ const strayWindow = 50 * time.Millisecond
 // woken waits up to s.wake until want of ws are woken, and returns which were. When some of ws
 // should stay asleep (want < len(ws)), it then gives stray wakes strayWindow to arrive. A store
 // that wakes too few costs the whole wait; one that wakes the right ones, none.
-func (s *suite) woken(want int, ws ...core.Waiter) []bool {
+func (s *suite) woken(want int, ws ...core.Wake) []bool {
 	got := make([]bool, len(ws))
 	take := func() {
 		for i, w := range ws {
@@ -120,7 +120,7 @@ func (s *suite) testReleaseWakesOneWaiterPerPermit(t *testing.T) {
 	st, key := s.h.NewStore(t), newKey(t)
 	at(t, st, key).grant("a", 1, 3, time.Minute)
 	at(t, st, key).grant("b", 2, 3, time.Minute)
-	ws := []core.Waiter{s.joinLine(at(t, st, key), "w0", 1, 3), s.joinLine(at(t, st, key), "w1", 1, 3), s.joinLine(at(t, st, key), "w2", 1, 3), s.joinLine(at(t, st, key), "w3", 1, 3)}
+	ws := []core.Wake{s.joinLine(at(t, st, key), "w0", 1, 3), s.joinLine(at(t, st, key), "w1", 1, 3), s.joinLine(at(t, st, key), "w2", 1, 3), s.joinLine(at(t, st, key), "w3", 1, 3)}
 	at(t, st, key).release("a")
 	got := s.woken(1, ws...)
 	if count(got) != 1 || !got[0] {

@@ -141,7 +141,7 @@ func (k keyAt) acquireWait(holder string, n, limit int, stop func() bool) error 
 	// With notifications a worker waits to be woken; its polling every 20 ms only bounds a missed
 	// wake (the notification tests check wakes), and spares a slow backend (miniredis runs its
 	// scripts in the test's process) eight workers' tries every millisecond.
-	var w core.Waiter
+	var w core.Wake
 	every := time.Millisecond
 	if nt, ok := st.(core.Notifier); ok {
 		every = 20 * time.Millisecond

@@ -58,7 +58,7 @@ func (s *suite) testInspectListsTheLine(t *testing.T) {
 		return
 	}
 	want := []core.WaiterInfo{{Holder: "w0", Permits: 2, Value: "first"}, {Holder: "w1", Permits: 1, Value: ""}, {Holder: "w2", Permits: 1, Value: "third in line"}}
-	ws := make([]core.Waiter, len(want))
+	ws := make([]core.Wake, len(want))
 	for i, w := range want {
 		req := at(t, st, key).request(w.Holder, w.Permits, 2, time.Minute)
 		req.Value = w.Value

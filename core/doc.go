@@ -8,10 +8,10 @@
 // other errors, the bounds) as aliases, so errors.Is and type assertions work with either name.
 // A program imports primitives and one backend.
 //
-// A driver implements [Store], and [Notifier] (with its [Waiter]) so that waiters are woken by
-// releases instead of polling. [Watcher] (with its [Watch]) is optional: it lets an
-// election's observers hear of a change instead of polling. [FenceRaiser] is optional: only a
-// store that is to be a Redlock node needs it. The portable layer (package primitives) checks
+// A driver implements [Store], and [Notifier] so that waiters are woken by releases instead of
+// polling. [Watcher] is optional: it lets an election's observers hear of a change instead of
+// polling. Both hand out a [Wake]. [AcquireWatcher] serves a store without a line (Redlock);
+// [FenceRaiser] is optional: only a store that is to be a Redlock node needs it. The portable layer (package primitives) checks
 // every argument before it calls a driver, so a driver may assume the valid input each request
 // type documents; package conformance defines a correct driver by test, with one
 // conformance.Run call. docs/writing-a-driver.md walks through one.

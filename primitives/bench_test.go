@@ -99,7 +99,7 @@ type parkSignal struct {
 	parked atomic.Bool // a refused waiter registered: it is in line, waiting for a wake
 }
 
-func (p *parkSignal) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (p *parkSignal) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	w, err := p.Store.Register(ctx, req)
 	p.parked.Store(true)
 	return w, err

@@ -106,7 +106,7 @@ func (el *Election) Observe(ctx context.Context) <-chan Leader {
 
 func (el *Election) observe(ctx context.Context, out chan<- Leader) {
 	defer close(out)
-	var w core.Watch
+	var w core.Wake
 	if el.watch != nil {
 		w, _ = el.watch.Watch(ctx, el.Key()) // without it: polling
 	}

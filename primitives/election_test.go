@@ -109,7 +109,7 @@ type observeWatching struct {
 	reliable bool
 }
 
-func (c *observeWatching) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (c *observeWatching) Watch(ctx context.Context, key string) (core.Wake, error) {
 	w, err := c.mem.Watch(ctx, key)
 	if err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func (c *observeWatching) Watch(ctx context.Context, key string) (core.Watch, er
 }
 
 type observeReliability struct {
-	core.Watch
+	core.Wake
 	reliable bool
 }
 

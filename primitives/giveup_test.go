@@ -32,7 +32,7 @@ func (s *cancelAfterRefusal) Acquire(ctx context.Context, req core.AcquireReques
 
 // TestCancelBeforeRegisterLeavesNoPlace: a caller whose ctx ends after its refused try
 // took a place in the memory store's line, but before it enrolled (Register fails on the ended
-// ctx), closes no Waiter, so nothing takes its place out of the line. The holder's release then
+// ctx), closes no waiter, so nothing takes its place out of the line. The holder's release then
 // grants the lock, untaken, to that place: nobody holds it, yet a waiter behind must wait for
 // the whole TTL of a grant that nobody will ever take.
 func TestCancelBeforeRegisterLeavesNoPlace(t *testing.T) {

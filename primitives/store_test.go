@@ -36,7 +36,7 @@ type recorder struct {
 // notifying is a recorder that passes on the memory store's notifications.
 type notifying struct{ *recorder }
 
-func (n notifying) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (n notifying) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	return n.inner.Register(ctx, req)
 }
 

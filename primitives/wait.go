@@ -19,23 +19,11 @@ type acquisition struct {
 	begin    time.Time // when Acquire started: the acquire timeout counts from here
 
 	enrolled bool // registration with the notifier (or the watch) was attempted
-	// wakes is what wakes the caller between tries: its core.Waiter, or without a notifier a
-	// core.Watch of the key (both have these methods); nil when there is neither.
-	wakes interface {
-		C() <-chan struct{}
-		Reliable() bool
-		Close()
-	}
+	// wakes is what wakes the caller between tries: its waiter, or without a notifier a watch of
+	// the key; nil when there is neither.
+	wakes      core.Wake
 	timeout    *time.Timer // acquire timeout, started at the first wait
 	retryTimer *time.Timer
-}
-
-// acquireWatcher is a core.Watcher without a line whose waiters' wakes depend on their own
-// refused tries (redlock.Store): WatchAcquire watches req.Key for the caller whose Acquire of req
-// was refused, and wakes it only on a change that could let its next try succeed (a waiter over
-// Redlock is not woken by its own grants on a minority of nodes, given back).
-type acquireWatcher interface {
-	WatchAcquire(ctx context.Context, req core.AcquireRequest) (core.Watch, error)
 }
 
 // try makes one attempt. An error is final; a refusal is not.
@@ -125,14 +113,14 @@ func (a *acquisition) wait(ctx context.Context, retryAfter time.Duration) error 
 		// Without notifications the waiter still works, at the retry interval.
 	case !a.enrolled && a.s.notifier == nil && a.s.watcher != nil && a.attempts == 0:
 		// A store without a line (Redlock) that announces changes: the waiter watches the key
-		// from its first refusal and wakes on a change (with an acquireWatcher, only on one
+		// from its first refusal and wakes on a change (with a core.AcquireWatcher, only on one
 		// that could serve it), so that a release is noticed at once rather than at the next
 		// retry interval; the watch costs about one round trip to the store's servers. A
 		// change between the refused try and the watch would go unseen, so try again at once.
 		a.enrolled = true
-		var w core.Watch
+		var w core.Wake
 		var err error
-		if aw, ok := a.s.store.(acquireWatcher); ok {
+		if aw, ok := a.s.store.(core.AcquireWatcher); ok {
 			w, err = aw.WatchAcquire(ctx, a.req)
 		} else {
 			w, err = a.s.watcher.Watch(ctx, a.req.Key)

@@ -108,7 +108,7 @@ func (n *node) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	return s.Inspect(ctx, key)
 }
 
-func (n *node) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (n *node) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	n.mu.Lock()
 	inner := n.inner
 	n.mu.Unlock()
@@ -139,7 +139,7 @@ func mustNew(t interface {
 }
 
 // Watch forwards to the node's store, unless the node is down.
-func (n *node) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (n *node) Watch(ctx context.Context, key string) (core.Wake, error) {
 	n.mu.Lock()
 	inner, down := n.inner, n.down
 	n.mu.Unlock()

@@ -10,7 +10,10 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-var _ core.Watcher = (*Store)(nil)
+var (
+	_ core.Watcher        = (*Store)(nil)
+	_ core.AcquireWatcher = (*Store)(nil)
+)
 
 // Watch implements core.Watcher over the nodes' watches: its C receives a value when any node's
 // does, and it is Reliable while every node's is. Nodes that are not core.Watchers, or whose Watch
@@ -18,7 +21,7 @@ var _ core.Watcher = (*Store)(nil)
 // no node can watch: with an error wrapping errors.ErrUnsupported when no node is a core.Watcher.
 // It costs one goroutine per node watch until Close, and each node's Watch, made in parallel (on
 // Redis, a script call and a subscription on the Store's connection).
-func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (s *Store) Watch(ctx context.Context, key string) (core.Wake, error) {
 	return s.watch(ctx, key, nil)
 }
 
@@ -40,16 +43,16 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
 // Redis, its subscription confirmed; about a round trip, the first time), at most the node
 // timeout of a call without a TTL: a confirmation that came later would wake the caller for
 // nothing. Reliable, Close, the other costs and the errors are Watch's.
-func (s *Store) WatchAcquire(ctx context.Context, req core.AcquireRequest) (core.Watch, error) {
+func (s *Store) WatchAcquire(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	return s.watch(ctx, req.Key, &req)
 }
 
-func (s *Store) watch(ctx context.Context, key string, req *core.AcquireRequest) (core.Watch, error) {
+func (s *Store) watch(ctx context.Context, key string, req *core.AcquireRequest) (core.Wake, error) {
 	n := len(s.nodes)
 	// The most WatchAcquire waits for the nodes' watches to be reliable.
 	bound, cancel := context.WithTimeout(ctx, s.nodeTimeout(0))
 	defer cancel()
-	w := &watch{s: s, c: make(chan struct{}, 1), stop: make(chan struct{}), nodes: make([]core.Watch, n),
+	w := &watch{s: s, c: make(chan struct{}, 1), stop: make(chan struct{}), nodes: make([]core.Wake, n),
 		seq: make([]uint64, n), base: make([]uint64, n), refused: make([]bool, n),
 		unknown: make([]bool, n), quorum: 1}
 	errs := make([]error, n)
@@ -111,7 +114,7 @@ func (s *Store) watch(ctx context.Context, key string, req *core.AcquireRequest)
 // meanwhile. A change announced before the merged watch is returned is in what the caller reads
 // next (the merged watch starts with a value in C), and a subscription confirmed by then spares
 // the caller a try for the confirmation's wake.
-func awaitReliable(ctx context.Context, nw core.Watch) {
+func awaitReliable(ctx context.Context, nw core.Wake) {
 	for {
 		select {
 		case <-nw.C():
@@ -134,7 +137,7 @@ type watch struct {
 	s        *Store
 	c        chan struct{}
 	stop     chan struct{}
-	nodes    []core.Watch // indexed like s.nodes; nil where the node is not watched
+	nodes    []core.Wake // indexed like s.nodes; nil where the node is not watched
 	complete bool         // every node is watched
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -213,7 +216,7 @@ func (w *watch) changed(i int) {
 	}
 }
 
-func (w *watch) forward(i int, nw core.Watch) {
+func (w *watch) forward(i int, nw core.Wake) {
 	defer w.wg.Done()
 	for {
 		select {
@@ -232,10 +235,10 @@ func (w *watch) wake() {
 	}
 }
 
-// C implements core.Watch.
+// C implements core.Wake.
 func (w *watch) C() <-chan struct{} { return w.c }
 
-// Reliable implements core.Watch: every node is watched, every node's watch is reliable, and
+// Reliable implements core.Wake: every node is watched, every node's watch is reliable, and
 // (for WatchAcquire) every node answered the caller's latest refused try.
 func (w *watch) Reliable() bool {
 	w.mu.Lock()
@@ -256,7 +259,7 @@ func (w *watch) reliableLocked() bool {
 	return true
 }
 
-// Close implements core.Watch: it closes the nodes' watches and waits for its goroutines, which
+// Close implements core.Wake: it closes the nodes' watches and waits for its goroutines, which
 // end at once.
 func (w *watch) Close() {
 	w.once.Do(func() {

@@ -25,7 +25,7 @@ type lossyNode struct {
 
 type lossyWatch struct {
 	n     *lossyNode
-	inner core.Watch
+	inner core.Wake
 	c     chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
@@ -37,7 +37,7 @@ func (n *lossyNode) AcquireAbove(ctx context.Context, req core.AcquireRequest, f
 	return n.Store.AcquireAbove(ctx, req, floor)
 }
 
-func (n *lossyNode) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (n *lossyNode) Watch(ctx context.Context, key string) (core.Wake, error) {
 	inner, err := n.Store.Watch(ctx, key)
 	if err != nil {
 		return nil, err

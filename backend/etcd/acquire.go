@@ -90,7 +90,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	if err := s.begin(ctx); err != nil {
 		return core.AcquireResult{}, err
 	}
-	// A leave of the holder's earlier try or Waiter on the key, run after this try, would take
+	// A leave of the holder's earlier try or waiter on the key, run after this try, would take
 	// out the place it keeps or takes, or give back the grant the line makes it.
 	if err := s.waitHolderLeaving(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
@@ -208,9 +208,6 @@ func (t *acquireTry) start(ctx context.Context) (st *state, res core.AcquireResu
 		if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
 			return nil, core.AcquireResult{}, true, err
 		}
-		if afterGrantHook != nil {
-			afterGrantHook()
-		}
 	}
 	resp, err := t.s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(t.k.base).WithPrefix(), "=", 0)).
 		Then(grantOps(t.k, req.Holder, t.r, 0, t.mine)...).
@@ -315,10 +312,6 @@ func (t *acquireTry) noteRefusal(p *plan, st *state, resp *clientv3.TxnResponse)
 	t.s.noteRefusal(t.req, seed, resp.Header.Revision)
 	t.s.leaveWhenWaitEnds(t.req)
 }
-
-// afterGrantHook, set by a test, runs after a try's etcd leases are granted, before they are
-// used: a stall there longer than the TTL ends them first.
-var afterGrantHook func()
 
 // errSessionLost says that a try put its place on a session lease etcd no longer has.
 var errSessionLost = errors.New("etcd: the Store's session lease ended")

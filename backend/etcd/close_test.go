@@ -41,7 +41,7 @@ func TestCloseWithOperationsInFlight(t *testing.T) {
 				r.Wait = time.Minute
 				res, err := s.Acquire(ctx, r)
 				if err == nil && !res.Granted {
-					var w core.Waiter
+					var w core.Wake
 					if w, err = s.Register(ctx, r); err == nil {
 						select {
 						case <-w.C():

@@ -27,7 +27,7 @@ func mustAcquire(t *testing.T, s core.Store, r core.AcquireRequest) core.Acquire
 }
 
 // mustWait makes r's holder wait in line: a refused Acquire with a Wait, then Register.
-func mustWait(t *testing.T, s *etcd.Store, r core.AcquireRequest) core.Waiter {
+func mustWait(t *testing.T, s *etcd.Store, r core.AcquireRequest) core.Wake {
 	t.Helper()
 	r.Wait = time.Minute
 	if res, err := s.Acquire(context.Background(), r); err != nil || res.Granted {
@@ -41,7 +41,7 @@ func mustWait(t *testing.T, s *etcd.Store, r core.AcquireRequest) core.Waiter {
 	return w
 }
 
-func waitWoken(t *testing.T, w core.Waiter) {
+func waitWoken(t *testing.T, w core.Wake) {
 	t.Helper()
 	select {
 	case <-w.C():

@@ -21,7 +21,7 @@ func TestOneReleaseGrantsEveryHeadThatFitsEachWithItsOwnFence(t *testing.T) {
 	if res, err := st.Acquire(ctx, req("a", 3)); err != nil || !res.Granted {
 		t.Fatalf("Acquire(a, 3 of 3) = %+v, %v; want granted", res, err)
 	}
-	var ws []core.Waiter
+	var ws []core.Wake
 	for _, h := range []string{"b", "c", "d"} {
 		if res, err := st.Acquire(ctx, req(h, 1)); err != nil || res.Granted {
 			t.Fatalf("Acquire(%s) = %+v, %v; want refused, in line", h, res, err)

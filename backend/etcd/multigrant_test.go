@@ -157,7 +157,7 @@ func TestReleaseServesFortyWaitersThatAllFit(t *testing.T) {
 		t.Fatalf("Acquire(a) = %+v, %v", res, err)
 	}
 	holders := make([]string, n)
-	waiters := make([]core.Waiter, n)
+	waiters := make([]core.Wake, n)
 	for i := range n {
 		holders[i] = fmt.Sprintf("w%02d", i)
 		s := stores[i%len(stores)]

@@ -311,7 +311,7 @@ func TestTakenLineGrantOfUnknownOutcomeLeavesTheSessionAlone(t *testing.T) {
 	ctx := context.Background()
 	h := granted(t, o, grantOf("k", "h", time.Minute, true))
 	granted(t, o, grantOf("k2", "h2", time.Minute, true))
-	wait := func(key, holder string) core.Waiter {
+	wait := func(key, holder string) core.Wake {
 		r := grantOf(key, holder, time.Minute, true)
 		r.Wait = time.Minute
 		if res, err := s.Acquire(ctx, r); err != nil || res.Granted {

@@ -9,7 +9,7 @@ import (
 )
 
 // waitEnds are the ends of the Waits of places refused tries took, by place: a timer each,
-// which leaves the place unless its holder's Waiter is open then.
+// which leaves the place unless its holder's waiter is open then.
 type waitEnds struct {
 	mu      sync.Mutex
 	closed  bool
@@ -66,7 +66,7 @@ func (we *waitEnds) close() {
 }
 
 // leaveWhenWaitEnds leaves the place req's refused try took once req.Wait has passed, unless a
-// Waiter of its holder on the key is open then (its Close leaves) or a later try of the holder
+// waiter of its holder on the key is open then (its Close leaves) or a later try of the holder
 // set a new end: a place is held for the Wait, and no longer, even when its caller neither
 // registers nor asks again.
 func (s *Store) leaveWhenWaitEnds(req core.AcquireRequest) {
@@ -83,5 +83,5 @@ func (s *Store) leaveWhenWaitEnds(req core.AcquireRequest) {
 	})
 }
 
-// stopWaitEnd forgets the end of holder's Wait on key: its Waiter leaves.
+// stopWaitEnd forgets the end of holder's Wait on key: its waiter leaves.
 func (s *Store) stopWaitEnd(key, holder string) { s.waitEnds.stop(refusalID(key, holder)) }

@@ -18,7 +18,7 @@ func (c signal) wake() {
 	}
 }
 
-// waiter is a core.Waiter on a keyWatch.
+// waiter is a core.Wake on a keyWatch.
 type waiter struct {
 	kw     *keyWatch
 	holder string
@@ -45,7 +45,7 @@ func (w *waiter) due(st *state, next string) bool {
 // Register implements core.Notifier. It sends nothing to etcd when the refused try it follows
 // went through this Store (the Store's watch on the key starts from what that try read, so
 // nothing between them is missed); otherwise it reads the key, and the waiter starts woken.
-func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (w *waiter) wake()              { w.c.wake() }
 func (w *waiter) C() <-chan struct{} { return w.c }
 func (w *waiter) Reliable() bool     { return w.kw.isReliable() }
 
-// Close implements core.Waiter: the waiter's place leaves the line, and a grant the line made it
+// Close implements core.Wake: the waiter's place leaves the line, and a grant the line made it
 // that it has not taken goes to the next, in the background (Close waits for it).
 func (w *waiter) Close() {
 	w.once.Do(func() {
@@ -101,7 +101,7 @@ func (w *waiter) Close() {
 	})
 }
 
-// watch is a core.Watch on a keyWatch.
+// watch is a core.Wake on a keyWatch.
 type watch struct {
 	kw   *keyWatch
 	c    signal
@@ -110,7 +110,7 @@ type watch struct {
 
 // Watch implements core.Watcher: one read of the key, then etcd's watch of its records, shared
 // with the Store's waiters on the key. The watch starts with a value in C.
-func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (s *Store) Watch(ctx context.Context, key string) (core.Wake, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (w *watch) wake()              { w.c.wake() }
 func (w *watch) C() <-chan struct{} { return w.c }
 func (w *watch) Reliable() bool     { return w.kw.isReliable() }
 
-// Close implements core.Watch.
+// Close implements core.Wake.
 func (w *watch) Close() {
 	w.once.Do(func() {
 		kw := w.kw

@@ -13,7 +13,7 @@ import (
 
 // grantedWhenWoken waits, as the primitives do, for w's wakes and tries r again at each one until
 // it is granted; it fails t if that takes longer than within.
-func grantedWhenWoken(t *testing.T, s core.Store, w core.Waiter, r core.AcquireRequest, within time.Duration) {
+func grantedWhenWoken(t *testing.T, s core.Store, w core.Wake, r core.AcquireRequest, within time.Duration) {
 	t.Helper()
 	r.Wait = time.Minute
 	deadline := time.After(within)

@@ -25,7 +25,7 @@
 // # Waiting and watching
 //
 // A Store has one subscription connection, opened by its first waiter or watch. The first waiter on
-// a key subscribes to the key's channel, kept for 30 s after its last waiter; a Waiter is Reliable
+// a key subscribes to the key's channel, kept for 30 s after its last waiter; a waiter is Reliable
 // while that subscription is confirmed and the connection is up. A watch marks the key watched for
 // 30 s, renewed every 10 s while the Store has watches on it: until then every grant, release or
 // give-back on the key publishes on its changed channel. A key nobody watches costs nothing more; a
@@ -214,26 +214,26 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 }
 
 // Inspect implements core.Store.Inspect in one script call, which writes nothing. It first waits
-// for the leaves of the key's line that this Store is still sending, so that a closed Waiter is not
+// for the leaves of the key's line that this Store is still sending, so that a closed waiter is not
 // listed.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	return s.rs.Inspect(ctx, key)
 }
 
-// Register implements core.Notifier; it runs no script. The Waiter is Reliable while the key's
+// Register implements core.Notifier; it runs no script. The waiter is Reliable while the key's
 // subscription is confirmed and the connection is up; its Close leaves the key's line (one script
 // call, in the background) if the waiter still has a place there. After Close of the Store, or once
 // ctx has ended, Register fails with core.ErrClosed or ctx's error, and leaves the place the
 // refused try took.
-func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	return s.rs.Register(ctx, req)
 }
 
 // Watch implements core.Watcher in one script call, plus a SUBSCRIBE that it does not wait for. The
-// Watch starts with a value in C, is Reliable once its subscription is confirmed, and hears the
+// The Wake starts with a value in C, is Reliable once its subscription is confirmed, and hears the
 // changes made through every Store on the server, of either driver. Its Close does no I/O. After
 // Close of the Store, or once ctx has ended, Watch fails with core.ErrClosed or ctx's error.
-func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (s *Store) Watch(ctx context.Context, key string) (core.Wake, error) {
 	return s.rs.Watch(ctx, key)
 }
 

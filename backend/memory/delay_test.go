@@ -11,7 +11,7 @@ import (
 
 // TestLeaveKeepsTheLockDelayOfAnExpiredLineGrant: a grant the line made to a waiter, with the
 // lock delay its place asked for, that expires untaken keeps its permits closed for the delay,
-// even when the waiter then leaves the line (closes its Waiter): the leave gives back only a
+// even when the waiter then leaves the line (closes its waiter): the leave gives back only a
 // grant that is still held, as on Redis and PostgreSQL.
 func TestLeaveKeepsTheLockDelayOfAnExpiredLineGrant(t *testing.T) {
 	clock := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

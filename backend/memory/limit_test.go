@@ -25,7 +25,7 @@ func TestRandomOpsKeepOneLimitAndRisingFences(t *testing.T) {
 		clock := core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		s := memory.New(memory.WithClock(clock))
 		limitOf := map[string]int{} // the limit of the request that holds each holder's lease or place
-		waiters := map[string]core.Waiter{}
+		waiters := map[string]core.Wake{}
 		type lease struct {
 			holder string
 			fence  uint64

@@ -107,8 +107,8 @@ type enrollment struct {
 
 // Register implements core.Notifier: the waiter is woken when the key's line grants req.Holder
 // a lease. It starts woken when that happened already. It never blocks, so it ignores ctx: a
-// caller whose ctx ended still gets the Waiter whose Close takes its place out of the line.
-func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waiter, error) {
+// caller whose ctx ended still gets the waiter whose Close takes its place out of the line.
+func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Wake, error) {
 	if err := s.lock(context.Background()); err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (s *Store) wakeLocked(key, holder string) {
 	}
 }
 
-// signal is the channel of a waiter or a watch, with the methods core.Waiter and core.Watch
+// signal is the channel of a waiter or a watch, with the methods core.Wake and core.Wake
 // share: an in-process store misses no grant and no change, so it is always reliable.
 type signal struct{ c chan struct{} }
 
@@ -149,13 +149,13 @@ func (sg signal) wake() {
 	}
 }
 
-// C implements core.Waiter and core.Watch.
+// C implements core.Wake and core.Wake.
 func (sg signal) C() <-chan struct{} { return sg.c }
 
-// Reliable implements core.Waiter and core.Watch: an in-process store misses nothing.
+// Reliable implements core.Wake and core.Wake: an in-process store misses nothing.
 func (signal) Reliable() bool { return true }
 
-// Close implements core.Waiter: the waiter leaves the line, and a lease the line granted its
+// Close implements core.Wake: the waiter leaves the line, and a lease the line granted its
 // holder that was not taken goes to the next waiters.
 func (w *enrollment) Close() {
 	s := w.s

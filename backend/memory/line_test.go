@@ -25,7 +25,7 @@ func must(t *testing.T, s *memory.Store, r core.AcquireRequest, granted bool) co
 
 // TestAdoptedGrantIsNotTakenBack: a lease the line granted to a waiter, untaken, is
 // adopted (Semaphore.Adopt: an Extend by its holder id, "a lease held elsewhere"). The adopter
-// holds it; the waiter then gives up (closes its Waiter). Extend does not clear the untaken mark,
+// holds it; the waiter then gives up (closes its waiter). Extend does not clear the untaken mark,
 // so the waiter's leave deletes the adopted lease and grants the key to the next in line: two
 // holders inside at once, the adopter's lease ended by someone else.
 func TestAdoptedGrantIsNotTakenBack(t *testing.T) {

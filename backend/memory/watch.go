@@ -21,7 +21,7 @@ type watch struct {
 // from the line. It never blocks, and starts with nothing in C: the store's lock orders the
 // registration before any later change. After Close of the store it returns an error wrapping
 // core.ErrClosed.
-func (s *Store) Watch(_ context.Context, key string) (core.Watch, error) {
+func (s *Store) Watch(_ context.Context, key string) (core.Wake, error) {
 	if err := s.lock(context.Background()); err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (s *Store) changedLocked(key string) {
 	}
 }
 
-// Close implements core.Watch.
+// Close implements core.Wake.
 func (w *watch) Close() {
 	s := w.s
 	s.mu.Lock()

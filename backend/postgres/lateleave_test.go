@@ -16,14 +16,14 @@ import (
 	"github.com/leasehold/leasehold/internal/poll"
 )
 
-// TestLateLeaveSparesTheHolderNewerPlaceAndGrant: under a holder id its callers share, a Waiter
+// TestLateLeaveSparesTheHolderNewerPlaceAndGrant: under a holder id its callers share, a waiter
 // is closed and its leave, sent in the background, is held on the way; the same holder then
 // tries again on the key and is told it waits, ahead of another waiter. The leave arrives as
 // late as the Store lets it: after that try's answer and the grant the line makes it, if the
 // Store answered the try first. It must not take out the place the holder was told it keeps,
 // nor give the grant the line made it to the waiter behind: the key's lease goes to whoever was
 // first in line when it was released, and the holder still waits or holds. The leave is a
-// closed Waiter's (of every place of the holder), or a try's whose answer was lost (of that
+// closed waiter's (of every place of the holder), or a try's whose answer was lost (of that
 // try's place).
 func TestLateLeaveSparesTheHolderNewerPlaceAndGrant(t *testing.T) {
 	t.Run("closed waiter", func(t *testing.T) {

@@ -133,7 +133,7 @@ func drain(c <-chan struct{}) {
 }
 
 // TestGrantedWaiterSendsNoLeave: a waiter that took its grant owes the line nothing, so closing
-// its Waiter sends no statement: a handoff costs the waiter two (the refused try and the one
+// its waiter sends no statement: a handoff costs the waiter two (the refused try and the one
 // that takes the grant).
 func TestGrantedWaiterSendsNoLeave(t *testing.T) {
 	url, key := serverURL(t), uniqueKey(t)
@@ -200,7 +200,7 @@ func otherDatabase(t *testing.T, url string) string {
 }
 
 // TestGrantHeardBeforeRegisterWakes: the line grants a waiter, and its Store hears the grant,
-// after the waiter's refused try returned but before it registers. The Waiter starts woken: the
+// after the waiter's refused try returned but before it registers. The waiter starts woken: the
 // grant is not lost. (A watched key changed by a later transaction orders the two: notifications
 // reach the listening connection in commit order, and the Store delivers them in turn.)
 func TestGrantHeardBeforeRegisterWakes(t *testing.T) {
@@ -211,7 +211,7 @@ func TestGrantHeardBeforeRegisterWakes(t *testing.T) {
 	select {
 	case <-w.C():
 	default:
-		t.Fatal("a Waiter registered after its grant was heard did not start woken")
+		t.Fatal("a waiter registered after its grant was heard did not start woken")
 	}
 	if res, err := s.Acquire(context.Background(), req); err != nil || !res.Granted {
 		t.Fatalf("the woken waiter's try: %+v, %v; want granted", res, err)
@@ -221,8 +221,8 @@ func TestGrantHeardBeforeRegisterWakes(t *testing.T) {
 // registerAfterGrantHeard has s's waiter req refused on a key another Store holds, has the line
 // grant it, and registers it once s has heard the grant (a watched key changed by a later
 // transaction orders the two: notifications reach the listening connection in commit order, and
-// the Store delivers them in turn). The Waiter is closed when t ends.
-func registerAfterGrantHeard(t *testing.T, url string, s *postgres.Store, req core.AcquireRequest) core.Waiter {
+// the Store delivers them in turn). The waiter is closed when t ends.
+func registerAfterGrantHeard(t *testing.T, url string, s *postgres.Store, req core.AcquireRequest) core.Wake {
 	t.Helper()
 	ctx, marker := context.Background(), uniqueKey(t)+":marker"
 	holder := newStore(t, url)

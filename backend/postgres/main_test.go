@@ -133,7 +133,7 @@ func uniqueKey(t testing.TB) string {
 func enroll(t testing.TB, s interface {
 	core.Store
 	core.Notifier
-}, req core.AcquireRequest) core.Waiter {
+}, req core.AcquireRequest) core.Wake {
 	t.Helper()
 	ctx := context.Background()
 	if res, err := s.Acquire(ctx, req); err != nil || res.Granted {

@@ -50,7 +50,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 	if err := s.check(ctx); err != nil {
 		return core.AcquireResult{}, err
 	}
-	// A leave of the holder's earlier try or Waiter on the key, sent after this would be, would
+	// A leave of the holder's earlier try or waiter on the key, sent after this would be, would
 	// take out the place this try keeps or takes, or give back a grant the line makes it.
 	if err := s.awaitHolderLeaves(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, err
@@ -105,7 +105,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 	}
 	if req.Wait > 0 && s.l.afterTry(t, granted, uint64(fence)) {
 		// Refused after Close, which its caller's Register will find: nobody will close a
-		// Waiter for the place this try took, so leave it now.
+		// waiter for the place this try took, so leave it now.
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s.pool.Exec(lctx, s.n.leave, []byte(req.Key), []byte(req.Holder), t.id) //nolint:errcheck // a place left behind ends with its wait

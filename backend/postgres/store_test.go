@@ -186,7 +186,7 @@ func deadListenDSN(t *testing.T) string {
 }
 
 // TestCloseLeavesItsWaitersPlaces: a Store closed while one of its callers waits in line (its
-// Waiter still open: the caller is woken by Close and only then closes it) leaves that place
+// waiter still open: the caller is woken by Close and only then closes it) leaves that place
 // itself, as Close says ("it first sends the leaves of the line its waiters owe"). Otherwise the
 // place outlives the Store: when its listener was down at the try, nothing tells the line that
 // the waiter is gone, the next release grants it the lock, and the lock sits untaken for its TTL
@@ -231,7 +231,7 @@ func TestCloseLeavesItsWaitersPlaces(t *testing.T) {
 
 // TestCloseLeavesThePlaceOfATryInFlight: a waiting try is in flight (on a paused server) when its
 // Store closes; the server resumes and refuses it with a place in line. Its caller cannot
-// Register (the Store is closed), so nobody would close a Waiter for it: the Store leaves that
+// Register (the Store is closed), so nobody would close a waiter for it: the Store leaves that
 // place itself. With the listener down at the try, nothing else would: the place names no
 // listening backend for the dead-waiter pass to find gone.
 func TestCloseLeavesThePlaceOfATryInFlight(t *testing.T) {

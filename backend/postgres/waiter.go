@@ -86,7 +86,7 @@ func (l *listener) afterTry(t try, granted bool, fence uint64) (closed bool) {
 		if l.s.closed.Load() {
 			return true // Close, which holds l.mu when it collects the leaves owed, came before
 		}
-		if len(l.waiters[t.notice]) == 0 { // else its Waiter owes the leave
+		if len(l.waiters[t.notice]) == 0 { // else its waiter owes the leave
 			if len(l.owed) >= maxPending {
 				clear(l.owed) // callers that never registered; a place left then ends with its wait
 			}
@@ -109,11 +109,11 @@ func (l *listener) afterTry(t try, granted bool, fence uint64) (closed bool) {
 }
 
 // Register implements core.Notifier. It does no I/O and ignores ctx: a caller whose ctx ended still
-// gets the Waiter whose Close takes its place out of the line. The Waiter is woken when the line
+// gets the waiter whose Close takes its place out of the line. The waiter is woken when the line
 // grants req.Holder a lease on req.Key, and is Reliable while the Store's listening connection is
 // up; it starts woken unless no grant can have gone unheard since the refused try. After Close of
 // the Store, Register fails with core.ErrClosed.
-func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Wake, error) {
 	if s.closed.Load() {
 		return nil, core.ErrClosed
 	}
@@ -126,7 +126,7 @@ func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Waite
 	p, missed := l.pending[w.notice]
 	delete(l.refusals, w.notice)
 	delete(l.pending, w.notice)
-	delete(l.owed, w.notice) // the Waiter owes the leave now
+	delete(l.owed, w.notice) // the waiter owes the leave now
 	w.floor, w.sent = r.floor, r.sent
 	if refused && p.fence > r.floor {
 		w.grant = p.fence // heard of before this Register: the waiter takes it
@@ -212,13 +212,13 @@ func (l *listener) takeGrant(req core.AcquireRequest) (fence uint64, left time.D
 	return fence, req.TTL - waited, true
 }
 
-// C implements core.Waiter.
+// C implements core.Wake.
 func (w *waiter) C() <-chan struct{} { return w.c }
 
-// Reliable implements core.Waiter: true while the listening connection is up.
+// Reliable implements core.Wake: true while the listening connection is up.
 func (w *waiter) Reliable() bool { return w.l.isUp() }
 
-// Close implements core.Waiter: the holder's place leaves the line, and a grant the line made it
+// Close implements core.Wake: the holder's place leaves the line, and a grant the line made it
 // that it has not taken goes to the next waiters, in one call sent in the background — unless
 // the holder's latest try was granted, which left it neither.
 func (w *waiter) Close() {

@@ -21,7 +21,7 @@ func (kw *keyWatch) wakeAll() {
 	}
 }
 
-// watch is one caller's core.Watch.
+// watch is one caller's core.Wake.
 type watch struct {
 	l  *listener
 	h  string
@@ -38,11 +38,11 @@ func (w *watch) wake() {
 
 // Watch implements core.Watcher. It costs one round trip when the Store does not watch the key
 // already, to mark the key watched for 30 s (the Store renews the mark every 10 s while it has
-// watches on the key); a key nobody watches costs its operations nothing. The Watch starts with a
+// watches on the key); a key nobody watches costs its operations nothing. The Wake starts with a
 // value in C and is Reliable while the listening connection is up and the mark renewed; its Close
 // does no I/O. After Close of the Store, or once ctx has ended, Watch fails with core.ErrClosed or
 // ctx's error.
-func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (s *Store) Watch(ctx context.Context, key string) (core.Wake, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -111,10 +111,10 @@ func (l *listener) renew(ctx context.Context) {
 	}
 }
 
-// C implements core.Watch.
+// C implements core.Wake.
 func (w *watch) C() <-chan struct{} { return w.c }
 
-// Reliable implements core.Watch: true while the listening connection is up and the key's
+// Reliable implements core.Wake: true while the listening connection is up and the key's
 // latest watched mark was made.
 func (w *watch) Reliable() bool {
 	w.l.mu.Lock()
@@ -122,7 +122,7 @@ func (w *watch) Reliable() bool {
 	return w.l.up && w.kw.renewed && !w.l.s.closed.Load()
 }
 
-// Close implements core.Watch. The key's mark lapses within 30 s once no Store renews it.
+// Close implements core.Wake. The key's mark lapses within 30 s once no Store renews it.
 func (w *watch) Close() {
 	l := w.l
 	l.mu.Lock()

@@ -105,7 +105,7 @@ type recordedNotifier struct {
 	n core.Notifier
 }
 
-func (s *recordedNotifier) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *recordedNotifier) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	return s.n.Register(ctx, req)
 }
 

@@ -54,7 +54,7 @@ type lossyNotifier struct {
 	n core.Notifier
 }
 
-func (s *lossyNotifier) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *lossyNotifier) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	return s.n.Register(ctx, req)
 }
 

@@ -164,7 +164,7 @@ func (s *observedStore) lookLocked(ctx context.Context, key string, r *keyRecord
 
 // Register implements core.Notifier with the wrapped store's notifications, or returns
 // errNoNotifier when it has none.
-func (s *observedStore) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *observedStore) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	if s.notifier == nil {
 		return nil, errNoNotifier
 	}

@@ -193,7 +193,7 @@ func BenchmarkScriptCost(b *testing.B) {
 	refused := phase(acquire("w", false))
 	// Each waiter enrolls, as a waiting Mutex does: the release grants only to a waiter whose
 	// Store listens.
-	waiters := make([]core.Waiter, b.N)
+	waiters := make([]core.Wake, b.N)
 	for i := range b.N {
 		w, err := s.Register(ctx, req(i, "w"))
 		if err != nil {

@@ -35,7 +35,7 @@ func acquireInBackground(t *testing.T, m *primitives.Mutex) <-chan core.Lease {
 }
 
 // drain clears a wake pending on w, if there is one.
-func drain(w core.Waiter) {
+func drain(w core.Wake) {
 	select {
 	case <-w.C():
 	default:
@@ -96,12 +96,12 @@ type watched struct {
 
 func watch(s redisharness.Store) *watched { return &watched{Store: s} }
 
-func (s *watched) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *watched) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	w, err := s.Store.Register(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	ww := &watchedWaiter{Waiter: w}
+	ww := &watchedWaiter{Wake: w}
 	s.mu.Lock()
 	s.waiters = append(s.waiters, ww)
 	s.mu.Unlock()
@@ -138,7 +138,7 @@ func (s *watched) unsettle() {
 }
 
 type watchedWaiter struct {
-	core.Waiter
+	core.Wake
 	settled atomic.Bool
 }
 
@@ -146,8 +146,8 @@ type watchedWaiter struct {
 // Reliable then has had its confirmation's wake sent already; with no wake pending either, the
 // owner is about to wait for the next wake, sending nothing until it comes.
 func (w *watchedWaiter) Reliable() bool {
-	r := w.Waiter.Reliable()
-	w.settled.Store(r && len(w.Waiter.C()) == 0)
+	r := w.Wake.Reliable()
+	w.settled.Store(r && len(w.Wake.C()) == 0)
 	return r
 }
 

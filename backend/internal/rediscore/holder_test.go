@@ -82,7 +82,7 @@ func TestConcurrentCloseOfHolderWaitersLeaves(t *testing.T) {
 		mustAcquire(t, s, core.AcquireRequest{Key: key, Holder: "owner", Permits: 1, Limit: 1, TTL: time.Minute}, true)
 		req := core.AcquireRequest{Key: key, Holder: "shared", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 		mustAcquire(t, s, req, false)
-		var ws []core.Waiter
+		var ws []core.Wake
 		for range 8 {
 			w, err := s.Register(ctx, req)
 			if err != nil {

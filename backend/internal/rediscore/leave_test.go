@@ -170,7 +170,7 @@ func TestLeftTryKeepsAReleasedKeyOnlyAsLongAsItNeeds(t *testing.T) {
 
 // heardGrant sets up key with holder "b" waiting on other, enrolled, and the line's grant to it
 // heard (its waiter woken), with "c" in line behind it on s. It returns b's request and waiter.
-func heardGrant(t *testing.T, s, other core.Store, key string) (core.AcquireRequest, core.Waiter) {
+func heardGrant(t *testing.T, s, other core.Store, key string) (core.AcquireRequest, core.Wake) {
 	t.Helper()
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: key, Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}

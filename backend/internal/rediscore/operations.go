@@ -208,7 +208,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 // for: the waiter is Reliable once the server confirms it). A Store that is closed, or a ctx
 // that has ended, refuses, and the place the caller's refused try took is left in the
 // background.
-func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	if err := s.check(ctx); err != nil {
 		// The caller's refused try took a place it will not wait in: leave it.
 		s.leave(req.Key, req.Holder, 0)

@@ -127,7 +127,7 @@ func overHeldProxy(t *testing.T, name string) (srv *redistest.Server, p *heldPro
 
 // holdGrantMessage arms p, has release grant the key to w's holder, and waits until w is woken
 // by its Store's release and the line's message about the grant is held back.
-func (p *heldProxy) holdGrantMessage(t *testing.T, w core.Waiter, release func()) {
+func (p *heldProxy) holdGrantMessage(t *testing.T, w core.Wake, release func()) {
 	t.Helper()
 	p.arm()
 	release()
@@ -162,7 +162,7 @@ func recordReclaims(t *testing.T) (decided func(key, holder string) bool) {
 
 // enroll sends r to s, refused, then enrolls r's holder in the key's line; the caller closes the
 // waiter.
-func enroll(t *testing.T, s redisharness.Store, r core.AcquireRequest) core.Waiter {
+func enroll(t *testing.T, s redisharness.Store, r core.AcquireRequest) core.Wake {
 	t.Helper()
 	mustAcquire(t, s, r, false)
 	w, err := s.Register(context.Background(), r)

@@ -103,7 +103,7 @@ func (s *subscriptions) channel(key string) string { return s.layout.channel(key
 // unless the channel's subscription was confirmed, and stayed up, since before the caller's
 // refused try was sent, so that no grant for it can have been missed. It fails with
 // core.ErrClosed after close, or with the SUBSCRIBE's error.
-func (s *subscriptions) register(ctx context.Context, req core.AcquireRequest) (core.Waiter, error) {
+func (s *subscriptions) register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	name := s.channel(req.Key)
 	w := &lineWaiter{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1), queued: req.Wait > 0}
 	s.mu.Lock()

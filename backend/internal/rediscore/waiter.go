@@ -2,7 +2,7 @@ package rediscore
 
 import "github.com/leasehold/leasehold/core"
 
-// lineWaiter is the core.Waiter of one Register: a holder waiting in a key's line, woken by the
+// lineWaiter is the core.Wake of one Register: a holder waiting in a key's line, woken by the
 // grants to it heard of on its Store's channel or in its Store's replies. Its fields other than
 // c are guarded by s.mu.
 type lineWaiter struct {
@@ -19,7 +19,7 @@ type lineWaiter struct {
 	closed bool
 }
 
-var _ core.Waiter = (*lineWaiter)(nil)
+var _ core.Wake = (*lineWaiter)(nil)
 
 // granted records a grant of fence to the waiter and wakes it, unless it is stale (made before
 // the waiter's latest refusal) or already known.
@@ -38,11 +38,11 @@ func (w *lineWaiter) wake() {
 	}
 }
 
-// C implements core.Waiter: it receives when a grant to the holder comes, when the key's
+// C implements core.Wake: it receives when a grant to the holder comes, when the key's
 // subscription is confirmed, when the connection goes down, and when the Store closes.
 func (w *lineWaiter) C() <-chan struct{} { return w.c }
 
-// Reliable implements core.Waiter: true while the key's subscription is confirmed, the
+// Reliable implements core.Wake: true while the key's subscription is confirmed, the
 // connection up, and the Store open.
 func (w *lineWaiter) Reliable() bool {
 	w.s.mu.Lock()

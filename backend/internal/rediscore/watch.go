@@ -40,7 +40,7 @@ func (k *watched) wakeAll() {
 	}
 }
 
-// keyWatch is the core.Watch of one Watch call.
+// keyWatch is the core.Wake of one Watch call.
 type keyWatch struct {
 	s      *subscriptions
 	k      *watched
@@ -48,16 +48,16 @@ type keyWatch struct {
 	closed bool // guarded by s.mu
 }
 
-var _ core.Watch = (*keyWatch)(nil)
+var _ core.Wake = (*keyWatch)(nil)
 
 // Watch implements core.Watcher: one watch script call, which makes every script that grants a
 // new lease on key, releases one or gives one back PUBLISH on the key's changed channel for the
 // next 30 s (refreshed every 10 s, in the background, while the Store has watches on the key),
 // and a SUBSCRIBE to that channel on the Store's one subscription connection (not waited for).
-// The Watch starts with a value in C, and is Reliable once the server confirms the subscription.
+// The Wake starts with a value in C, and is Reliable once the server confirms the subscription.
 // Keys nobody watches pay nothing: their scripts publish nothing. After Close, or once ctx has
 // ended, it fails with core.ErrClosed or ctx's error.
-func (s *Store) Watch(ctx context.Context, key string) (core.Watch, error) {
+func (s *Store) Watch(ctx context.Context, key string) (core.Wake, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -192,11 +192,11 @@ func (w *keyWatch) wake() {
 	}
 }
 
-// C implements core.Watch: it receives when the key's leases may have changed, when the watch's
+// C implements core.Wake: it receives when the key's leases may have changed, when the watch's
 // reliability changes, and when the Store closes.
 func (w *keyWatch) C() <-chan struct{} { return w.c }
 
-// Reliable implements core.Watch: true while the key's changed channel is subscribed and
+// Reliable implements core.Wake: true while the key's changed channel is subscribed and
 // confirmed, the connection up, the latest watch script on the key succeeded, and the Store
 // open.
 func (w *keyWatch) Reliable() bool {
@@ -205,7 +205,7 @@ func (w *keyWatch) Reliable() bool {
 	return w.k.gen != 0 && w.k.marked && !w.s.closed && !w.closed
 }
 
-// Close implements core.Watch. The last watch on a key stops its refreshes, so that the scripts
+// Close implements core.Wake. The last watch on a key stops its refreshes, so that the scripts
 // stop publishing within 30 s, and its subscription lingers, then ends. It sends nothing.
 func (w *keyWatch) Close() {
 	s, k := w.s, w.k

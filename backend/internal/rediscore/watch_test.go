@@ -21,7 +21,7 @@ import (
 // dropped subscriptions and a server that restarts empty.
 
 // heard waits up to 10s for a value on w's C and reports whether one came; it then drains C.
-func heard(w core.Watch) bool {
+func heard(w core.Wake) bool {
 	select {
 	case <-w.C():
 	case <-time.After(10 * time.Second):
@@ -37,7 +37,7 @@ func heard(w core.Watch) bool {
 }
 
 // quiet drains w's C.
-func quiet(w core.Watch) {
+func quiet(w core.Wake) {
 	for {
 		select {
 		case <-w.C():
@@ -48,7 +48,7 @@ func quiet(w core.Watch) {
 }
 
 // reliableWatch starts a watch on key through s and waits until it is Reliable, with C drained.
-func reliableWatch(t *testing.T, s core.Watcher, key string) core.Watch {
+func reliableWatch(t *testing.T, s core.Watcher, key string) core.Wake {
 	t.Helper()
 	w, err := s.Watch(context.Background(), key)
 	if err != nil {

@@ -62,7 +62,7 @@ type bench struct {
 	s       core.Store
 	n       int
 	mutex   *primitives.Mutex
-	waiters []core.Waiter
+	waiters []core.Wake
 }
 
 func run(ctx context.Context, n int, drv, only string) error {
@@ -317,7 +317,7 @@ var phases = []phase{
 			if !ok {
 				return fmt.Errorf("the Store is no core.Notifier")
 			}
-			var waiters []core.Waiter
+			var waiters []core.Wake
 			for i := range b.n {
 				req := core.AcquireRequest{Key: key("g:", i), Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 				if err := acquire(ctx, b.s, req.Key, req.Holder, req.Wait, false); err != nil {
