@@ -138,7 +138,7 @@ type watch struct {
 	c        chan struct{}
 	stop     chan struct{}
 	nodes    []core.Wake // indexed like s.nodes; nil where the node is not watched
-	complete bool         // every node is watched
+	complete bool        // every node is watched
 	wg       sync.WaitGroup
 	once     sync.Once
 
