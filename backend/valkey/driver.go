@@ -2,6 +2,8 @@ package valkey
 
 import (
 	"context"
+	"errors"
+	"net"
 	"fmt"
 	"strconv"
 	"sync"
@@ -12,27 +14,17 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
 )
 
-var scripts = func() (s [len(rediscore.Sources)]*vk.Lua) {
-	for i, src := range rediscore.Sources {
-		s[i] = vk.NewLuaScript(src)
-	}
-	return s
-}()
+// adapter is the rediscore.Adapter over valkey-go.
+type adapter struct{ c vk.Client }
 
-// driver is the rediscore.Client over valkey-go.
-type driver struct {
-	c  vk.Client
-	fn *rediscore.Functions
-}
-
-// Run calls the script's function (FCALL; FUNCTION LOAD once per server), or where the server
-// refuses functions uses valkey-go's script helper: EVALSHA, and EVAL on NOSCRIPT. valkey-go
-// dials a connection when a call first needs it, under that call's ctx, and hands the calls
-// waiting for the same connection that dial's error: another caller's short deadline can fail a
-// call whose own ctx is fine, before anything was sent. Such a call is made again, up to
-// unsentRetries times in all. A call whose ctx can be canceled but has no deadline is sent with a
-// deadline that never comes, and ends defaultCancelGrace after ctx does (see graceCtx, and the package doc).
-func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
+// Do implements rediscore.Adapter: c.Args as one command, which valkey-go sends once (it sends
+// again only commands marked read-only). valkey-go dials a connection when a call first needs
+// it, under that call's ctx, and hands the calls waiting for the same connection that dial's
+// error: another caller's short deadline can fail a call whose own ctx is fine, before anything
+// was sent (see Unsent). A call whose ctx can be canceled but has no deadline is sent with a
+// deadline that never comes, and ends defaultCancelGrace after ctx does (see graceCtx, and the
+// package doc).
+func (a *adapter) Do(ctx context.Context, c rediscore.Call) (any, error) {
 	call := ctx
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
 		if err := ctx.Err(); err != nil {
@@ -42,57 +34,52 @@ func (d *driver) Run(ctx context.Context, s rediscore.Script, c rediscore.Call) 
 		defer g.end()
 		call = g
 	}
-	v, err := d.fn.Run(call, d, s, c)
-	for i := 1; i < unsentRetries && err != nil && !ended(ctx) && unsent(err); i++ {
-		v, err = d.fn.Run(call, d, s, c)
-	}
-	return v, err
+	return a.c.Do(call, a.build(c)).ToAny()
 }
 
-// FCall implements rediscore.FunctionClient.
-func (d *driver) FCall(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
-	b := d.c.B().Fcall().Function(rediscore.FunctionName(s)).Numkeys(int64(c.Keys))
-	k := b.Key()
+// build returns c.Args as a valkey-go command, its keys marked (for a Cluster's slot).
+func (a *adapter) build(c rediscore.Call) vk.Completed {
+	n := min(rediscore.Head, len(c.Args))
+	cmd := a.c.B().Arbitrary()
+	for _, v := range c.Args[:n] {
+		cmd = cmd.Args(argString(v))
+	}
 	for i := range c.Keys {
-		k = k.Key(c.Key(i))
+		cmd = cmd.Keys(c.Key(i))
 	}
-	a := k.Arg()
-	for _, v := range c.ARGV() {
-		a = a.Arg(argString(v))
+	for _, v := range c.Args[n+c.Keys:] {
+		cmd = cmd.Args(argString(v))
 	}
-	return d.c.Do(ctx, a.Build()).ToAny()
+	return cmd.Build()
 }
 
-// Eval implements rediscore.FunctionClient: valkey-go's script helper.
-func (d *driver) Eval(ctx context.Context, s rediscore.Script, c rediscore.Call) (any, error) {
-	keys := make([]string, c.Keys)
-	for i := range keys {
-		keys[i] = c.Key(i)
-	}
-	argv := c.ARGV()
-	args := make([]string, len(argv))
-	for i, v := range argv {
-		args[i] = argString(v)
-	}
-	return scripts[s].Exec(ctx, d.c, keys, args).ToAny()
-}
-
-// LoadLibrary implements rediscore.FunctionClient: FUNCTION LOAD on every node the client knows
-// (a Cluster's replicas answer READONLY, which rediscore passes over).
-func (d *driver) LoadLibrary(ctx context.Context) []error {
+// LoadLibrary implements rediscore.Adapter: FUNCTION LOAD on every node the client knows (a
+// Cluster's replicas answer READONLY, which rediscore passes over).
+func (a *adapter) LoadLibrary(ctx context.Context, library string) []error {
 	var errs []error
-	for _, n := range d.c.Nodes() {
-		errs = append(errs, n.Do(ctx, n.B().FunctionLoad().FunctionCode(rediscore.Library).Build()).Error())
+	for _, n := range a.c.Nodes() {
+		errs = append(errs, n.Do(ctx, n.B().FunctionLoad().FunctionCode(library).Build()).Error())
 	}
 	return errs
 }
 
-// Reply implements rediscore.FunctionClient.
-func (d *driver) Reply(err error) (string, bool) {
+// ErrorReply implements rediscore.Adapter.
+func (a *adapter) ErrorReply(err error) (string, bool) {
 	if ve, ok := vk.IsValkeyErr(err); ok && !ve.IsNil() {
 		return ve.Error(), true
 	}
 	return "", false
+}
+
+// Unsent implements rediscore.Adapter: a failed dial, or a ctx error that is not the call's own
+// (another caller's, whose dial the call waited for; the Store sends nothing again once the
+// call's own ctx has ended).
+func (a *adapter) Unsent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // argString returns an ARGV value as the string valkey-go sends.
@@ -111,16 +98,16 @@ func argString(a any) string {
 	}
 }
 
-// Listen keeps one dedicated connection with pub/sub hooks; when it breaks, it reports Down,
+// Listen implements rediscore.Adapter: it keeps one dedicated connection with pub/sub hooks; when it breaks, it reports Down,
 // takes a new one and subscribes again to every channel that has waiters.
-func (d *driver) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
+func (a *adapter) Listen(ctx context.Context, subs rediscore.Listener) (rediscore.PubSub, func()) {
 	ps := &pubsub{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		backoff := 10 * time.Millisecond
 		for ctx.Err() == nil {
-			dc, release := d.c.Dedicate()
+			dc, release := a.c.Dedicate()
 			broken := dc.SetPubSubHooks(vk.PubSubHooks{
 				OnMessage: func(m vk.PubSubMessage) { subs.Message(m.Channel, m.Message) },
 				OnSubscription: func(s vk.PubSubSubscription) {
