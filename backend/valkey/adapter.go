@@ -3,8 +3,8 @@ package valkey
 import (
 	"context"
 	"errors"
-	"net"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -25,16 +25,26 @@ type adapter struct{ c vk.Client }
 // deadline that never comes, and ends defaultCancelGrace after ctx does (see graceCtx, and the
 // package doc).
 func (a *adapter) Do(ctx context.Context, c rediscore.Call) (any, error) {
-	call := ctx
-	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		g := &graceCtx{Context: ctx}
-		defer g.end()
-		call = g
+	call, end, err := sendCtx(ctx)
+	if err != nil {
+		return nil, err
 	}
+	defer end()
 	return a.c.Do(call, a.build(c)).ToAny()
+}
+
+// sendCtx returns the ctx to send a call of ctx under (a graceCtx when ctx can be canceled but
+// has no deadline, so that valkey-go keeps an idle connection out of its background pipeline),
+// and what ends it once the call has returned; or ctx's error when it has ended already.
+func sendCtx(ctx context.Context) (context.Context, func(), error) {
+	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
+		return ctx, func() {}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	g := &graceCtx{Context: ctx}
+	return g, g.end, nil
 }
 
 // build returns c.Args as a valkey-go command, its keys marked (for a Cluster's slot).
@@ -56,6 +66,11 @@ func (a *adapter) build(c rediscore.Call) vk.Completed {
 // LoadLibrary implements rediscore.Adapter: FUNCTION LOAD on every node the client knows (a
 // Cluster's replicas answer READONLY, which rediscore passes over).
 func (a *adapter) LoadLibrary(ctx context.Context, library string) []error {
+	ctx, end, err := sendCtx(ctx)
+	if err != nil {
+		return []error{err}
+	}
+	defer end()
 	var errs []error
 	for _, n := range a.c.Nodes() {
 		errs = append(errs, n.Do(ctx, n.B().FunctionLoad().FunctionCode(library).Build()).Error())
