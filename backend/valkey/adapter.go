@@ -25,33 +25,36 @@ type adapter struct{ c vk.Client }
 // deadline that never comes, and ends defaultCancelGrace after ctx does (see graceCtx, and the
 // package doc).
 func (a *adapter) Do(ctx context.Context, c rediscore.Call) (any, error) {
-	call, end, err := sendCtx(ctx)
+	g, err := grace(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer end()
-	return a.c.Do(call, a.build(c)).ToAny()
+	if g != nil {
+		defer g.end()
+		ctx = g
+	}
+	return a.c.Do(ctx, a.build(c)).ToAny()
 }
 
-// sendCtx returns the ctx to send a call of ctx under (a graceCtx when ctx can be canceled but
-// has no deadline, so that valkey-go keeps an idle connection out of its background pipeline),
-// and what ends it once the call has returned; or ctx's error when it has ended already.
-func sendCtx(ctx context.Context) (context.Context, func(), error) {
+// grace returns the ctx to send a call of ctx under when ctx can be canceled but has no
+// deadline, so that valkey-go keeps an idle connection out of its background pipeline (see
+// graceCtx; its end is for when the call has returned); nil when ctx is sent as it is; or ctx's
+// error when it has ended already.
+func grace(ctx context.Context) (*graceCtx, error) {
 	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
-		return ctx, func() {}, nil
+		return nil, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	g := &graceCtx{Context: ctx}
-	return g, g.end, nil
+	return &graceCtx{Context: ctx}, nil
 }
 
 // build returns c.Args as a valkey-go command, its keys marked (for a Cluster's slot).
 func (a *adapter) build(c rediscore.Call) vk.Completed {
 	n := min(rediscore.Head, len(c.Args))
-	cmd := a.c.B().Arbitrary()
-	for _, v := range c.Args[:n] {
+	cmd := a.c.B().Arbitrary(upper(argString(c.Args[0])))
+	for _, v := range c.Args[1:n] {
 		cmd = cmd.Args(argString(v))
 	}
 	for i := range c.Keys {
@@ -63,14 +66,31 @@ func (a *adapter) build(c rediscore.Call) vk.Completed {
 	return cmd.Build()
 }
 
+// upper returns the command name cmd in upper case, which valkey-go's Build checks without a
+// copy (rediscore's commands are go-redis's lower case).
+func upper(cmd string) string {
+	switch cmd {
+	case "fcall":
+		return "FCALL"
+	case "evalsha":
+		return "EVALSHA"
+	case "eval":
+		return "EVAL"
+	}
+	return cmd
+}
+
 // LoadLibrary implements rediscore.Adapter: FUNCTION LOAD on every node the client knows (a
 // Cluster's replicas answer READONLY, which rediscore passes over).
 func (a *adapter) LoadLibrary(ctx context.Context, library string) []error {
-	ctx, end, err := sendCtx(ctx)
+	g, err := grace(ctx)
 	if err != nil {
 		return []error{err}
 	}
-	defer end()
+	if g != nil {
+		defer g.end()
+		ctx = g
+	}
 	var errs []error
 	for _, n := range a.c.Nodes() {
 		errs = append(errs, n.Do(ctx, n.B().FunctionLoad().FunctionCode(library).Build()).Error())
