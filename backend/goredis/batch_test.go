@@ -387,3 +387,32 @@ func acquiresQueuedBehindTwo(t *testing.T, s *goredis.Store, h *gateHook, n int)
 	poll.Until(t, "the calls queued", func() bool { return goredis.Queued(s) == n })
 	return answers
 }
+
+// TestGoRedisGivesEachConcurrentCommandAConnectionOfItsOwn pins what the batcher is for:
+// go-redis sends each command in flight on a pooled connection of its own, one round trip each,
+// and pipelines nothing by itself. Should go-redis come to share connections between concurrent
+// callers (automatic pipelining), this fails, and the batcher is to be measured again against it.
+func TestGoRedisGivesEachConcurrentCommandAConnectionOfItsOwn(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, PoolSize: 16})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil { // one connection, ready
+		t.Fatal(err)
+	}
+	proxy.Hold(true)
+	const n = 8
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if err := c.Ping(context.Background()).Err(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	poll.Until(t, fmt.Sprintf("%d PINGs in flight, each on a connection of its own", n), func() bool {
+		return c.PoolStats().TotalConns >= n
+	})
+	proxy.Hold(false)
+	wg.Wait()
+}

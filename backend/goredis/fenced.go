@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -42,10 +43,10 @@ func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn fu
 	case fence == 0 || fence > 1<<63-1:
 		return fmt.Errorf("goredis: fenced write to %q: %w: fence %d: must be between 1 and 2^63 − 1", resource, core.ErrInvalid, fence)
 	}
-	key, _ := s.rs.FenceRecord(resource)
+	key, _ := rediscore.FenceRecord(s.store, resource)
 	for range fencedTries {
 		var fnErr error
-		err := s.d.c.Watch(ctx, func(tx *redis.Tx) error {
+		err := s.a.c.Watch(ctx, func(tx *redis.Tx) error {
 			highest, err := tx.Get(ctx, key).Uint64()
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return err
@@ -80,6 +81,6 @@ func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn fu
 // FenceTag returns the hash tag of resource's fence record, "{R}": on a Cluster, a key written
 // by Fenced must contain it, so that it is in the record's slot.
 func (s *Store) FenceTag(resource string) string {
-	_, tag := s.rs.FenceRecord(resource)
+	_, tag := rediscore.FenceRecord(s.store, resource)
 	return tag
 }

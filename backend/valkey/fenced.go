@@ -7,6 +7,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -36,7 +37,7 @@ func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn fu
 	case fence == 0 || fence > 1<<63-1:
 		return fmt.Errorf("valkey: fenced write to %q: %w: fence %d: must be between 1 and 2^63 − 1", resource, core.ErrInvalid, fence)
 	}
-	key, _ := s.rs.FenceRecord(resource)
+	key, _ := rediscore.FenceRecord(s.store, resource)
 	var fnErr error
 	err := s.c.Dedicated(func(c vk.DedicatedClient) error {
 		// A WATCH left armed would stay on the connection, given back to valkey-go's pool, and
@@ -109,6 +110,6 @@ func (s *Store) Fenced(ctx context.Context, resource string, fence uint64, fn fu
 // FenceTag returns the hash tag of resource's fence record, "{R}": on a Cluster, a key written
 // by Fenced must contain it, so that it is in the record's slot.
 func (s *Store) FenceTag(resource string) string {
-	_, tag := s.rs.FenceRecord(resource)
+	_, tag := rediscore.FenceRecord(s.store, resource)
 	return tag
 }

@@ -2,16 +2,12 @@ package valkey
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/leasehold/leasehold/backend/internal/rediscore"
 )
 
-// graceCtx is the ctx Run sends a call under when the caller's ctx can be canceled but has no
+// graceCtx is the ctx Do sends a call under when the caller's ctx can be canceled but has no
 // deadline: one with a deadline that never comes, whose Done closes defaultCancelGrace after the
 // caller's ctx ends. valkey-go sends a call with a deadline synchronously while its connection is
 // idle, bounded by ConnWriteTimeout instead of the deadline (a call that can be canceled and has
@@ -115,22 +111,3 @@ const defaultCancelGrace = 10 * time.Second
 
 // cancelGrace, when positive, replaces defaultCancelGrace (in ns): for tests.
 var cancelGrace atomic.Int64
-
-// ended reports whether ctx has ended, or its deadline has passed though its timer has not yet
-// set Err (rediscore.CtxErr): valkey-go's syncDo cuts off the reply of a call that was sent when
-// the call's own deadline strikes the conn, and returns context.DeadlineExceeded, which may reach
-// Run before ctx.Err() does. That error is the call's own, and the script may have run.
-func ended(ctx context.Context) bool { return rediscore.CtxErr(ctx) != nil }
-
-// unsentRetries bounds the calls Run makes of one script call that failed unsent.
-const unsentRetries = 3
-
-// unsent reports whether err says the call never left the client: a failed dial, or a ctx error
-// that is not the call's own (another caller's, whose dial the call waited for).
-func unsent(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
-}

@@ -3,13 +3,16 @@ package valkey_test
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	vk "github.com/valkey-io/valkey-go"
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 )
 
@@ -210,5 +213,38 @@ func TestGraceCtxEndStopsWatchOfCustomCtx(t *testing.T) {
 		g, end := valkey.NewGraceCtx(ctx)
 		g.Done()
 		end()
+	}
+}
+
+// TestValkeyGoEndsACancelableCallWithoutDeadlineAtItsCancel pins what graceCtx is for: valkey-go
+// sends a call whose ctx can be canceled but has no deadline through its connection's background
+// pipeline, which returns the call's error as soon as ctx is canceled, not at ConnWriteTimeout as
+// its synchronous path does (graceCtx, with its deadline, steers calls onto that path; see
+// TestCancelableCallStaysSynchronous for the other half). Should valkey-go send such a call
+// synchronously itself, this fails, and graceCtx is to be measured again against it.
+func TestValkeyGoEndsACancelableCallWithoutDeadlineAtItsCancel(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	const writeTimeout = 5 * time.Second
+	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{proxy.Addr}, DisableCache: true, PipelineMultiplex: -1,
+		ConnWriteTimeout: writeTimeout, Dialer: net.Dialer{KeepAlive: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Do(context.Background(), c.B().Ping().Build()).Error(); err != nil { // the connection, ready
+		t.Fatal(err)
+	}
+	arrived, deliver := proxy.HoldRequest("ECHO")
+	defer deliver()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Do(ctx, c.B().Echo().Message("held").Build()).Error() }()
+	<-arrived
+	canceled := time.Now()
+	cancel()
+	err = <-done
+	if waited := time.Since(canceled); !errors.Is(err, context.Canceled) || waited >= writeTimeout {
+		t.Fatalf("a call canceled on the wire returned %v after %v; want context.Canceled before ConnWriteTimeout (%v)", err, waited, writeTimeout)
 	}
 }

@@ -23,7 +23,7 @@
 // # Waiting and watching
 //
 // A Store has one subscription connection, opened by its first waiter or watch. The first waiter on
-// a key subscribes to the key's channel, kept for 30 s after its last waiter; a waiter is Reliable
+// a key subscribes to the key's channel, kept for 30 s after its last waiter; a Waiter is Reliable
 // while that subscription is confirmed and the connection is up. A watch marks the key watched for
 // 30 s, renewed every 10 s while the Store has watches on it: until then every grant, release or
 // give-back on the key publishes on its changed channel. A key nobody watches costs nothing more; a
@@ -53,7 +53,7 @@
 package valkey
 
 import (
-	"context"
+	"slices"
 	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
@@ -64,11 +64,23 @@ import (
 )
 
 // Store is a core.Store, core.Notifier, core.Watcher and core.FenceRaiser on Redis or Valkey
-// through valkey-go. Make one with New; its methods are safe for concurrent use.
+// through valkey-go: the Redis Store both adapters share (its methods Acquire, AcquireAbove,
+// RaiseFence, Extend, Release, Inspect, Register, Watch and Close are documented there and in
+// the package doc), plus Fenced and FenceTag. Make one with New; its methods are safe for
+// concurrent use.
+//
+// Each operation is one script call. A refused Acquire with req.Wait > 0 keeps a place in the
+// key's FIFO line; a try that fails in flight is followed by a leave in the background, which
+// Release, Inspect and Close wait for (each retried for at most 2 s). Register runs no script; a
+// Watch is one script call and a SUBSCRIBE it does not wait for. After Close, or once ctx has
+// ended, calls fail with core.ErrClosed or ctx's error. Close leaves the valkey-go client open.
 type Store struct {
-	rs *rediscore.Store
-	c  vk.Client
+	*store
+	c vk.Client
 }
+
+// store is the shared Redis Store, embedded under an unexported name.
+type store = rediscore.Store
 
 var (
 	_ core.Store       = (*Store)(nil)
@@ -87,106 +99,30 @@ var ErrLayoutVersion = rediscore.ErrLayoutVersion
 type LayoutError = rediscore.LayoutError
 
 // Option configures a Store.
-type Option func(*options)
-
-type options struct{ shared []rediscore.Option }
+type Option = rediscore.Option
 
 // WithPrefix sets the prefix of every key and channel the Store uses (default "leasehold:").
 // It must not contain '{' or '}'.
-func WithPrefix(prefix string) Option {
-	return func(o *options) { o.shared = append(o.shared, rediscore.WithPrefix(prefix)) }
-}
+func WithPrefix(prefix string) Option { return rediscore.WithPrefix(prefix) }
 
 // New returns a Store over client. It sends nothing; the first waiter or watch opens the Store's
 // subscription connection. A nil client, or a prefix with a brace, is an error wrapping
 // core.ErrInvalid. The client stays the caller's: Close does not close it. The package doc says how
 // calls end with their ctx.
 func New(client vk.Client, opts ...Option) (*Store, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	opts = slices.Clip(opts)
 	if client != nil && client.Mode() == vk.ClientModeCluster {
-		o.shared = append(o.shared, rediscore.WithClusterPubSub())
+		opts = append(opts, rediscore.WithClusterPubSub())
 	}
-	o.shared = append(o.shared, rediscore.WithDiagnosis(rediscore.Diagnosis{Endpoint: func() (diagnose.Endpoint, int, bool) {
+	opts = append(opts, rediscore.WithDiagnosis(rediscore.Diagnosis{Endpoint: func() (diagnose.Endpoint, int, bool) {
 		return endpoint(client)
 	}}))
-	rs, err := rediscore.New("valkey", client, &driver{c: client, fn: new(rediscore.Functions)}, o.shared...)
+	rs, err := rediscore.New("valkey", client, &adapter{c: client}, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{rs: rs, c: client}, nil
+	return &Store{store: rs, c: client}, nil
 }
-
-// Acquire implements core.Store.Acquire in one script call. A request refused with req.Wait > 0
-// keeps a place in the key's FIFO line for req.Wait. The next Acquire takes the grant the line made
-// it: with no round trip when its holder id is unshared and it waited under half its TTL
-// (AcquireResult.TTL then says what is left).
-//
-// On error the try leaves nothing behind: when it would wait, or its holder id is unshared and ctx
-// can end, a leave sent in the background takes back any place or lease it took, even if it reaches
-// the server late. A call whose ctx has ended already sends nothing and leaves nothing to take back.
-func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
-	return s.rs.Acquire(ctx, req)
-}
-
-// AcquireAbove implements core.FenceRaiser.AcquireAbove in one script call. A floor above 2^53 −
-// 2^32, which the scripts' doubles cannot count exactly, is an error wrapping core.ErrInvalid, and
-// changes nothing.
-func (s *Store) AcquireAbove(ctx context.Context, req core.AcquireRequest, floor uint64) (core.AcquireResult, error) {
-	return s.rs.AcquireAbove(ctx, req, floor)
-}
-
-// RaiseFence implements core.FenceRaiser.RaiseFence in one script call. A fence above 2^53 − 2^32
-// is an error wrapping core.ErrInvalid, and changes nothing.
-func (s *Store) RaiseFence(ctx context.Context, req core.AcquireRequest, fence uint64) (core.AcquireResult, error) {
-	return s.rs.RaiseFence(ctx, req, fence)
-}
-
-// Extend implements core.Store.Extend in one script call. A lease that expired or was released is
-// core.ErrLost, and is not revived.
-func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
-	return s.rs.Extend(ctx, req)
-}
-
-// Release implements core.Store.Release in one script call, which also grants the freed permits to
-// the head of the key's line and tells the new holders' Stores. It first waits for the holder's
-// leaves that this Store is still sending (each at most 2 s), so that a failed try cannot take a
-// lease after the release.
-func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
-	return s.rs.Release(ctx, req)
-}
-
-// Inspect implements core.Store.Inspect in one script call, which writes nothing. It first waits
-// for the leaves of the key's line that this Store is still sending, so that a closed waiter is not
-// listed.
-func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
-	return s.rs.Inspect(ctx, key)
-}
-
-// Register implements core.Notifier; it runs no script. The waiter is Reliable while the key's
-// subscription is confirmed and the connection is up; its Close leaves the key's line (one script
-// call, in the background) if the waiter still has a place there. After Close of the Store, or once
-// ctx has ended, Register fails with core.ErrClosed or ctx's error, and leaves the place the
-// refused try took.
-func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
-	return s.rs.Register(ctx, req)
-}
-
-// Watch implements core.Watcher in one script call, plus a SUBSCRIBE that it does not wait for. The
-// The Wake starts with a value in C, is Reliable once its subscription is confirmed, and hears the
-// changes made through every Store on the server, of either driver. Its Close does no I/O. After
-// Close of the Store, or once ctx has ended, Watch fails with core.ErrClosed or ctx's error.
-func (s *Store) Watch(ctx context.Context, key string) (core.Wake, error) {
-	return s.rs.Watch(ctx, key)
-}
-
-// Close wakes the Store's waiters, which then fail with core.ErrClosed, sends the leaves they owe
-// the keys' lines (each retried for at most 2 s) and closes the subscription connection. Later
-// calls fail with core.ErrClosed. The valkey-go client stays open. Close is idempotent and returns
-// nil.
-func (s *Store) Close() error { return s.rs.Close() }
 
 // endpoint returns the address of the one server a standalone client sends to, for the Store's
 // errors (rediscore.Diagnosis). valkey-go does not tell whether it makes TLS handshakes: the

@@ -80,6 +80,7 @@ func Package(dir, importPath string) ([]string, error) {
 		return nil, err
 	}
 	var lines []string
+	var files []*ast.File
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
@@ -97,8 +98,118 @@ func Package(dir, importPath string) ([]string, error) {
 			w.decl(decl)
 		}
 		lines = append(lines, w.lines...)
+		files = append(files, f)
+	}
+	more, err := promoted(files, dir, importPath)
+	return append(lines, more...), err
+}
+
+// promoted returns the lines of the methods that the exported struct types of files get from a
+// field embedding a type of another package of the module, directly or through an unexported
+// alias of it, as if they were declared on the struct: that package may be internal, and its
+// methods are then seen only through the struct. A method of a pointer receiver is listed on
+// the struct's pointer.
+func promoted(files []*ast.File, dir, importPath string) ([]string, error) {
+	type ref struct {
+		typ     ast.Expr
+		imports map[string]string // of the file that names typ
+		outer   string            // the struct that embeds it
+	}
+	aliases := map[string]ref{}
+	var embeds []ref
+	for _, f := range files {
+		imports := map[string]string{}
+		for _, spec := range f.Imports {
+			path := strings.Trim(spec.Path.Value, `"`)
+			name := path[strings.LastIndex(path, "/")+1:]
+			if spec.Name != nil {
+				name = spec.Name.Name
+			}
+			imports[name] = path
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			s, ok := n.(*ast.TypeSpec)
+			if !ok {
+				return true
+			}
+			if s.Assign.IsValid() {
+				aliases[s.Name.Name] = ref{typ: s.Type, imports: imports}
+			}
+			if st, ok := s.Type.(*ast.StructType); ok && s.Name.IsExported() {
+				for _, fld := range st.Fields.List {
+					if len(fld.Names) == 0 {
+						embeds = append(embeds, ref{typ: fld.Type, imports: imports, outer: s.Name.Name})
+					}
+				}
+			}
+			return false
+		})
+	}
+	root := dir
+	for range strings.Count(strings.TrimPrefix(importPath, modulePath), "/") {
+		root = filepath.Dir(root)
+	}
+	var lines []string
+	for _, e := range embeds {
+		if star, ok := e.typ.(*ast.StarExpr); ok {
+			e.typ = star.X
+		}
+		if id, ok := e.typ.(*ast.Ident); ok {
+			e.typ, e.imports = aliases[id.Name].typ, aliases[id.Name].imports
+		}
+		sel, ok := e.typ.(*ast.SelectorExpr)
+		if !ok {
+			continue
+		}
+		pkg, _ := sel.X.(*ast.Ident)
+		path, ok := e.imports[pkg.String()]
+		if !ok || !strings.HasPrefix(path, modulePath+"/") {
+			continue
+		}
+		methods, err := methodsOf(filepath.Join(root, strings.TrimPrefix(path, modulePath+"/")), sel.Sel.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range methods {
+			lines = append(lines, "pkg "+importPath+", method ("+strings.Replace(m, "T", e.outer, 1))
+		}
 	}
 	return lines, nil
+}
+
+// methodsOf returns the exported methods of type name in the package in dir, each as
+// "T) Name(sig)" or "*T) Name(sig)" by its receiver.
+func methodsOf(dir, name string) ([]string, error) {
+	fset := token.NewFileSet()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return nil, err
+		}
+		w := writer{fset: fset}
+		for _, decl := range f.Decls {
+			d, ok := decl.(*ast.FuncDecl)
+			if !ok || d.Recv == nil || !d.Name.IsExported() {
+				continue
+			}
+			recv, star := d.Recv.List[0].Type, ""
+			if s, ok := recv.(*ast.StarExpr); ok {
+				recv, star = s.X, "*"
+			}
+			if id, ok := recv.(*ast.Ident); ok && id.Name == name {
+				out = append(out, star+"T) "+d.Name.Name+w.signature(d.Type))
+			}
+		}
+	}
+	return out, nil
 }
 
 // writer collects the API lines of one file.

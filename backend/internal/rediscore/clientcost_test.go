@@ -13,13 +13,17 @@ import (
 // server: what is left of a pair's cost is the client's own.
 type grantingClient struct{ fence int64 }
 
-func (c *grantingClient) Run(ctx context.Context, script rediscore.Script, call rediscore.Call) (any, error) {
+func (c *grantingClient) Do(ctx context.Context, call rediscore.Call) (any, error) {
 	c.fence++
-	if strings.HasSuffix(rediscore.FunctionName(script), "_acquire") {
+	if strings.HasSuffix(call.Args[1].(string), "_acquire") {
 		return c.fence, nil // a grant: its fence
 	}
 	return int64(1), nil // a release that granted nobody: the permits it freed
 }
+
+func (c *grantingClient) LoadLibrary(context.Context, string) []error { return nil }
+func (c *grantingClient) ErrorReply(error) (string, bool)             { return "", false }
+func (c *grantingClient) Unsent(error) bool                           { return false }
 
 func (c *grantingClient) Listen(ctx context.Context, l rediscore.Listener) (rediscore.PubSub, func()) {
 	panic("no waiter in an uncontended pair")

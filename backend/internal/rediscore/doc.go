@@ -1,8 +1,13 @@
-// Package rediscore is what Leasehold's Redis adapters share, whatever client they use: the Lua
-// scripts (one copy, embedded), the key layout, the decoding of script replies into core results,
-// the Store operations, and the subscription bookkeeping that turns wake messages into wake-ups.
-// The adapters backend/goredis and backend/valkey only move bytes: each supplies a Client and
-// forwards its Store's methods to the Store here. It is internal: its names are the adapters'.
+// Package rediscore is the Redis Store, whatever client it uses: the Lua scripts (one copy,
+// embedded), the key layout, the choice of the commands that run them (FCALL of a library loaded
+// once per server, or EVALSHA and EVAL; see functions), the decoding of script replies into core
+// results, the Store operations, and the subscription bookkeeping that turns wake messages into
+// wake-ups. The adapters backend/goredis and backend/valkey only move bytes: each implements
+// Adapter (send a command once, load the library on every node, read an error reply, tell a
+// command that never left the client, keep a subscription connection) and embeds the Store made
+// by New over it; a call goes down once, Store → Adapter.Do → the client, and nothing of the
+// adapter calls back into the Store but what its subscription connection hears (Listener). It is
+// internal: its names are the adapters'.
 //
 // # Key layout
 //

@@ -2,6 +2,7 @@ package rediscore_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -78,4 +80,37 @@ func TestAcquireWithEndedCtxWritesNothing(t *testing.T) {
 			t.Errorf("DBSIZE after acquires with a canceled ctx = %q, %v; want no key (KEYS: %q)", n, err, keys)
 		}
 	})
+}
+
+// TestAcquireCanceledDuringTheLibraryLoadLeavesTheKeyFree: an Acquire whose ctx is canceled
+// while the Store's first FUNCTION LOAD is on the wire returns ctx's error, on both drivers; the
+// key is not left taken (another holder gets it), and the Store goes on working.
+func TestAcquireCanceledDuringTheLibraryLoadLeavesTheKeyFree(t *testing.T) {
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			proxy := redistest.StartProxy(t, srv.Addr)
+			s := mk(t, proxy.Addr)
+			arrived, deliver := proxy.HoldRequest("#!lua name=")
+			defer deliver()
+			ctx, cancel := context.WithCancel(context.Background())
+			req := core.AcquireRequest{Key: "load", Holder: "first", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
+			got := make(chan error, 1)
+			go func() {
+				_, err := s.Acquire(ctx, req)
+				got <- err
+			}()
+			<-arrived
+			cancel()
+			deliver()
+			if err := <-got; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Acquire canceled during the library load: %v; want context.Canceled", err)
+			}
+			req.Holder = "second"
+			poll.Until(t, "the key granted to another holder", func() bool {
+				res, err := s.Acquire(context.Background(), req)
+				return err == nil && res.Granted
+			})
+		})
+	}
 }

@@ -7,21 +7,7 @@ import (
 	"time"
 )
 
-// FunctionClient is what an adapter supplies so that its scripts run as Redis Functions where
-// the server allows them, and by EVALSHA where it does not.
-type FunctionClient interface {
-	// FCall calls script's function in the library (FunctionName names it) as c says.
-	FCall(ctx context.Context, script Script, c Call) (any, error)
-	// LoadLibrary runs FUNCTION LOAD Library on every node the client sends scripts to (on a
-	// Cluster, every primary), and returns each node's error.
-	LoadLibrary(ctx context.Context) []error
-	// Eval runs script by EVALSHA, and EVAL when the server has not seen it.
-	Eval(ctx context.Context, script Script, c Call) (any, error)
-	// Reply reports whether err is the server's error reply, and its text.
-	Reply(err error) (string, bool)
-}
-
-// Functions runs the scripts of one client as the functions of Library, loaded once per server
+// functions runs a Store's scripts as the functions of Library, loaded once per server
 // (FUNCTION LOAD, then FCALL: the prelude is not run again on every call, which saves the server
 // a few µs per call), and falls back to EVALSHA for good when a server refuses the library:
 // one older than Redis 7.0, a user whose ACL does not allow FUNCTION LOAD or FCALL, a proxy that
@@ -32,7 +18,7 @@ type FunctionClient interface {
 // A server whose library is of another layout version (see LibraryName) is refused: every call
 // returns a *LayoutError, and the load is tried again after loadRetry, so that a Store starts
 // using the server once the other version's library is deleted (FUNCTION DELETE leasehold).
-type Functions struct {
+type functions struct {
 	state atomic.Int32
 	// found is the layout version of the library another Store loaded, while state is
 	// fnMismatch.
@@ -52,13 +38,13 @@ const (
 	fnMismatch              // the loaded library is of another layout version: refused
 )
 
-// Run runs script as call says: by FCALL while the library is loaded (loading it first
-// when it is not, or when the server has lost it), else by EVALSHA. It costs one round trip, and
-// one more when it loads the library.
-func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, call Call) (any, error) {
+// run runs script as call says, through a: by FCALL while the library is loaded (loading it
+// first when it is not, or when the server has lost it), else by EVALSHA. It costs one round
+// trip, and one more when it loads the library.
+func (f *functions) run(ctx context.Context, a sender, script Script, call Call) (any, error) {
 	switch f.state.Load() {
 	case fnRefused:
-		return c.Eval(ctx, script, call)
+		return evalsha(ctx, a, script, call)
 	case fnMismatch:
 		if !f.loadDue() {
 			return nil, libraryLayout(f.found.Load())
@@ -67,45 +53,71 @@ func (f *Functions) Run(ctx context.Context, c FunctionClient, script Script, ca
 		fallthrough
 	case fnUnknown:
 		if !f.loadDue() {
-			return c.Eval(ctx, script, call)
+			return evalsha(ctx, a, script, call)
 		}
-		if ok, err := f.load(ctx, c); err != nil || !ok {
-			return f.instead(ctx, c, script, call, err)
+		if ok, err := f.load(ctx, a); err != nil || !ok {
+			return f.instead(ctx, a, script, call, err)
 		}
 	}
-	r, err := c.FCall(ctx, script, call)
-	if msg, ok := c.Reply(err); ok && fcallRefused(msg) {
+	r, err := fcall(ctx, a, script, call)
+	if msg, ok := a.ErrorReply(err); ok && fcallRefused(msg) {
 		// A user allowed FUNCTION LOAD but not FCALL, or whose ACL changed after the load:
 		// the server ran nothing, so EVALSHA, for good, as where the load was refused.
 		f.state.Store(fnRefused)
-		return c.Eval(ctx, script, call)
+		return evalsha(ctx, a, script, call)
 	}
-	if msg, ok := c.Reply(err); ok && functionMissing(msg) {
+	if msg, ok := a.ErrorReply(err); ok && functionMissing(msg) {
 		if !f.loadDue() {
-			return c.Eval(ctx, script, call)
+			return evalsha(ctx, a, script, call)
 		}
-		if ok, err := f.load(ctx, c); err != nil || !ok {
-			return f.instead(ctx, c, script, call, err)
+		if ok, err := f.load(ctx, a); err != nil || !ok {
+			return f.instead(ctx, a, script, call, err)
 		}
-		r, err = c.FCall(ctx, script, call)
-		if msg, ok := c.Reply(err); ok && functionMissing(msg) {
+		r, err = fcall(ctx, a, script, call)
+		if msg, ok := a.ErrorReply(err); ok && functionMissing(msg) {
 			// Lost again between the load and the call (another client flushing the
 			// server's functions): nothing ran, so this call runs by EVALSHA instead of
 			// failing; the next one loads it again.
-			return c.Eval(ctx, script, call)
+			return evalsha(ctx, a, script, call)
 		}
+	}
+	return r, err
+}
+
+// sender is what functions sends through: the Store's Adapter, with the Store's resending of
+// a command that never left the client.
+type sender interface {
+	do(ctx context.Context, c Call) (any, error)
+	LoadLibrary(ctx context.Context, library string) []error
+	ErrorReply(err error) (string, bool)
+}
+
+// fcall calls script's function.
+func fcall(ctx context.Context, a sender, script Script, call Call) (any, error) {
+	return a.do(ctx, call.as("fcall", boxedNames[script]))
+}
+
+// evalsha runs script by EVALSHA, and by EVAL when the server has not seen it (NOSCRIPT).
+func evalsha(ctx context.Context, a sender, script Script, call Call) (any, error) {
+	r, err := a.do(ctx, call.as("evalsha", shas[script]))
+	if msg, ok := a.ErrorReply(err); ok && strings.HasPrefix(msg, "NOSCRIPT") {
+		return a.do(ctx, call.as("eval", Sources[script]))
 	}
 	return r, err
 }
 
 // instead runs a call that cannot FCALL: by EVALSHA, or, when the library is of another layout
 // version (err), not at all.
-func (f *Functions) instead(ctx context.Context, c FunctionClient, script Script, call Call, err error) (any, error) {
+func (f *functions) instead(ctx context.Context, a sender, script Script, call Call, err error) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Eval(ctx, script, call)
+	return evalsha(ctx, a, script, call)
 }
+
+// boxedNames and shas are the scripts' function names and SHA1s, indexed by Script, boxed once
+// (by init, once functionNames are known).
+var boxedNames, shas [len(Sources)]any
 
 // FunctionName returns the name of script's function in Library.
 func FunctionName(script Script) string { return functionNames[script] }
@@ -113,13 +125,13 @@ func FunctionName(script Script) string { return functionNames[script] }
 // load loads the library on every node and reports whether FCALL can be used: false when a node
 // refused it (and then for good) or could not be reached (then the next call tries again); and a
 // *LayoutError when a node holds the library of another layout version (see loaded).
-func (f *Functions) load(ctx context.Context, c FunctionClient) (bool, error) {
+func (f *functions) load(ctx context.Context, a sender) (bool, error) {
 	unreached, exists := false, false
-	for _, err := range c.LoadLibrary(ctx) {
+	for _, err := range a.LoadLibrary(ctx, Library) {
 		if err == nil {
 			continue
 		}
-		msg, ok := c.Reply(err)
+		msg, ok := a.ErrorReply(err)
 		switch {
 		case !ok:
 			unreached = true
@@ -137,7 +149,7 @@ func (f *Functions) load(ctx context.Context, c FunctionClient) (bool, error) {
 		return false, nil
 	}
 	if exists {
-		if ok, err := f.loaded(ctx, c); !ok || err != nil {
+		if ok, err := f.loaded(ctx, a); !ok || err != nil {
 			return false, err
 		}
 	}
@@ -149,10 +161,10 @@ func (f *Functions) load(ctx context.Context, c FunctionClient) (bool, error) {
 // of LayoutFunction, made once per Store, when it first finds the library there), and reports
 // whether it is this one's; another version's is a *LayoutError, and refuses the calls until
 // loadRetry has passed.
-func (f *Functions) loaded(ctx context.Context, c FunctionClient) (bool, error) {
-	r, err := c.FCall(ctx, layoutScript, Call{Args: make([]any, Head)})
+func (f *functions) loaded(ctx context.Context, a sender) (bool, error) {
+	r, err := fcall(ctx, a, layoutScript, Call{Args: make([]any, Head)})
 	found, isInt := r.(int64)
-	msg, isReply := c.Reply(err)
+	msg, isReply := a.ErrorReply(err)
 	switch {
 	case err == nil && isInt && found == LayoutVersion:
 		return true, nil
@@ -179,7 +191,7 @@ func fcallRefused(msg string) bool {
 }
 
 // loadDue reports whether a load may be tried now (see retryAt).
-func (f *Functions) loadDue() bool { return time.Now().UnixNano() >= f.retryAt.Load() }
+func (f *functions) loadDue() bool { return time.Now().UnixNano() >= f.retryAt.Load() }
 
 // functionMissing reports whether an error reply says the server has no such function: the
 // whole reply, so that a script's own error that merely contains the words (a WRONGTYPE error

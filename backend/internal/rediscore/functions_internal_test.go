@@ -6,23 +6,23 @@ import (
 	"testing"
 )
 
-// unreachable is a FunctionClient one of whose nodes cannot be reached: every load fails with a
+// unreachable is an Adapter one of whose nodes cannot be reached: every load fails with a
 // network error, and scripts run by EVALSHA.
 type unreachable struct{ loads, evals, fcalls int }
 
-func (u *unreachable) FCall(context.Context, Script, Call) (any, error) {
-	u.fcalls++
-	return nil, errors.New("ERR Function not found")
-}
-func (u *unreachable) LoadLibrary(context.Context) []error {
-	u.loads++
-	return []error{nil, errors.New("dial tcp: i/o timeout")}
-}
-func (u *unreachable) Eval(context.Context, Script, Call) (any, error) {
+func (u *unreachable) do(_ context.Context, c Call) (any, error) {
+	if c.Args[0] == "fcall" {
+		u.fcalls++
+		return nil, errors.New("ERR Function not found")
+	}
 	u.evals++
 	return int64(1), nil
 }
-func (u *unreachable) Reply(err error) (string, bool) {
+func (u *unreachable) LoadLibrary(context.Context, string) []error {
+	u.loads++
+	return []error{nil, errors.New("dial tcp: i/o timeout")}
+}
+func (u *unreachable) ErrorReply(err error) (string, bool) {
 	if err != nil && err.Error() == "ERR Function not found" {
 		return err.Error(), true
 	}
@@ -32,10 +32,10 @@ func (u *unreachable) Reply(err error) (string, bool) {
 // TestUnreachableNodeIsNotLoadedOnEveryCall: a load that cannot reach every node is tried again
 // only after loadRetry; meanwhile the calls run by EVALSHA, none waiting for the node.
 func TestUnreachableNodeIsNotLoadedOnEveryCall(t *testing.T) {
-	var f Functions
+	var f functions
 	u := &unreachable{}
 	for range 20 {
-		if _, err := f.Run(context.Background(), u, acquireScript, Call{}); err != nil {
+		if _, err := f.run(context.Background(), u, acquireScript, Call{Args: make([]any, Head)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,7 +43,7 @@ func TestUnreachableNodeIsNotLoadedOnEveryCall(t *testing.T) {
 		t.Fatalf("20 calls with a node unreachable: %d loads, %d EVALSHAs, %d FCALLs; want 1, 20, 0", u.loads, u.evals, u.fcalls)
 	}
 	f.retryAt.Store(0) // loadRetry has passed
-	f.Run(context.Background(), u, acquireScript, Call{})
+	f.run(context.Background(), u, acquireScript, Call{Args: make([]any, Head)})
 	if u.loads != 2 {
 		t.Fatalf("after loadRetry: %d loads, want 2", u.loads)
 	}

@@ -244,7 +244,7 @@ func (s *Store) leaveWith(key, holder string, args argList) {
 // still sends what its waiters owe the line. A leave that never gets through leaves the place to
 // lapse with the waiter's wait, and a grant made meanwhile to expire with its TTL.
 func (s *Store) leaveNow(ctx context.Context, key string, args argList) error {
-	r, err := s.client.Run(ctx, leaveScript, call(leaveScript, s.keyNames(key), &args))
+	r, err := s.fn.run(ctx, &s.wire, leaveScript, call(s.keyNames(key), &args))
 	if err != nil {
 		return err
 	}

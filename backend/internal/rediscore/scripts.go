@@ -1,7 +1,9 @@
 package rediscore
 
 import (
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"strconv"
 	"strings"
 )
@@ -137,4 +139,8 @@ func init() {
 	b.WriteString("redis.register_function{function_name = '" + LayoutFunction + "', flags = {'no-writes'}, " +
 		"callback = function() return " + strconv.Itoa(LayoutVersion) + " end}\n")
 	Library = b.String()
+	for i, src := range Sources {
+		sum := sha1.Sum([]byte(src))
+		boxedNames[i], shas[i] = functionNames[i], hex.EncodeToString(sum[:])
+	}
 }

@@ -15,27 +15,16 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// Client is what a driver supplies: a way to run a script, and to open the Store's
-// subscription connection.
-type Client interface {
-	// Run runs script as c says in one round trip (plus a load the first time on a server) and
-	// returns the reply as int64, string and []any values, or the client's error.
-	Run(ctx context.Context, script Script, c Call) (any, error)
-	// Listen opens the Store's subscription connection, reports what it receives to l (and
-	// l.Down when it breaks) until ctx ends, and returns the PubSub that sends on it and a
-	// function that waits until everything Listen started has ended.
-	Listen(ctx context.Context, l Listener) (PubSub, func())
-}
-
-// Store is a complete core.Store, core.Notifier, core.Watcher and core.FenceRaiser over a
-// driver's Client; each adapter's Store holds one and forwards its methods to it. It checks the
-// closed flag and ctx before every call, puts the driver's name before an error of the server or
-// the network, and opens the subscription connection on the first waiter or watch. Safe for
-// concurrent use.
+// Store is a complete core.Store, core.Notifier, core.Watcher and core.FenceRaiser over an
+// Adapter; each adapter's Store embeds one. It checks the closed flag and ctx before every call,
+// chooses and sends the commands (see functions), puts the adapter's name before an error of
+// the server or the network, and opens the subscription connection on the first waiter or
+// watch. Safe for concurrent use.
 type Store struct {
 	name      string
 	id        string // random: names the Store's channels
-	client    Client
+	wire      wire
+	fn        functions
 	layout    layout
 	names     nameCache
 	durations durations
@@ -87,10 +76,10 @@ func WithClusterPubSub() Option {
 	return func(o *options) { o.cluster = true }
 }
 
-// New returns the Store of the driver called name (which its errors start with) over client,
-// after checking its arguments: a nil user client (userClient, the value the caller passed) or a
-// bad option is an error wrapping core.ErrInvalid. It sends nothing.
-func New(name string, userClient any, client Client, opts ...Option) (*Store, error) {
+// New returns the Store of the adapter called name (which its errors start with) over a, after
+// checking its arguments: a nil user client (userClient, the value the caller passed) or a bad
+// option is an error wrapping core.ErrInvalid. It sends nothing.
+func New(name string, userClient any, a Adapter, opts ...Option) (*Store, error) {
 	if isNil(userClient) {
 		return nil, fmt.Errorf("%s: new: %w: client: must not be nil", name, core.ErrInvalid)
 	}
@@ -104,7 +93,7 @@ func New(name string, userClient any, client Client, opts ...Option) (*Store, er
 	}
 	var id [8]byte
 	rand.Read(id[:])
-	s := &Store{name: name, id: hex.EncodeToString(id[:]), client: client, layout: l, listens: !o.cluster, diagnosis: o.diagnosis}
+	s := &Store{name: name, id: hex.EncodeToString(id[:]), wire: wire{a}, layout: l, listens: !o.cluster, diagnosis: o.diagnosis}
 	s.leaves.pending = map[string]*pendingLeave{}
 	s.names.seed = maphash.MakeSeed()
 	return s, nil
@@ -134,7 +123,7 @@ func (s *Store) run(ctx context.Context, script Script, key string, args argList
 // that may have reached the server (ctx may have ended since).
 func (s *Store) send(ctx context.Context, script Script, key string, args argList) (any, error) {
 	sent := time.Now()
-	r, err := s.client.Run(ctx, script, call(script, s.keyNames(key), &args))
+	r, err := s.fn.run(ctx, &s.wire, script, call(s.keyNames(key), &args))
 	if err != nil {
 		// Another layout version's data or library: the server answered, and changed nothing.
 		le, ok := errors.AsType[*LayoutError](err)
@@ -161,6 +150,32 @@ func (s *Store) check(ctx context.Context) error {
 		return core.ErrClosed
 	}
 	return ctx.Err()
+}
+
+// wire is a Store's Adapter, with the resending of a command that never left the client.
+type wire struct{ Adapter }
+
+// unsentTries bounds the sends of one command whose sends failed before it left the client.
+const unsentTries = 3
+
+// do sends c once (Adapter.Do), and again, up to unsentTries in all, a few milliseconds apart,
+// while the adapter says it never left the client and ctx lasts.
+func (w *wire) do(ctx context.Context, c Call) (any, error) {
+	backoff := 8 * time.Millisecond
+	for i := 1; ; i++ {
+		v, err := w.Do(ctx, c)
+		if err == nil || i == unsentTries || !w.Unsent(err) || CtxErr(ctx) != nil {
+			return v, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+		backoff *= 2
+	}
 }
 
 // CtxErr is ctx's error, or context.DeadlineExceeded when its deadline has passed though its
@@ -200,7 +215,7 @@ func (s *Store) subscriptions() *subscriptions {
 		subs := newSubscriptions(s.layout, s.id, nil)
 		subs.leave = s.leave
 		subs.mark = s.mark
-		subs.ps, s.wait = s.client.Listen(ctx, subs)
+		subs.ps, s.wait = s.wire.Listen(ctx, subs)
 		s.subs = subs
 		s.subsLoaded.Store(subs)
 	}
@@ -233,10 +248,11 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// FenceRecord returns the Redis key that keeps the highest fence accepted for resource by a
-// fenced write, and the hash tag that puts a key in its Cluster slot: "{R}", R being resource
-// with '%', '{' and '}' percent-encoded, as a lease key's.
-func (s *Store) FenceRecord(resource string) (key, tag string) {
+// FenceRecord returns the Redis key of s that keeps the highest fence accepted for resource by
+// a fenced write, and the hash tag that puts a key in its Cluster slot: "{R}", R being resource
+// with '%', '{' and '}' percent-encoded, as a lease key's. It is a function, not a method, so
+// that the adapters' Stores, which embed s, do not export it.
+func FenceRecord(s *Store, resource string) (key, tag string) {
 	t := s.layout.tag(resource)
 	return t + "fence", t[len(s.layout.prefix) : len(t)-1]
 }

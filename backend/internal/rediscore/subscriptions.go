@@ -13,33 +13,6 @@ import (
 	"github.com/leasehold/leasehold/core"
 )
 
-// PubSub is a driver's subscription connection: one per Store, shared by all its waiters. Its
-// methods send the command and need not wait for the server's confirmation, which the driver
-// reports to Listener.Confirmed. The Store calls them one at a time.
-type PubSub interface {
-	// Subscribe sends SUBSCRIBE for channel.
-	Subscribe(ctx context.Context, channel string) error
-	// Unsubscribe sends UNSUBSCRIBE for channel.
-	Unsubscribe(ctx context.Context, channel string) error
-}
-
-// Listener hears what a driver's subscription connection receives (see Client.Listen). Its
-// methods do not block on the network and are safe for concurrent use.
-type Listener interface {
-	// Confirmed reports the server's confirmation of a subscription to channel. The key's
-	// waiters are woken to try again, in case a grant came before the subscription did.
-	Confirmed(channel string)
-	// Message reports a message received on channel: grants made from the key's line. It wakes
-	// the waiters granted, and no others.
-	Message(channel, payload string)
-	// Down reports that the connection was lost: messages may be missed until every channel is
-	// confirmed again. Every waiter is woken and falls back to its retry interval.
-	Down()
-	// Channels returns the channels that should be subscribed, for a driver that resubscribes by
-	// itself after a reconnect.
-	Channels() []string
-}
-
 // subscriptions is the core.Notifier side of a Store. It subscribes to its channel for a key
 // (see layout.channel) while this Store has waiters on the key (and for linger after), and turns
 // what the driver's connection receives into wake-ups: a message of grants made from the key's

@@ -1,6 +1,10 @@
 package lib
 
-import "context"
+import (
+	"context"
+
+	"github.com/leasehold/leasehold/internal/hidden"
+)
 
 // Limit is documented.
 const Limit int = 3
@@ -34,3 +38,7 @@ func Open(ctx context.Context, name, mode string, each func(key string) error) (
 func (o Options) unexported() {}
 
 func helper() {}
+
+type inner = hidden.Inner
+
+type Wrapper struct{ *inner }
