@@ -23,7 +23,7 @@
 // # Waiting and watching
 //
 // A Store has one subscription connection, opened by its first waiter or watch. The first waiter on
-// a key subscribes to the key's channel, kept for 30 s after its last waiter; a Waiter is Reliable
+// a key subscribes to the key's channel, kept for 30 s after its last waiter; a waiter is Reliable
 // while that subscription is confirmed and the connection is up. A watch marks the key watched for
 // 30 s, renewed every 10 s while the Store has watches on it: until then every grant, release or
 // give-back on the key publishes on its changed channel. A key nobody watches costs nothing more; a
