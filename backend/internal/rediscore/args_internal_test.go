@@ -2,6 +2,7 @@ package rediscore
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,5 +48,36 @@ func TestAcquireArgsEndAtTheLastValueSent(t *testing.T) {
 	r0, r7 := releaseArgs(core.ReleaseRequest{Holder: "h"}), releaseArgs(core.ReleaseRequest{Holder: "h", Fence: 7})
 	if got := fmt.Sprint(r0.values(), r7.values()); got != "[h] [h 7]" {
 		t.Errorf("releaseArgs: %s, want [h] [h 7]", got)
+	}
+}
+
+// TestScriptsTakeEveryArgumentByName: no Lua of ours reads an argument by its position (ARGV[i]);
+// each operation's tiers take the script's arguments as parameters named as args.go lists them,
+// in that order.
+func TestScriptsTakeEveryArgumentByName(t *testing.T) {
+	for name, src := range map[string]string{"common.lua": commonPrelude, "line.lua": commonLine, "guard.lua": guard} {
+		if strings.Contains(src, "ARGV") {
+			t.Errorf("%s reads ARGV", name)
+		}
+	}
+	for _, op := range ops {
+		if strings.Contains(op.src, "ARGV") {
+			t.Errorf("%s.lua reads ARGV: it takes its arguments as parameters", op.name)
+		}
+		lua := op.source()
+		sig := "(all"
+		for _, p := range op.params {
+			sig += ", " + p
+		}
+		sig += ")"
+		tiers := []string{op.name}
+		if op.fast {
+			tiers = append(tiers, op.name+"_fast")
+		}
+		for _, f := range tiers {
+			if !strings.Contains(lua, "local function "+f+sig+"\n") {
+				t.Errorf("%s.lua: no %s%s", op.name, f, sig)
+			}
+		}
 	}
 }

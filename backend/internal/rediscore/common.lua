@@ -36,26 +36,31 @@
 -- counters it changed, and makes few tables.
 -- Time is the server's (TIME); a lease with expiry E is held while now < E.
 --
--- A call reads the lease hash once (one HGETALL, which guard hands to the body), works on what
--- it read, and writes what it changed back in one HDEL and one HSET (flush), before any grant is
--- published and at its end; the line's keys it reads and writes as it goes. So a call when
+-- A call reads the lease hash once (one HGETALL, which guarded hands to the operation), works on
+-- what it read, and writes what it changed back in one HDEL and one HSET (flush), before any grant
+-- is published and at its end; the line's keys it reads and writes as it goes. So a call when
 -- nobody waits is TIME, HGETALL and one write (and the hash's expiry, on a new key, and, about
--- once per TTL, on a key whose lease outlives its keep). In the common case acquire, extend and
--- release write straight from the reply (their fast paths), and decode the state with load only
--- when it rules that out.
+-- once per TTL, on a key whose lease outlives its keep).
+--   Each operation has two tiers. Its fast path (acquire_fast, extend_fast, release_fast) takes
+-- the states of the common case straight from HGETALL's reply, before anything else is set up,
+-- and writes what the general path would write; on any other state it returns nil and writes
+-- nothing, and the general path (the operation's function: load, then the line's machinery)
+-- decides. The fast paths compare texts where they can (see whole and later): a conversion of a
+-- number costs the server about as much as a command's argument.
 --
--- The same source serves as a script (EVALSHA: this prelude, then the body as main, run by
+-- The same source serves as a script (EVALSHA: this prelude, then the operation's tiers, run by
 -- guarded) and as a Redis Functions library (loaded once per server: this prelude once, every
--- body as a function of its own, registered to run by guarded). So nothing here calls Redis
--- when the source is loaded; what one call needs, begin sets up, and every name below that holds
--- a call's state is set by begin. The first command on each key is a read, or a write that Redis
--- refuses whole on a wrong type, so a key holding someone else's data makes the script fail
--- before it writes to that key or deletes it.
-local KEYS, ARGV
+-- operation's tiers, each registered to run by guarded). So nothing here calls Redis when the
+-- source is loaded; what one call needs, begin sets up, and every name below that holds a call's
+-- state is set by begin. An operation takes the script's arguments as its parameters, named as
+-- args.go lists them (the Go side writes them where the source says PARAMS). The first command
+-- on each key is a read, or a write that Redis refuses whole on a wrong type, so a key holding
+-- someone else's data makes the script fail before it writes to that key or deletes it.
+local KEYS
 local state, queue, waiting, left
 -- clock is the server's time as TIME returned it ({seconds, µs} as text), and now_ms and now_us
--- the same as numbers, which tick sets: every path but the quick release's, which compares
--- texts, needs them (a conversion costs the server about as much as a command's argument).
+-- the same as numbers, which tick sets: every path but the fast release's, which compares texts
+-- (see clock_text), needs them.
 local clock, now_ms, now_us
 
 -- read is the lease hash as load read it (HGETALL's reply).
@@ -79,20 +84,24 @@ local tell
 
 local function int(x) return string.format('%d', x) end
 
--- begin sets up one call: its keys and arguments, and the server's time (see tick).
-local function begin(keys, args)
-  KEYS, ARGV = keys, args
+-- begin sets up one call: its keys, and the server's time (see tick).
+local function begin(keys)
+  KEYS = keys
   state, queue, waiting, left = keys[1], keys[2], keys[3], keys[4]
   clock, now_ms, now_us = redis.call('TIME'), nil, nil
   leases, delays, used, meta, read = nil, nil, 0, nil, nil
   writes, expire, tell = nil, false, false
 end
 
+-- to_ms returns the time in ms of a time in µs, us, rounded down (exactly, below 2^53, with no
+-- call of a library function: one costs the server about as much as a command's argument).
+local function to_ms(us) return (us - us % 1000) / 1000 end
+
 -- tick sets now_ms and now_us from the clock begin read, once per call.
 local function tick()
   if not now_ms then
     local s, us = tonumber(clock[1]), tonumber(clock[2])
-    now_ms, now_us = s * 1000 + math.floor(us / 1000), s * 1000000 + us
+    now_ms, now_us = s * 1000 + to_ms(us), s * 1000000 + us
   end
 end
 
@@ -125,6 +134,47 @@ local function counter(v)
   return x
 end
 
+-- whole says the digits t (a %d+ that a pattern captured) are a number as int() writes it:
+-- '0', or no leading zero (digits that sort at or above '1'), and below 2^53. Two such texts
+-- compare as their numbers do (later).
+local function whole(t)
+  return (#t < 16 or (#t == 16 and t < '9007199254740992')) and (t >= '1' or t == '0')
+end
+
+-- plain says the entry's value v is a counter of ours written as int() writes it (see whole):
+-- a fast path takes only those, and leaves any other to the general path, which reads (counter)
+-- or reports it.
+local function plain(v) return string.find(v, '^%d+$') ~= nil and whole(v) end
+
+-- plain3 says the texts of the counters fence, limit and keep (nil: absent) are plain and not 0
+-- (as every lease hash's are): with one pattern match for the three when all are there.
+local function plain3(fence, limit, keep)
+  if fence and limit and keep then
+    return #limit < 16 and #keep < 16 and (#fence < 16 or (#fence == 16 and fence < '9007199254740992')) and
+      string.find(fence .. ' ' .. limit .. ' ' .. keep, '^[1-9]%d* [1-9]%d* [1-9]%d*$') ~= nil
+  end
+  return (not fence or plain(fence)) and (not limit or plain(limit)) and (not keep or plain(keep))
+end
+
+-- later says the number a (digits) is above b (digits that whole accepts): decimals with no
+-- leading zero compare as their numbers do when one is longer, or, of one length, as texts
+-- (digits collate in order in every locale). It is exact when whole accepts a too; otherwise it
+-- may say false (a longer a with a leading zero), so a fast path that needs a later a goes the
+-- general way then.
+local function later(a, b) return (#a == #b and a > b) or (#a > #b and a >= '1') end
+
+-- clock_text returns the server's time as texts, in ms and in µs, as int() would write now_ms
+-- and now_us (a text costs the server less than a number made from TIME's reply).
+local function clock_text()
+  local us = string.sub('00000' .. clock[2], -6)
+  return clock[1] .. string.sub(us, 1, 3), clock[1] .. us
+end
+
+-- fields returns the texts of a lease's entry v: permits, fence, expiry ms, ' q' for an untaken
+-- grant from the line, the lock delay in ms ('' when none), the value ('' when none); nil when v
+-- is not a lease's entry.
+local function fields(v) return string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$') end
+
 -- load decodes the lease hash, all (as HGETALL returns it): leases, delays, used and meta; an
 -- expired lease whose lock delay has ended (or that had none) is marked for deletion.
 local function load(all)
@@ -135,7 +185,7 @@ local function load(all)
     local f, v = all[i], all[i + 1]
     local n, fence, exp, q, d, value
     if string.byte(f) == 58 then -- ':'
-      n, fence, exp, q, d, value = string.match(v, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
+      n, fence, exp, q, d, value = fields(v)
       odd = odd or (not n and f)
     elseif meta[f] then
       local x = counter(v)
@@ -180,44 +230,6 @@ local function setm(k, v, text)
   writes[k] = text or true
 end
 
--- scan reads the lease hash as HGETALL returned it, all, for a fast path of the lease at entry
--- me: it returns me's entry (nil when none) and whether the rest allows the fast path (every
--- other lease well formed and unexpired, since the general path deletes an expired one and
--- reports one not ours; every other entry a counter of ours; and, when quiet, no live line or
--- watch; and this version's keep entry), stopping at the first entry that rules it out; and,
--- when it allows it, the counters
--- limit and keep (0 when absent), whether me's is the only lease, whether a left try lives, and
--- whether the fence is at or above the clock (see settle).
-local function scan(all, me, quiet)
-  local entry, limit, until_ms, alone, tries, raised, versioned = nil, 0, 0, true, false, false, false
-  for i = 1, #all, 2 do
-    local f, v = all[i], all[i + 1]
-    if f == me then
-      entry = v
-    elseif string.byte(f) == 58 then -- another holder's lease
-      local exp = string.match(v, '^%d+ %d+ (%d+)')
-      if not exp or tonumber(exp) <= now_ms then return entry, false end
-      alone = false
-    else
-      local x = counter(v)
-      if not x or not (f == 'fence' or f == 'limit' or f == 'seq' or f == KEEP_ENTRY or f == 'left' or
-        f == 'line' or f == 'watch') or (quiet and (f == 'line' or f == 'watch') and x > now_ms) then
-        return entry, false
-      end
-      if f == 'limit' then
-        limit = x
-      elseif f == KEEP_ENTRY then
-        until_ms, versioned = x, true
-      elseif f == 'left' then
-        tries = x > now_ms
-      elseif f == 'fence' then
-        raised = x >= now_us
-      end
-    end
-  end
-  return entry, versioned, limit, until_ms, alone, tries, raised
-end
-
 -- lasts says a lease hash that expires at until_ms (its keep) needs no new expiry to live life
 -- ms more. It asks for a millisecond more than life: an expiry set by PEXPIRE counts from the
 -- server's time at the call's start, up to a millisecond before the TIME that now_ms reads, so a
@@ -228,7 +240,9 @@ local function lasts(until_ms, life) return until_ms > now_ms + life end
 -- longer: the lease hash must outlive a fence above the clock (see the header).
 local function fenced(life, fence)
   if fence < now_us then return life end
-  return math.max(life, math.floor(fence / 1000) - now_ms + 1)
+  local until_fence = to_ms(fence) - now_ms + 1
+  if until_fence > life then return until_fence end
+  return life
 end
 
 -- kept is how long a hash that must live life ms more is kept: as long again (a second at
@@ -236,7 +250,11 @@ end
 -- most once per life ms (or year), yet goes at most that long after what it records. The year
 -- bounds the expiry of a lease of core.MaxDuration with a lock delay as long (a life of 200
 -- years) within what a server that keeps expiries as Go durations (miniredis: 292 years) holds.
-local function kept(life) return life + math.min(math.max(life, 1000), 31536000000) end
+local function kept(life)
+  if life < 1000 then return life + 1000 end
+  if life > 31536000000 then return life + 31536000000 end
+  return life + life
+end
 
 -- keep makes the lease hash live at least life ms more: when it would not last (see lasts), it
 -- is kept (see kept).
@@ -251,13 +269,42 @@ end
 -- their expiry plus their lock delay.
 local function sooner(a, b) return a.exp + a.d < b.exp + b.d end
 
+-- entry returns a lease's entry (see fields) from the texts of its permits nt, fence ft and expiry
+-- et, whether it is an untaken grant q, its lock delay dt (nil: none) and its value (nil or '':
+-- none).
+local function entry(nt, ft, et, q, dt, value)
+  local s = nt .. ' ' .. ft .. ' ' .. et
+  if q then s = s .. ' q' end
+  if dt then s = s .. '+' .. dt end
+  if value and value ~= '' then s = s .. '\n' .. value end
+  return s
+end
+
 -- encode returns the lease hash's entry of lease l.
 local function encode(l)
-  local s = (l.nt or int(l.n)) .. ' ' .. (l.ft or int(l.fence)) .. ' ' .. int(l.exp)
-  if l.q then s = s .. ' q' end
-  if l.d > 0 then s = s .. '+' .. int(l.d) end
-  if l.value ~= '' then s = s .. '\n' .. l.value end
-  return s
+  return entry(l.nt or int(l.n), l.ft or int(l.fence), int(l.exp), l.q, l.d > 0 and int(l.d) or nil, l.value)
+end
+
+-- hset_kept writes, for a fast path, the lease's entry e at me, and the counters fence and limit
+-- when ft (their texts ft and lt) is not nil, with one HSET; and the keep entry (last, where a
+-- grant on a new hash has it) and a PEXPIRE as well when the hash, kept until until_ms, would not
+-- live life ms more (see lasts and kept), as keep and flush do on the general path.
+local function hset_kept(until_ms, life, me, e, ft, lt)
+  local kt
+  if not lasts(until_ms, life) then
+    life = kept(life)
+    kt = int(now_ms + life)
+  end
+  if ft and kt then
+    redis.call('HSET', state, me, e, 'fence', ft, 'limit', lt, KEEP_ENTRY, kt)
+  elseif ft then
+    redis.call('HSET', state, me, e, 'fence', ft, 'limit', lt)
+  elseif kt then
+    redis.call('HSET', state, me, e, KEEP_ENTRY, kt)
+  else
+    redis.call('HSET', state, me, e)
+  end
+  if kt then redis.call('PEXPIRE', state, life) end
 end
 
 -- flush writes what the call changed in the lease hash: the deletions first (they must go

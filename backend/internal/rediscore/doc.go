@@ -19,11 +19,11 @@
 // later try of their holder, for a minute) are read only while the lease hash says they live. So
 // an uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
 // as every key is again after its last release), a release TIME, HGETALL and HDEL, and an extend
-// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE); in the common
-// case each writes straight from the HGETALL's reply, without decoding the rest of the state (the
-// fast paths: acquire.lua, release.lua and extend.lua say when they apply), and the uncontended
-// lock's acquire (on a key with no hash), extend and release (of the hash's lone lease) do so
-// before setting up anything else (the quick paths, quick.lua). K' is K with '%', '{' and '}'
+// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE). Each
+// operation has two tiers: a fast path that takes the common states (a free key, a lease beside
+// live leases, no live line or watch) straight from the HGETALL's reply, before anything else is
+// set up, and the general path, which decodes the state (acquire_fast, extend_fast and
+// release_fast say when the fast path applies; common.lua holds what both share). K' is K with '%', '{' and '}'
 // percent-encoded. K' is the hash tag, so the four keys (and the key's channels) land in one
 // Redis Cluster slot and one script can touch them all; the encoding keeps any user key in one
 // slot and distinct from every other. No call sends the channels: the scripts name them after
@@ -60,31 +60,59 @@
 //
 // # Record format (layout version 1)
 //
-// Numbers are whole decimals below 2^53, as strconv and the scripts' int() write them; times are
-// the server's clock (TIME) in ms; a fence is at least the server's clock in µs when granted.
-// P{K'} is the key's tag.
+// Numbers are whole decimals below 2^53 with no leading zero, as strconv and the scripts' int()
+// write them; times are the server's clock (TIME) in ms; a fence is at least the server's clock
+// in µs when granted. P{K'} is the key's tag. "acquire", "extend", … name the scripts (the
+// operation's fast path and general path alike, unless it says "general"); settle is every
+// writing call's end (line.lua). Every script reads the whole lease hash (one HGETALL).
 //
-//	Redis key       type  entry / member           value
-//	P{K'}:lease     hash  ':' + holder             "<permits> <fence> <expiry ms>", then " q" for a grant from
-//	                                               the line not taken yet, "+<lock delay ms>" when it has one,
-//	                                               then "\n<value>" when it has one
-//	                      fence                    the last fence granted
-//	                      limit                    the limit of the latest grant (the key's, while leases live)
-//	                      seq                      the line's place counter
-//	                      watch                    until when some Store watches the key
-//	                      line                     until when queue and waiting may hold places
-//	                      left                     until when left may hold ids
-//	                      keep@1                   when the hash expires; its name carries the layout version
-//	P{K'}:queue     zset  holder                   place (from seq): the line in arrival order
-//	P{K'}:waiting   hash  holder                   "<permits> <deadline ms> <limit> <ttl ms> <min fence> <flags>
-//	                                               [<delay ms> ][<value length> <value>]<channel>": flags is
-//	                                               listens (0/1: a PUBLISH on the channel counts its Store),
-//	                                               +2 when a value follows, +4 when a lock delay does
-//	P{K'}:left      zset  try id or leave id       until when that try takes no place, or that leave does nothing
+//	Redis key      type  entry / member   encoding                                   written by              read by
+//	P{K'}:lease    hash  ':' + holder     "<permits> <fence> <expiry ms>", then      acquire (a grant, and   every script; inspect
+//	                                      " q" for a grant from the line not taken   the line's grants in    reports it
+//	                                      yet, "+<lock delay ms>" when it has one,   release and leave),
+//	                                      then "\n<value>" when it has one           extend (expiry; q gone);
+//	                                                                                 deleted by release,
+//	                                                                                 leave (an untaken
+//	                                                                                 grant) and any general
+//	                                                                                 call (expired, delay
+//	                                                                                 ended)
+//	                     fence            the last fence granted                     every grant             acquire (next fence),
+//	                                                                                                         settle, release
+//	                                                                                                         (above the clock?)
+//	                     limit            the limit of the latest grant (the key's,  every grant             acquire (limit check),
+//	                                      while leases live)                                                 extend (reply), inspect
+//	                     seq              the line's place counter                   acquire (general: a     acquire (general)
+//	                                                                                 new place)
+//	                     watch            until when some Store watches the key      watch                   every writing call
+//	                                                                                                         (publish or not)
+//	                     line             until when queue and waiting may hold      acquire (general: a     every call (read the
+//	                                      places ('0': empty)                        place), serve           line or not)
+//	                     left             until when left may hold ids               acquire (general:       acquire, leave, settle,
+//	                                                                                 overtakes), leave       release (keep the hash)
+//	                     keep@1           when the hash expires (its PEXPIRE); its   any call whose records  every script (does the
+//	                                      name carries the layout version            outlive it (keep,       hash last? which
+//	                                                                                 hset_kept), settle      layout?)
+//	P{K'}:queue    zset  holder           place (from seq): the line in arrival      acquire (general),      acquire, release, leave
+//	                                      order                                      serve, leave            (serve), inspect
+//	P{K'}:waiting  hash  holder           "<permits> <deadline ms> <limit> <ttl ms>  acquire (general)       serve, held_limit,
+//	                                      <min fence> <flags> [<delay ms> ][<value                           inspect
+//	                                      length> <value>]<channel>": flags is
+//	                                      listens (0/1: a PUBLISH on the channel
+//	                                      counts its Store), +2 when a value
+//	                                      follows, +4 when a lock delay does
+//	P{K'}:left     zset  try or leave id  until when that try takes no place, or     leave (a try), acquire  acquire (general), leave
+//	                                      that leave does nothing                    (general: overtakes)
+//
+// Every key written gets an expiry or is deleted: the lease hash by keep/hset_kept (PEXPIRE to
+// keep@1) or settle's HDEL of every entry; queue and waiting by the PEXPIRE of the place that
+// extends line (and Redis deletes them when they empty); left by the PEXPIRE of each hold.
 //
 // Channels (named by the scripts from the lease key, never sent): P{K'}:granted:<store id>
 // carries grants from the line to that Store's waiters, each "<holder length>:<holder><fence> ";
 // P{K'}:changed carries an empty message on each change of a watched key.
+//
+// The scripts' arguments are named in one list, args.go's (acquireParams, …): the Go side fills
+// ARGV by those indices and the Lua takes them as parameters of those names.
 //
 // # Layout version
 //

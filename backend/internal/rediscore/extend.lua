@@ -1,43 +1,62 @@
--- ARGV: holder, ttl_ms
--- Extending a grant the line made takes it, as the holder's Acquire would. The lease keeps its
--- lock delay, and the lease hash lives until the delay would end. A lease in its lock delay is
--- not held: {0}.
+-- extend: PARAMS are holder and ttl_ms. Extending a grant the line made takes it, as the holder's
+-- Acquire would. The lease keeps its lock delay, and the lease hash lives until the delay would
+-- end. A lease in its lock delay is not held: {0}.
 -- Returns {1, permits, fence, limit, value}, or {0} when the holder holds no unexpired lease.
-local me, ttl = ':' .. ARGV[1], tonumber(ARGV[2])
--- The common path: the holder's lease is there and unexpired, every other lease is one of ours
--- and unexpired, and every counter is one of ours: one HSET of the holder's entry (and the
--- hash's keep and expiry, as keep does), without decoding the rest of the state. (An expired
--- lease the general path deletes, and an entry not ours it reports, untouched; an extend
--- tells no watcher and serves no line, so a live line or watch changes nothing here.)
-local entry, fast, limit, until_ms = scan(all, me, false)
-if entry and fast then
-  -- The entry is written back as the general path's encode would: permits and fence as they
-  -- are when they are whole decimals it would print the same (no leading zero, below 2^53).
-  local nt, ft, exp, _, d, value = string.match(entry, '^(%d+) (%d+) (%d+)( ?q?)%+?(%d*)\n?(.*)$')
-  local n, fence = tonumber(nt), tonumber(ft)
-  local ok = n and fence and tonumber(exp) > now_ms and string.byte(nt) ~= 48 and string.byte(ft) ~= 48 and
-    n < 9007199254740992 and fence < 9007199254740992
-  -- The lock delay likewise, and the general path when encode would not print it the same.
-  if ok and d ~= '' then ok = #d <= 15 and string.byte(d) ~= 48 end
-  if ok then
-    local e, life = nt .. ' ' .. ft .. ' ' .. int(now_ms + ttl), ttl
-    if d ~= '' then e, life = e .. '+' .. d, ttl + tonumber(d) end
-    if value ~= '' then e = e .. '\n' .. value end
-    if lasts(until_ms, life) then
-      redis.call('HSET', state, me, e)
+
+-- extend_fast renews the holder's lease when it is there and unexpired, every other lease is
+-- unexpired, and every counter is one of ours (an extend tells no watcher and serves no line, so
+-- a live line or watch changes nothing here): one HSET of the holder's entry (and the keep entry
+-- and a PEXPIRE when the hash would not last until the delay would end: hset_kept), written as
+-- the general path's encode would (a grant from the line taken: no q mark; its lock delay kept),
+-- without decoding the rest of the state. Permits, fence and delay are copied as they are when
+-- they read as encode would print them (see whole); else the general path rewrites them.
+local function extend_fast(all, PARAMS)
+  local me = ':' .. holder
+  tick()
+  local e, fence, limit, keep
+  for i = 1, #all, 2 do
+    local f, v = all[i], all[i + 1]
+    if f == me then
+      e = v
+    elseif f == 'fence' then
+      fence = v
+    elseif f == KEEP_ENTRY then
+      keep = v
+    elseif f == 'limit' then
+      limit = v
+    elseif f == 'line' or f == 'watch' or f == 'left' or f == 'seq' then
+      if not plain(v) then return nil end
+    elseif string.byte(f) == 58 then -- another holder's lease, which the general path would delete if expired
+      local exp = string.match(v, '^%d+ %d+ (%d+)')
+      if not exp or tonumber(exp) <= now_ms then return nil end
     else
-      life = kept(life)
-      redis.call('HSET', state, me, e, KEEP_ENTRY, int(now_ms + life))
-      redis.call('PEXPIRE', state, life)
+      return nil
     end
-    return {1, n, fence, limit, value}
   end
+  if not (e and keep and plain3(fence, limit, keep)) then return nil end
+  local nt, ft, exp, _, dt, value = fields(e)
+  if not (nt and whole(nt) and whole(ft)) or tonumber(exp) <= now_ms then return nil end
+  if dt == '' or dt == '0' then
+    dt = nil
+  elseif not whole(dt) then
+    return nil
+  end
+  local ttl = tonumber(ttl_ms)
+  local life = ttl
+  if dt then life = ttl + tonumber(dt) end
+  hset_kept(tonumber(keep), life, me, entry(nt, ft, int(now_ms + ttl), false, dt, value))
+  return {1, tonumber(nt), tonumber(ft), limit and tonumber(limit) or 0, value}
 end
-load(all)
-local l = leases[me]
-if not l then return {0} end
--- A grant from the line, extended (adopted), is taken: no leave gives it back.
-l.exp, l.q = now_ms + ttl, false
-keep(ttl + l.d)
-put(me, l)
-return {1, l.n, l.fence, meta.limit, l.value}
+
+-- extend is the general path (see extend_fast).
+local function extend(all, PARAMS)
+  load(all)
+  local me = ':' .. holder
+  local l = leases[me]
+  if not l then return {0} end
+  -- A grant from the line, extended (adopted), is taken: no leave gives it back.
+  l.exp, l.q = now_ms + tonumber(ttl_ms), false
+  keep(tonumber(ttl_ms) + l.d)
+  put(me, l)
+  return {1, l.n, l.fence, meta.limit, l.value}
+end

@@ -1,9 +1,9 @@
 -- call runs main with the lease hash, all (or, when nil, as it reads it now: a HGETALL, which
--- fails on a wrong type), main decoding it with load unless it takes a fast path that needs none
--- of the state load builds; and, when writes_back (every call but a read-only one), writes what
--- main changed (or deletes the hash of a key left idle: settle) and tells the key's watchers.
-local function call(main, writes_back, all)
-  local r = main(all or redis.call('HGETALL', state))
+-- fails on a wrong type), and the script's arguments, args; and, when writes_back (every call but
+-- a read-only one), writes what main changed (or deletes the hash of a key left idle: settle) and
+-- tells the key's watchers.
+local function call(main, writes_back, all, args)
+  local r = main(all or redis.call('HGETALL', state), unpack(args))
   if writes_back then
     settle()
     if tell then redis.call('PUBLISH', string.sub(state, 1, -6) .. 'changed', '') end
@@ -11,24 +11,27 @@ local function call(main, writes_back, all)
   return r
 end
 
--- guarded runs main for one call with keys and args (see call), and turns a wrong-type failure
--- into an error naming the key at fault. An operation with a quick path (see quick.lua) tries
--- it first, on the lease hash read by a HGETALL that returns a wrong type's error rather than
--- raise it: then main reads the hash again, and fails as it would have.
-local function guarded(main, keys, args, writes_back, quick)
-  begin(keys, args)
+-- guarded runs one call of an operation, its fast path fast (nil: none) and its general path
+-- main, with keys and args (see call), and turns a wrong-type failure into an error naming the
+-- key at fault. The fast path runs first, on the lease hash read by a HGETALL that returns a
+-- wrong type's error rather than raise it (then main reads the hash again, and fails as it
+-- would have), outside the pcall: a write Redis refuses there (out of memory under EVALSHA, an
+-- ACL) fails the call with Redis's own error, before anything is written. When it returns nil,
+-- it wrote nothing, and main decides.
+local function guarded(main, fast, keys, args, writes_back)
+  begin(keys)
   local all
-  if quick then
+  if fast then
     all = redis.pcall('HGETALL', state)
     if all.err then
       all = nil
     else
-      local r = quick(all)
+      local r = fast(all, unpack(args))
       if r then return r end
     end
   end
   tick()
-  local ok, res = pcall(call, main, writes_back, all)
+  local ok, res = pcall(call, main, writes_back, all, args)
   if ok then return res end
   local msg = type(res) == 'table' and res.err or tostring(res)
   if string.find(msg, 'WRONGTYPE', 1, true) then

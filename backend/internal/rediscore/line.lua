@@ -157,7 +157,7 @@ local function settle()
     local live = math.max(meta.left, meta.watch) - now_ms
     if live > 0 then
       local until_ms = now_ms + kept(live)
-      if meta.fence >= now_us then until_ms = math.max(until_ms, math.floor(meta.fence / 1000) + 1) end
+      if meta.fence >= now_us then until_ms = math.max(until_ms, to_ms(meta.fence) + 1) end
       if meta.keep > until_ms then
         setm('keep', until_ms)
         expire = true
@@ -183,7 +183,7 @@ local function settle()
       writes, expire = nil, false
       return
     end
-    local until_ms = math.floor(meta.fence / 1000) + 1
+    local until_ms = to_ms(meta.fence) + 1
     if meta.keep ~= until_ms then
       setm('keep', until_ms)
       expire = true

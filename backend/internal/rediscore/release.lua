@@ -1,34 +1,77 @@
--- ARGV: holder, [fence] (absent or 0: whatever the holder's lease's fence)
+-- release: PARAMS are holder and fence (absent or 0: whatever the holder's lease's fence).
 -- Returns {permits freed (0 when the holder held no lease with that fence), holder, fence, ...}:
 -- the freed permits go to the waiters at the head of the line (holder, fence each), whose Stores
 -- are told on their channels; when the line was granted nothing, the permits freed alone (a
 -- number, which costs the server less than an array).
-local me, want = ':' .. ARGV[1], tonumber(ARGV[2] or 0)
--- The uncontended path: the holder's lease is there, with the fence asked for, every other
--- lease is one of ours and unexpired, and no counter says that the line or a watch lives: one
--- HDEL, without decoding the rest of the state; of all its entries, which deletes the hash, when
--- it was the last lease, as settle would. (An expired lease the general path deletes, and an
--- entry not ours it reports, untouched; the last lease under a fence at or above the clock, or
--- with a left try alive, whose hash settle keeps until the clock passes the fence, or as long
--- again as the try needs, goes the general path.)
-local entry, fast, _, _, alone, tries, raised = scan(all, me, true)
-if entry and fast and not (alone and (tries or raised)) then
-  local n, fence, exp = string.match(entry, '^(%d+) (%d+) (%d+)')
-  if n and tonumber(exp) > now_ms and (want == 0 or tonumber(fence) == want) then
-    if alone then
-      redis.call('HDEL', state, me, 'fence', 'limit', 'seq', 'watch', 'line', 'left', KEEP_ENTRY)
+
+-- release_fast ends the holder's lease when it is there, unexpired and at the fence asked for,
+-- every other lease is unexpired, every counter is one of ours, and none says that the line or a
+-- watch lives: one HDEL of its entry, without decoding the rest of the state. When it was the
+-- last lease the key is left idle, and settle's work is done here: the hash is deleted (an HDEL of
+-- every entry, not DEL, which an ACL that lets Leasehold's commands through need not allow), or,
+-- under a fence at or above the clock (a Redlock node's), kept with its counters until the clock
+-- passes the fence. (The last lease with a left try alive, whose hash settle keeps as long again
+-- as the try needs, goes the general way.) It compares numbers as texts (see later).
+local function release_fast(all, PARAMS)
+  local me = ':' .. holder
+  local ms, us = clock_text()
+  local e, fence, limit, keep, alone, tries = nil, nil, nil, nil, true, false
+  for i = 1, #all, 2 do
+    local f, v = all[i], all[i + 1]
+    if f == me then
+      e = v
+    elseif f == 'fence' then
+      fence = v
+    elseif f == KEEP_ENTRY then
+      keep = v
+    elseif f == 'limit' then
+      limit = v
+    elseif f == 'line' or f == 'watch' or f == 'left' or f == 'seq' then
+      if not plain(v) or (f ~= 'seq' and f ~= 'left' and later(v, ms)) then return nil end
+      if f == 'left' then tries = later(v, ms) end
+    elseif string.byte(f) == 58 then -- another holder's lease, which the general path would delete if expired
+      local exp = string.match(v, '^%d+ %d+ (%d+)')
+      if not (exp and later(exp, ms)) then return nil end
+      alone = false
     else
-      redis.call('HDEL', state, me)
+      return nil
     end
-    return tonumber(n)
   end
+  if not (e and keep and plain3(fence, limit, keep)) or (alone and tries) then return nil end
+  local n, ft, exp = string.match(e, '^(%d+) (%d+) (%d+)')
+  if not (n and later(exp, ms)) or (fence_asked and fence_asked ~= '0' and fence_asked ~= ft) then
+    return nil
+  end
+  if not alone then
+    redis.call('HDEL', state, me)
+  elseif fence and not later(us, fence) then
+    -- The fence is at or above the clock: the hash keeps its counters until the clock passes it.
+    tick()
+    local until_ms = to_ms(tonumber(fence)) + 1
+    redis.call('HDEL', state, me)
+    if tonumber(keep) ~= until_ms then
+      redis.call('HSET', state, KEEP_ENTRY, int(until_ms))
+      redis.call('PEXPIRE', state, until_ms - now_ms)
+    end
+  elseif limit and #all == 8 then
+    redis.call('HDEL', state, me, 'fence', 'limit', KEEP_ENTRY)
+  else
+    redis.call('HDEL', state, me, 'fence', 'limit', 'seq', 'watch', 'line', 'left', KEEP_ENTRY)
+  end
+  if n == '1' then return 1 end
+  return tonumber(n)
 end
-load(all)
-local l = leases[me]
-if not l or (want ~= 0 and l.fence ~= want) then return 0 end
-drop(me)
-changed()
-local out = serve(2) -- a Mutex's release: the head it grants, and the next, who waits
-if not out or #out == 0 then return l.n end
-table.insert(out, 1, l.n)
-return out
+
+-- release is the general path (see release_fast).
+local function release(all, PARAMS)
+  load(all)
+  local want = tonumber(fence_asked or 0)
+  local l = leases[':' .. holder]
+  if not l or (want ~= 0 and l.fence ~= want) then return 0 end
+  drop(':' .. holder)
+  changed()
+  local out = serve(2) -- a Mutex's release: the head it grants, and the next, who waits
+  if not out or #out == 0 then return l.n end
+  table.insert(out, 1, l.n)
+  return out
+end

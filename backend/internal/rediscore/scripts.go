@@ -27,8 +27,6 @@ var (
 	watchBody string
 	//go:embed guard.lua
 	guard string
-	//go:embed quick.lua
-	quick string
 )
 
 // LayoutVersion is the version of the stored layout these scripts read and write, and of the
@@ -38,10 +36,10 @@ var (
 const LayoutVersion = 1
 
 // common is the Lua every script shares, with LAYOUT_VERSION and KEEP_ENTRY written out (see
-// withLayout: the library keeps no variable for them from one call to the next): the prelude (the layout,
-// a call's state, the lease hash's codec), the line (its places, grants and serving, and settle,
-// a writing call's end) and the quick paths of the uncontended acquire, extend and release.
-var common = withLayout(commonPrelude + "\n" + commonLine + "\n" + quick)
+// withLayout: the library keeps no variable for them from one call to the next): the prelude (the
+// layout, a call's state, the lease hash's codec), the line (its places, grants and serving, and
+// settle, a writing call's end) and guarded, which runs an operation's two tiers.
+var common = withLayout(commonPrelude + "\n" + commonLine + "\n" + guard)
 
 // keepEntry names the lease hash's entry that holds when the hash expires: "keep@" and the
 // layout version. Every lease hash has it, so its name is where a Store reads the layout's version
@@ -68,35 +66,60 @@ const (
 	layoutScript
 )
 
-// bodies are the operations' bodies, indexed by Script, with the name of each in the library.
-var bodies = [...]struct {
-	name, body string
-	flags      string // the function's flags, as a Lua table
-	// writes says the body may change the lease hash: its call writes back what it changed
-	// (see guard.lua). Only a read-only body has it false.
+// opSource is an operation's Lua: its source (its general path, a function named as the
+// operation, and its fast path, named name_fast, if any), with the names of the script's
+// arguments, in ARGV order (see args.go), written where the source says ", PARAMS".
+type opSource struct {
+	name, src string
+	params    []string
+	flags     string // the function's flags, as a Lua table
+	// writes says the operation may change the lease hash: its call writes back what it changed
+	// (see guard.lua). Only a read-only one has it false.
 	writes bool
-	// quick names the operation's quick path in quick.lua ("nil": none).
-	quick string
-}{
-	acquireScript: {"acquire", acquireBody, "{}", true, "quick_acquire"},
-	extendScript:  {"extend", extendBody, "{}", true, "quick_extend"},
+	// fast says the source has a fast path (see common.lua).
+	fast bool
+}
+
+// ops are the operations, indexed by Script.
+var ops = [...]opSource{
+	acquireScript: {"acquire", acquireBody, acquireParams[:], "{}", true, true},
+	extendScript:  {"extend", extendBody, extendParams[:], "{}", true, true},
 	// Ending a lease and leaving the line mostly delete, and must work when the server is out
 	// of memory, as the same commands do in a script (EVALSHA refuses only the commands that
 	// may grow memory).
-	releaseScript: {"release", releaseBody, "{'allow-oom'}", true, "quick_release"},
-	inspectScript: {"inspect", inspectBody, "{'no-writes'}", false, "nil"},
-	leaveScript:   {"leave", leaveBody, "{'allow-oom'}", true, "nil"},
-	watchScript:   {"watch", watchBody, "{}", true, "nil"},
+	releaseScript: {"release", releaseBody, releaseParams[:], "{'allow-oom'}", true, true},
+	inspectScript: {"inspect", inspectBody, nil, "{'no-writes'}", false, false},
+	leaveScript:   {"leave", leaveBody, leaveParams[:], "{'allow-oom'}", true, false},
+	watchScript:   {"watch", watchBody, watchParams[:], "{}", true, false},
+}
+
+// source returns the operation's Lua: its source with its parameters named and the layout
+// written out (see withLayout).
+func (op *opSource) source() string {
+	var names strings.Builder
+	for _, p := range op.params {
+		names.WriteString(", " + p)
+	}
+	return withLayout(strings.ReplaceAll(op.src, ", PARAMS", names.String()))
+}
+
+// run returns the Lua that runs the operation by guarded on keys and args (Lua expressions).
+func (op *opSource) run(keys, args string) string {
+	fast := "nil"
+	if op.fast {
+		fast = op.name + "_fast"
+	}
+	return "guarded(" + op.name + ", " + fast + ", " + keys + ", " + args + ", " + strconv.FormatBool(op.writes) + ")"
 }
 
 // Sources are the scripts' full sources, indexed by Script, for EVALSHA (EVAL the first time on
-// a server): the shared prelude and guard, then the operation's body as main(all), run by
-// guarded, where all is the lease hash as HGETALL returns it (see guard.lua); and the layout
-// function's body. A driver loads each once per server and keeps nothing else of them.
-var Sources = func() (s [len(bodies) + 1]string) {
-	for i, b := range bodies {
-		s[i] = "local eval_keys, eval_args = KEYS, ARGV\n" + common + guard +
-			"local function main(all)\n" + withLayout(b.body) + "\nend\nreturn guarded(main, eval_keys, eval_args, " + strconv.FormatBool(b.writes) + ", " + b.quick + ")\n"
+// a server): the shared prelude, then the operation's tiers, run by guarded with the script's
+// KEYS and ARGV (see guard.lua); and the layout function's body. A driver loads each once per
+// server and keeps nothing else of them.
+var Sources = func() (s [len(ops) + 1]string) {
+	for i := range ops {
+		op := &ops[i]
+		s[i] = "local eval_keys, eval_args = KEYS, ARGV\n" + common + op.source() + "\nreturn " + op.run("eval_keys", "eval_args") + "\n"
 	}
 	s[layoutScript] = "return " + strconv.Itoa(LayoutVersion) + "\n"
 	return s
@@ -125,15 +148,14 @@ func init() {
 	var b strings.Builder
 	b.WriteString("#!lua name=" + LibraryName + "\n")
 	b.WriteString(common)
-	b.WriteString(guard)
-	for _, op := range bodies {
-		b.WriteString("local function " + op.name + "(all)\n" + withLayout(op.body) + "\nend\n")
+	for i := range ops {
+		b.WriteString(ops[i].source() + "\n")
 	}
-	for i, op := range bodies {
+	for i := range ops {
+		op := &ops[i]
 		functionNames[i] = LibraryName + "_v" + strconv.Itoa(LayoutVersion) + "_" + op.name
 		b.WriteString("redis.register_function{function_name = '" + functionNames[i] + "', flags = " + op.flags +
-			", callback = function(keys, args) return guarded(" + op.name + ", keys, args, " +
-			strconv.FormatBool(op.writes) + ", " + op.quick + ") end}\n")
+			", callback = function(keys, args) return " + op.run("keys", "args") + " end}\n")
 	}
 	functionNames[layoutScript] = LayoutFunction
 	b.WriteString("redis.register_function{function_name = '" + LayoutFunction + "', flags = {'no-writes'}, " +

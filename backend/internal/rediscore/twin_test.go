@@ -20,26 +20,20 @@ import (
 // The twin: two servers at one clock, one running a script as it is and the other with its fast
 // path switched off, and the snapshot of a key that the two must agree on.
 
-// generalSource returns Sources[i] with the fast path of acquire, extend or release made ineligible,
-// and its quick path (see quick.lua) not tried: the rest of the script, the general path, is what
-// the call then runs.
+// generalSource returns Sources[i] with the fast path of acquire, extend or release not tried
+// (see common.lua): the general path is what the call then runs.
 func generalSource(t *testing.T, i int) string {
 	t.Helper()
-	cut := map[int]string{srcAcquire: "if n <= limit then\n", srcExtend: "if entry and fast then\n",
-		srcRelease: "if entry and fast and not (alone and (tries or raised)) then\n"}[i]
+	fast := map[int]string{srcAcquire: "acquire_fast", srcExtend: "extend_fast", srcRelease: "release_fast"}[i]
 	src := rediscore.Sources[i]
-	if strings.Count(src, cut) != 1 {
-		t.Fatalf("script %d: the fast path's test %q is not there once", i, cut)
+	if fast == "" {
+		return src
 	}
-	src = strings.Replace(src, cut, "if false then\n", 1)
-	if quick := map[int]string{srcAcquire: "quick_acquire", srcExtend: "quick_extend", srcRelease: "quick_release"}[i]; quick != "" {
-		call := ", " + quick + ")\n"
-		if strings.Count(src, call) != 1 {
-			t.Fatalf("script %d: the quick path %q is not passed to guarded once", i, quick)
-		}
-		src = strings.Replace(src, call, ", nil)\n", 1)
+	call := ", " + fast + ", eval_keys, eval_args, "
+	if strings.Count(src, call) != 1 {
+		t.Fatalf("script %d: the fast path %q is not passed to guarded once", i, fast)
 	}
-	return src
+	return strings.Replace(src, call, ", nil, eval_keys, eval_args, ", 1)
 }
 
 // twin is a server whose clock the test sets (miniredis: m; a real server: its scripts read a
