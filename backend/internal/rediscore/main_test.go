@@ -13,7 +13,7 @@ func TestMain(m *testing.M) {
 	// minutes. Under LEASEHOLD_SOAK=1 (CI, with the race detector) the default two, for a
 	// loaded machine's sake.
 	if !testenv.Soak() {
-		testenv.ParallelWaiters(4)
+		testenv.ParallelWaiters(8)
 	}
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"))
 }
