@@ -188,6 +188,7 @@ func TestClientWithoutTimeoutsSendsEveryCallAlone(t *testing.T) {
 // where a call alone finds it.
 func TestQueuedCallsOnAClusterGoToTheirKeysNodes(t *testing.T) {
 	testenv.SkipShort(t, "starts a Redis Cluster")
+	t.Parallel()
 	addrs := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { c.Close() })

@@ -131,6 +131,7 @@ func TestConcurrentFencedWritersLeaveTheHighestFencesWrite(t *testing.T) {
 // fails the write, and nothing of it lands.
 func TestFencedWritesOnAClusterStayInTheRecordsSlot(t *testing.T) {
 	testenv.SkipShort(t, "starts a Redis Cluster")
+	t.Parallel()
 	addrs := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()

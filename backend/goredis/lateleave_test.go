@@ -39,6 +39,7 @@ func fcalls(t *testing.T, addr string) int {
 // try named the leave, whose reply had not come, and the server keeps such a leave from doing
 // anything. (Stuck on its way here in a proxy; pipelined or sent again, the same.)
 func TestLateLeaveSparesTheHoldersNewerTry(t *testing.T) {
+	t.Parallel()
 	for _, granted := range []bool{false, true} {
 		name := "place"
 		if granted {

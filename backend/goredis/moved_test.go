@@ -21,6 +21,7 @@ import (
 // nodes run each once.
 func TestScriptCallsFollowMovedRedirectsAndRunOnce(t *testing.T) {
 	testenv.SkipShort(t, "starts a Redis Cluster")
+	t.Parallel()
 	addrs := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{
 		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {

@@ -30,6 +30,7 @@ func TestConformanceRedisServer(t *testing.T) {
 }
 
 func TestConformanceRedisCluster(t *testing.T) {
+	testenv.SkipShort(t, "starts a Redis Cluster: the suite on a Cluster runs without -short (TestConformanceRedisServer runs it on one server)")
 	t.Parallel()
 	conformance.Run(t, redisharness.Cluster(t, redisharness.Valkey), conformance.WithSoak(testenv.Soak()))
 }

@@ -243,6 +243,7 @@ func TestLeaseInItsLockDelayIsNotHeld(t *testing.T) {
 // delay ends, by the try its RetryAfter schedules: settled in line, it sends that one try and
 // nothing else.
 func TestLineHeadIsGrantedWhenTheLockDelayEnds(t *testing.T) {
+	t.Parallel()
 	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s := mk()
 		mustAcquire(t, s, core.AcquireRequest{Key: "line", Holder: "a", Permits: 1, Limit: 1, TTL: 300 * time.Millisecond,

@@ -17,7 +17,8 @@ import (
 // when the waiter then leaves the line: leave gives back only a grant still held.
 func TestLeaveKeepsTheLockDelayOfAnExpiredLineGrant(t *testing.T) {
 	testenv.SkipShort(t, "waits out a real lease TTL on each driver")
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s, c, ctx := mk(), raw(t, addr), context.Background()
 		const key = "left-delayed"
 		mustAcquire(t, s, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}, true)

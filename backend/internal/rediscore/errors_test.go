@@ -161,8 +161,10 @@ func TestNilClient(t *testing.T) {
 // nan, inf, negative, fractional, past 2^53) is reported as foreign and left as it was. Read
 // as numbers they would make a fence of NaN, granted as -2^63 and written into their hash.
 func TestForeignCounterValuesAreReported(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			ctx := context.Background()

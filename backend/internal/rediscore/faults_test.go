@@ -69,16 +69,26 @@ func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
 }
 
 // The scenarios below check that a lease is reported lost by its deadline, with an allowance
-// for a loaded machine's timer lateness: they run one at a time, each driver in turn.
+// for a loaded machine's timer lateness: they run one at a time, before the parallel tests, the
+// two drivers' runs of each at once (each on a server of its own), or in turn under -race.
+
+// parallelUnlessRace runs t in parallel with its siblings, unless the race detector, which
+// makes every goroutine several times slower, would stretch the timings t bounds.
+func parallelUnlessRace(t *testing.T) {
+	if !testenv.Race {
+		t.Parallel()
+	}
+}
 
 // TestFaultServerPausedPastTTL: SIGSTOP for three TTLs, then SIGCONT. Holders cannot refresh:
 // each lease is reported lost before its deadline; calls return within their deadlines; the
 // server keeps its data, so the history is linearizable.
 func TestFaultServerPausedPastTTL(t *testing.T) {
 	testenv.SkipShort(t, "pauses redis-server")
+	noLeaks(t) // after both drivers' scenarios
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
-			noLeaks(t)
+			parallelUnlessRace(t)
 			srv := redistest.StartServer(t)
 			const ttl = 400 * time.Millisecond
 			made := new(storeCount)
@@ -203,9 +213,10 @@ func fencedLog(t *testing.T, addr string, s redisharness.Store, resource string)
 // its deadline, and the server keeps its data, so the history is linearizable.
 func TestFaultNetwork(t *testing.T) {
 	testenv.SkipShort(t, "partitions the clients from redis-server")
+	noLeaks(t) // after both drivers' scenarios
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
-			noLeaks(t)
+			parallelUnlessRace(t)
 			srv := redistest.StartServer(t)
 			px := redistest.StartProxy(t, srv.Addr)
 			const ttl = 400 * time.Millisecond
@@ -251,9 +262,10 @@ func TestFaultNetwork(t *testing.T) {
 // cut, whatever the waiter's ctx: measured 568 ms after a 100 ms ctx ended.
 func TestFaultRepliesLost(t *testing.T) {
 	testenv.SkipShort(t, "loses replies for seconds")
+	noLeaks(t) // after both drivers' scenarios
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
-			noLeaks(t)
+			parallelUnlessRace(t)
 			srv := redistest.StartServer(t)
 			px := redistest.StartProxy(t, srv.Addr)
 			const ttl, hold = time.Second, 300 * time.Millisecond

@@ -107,8 +107,10 @@ func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
 // TestNewcomerDoesNotPassTheLine: permits freed by expiry go to the waiter in line, not to a
 // newcomer who finds them free first.
 func TestNewcomerDoesNotPassTheLine(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
 			req := func(holder string, ttl, wait time.Duration) core.AcquireRequest {

@@ -87,6 +87,7 @@ func TestStoreRefusesAKeyOfAnotherLayoutAndChangesNothing(t *testing.T) {
 // version refuses a Store's calls with an error naming both versions, and runs none of them; once
 // that library is deleted, the Store loads its own and works.
 func TestStoreRefusesALibraryOfAnotherLayout(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()

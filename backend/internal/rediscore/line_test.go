@@ -101,10 +101,10 @@ func TestPlaceLapsesWithTheWait(t *testing.T) {
 				return core.AcquireRequest{Key: "lapse", Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: wait}
 			}
 			mustAcquire(t, s, req("a", 0), true)
-			sent := time.Now()
 			mustAcquire(t, s, req("gone", 50*time.Millisecond), false)
+			placed := time.Now() // after the server read its clock for gone's place, however late the call reached it
 			mustAcquire(t, s, req("b", time.Minute), false)
-			poll.Until(t, "gone's wait to end", func() bool { return time.Since(sent) > 100*time.Millisecond })
+			poll.Until(t, "gone's wait to end", func() bool { return time.Since(placed) > 100*time.Millisecond })
 			if _, err := s.Release(ctx, core.ReleaseRequest{Key: "lapse", Holder: "a"}); err != nil {
 				t.Fatal(err)
 			}

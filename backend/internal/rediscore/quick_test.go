@@ -54,8 +54,10 @@ func TestFloorsAreHonouredOnANewKey(t *testing.T) {
 // then fence, limit and keep) whose counters are not whole numbers of ours is someone else's: a
 // release there fails with WRONGTYPE and leaves it as it was, as the general path does.
 func TestQuickReleaseReportsForeignCounters(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.StartServer(t).Addr
 			s, c := mk(t, srv), raw(t, srv)
 			ctx := context.Background()
@@ -98,7 +100,8 @@ func TestQuickReleaseReportsForeignCounters(t *testing.T) {
 // lease's TTL later; and once they expire the key holds nothing and the next grant is above them.
 func TestRedlockNodePairKeepsItsCountersOnlyUntilTheClockPassesTheFence(t *testing.T) {
 	testenv.SkipShort(t, "waits for the server clock to pass a raised fence on each driver")
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s, c := mk(), raw(t, addr)
 		ctx := context.Background()
 		key := "node-pair"

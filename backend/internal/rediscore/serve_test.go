@@ -168,6 +168,7 @@ func TestTakingALineGrantClearsItsMarkAndKeepsItsFence(t *testing.T) {
 // script finds that grant and takes it: granted, the mark cleared, its place and request
 // gone.
 func TestWaiterTakesGrantItsOwnAcquireServes(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
