@@ -104,7 +104,7 @@ func (s *subscriptions) released(key, holder string) {
 	c := s.channels[name]
 	if ws := c.waitersOf(holder); len(ws) > 0 {
 		for _, w := range ws {
-			w.floor, w.grant = math.MaxUint64, 0
+			w.Released()
 		}
 	} else if c != nil {
 		c.setFloor(holder, math.MaxUint64)
@@ -121,7 +121,7 @@ func (s *subscriptions) reclaim(c *channel, g grant) {
 	if s.closed {
 		return
 	}
-	if c.inflight[g.holder] > 0 {
+	if c.inflight.Busy(g.holder) {
 		// A try may be finding the grant right now: look again later.
 		for i := range c.recent {
 			if c.recent[i].grant == g && c.recent[i].reclaim != nil {
