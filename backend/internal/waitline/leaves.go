@@ -192,3 +192,6 @@ func (ls *Leaves) Close(ctx context.Context) {
 	ls.cancel()
 	<-done
 }
+
+// Pending reports whether any leave is running.
+func (ls *Leaves) Pending() bool { return ls.n.Load() > 0 }
