@@ -10,12 +10,13 @@ import (
 // The budget of a leave sent in the background, and how long a Store's Close waits for them.
 const (
 	// LeaveBudget bounds a leave, its sends and the waits between them: the holder's next try
-	// and Release on the key wait for it, so it must end soon; a place it could not take out
-	// lapses with its wait, and an untaken grant with its TTL, as when its process dies.
-	LeaveBudget = 5 * time.Second
+	// and Release on the key wait for it, so it ends within a client's usual read timeout; a
+	// place it could not take out lapses with its wait, and an untaken grant with its TTL, as
+	// when its process dies.
+	LeaveBudget = 2 * time.Second
 	// CloseWait is how long a driver's Close waits for the leaves it owes before cutting them
-	// off (its ctx for Leaves.Close).
-	CloseWait = 5 * time.Second
+	// off (its ctx for Leaves.Close): as long as a leave started at Close may take.
+	CloseWait = LeaveBudget
 )
 
 // Leave is one leave of a holder's place in a key's line.
