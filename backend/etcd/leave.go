@@ -68,31 +68,38 @@ func (s *Store) leave(ctx context.Context, key, holder string) (bool, error) {
 
 // leaveInBackground leaves holder's place on key in the background, as waitline.Leaves sends it;
 // again after a second when late is set and it found nothing then, for a try whose transaction
-// may still arrive. Once the Store's background work has ended it does nothing. A leave that
-// cannot be sent within its budget leaves the place to the end of its Wait, when the Store
-// leaves again (see leaveWhenWaitEnds), unless the leave was answered first.
+// may still arrive. A leave not answered within its budget is started again, for leaveFor: a
+// place left behind is not ended by etcd while the Store's session lives, and would hold up its
+// line (and take the grants it is made). Once the Store's background work has ended it does
+// nothing.
 func (s *Store) leaveInBackground(key, holder string, late bool) {
-	id := refusalID(key, holder)
-	end := s.waitEnds.get(id)
+	s.leaveUntil(key, holder, late, time.Now().Add(leaveFor))
+}
+
+// leaveFor bounds how long a Store goes on trying to leave a place it owes.
+const leaveFor = 2 * time.Minute
+
+// leaveUntil is leaveInBackground, started again until the deadline until.
+func (s *Store) leaveUntil(key, holder string, late bool, until time.Time) {
+	answered := false
 	s.leaves.Start(waitline.Leave{Key: key, Holder: holder, Send: func(ctx context.Context) error {
 		found, err := s.leave(ctx, key, holder)
-		if err != nil {
-			return err
-		}
-		if !found && late {
+		if err == nil && !found && late {
 			late = false
 			t := time.NewTimer(time.Second)
 			defer t.Stop()
 			select {
 			case <-t.C:
-				if _, err := s.leave(ctx, key, holder); err != nil {
-					return err
-				}
+				_, err = s.leave(ctx, key, holder)
 			case <-ctx.Done():
-				return ctx.Err()
+				err = ctx.Err()
 			}
 		}
-		s.waitEnds.stopIf(id, end) // answered: the place is left
-		return nil
+		answered = err == nil
+		return err
+	}, After: func() {
+		if !answered && time.Now().Before(until) {
+			s.leaveUntil(key, holder, late, until)
+		}
 	}})
 }

@@ -13,9 +13,8 @@ import (
 )
 
 // TestWaiterWhoseLeaveIsCutOffStillLeaves: a waiter that gives up while etcd cannot be reached
-// (its connection held past a leave's budget) leaves its place once etcd can be reached again,
-// by the end of its Wait at the latest; the line does not grant the key to the place it left
-// behind, and the next one asking is served.
+// (its connection held past a try's budget) leaves its place once etcd can be reached again; the line does not grant the key to the place
+// it left behind, and the next one asking is served.
 func TestWaiterWhoseLeaveIsCutOffStillLeaves(t *testing.T) {
 	testenv.SkipShort(t, "cuts a connection")
 	t.Parallel()
@@ -32,16 +31,9 @@ func TestWaiterWhoseLeaveIsCutOffStillLeaves(t *testing.T) {
 	ctx := context.Background()
 	h := mustAcquire(t, holder, req(key, "h", 1, 1))
 	wr := req(key, "w", 1, 1)
-	wr.Wait = 15 * time.Second // ends after the hold, within the poll below
-	if res, err := cut.Acquire(ctx, wr); err != nil || res.Granted {
-		t.Fatalf("Acquire(w) = %+v, %v; want a refusal", res, err)
-	}
-	w, err := cut.Register(ctx, wr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The waiter gives up while its connection is held for longer than a leave's budget: its
-	// leave fails.
+	w := mustWait(t, cut, wr)
+	// The waiter gives up while its connection is held for longer than a try's ten seconds:
+	// its leave's first try fails.
 	px.Hold(true)
 	w.Close()
 	time.AfterFunc(10500*time.Millisecond, func() { px.Cut(); px.Hold(false) })

@@ -44,18 +44,11 @@ func (we *waitEnds) set(id placeID, d time.Duration, fn func()) {
 	we.byPlace[id] = t
 }
 
-// get returns the end set for id, or nil.
-func (we *waitEnds) get(id placeID) *time.Timer {
+// stop forgets the end set for id.
+func (we *waitEnds) stop(id placeID) {
 	we.mu.Lock()
 	defer we.mu.Unlock()
-	return we.byPlace[id]
-}
-
-// stopIf forgets the end set for id if it is t (not nil): no later try of the holder set another.
-func (we *waitEnds) stopIf(id placeID, t *time.Timer) {
-	we.mu.Lock()
-	defer we.mu.Unlock()
-	if t != nil && we.byPlace[id] == t {
+	if t := we.byPlace[id]; t != nil {
 		t.Stop()
 		delete(we.byPlace, id)
 	}
@@ -89,3 +82,6 @@ func (s *Store) leaveWhenWaitEnds(req core.AcquireRequest) {
 		s.leaveInBackground(req.Key, req.Holder, false)
 	})
 }
+
+// stopWaitEnd forgets the end of holder's Wait on key: its Waiter leaves.
+func (s *Store) stopWaitEnd(key, holder string) { s.waitEnds.stop(refusalID(key, holder)) }

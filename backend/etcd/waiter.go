@@ -94,6 +94,7 @@ func (w *waiter) Close() {
 		other := slices.ContainsFunc(kw.waiters, func(x *waiter) bool { return x.holder == w.holder })
 		kw.mu.Unlock()
 		if !other {
+			kw.s.stopWaitEnd(kw.key, w.holder)
 			kw.s.leaveInBackground(kw.key, w.holder, false)
 		}
 		kw.release()
