@@ -228,7 +228,7 @@ func TestCanceledWaitersStrandNothing(t *testing.T) {
 	})
 }
 
-// TestAwaitLeaveEndsWithCtx guards Store.Acquire's wait for a pending leave (leaves.await): a holder's next try waits for its pending
+// TestAwaitLeaveEndsWithCtx guards Store.Acquire's wait for a pending leave (waitline.Leaves.AwaitHolder): a holder's next try waits for its pending
 // leave of the key, but no longer than its ctx, even when the leave hangs (a partition); and
 // Close returns once the hung leave gives up (waitline.LeaveBudget), not never.
 func TestAwaitLeaveEndsWithCtx(t *testing.T) {

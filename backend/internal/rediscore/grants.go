@@ -112,9 +112,9 @@ func (s *subscriptions) released(key, holder string) {
 }
 
 // reclaim gives g back to the line if it is still unclaimed and not stale. The leave is
-// started before s.mu is let go: a Close that follows waits for it, and so does the holder's next
-// try (leaves.await), which, the refusal it enrolls on forgotten here, takes no grant without a
-// round trip. A Store closed first owes the grant instead (see close).
+// started before s.mu is let go: a Close that follows waits for it, and so does the holder's
+// next try (waitline.Leaves.AwaitHolder), which, the refusal it enrolls on forgotten here, takes
+// no grant without a round trip. A Store closed first owes the grant instead (see close).
 func (s *subscriptions) reclaim(c *channel, g grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
