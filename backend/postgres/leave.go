@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -24,15 +25,30 @@ func (s *Store) leave(key, holder string, try *int64) {
 
 // leaveLocked is leave, for a caller holding s.lmu.
 func (s *Store) leaveLocked(key, holder string, try *int64) {
+	s.leaveUntil(key, holder, try, time.Now().Add(leaveFor))
+}
+
+// leaveFor bounds how long a Store goes on trying to leave: a leave waits for a connection of
+// the pool, which a busy pool may not give it within one waitline.LeaveBudget.
+const leaveFor = 5 * time.Second
+
+// leaveUntil is leaveLocked, started again until the deadline until while unanswered.
+func (s *Store) leaveUntil(key, holder string, try *int64, until time.Time) {
 	var tryArg any
 	if try != nil {
 		tryArg = *try
 	}
+	answered := false
 	s.leaves.Start(waitline.Leave{Key: key, Holder: holder, Send: func(ctx context.Context) error {
 		_, err := s.pool.Exec(ctx, s.n.leave, []byte(key), []byte(holder), tryArg)
-		if _, answered := errors.AsType[*pgconn.PgError](err); answered {
-			return nil // sent again, it would be refused alike; a place left behind ends with its wait
+		if _, refused := errors.AsType[*pgconn.PgError](err); refused {
+			err = nil // sent again, it would be refused alike; a place left behind ends with its wait
 		}
+		answered = err == nil
 		return err
+	}, After: func() {
+		if !answered && time.Now().Before(until) {
+			s.leaveUntil(key, holder, try, until)
+		}
 	}})
 }
