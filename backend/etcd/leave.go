@@ -76,8 +76,12 @@ func (s *Store) leaveInBackground(key, holder string, late bool) {
 	s.leaveUntil(key, holder, late, time.Now().Add(leaveFor))
 }
 
-// leaveFor bounds how long a Store goes on trying to leave a place it owes.
-const leaveFor = 2 * time.Minute
+// leaveFor bounds how long a Store goes on trying to leave a place it owes; leaveTry bounds one
+// leave, which waits its turn on the key behind the Store's other calls there.
+const (
+	leaveFor = 2 * time.Minute
+	leaveTry = 10 * time.Second
+)
 
 // leaveUntil is leaveInBackground, started again until the deadline until.
 func (s *Store) leaveUntil(key, holder string, late bool, until time.Time) {
@@ -101,5 +105,5 @@ func (s *Store) leaveUntil(key, holder string, late bool, until time.Time) {
 		if !answered && time.Now().Before(until) {
 			s.leaveUntil(key, holder, late, until)
 		}
-	}})
+	}, Budget: leaveTry})
 }

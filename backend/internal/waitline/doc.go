@@ -31,7 +31,8 @@
 // A waiter that gives up, and a try that failed in flight, leave the line: one call, sent in the
 // background by Leaves. The budget is one for every driver: a leave is sent again while it fails
 // (10 ms apart, doubling to a second) until it is answered or LeaveBudget has passed since it
-// started (a send that hangs uses it up); a place it could not take out then lapses with its wait,
+// started (a send that hangs uses it up; a leave that waits its turn on the key behind the Store's
+// other calls sets its own, Leave.Budget); a place it could not take out then lapses with its wait,
 // and a grant with its lease's TTL, as they would have had the process died (etcd, whose places
 // live on the Store's session until it ends, starts such a leave again). A send that the server
 // answered with an error is answered: the driver reports it as done.

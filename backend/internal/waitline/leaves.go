@@ -1,6 +1,7 @@
 package waitline
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,9 @@ type Leave struct {
 	Send func(ctx context.Context) error
 	// After, if set, runs once the leave has ended, sent or given up.
 	After func()
+	// Budget, if set, replaces LeaveBudget for this leave: for a store whose leave may wait its
+	// turn on the key behind the Store's other calls (etcd), which a cut-off leave loses.
+	Budget time.Duration
 }
 
 // Leaves are the leaves a Store sends in the background, counted by key and by key and holder
@@ -91,7 +95,7 @@ func (ls *Leaves) Start(l Leave) bool {
 
 // send sends l until it is done or its budget ends.
 func (ls *Leaves) send(l Leave) {
-	ctx, cancel := context.WithTimeout(ls.ctx, LeaveBudget)
+	ctx, cancel := context.WithTimeout(ls.ctx, cmp.Or(l.Budget, LeaveBudget))
 	defer cancel()
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		if l.Send(ctx) == nil {
