@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	"github.com/leasehold/leasehold/core"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -92,7 +93,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	}
 	// A leave of the holder's earlier try or waiter on the key, run after this try, would take
 	// out the place it keeps or takes, or give back the grant the line makes it.
-	if err := s.waitHolderLeaving(ctx, req.Key, req.Holder); err != nil {
+	if err := s.leaves.AwaitHolder(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
 	}
 	res, err := s.acquire(ctx, req)
@@ -107,7 +108,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 			// It may have taken a place, now or when it arrives late; its caller will not
 			// Register, so the Store leaves for it. A refusal as invalid or as a limit mismatch
 			// was decided on a read and wrote nothing: the place and grant the holder has stay.
-			s.leaveAfterError(req.Key, req.Holder)
+			s.leaveInBackground(req.Key, req.Holder, true)
 		}
 		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
 	}
@@ -161,14 +162,15 @@ func (t *acquireTry) settle() {
 	}
 }
 
-// takeSeen takes the grant of the line to the caller that the Store's watch saw, if it saw one:
-// in one transaction on the caller's own etcd leases, with no read and without waiting for the
-// Store's other operations on the key, as long as it is still as seen. done reports whether it
+// takeSeen takes the grant of the line to the caller that the Store's watch saw, if it saw one
+// made on the request asked now (waitline.Same): in one transaction on the caller's own etcd
+// leases, with no read and without waiting for the Store's other operations on the key, as long
+// as it is still as seen. done reports whether it
 // answered: granted, or failed.
 func (t *acquireTry) takeSeen(ctx context.Context) (res core.AcquireResult, done bool, err error) {
 	req := t.req
 	g, ok := t.s.untaken(req.Key, req.Holder)
-	if !ok || g.permits != req.Permits || g.limit != req.Limit {
+	if !ok || !waitline.Same(g.rec.request(req), t.r.request(req)) {
 		return core.AcquireResult{}, false, nil
 	}
 	if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {

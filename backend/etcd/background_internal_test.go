@@ -31,13 +31,13 @@ func TestLeaveOwedOnceTheBackgroundEndedHoldsUpNoTry(t *testing.T) {
 				c.Close()
 			}
 			key := fmt.Sprint(t.Name(), rand.Int64())
-			s.leaveAfterError(key, "h") // a try with a Wait failed after the end
+			s.leaveInBackground(key, "h", true) // a try with a Wait failed after the end
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 			defer cancel()
-			if err := s.waitHolderLeaving(ctx, key, "h"); err != nil {
+			if err := s.leaves.AwaitHolder(ctx, key, "h"); err != nil {
 				t.Errorf("the holder's next try waited for a leave that never runs: %v", err)
 			}
-			if err := s.waitLeaving(ctx, key); err != nil {
+			if err := s.leaves.AwaitKey(ctx, key); err != nil {
 				t.Errorf("Inspect waited for a leave that never runs: %v", err)
 			}
 		})

@@ -99,8 +99,9 @@
 // default), renewed while the Store lives: a waiter whose process dies or stalls leaves every
 // line when the session ends, with any grant the line made it, and the line passes it over. A
 // waiter that gives up leaves its place (a read and a transaction, in the background, tried
-// again for up to two minutes while etcd cannot be reached, until the client's Close; Inspect
-// through the same Store waits for it), and gives back a grant it has not taken; so does a request that failed with a Wait,
+// again while etcd cannot be reached, a waitline.LeaveBudget at a time, for up to two minutes,
+// until the client's Close; Inspect through the same Store waits for it), and gives back a
+// grant it has not taken; so does a request that failed with a Wait,
 // which may have taken a place. The holder's next Acquire on the key through the same Store
 // waits for that leave too (bounded by its ctx), so that under a holder id shared by its
 // callers (WithHolder) a late leave takes neither the place that try keeps nor the grant the

@@ -16,7 +16,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	if err := s.begin(ctx); err != nil {
 		return core.Snapshot{}, err
 	}
-	if err := s.waitLeaving(ctx, key); err != nil {
+	if err := s.leaves.AwaitKey(ctx, key); err != nil {
 		return core.Snapshot{}, s.fail(ctx, "inspect", err)
 	}
 	k := s.keys(key)

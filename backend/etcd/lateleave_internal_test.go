@@ -31,7 +31,7 @@ func TestLateLeaveSparesTheHolderNewerPlaceAndGrant(t *testing.T) {
 	if res, err := s.Acquire(ctx, req("a")); err != nil || !res.Granted {
 		t.Fatalf("Acquire(a): %+v, %v", res, err)
 	}
-	s.leaveAfterError(key, "shared") // a try of the holder failed in flight
+	s.leaveInBackground(key, "shared", true) // a try of the holder failed in flight
 	if res, err := s.Acquire(ctx, req("shared")); err != nil || res.Granted {
 		t.Fatalf("the shared holder's next try: %+v, %v; want refused, waiting", res, err)
 	}
@@ -41,7 +41,7 @@ func TestLateLeaveSparesTheHolderNewerPlaceAndGrant(t *testing.T) {
 	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a"}); err != nil || !ok {
 		t.Fatalf("Release(a): %v, %v", ok, err)
 	}
-	if err := s.waitHolderLeaving(ctx, key, "shared"); err != nil {
+	if err := s.leaves.AwaitHolder(ctx, key, "shared"); err != nil {
 		t.Fatal(err)
 	}
 	snap, err := s.Inspect(ctx, key)

@@ -2,9 +2,9 @@ package etcd
 
 import (
 	"context"
-	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -66,145 +66,44 @@ func (s *Store) leave(ctx context.Context, key, holder string) (bool, error) {
 	return p.grant, nil
 }
 
-// pending counts the leaves a Store owes on one key, or of one holder on it: Inspect waits for
-// the former, and the holder's tries for the latter.
-type pending struct {
-	n    int
-	done chan struct{}
-}
-
-// leaves are the leaves a Store owes, counted by key and by place.
-type leaves struct {
-	mu      sync.Mutex
-	byKey   map[string]*pending
-	byPlace map[placeID]*pending
-}
-
-// add counts one more leave of the place id, and returns its counts by key and by place.
-func (l *leaves) add(id placeID) (byKey, byPlace *pending) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.byKey == nil {
-		l.byKey, l.byPlace = map[string]*pending{}, map[placeID]*pending{}
-	}
-	byKey, byPlace = l.byKey[id.key], l.byPlace[id]
-	if byKey == nil {
-		byKey = &pending{done: make(chan struct{})}
-		l.byKey[id.key] = byKey
-	}
-	if byPlace == nil {
-		byPlace = &pending{done: make(chan struct{})}
-		l.byPlace[id] = byPlace
-	}
-	byKey.n++
-	byPlace.n++
-	return byKey, byPlace
-}
-
-// done counts a leave of the place id, counted by add in byKey and byPlace, done.
-func (l *leaves) done(id placeID, byKey, byPlace *pending) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if byKey.n--; byKey.n == 0 {
-		close(byKey.done)
-		if l.byKey[id.key] == byKey {
-			delete(l.byKey, id.key)
-		}
-	}
-	if byPlace.n--; byPlace.n == 0 {
-		close(byPlace.done)
-		if l.byPlace[id] == byPlace {
-			delete(l.byPlace, id)
-		}
-	}
-}
-
-// ofKey returns the leaves owed on key, or nil.
-func (l *leaves) ofKey(key string) *pending {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.byKey[key]
-}
-
-// ofPlace returns the leaves owed of the place id, or nil.
-func (l *leaves) ofPlace(id placeID) *pending {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.byPlace[id]
-}
-
-// leaveInBackground leaves holder's place on key in the background; again after a second when
-// late is set and it found nothing then, for a try whose transaction may still arrive. Once the
-// Store's background work has ended it does nothing, and counts nothing owed.
+// leaveInBackground leaves holder's place on key in the background, as waitline.Leaves sends it;
+// again after a second when late is set and it found nothing then, for a try whose transaction
+// may still arrive. A leave not answered within its budget is started again, for leaveFor: a
+// place left behind is not ended by etcd while the Store's session lives, and would hold up its
+// line (and take the grants it is made). Once the Store's background work has ended it does
+// nothing.
 func (s *Store) leaveInBackground(key, holder string, late bool) {
-	id := refusalID(key, holder)
-	byKey, byPlace := s.leaves.add(id)
-	started := s.goBackgroundFor(leaveBudget, func(ctx context.Context) {
-		defer s.leaves.done(id, byKey, byPlace)
-		found, err := s.leaveAgain(ctx, key, holder)
-		if err != nil || found || !late {
-			return
+	s.leaveUntil(key, holder, late, time.Now().Add(leaveFor))
+}
+
+// leaveFor bounds how long a Store goes on trying to leave a place it owes; leaveTry bounds one
+// leave, which waits its turn on the key behind the Store's other calls there.
+const (
+	leaveFor = 2 * time.Minute
+	leaveTry = 10 * time.Second
+)
+
+// leaveUntil is leaveInBackground, started again until the deadline until.
+func (s *Store) leaveUntil(key, holder string, late bool, until time.Time) {
+	answered := false
+	s.leaves.Start(waitline.Leave{Key: key, Holder: holder, Send: func(ctx context.Context) error {
+		found, err := s.leave(ctx, key, holder)
+		if err == nil && !found && late {
+			late = false
+			t := time.NewTimer(time.Second)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				_, err = s.leave(ctx, key, holder)
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
 		}
-		select {
-		case <-time.After(time.Second):
-			s.leaveAgain(ctx, key, holder)
-		case <-ctx.Done():
+		answered = err == nil
+		return err
+	}, After: func() {
+		if !answered && time.Now().Before(until) {
+			s.leaveUntil(key, holder, late, until)
 		}
-	})
-	if !started {
-		// Nothing can be sent any more (the Store or its client closed): the place ends with
-		// the session lease, and the tries and Inspects in flight must not wait for it.
-		s.leaves.done(id, byKey, byPlace)
-	}
+	}, Budget: leaveTry})
 }
-
-// leaveBudget bounds how long a Store goes on trying to leave a place it owes: a place left
-// behind holds up the line (and takes the grants it is made) while the Store's session lives.
-const leaveBudget = 2 * time.Minute
-
-// leaveAgain is leave, tried again (each try within ten seconds, 100 ms to 2 s apart) while
-// etcd cannot be reached, until ctx ends: a leave cut off in flight must not leave its place.
-func (s *Store) leaveAgain(ctx context.Context, key, holder string) (bool, error) {
-	backoff := 100 * time.Millisecond
-	for {
-		try, cancel := context.WithTimeout(ctx, 10*time.Second)
-		found, err := s.leave(try, key, holder)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return found, err
-		}
-		select {
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 2*time.Second)
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	}
-}
-
-// waitLeaving waits for the leaves the Store owes on key.
-func (s *Store) waitLeaving(ctx context.Context, key string) error {
-	return s.leaves.ofKey(key).wait(ctx)
-}
-
-// waitHolderLeaving waits for the leaves the Store owes of holder on key, so that a try sent
-// after them keeps the place it takes and the grant the line makes it: a leave takes out
-// whatever place and untaken grant the holder has.
-func (s *Store) waitHolderLeaving(ctx context.Context, key, holder string) error {
-	return s.leaves.ofPlace(refusalID(key, holder)).wait(ctx)
-}
-
-// wait waits until the leaves counted in pd, if any, have ended, or ctx ends.
-func (pd *pending) wait(ctx context.Context) error {
-	if pd == nil {
-		return nil
-	}
-	select {
-	case <-pd.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *Store) leaveAfterError(key, holder string) { s.leaveInBackground(key, holder, true) }

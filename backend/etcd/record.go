@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/leasehold/leasehold/core"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -67,6 +68,13 @@ type rec struct {
 	untaken        bool  // a lease the line granted, not yet taken by its holder
 	fence          int64 // a delay record's lease's fence, or its index (below 1<<fenceShift)
 	value          string
+}
+
+// request returns the request r keeps, on req's key and holder and with its Unshared and Wait:
+// what waitline.Same compares (durations in the record's whole milliseconds).
+func (r rec) request(req core.AcquireRequest) core.AcquireRequest {
+	return core.AcquireRequest{Key: req.Key, Holder: req.Holder, Permits: r.permits, Limit: r.limit, TTL: r.ttl.Truncate(time.Millisecond),
+		LockDelay: r.delay.Truncate(time.Millisecond), Value: r.value, Wait: req.Wait, Unshared: req.Unshared}
 }
 
 // fenceShift places a grant's index among its transaction's grants below the transaction's

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	"github.com/leasehold/leasehold/core"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,7 +35,7 @@ type Store struct {
 	watches   watchSet
 	refusals  refusals
 	waitEnds  waitEnds
-	leaves    leaves
+	leaves    *waitline.Leaves
 	locks     keyLocks
 	lifeCache lifeCache
 	spares    sparePool
@@ -86,6 +87,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	}
 	// The client's Close ends the background work too: nothing it tries could reach etcd.
 	s.ctx, s.stop = context.WithCancel(client.Ctx())
+	s.leaves = waitline.NewLeaves(s.ctx)
 	return s, nil
 }
 
@@ -112,7 +114,7 @@ func (s *Store) Close() error {
 	}
 	sess := s.sess.close()
 	spares := s.spares.close()
-	defer func() { s.stop(); <-s.bg.idle(); s.loops.Wait() }()
+	defer func() { s.stop(); s.leaves.Close(s.ctx); <-s.bg.idle(); s.loops.Wait() }()
 	if s.c.Ctx().Err() != nil {
 		if sess != 0 {
 			return fmt.Errorf("etcd: revoke the session lease: the client was closed first (the Store's places in lines end with the session lease's TTL, %v)", s.sessionTTL)
@@ -155,13 +157,16 @@ func (s *Store) closeLeases(sess clientv3.LeaseID, spares []clientv3.LeaseID) er
 			}
 		})
 	}
-	owed := s.bg.owed()
+	owed := s.bg.owed() || s.leaves.Pending()
+	left := make(chan struct{})
+	go func() { s.leaves.Close(ctx); close(left) }() // ends with ctx at the latest
 	select {
 	case <-s.bg.idle():
-		if owed {
-			answered.Store(true) // the work owed was done: etcd answers (no work owed says nothing)
-		}
 	case <-ctx.Done():
+	}
+	<-left
+	if owed && ctx.Err() == nil {
+		answered.Store(true) // the work owed was done: etcd answers (no work owed says nothing)
 	}
 	s.stop() // no background work starts after this: background.start checks s.ctx under its lock
 	wg.Wait()

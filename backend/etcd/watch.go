@@ -256,7 +256,7 @@ func (s *Store) seen(key string) *state {
 
 // seenGrant is a grant of the line that the Store's watch on its key saw, not yet taken.
 type seenGrant struct {
-	permits, limit    int
+	rec               rec // as the line made it: its waiter's refused request
 	create            int64
 	fence             int64
 	lease, delayLease clientv3.LeaseID
@@ -275,7 +275,7 @@ func (s *Store) untaken(key, holder string) (seenGrant, bool) {
 	if !ok || !e.untaken {
 		return seenGrant{}, false
 	}
-	g := seenGrant{permits: e.permits, limit: e.limit, create: e.create, fence: e.leaseFence(), lease: e.lease}
+	g := seenGrant{rec: e.rec, create: e.create, fence: e.leaseFence(), lease: e.lease}
 	if d, ok := kw.st.delays[holder]; ok {
 		g.delayLease = d.lease
 	}

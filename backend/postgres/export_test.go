@@ -12,7 +12,7 @@ func (s *Store) SetTries(next func() int64) { s.newTry = next }
 // LeaveTry leaves key's line as a try with id try that failed in flight does, and waits for it.
 func (s *Store) LeaveTry(key, holder string, try int64) {
 	s.leave(key, holder, &try)
-	s.leaves.Wait()
+	s.leaves.AwaitKey(context.Background(), key)
 }
 
 // LeaveTryInBackground leaves key's line as a try with id try that failed in flight does, in
@@ -47,10 +47,5 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // AwaitingLeaves returns how many calls wait for the leaves of holder on key this Store sends.
 func (s *Store) AwaitingLeaves(key, holder string) int {
-	s.lmu.Lock()
-	defer s.lmu.Unlock()
-	if lv := s.leaving[leaveID{key: key, holder: holder}]; lv != nil {
-		return lv.awaiting
-	}
-	return 0
+	return s.leaves.Awaiting(key, holder)
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 )
 
 // Timings of the listening connection and of watches.
@@ -43,6 +45,7 @@ type listener struct {
 	pending  map[string]heard     // notices that found no waiter yet
 	refusals map[string]refusal   // notice → its refused try
 	owed     map[string]try       // notice → a refused try that waits, until its Register
+	inflight waitline.Tries       // by notice
 	watches  map[string]*keyWatch // hex MD5 of the key → its watches
 }
 

@@ -23,7 +23,7 @@ const maxFloor = math.MaxInt64 - 1<<32
 // in the background) that takes out the place it took and keeps it from taking anything should
 // it arrive after the leave; Release of the holder's lease on the key waits for that leave.
 // Acquire first waits for the leaves of req.Holder's earlier tries and Waiters on req.Key this
-// Store is still sending (each bounded by a few seconds), or until ctx ends, which it then
+// Store is still sending (each bounded by waitline.LeaveBudget), or until ctx ends, which it then
 // returns having sent nothing: a leave that arrived after the try would take out the place it
 // took or give back the grant the line made it. Leaves sent by other Stores under the same
 // holder id are not waited for.
@@ -52,7 +52,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 	}
 	// A leave of the holder's earlier try or waiter on the key, sent after this would be, would
 	// take out the place this try keeps or takes, or give back a grant the line makes it.
-	if err := s.awaitHolderLeaves(ctx, req.Key, req.Holder); err != nil {
+	if err := s.leaves.AwaitHolder(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, err
 	}
 	plain := floor == 0 && raise == 0
@@ -86,7 +86,11 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, floor, rai
 		retry   int64
 		msg     *string
 	)
-	if err := s.queryRow(ctx, s.n.acquire, args, &granted, &fence, &retry, &msg); err != nil {
+	err := s.queryRow(ctx, s.n.acquire, args, &granted, &fence, &retry, &msg)
+	if req.Wait > 0 && (err != nil || msg != nil) {
+		s.l.endTry(t)
+	}
+	if err != nil {
 		if named {
 			// The try may have taken a place in the line or a lease, or may yet: its caller will
 			// not be there to take a grant, so leave (and keep the try out should it arrive
@@ -141,14 +145,14 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 // Release implements core.Store.Release in one statement (one round trip), which also grants the
 // freed permits to the head of the key's line and notifies each new holder's Store. It first waits
 // for the leaves of the holder's tries on the key this Store is still sending (see Acquire; each
-// is bounded by a few seconds), or until ctx ends.
+// is bounded by waitline.LeaveBudget), or until ctx ends.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
 	// Sent after the leave, the release ends what a try given up in flight took should the try
 	// arrive before the leave; the leave keeps it from taking anything should it arrive after.
-	if err := s.awaitHolderLeaves(ctx, req.Key, req.Holder); err != nil {
+	if err := s.leaves.AwaitHolder(ctx, req.Key, req.Holder); err != nil {
 		return false, err
 	}
 	if req.Fence > math.MaxInt64 {
@@ -170,7 +174,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) 
 	if err := s.check(ctx); err != nil {
 		return core.Snapshot{}, err
 	}
-	if err := s.awaitLeaves(ctx, key); err != nil {
+	if err := s.leaves.AwaitKey(ctx, key); err != nil {
 		return core.Snapshot{}, err
 	}
 	rows, err := s.pool.Query(ctx, s.n.inspect, []byte(key))

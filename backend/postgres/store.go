@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -28,12 +29,11 @@ type Store struct {
 	newTry func() int64 // names a try that waits among every Store's, for leave: rand.Int64
 
 	closed atomic.Bool
-	leaves sync.WaitGroup // leaves of the line sent in the background
+	leaves *waitline.Leaves // leaves of the line sent in the background
 
-	lmu     sync.Mutex
-	leaving leavings // the leaves in flight, by key and by key and holder
-	cancel  context.CancelFunc
-	loops   sync.WaitGroup // the listener's and the renewer's goroutines
+	lmu    sync.Mutex // orders the leaves Close sends after those of Waiters' Close
+	cancel context.CancelFunc
+	loops  sync.WaitGroup // the listener's and the renewer's goroutines
 }
 
 var (
@@ -85,7 +85,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	// and the line tells it from a session a pooler kept or gave to another client (see alive
 	// in sql/line.sql).
 	lc.RuntimeParams["application_name"] = listenerName + " " + hex.EncodeToString(id[:])
-	s := &Store{pool: pool, n: n, opts: o, leaving: make(leavings), newTry: rand.Int64}
+	s := &Store{pool: pool, n: n, opts: o, leaves: waitline.NewLeaves(context.Background()), newTry: rand.Int64}
 	s.l = newListener(s, lc, o.prefix+hex.EncodeToString(id[:]))
 	bg, stop := context.WithCancel(context.Background())
 	s.cancel = stop
@@ -108,7 +108,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 
 // Close closes the Store: later operations return an error wrapping core.ErrClosed, and every
 // waiter and watch is woken to find that out. It first sends the leaves of the line its
-// waiters owe (each bounded by a few seconds), then closes the listening connection. Leases are
+// waiters owe (within waitline.CloseWait), then closes the listening connection. Leases are
 // not released. The pool stays open. Close is idempotent.
 func (s *Store) Close() error {
 	s.lmu.Lock() // a leave starts before this, or not at all: see leave
@@ -128,7 +128,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.l.wakeAll()
-	s.leaves.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), waitline.CloseWait)
+	defer cancel()
+	s.leaves.Close(ctx)
 	s.cancel()
 	s.loops.Wait()
 	return nil

@@ -9,12 +9,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	"github.com/leasehold/leasehold/core"
 )
 
-// try is a try that will wait, from beforeTry to afterTry: whether its place in the line names
-// the listening connection, which generation of it, the notice a grant to it will send, and
-// the request and when it was sent.
+// try is a try that will wait, from beforeTry to afterTry or endTry: whether its place in the
+// line names the listening connection, which generation of it, the notice a grant to it will
+// send, and the request and when it was sent (the zero Sent when a grant made after it may not
+// be taken without a round trip: the try raised fences, see AcquireAbove).
 type try struct {
 	key     string
 	holder  string
@@ -24,17 +26,7 @@ type try struct {
 	pid     int32
 	started time.Time
 	notice  string
-	sent    sentTry
-}
-
-// sentTry is a refused try's request and when it was sent, or the zero sentTry when a grant
-// made after it may not be taken without a round trip (the try raised fences: see
-// AcquireAbove). A grant the line makes the holder after that refusal is made on that request
-// (its place keeps the latest), after it was sent, so the lease expires no sooner than req.TTL
-// after at (by the database's clock, which runs at the client's rate within drift).
-type sentTry struct {
-	at  time.Time
-	req core.AcquireRequest
+	sent    waitline.Sent
 }
 
 // refusal is what Register needs of a refused try that will wait: the listener's generation it
@@ -43,20 +35,30 @@ type sentTry struct {
 type refusal struct {
 	gen   uint64
 	floor uint64
-	sent  sentTry
+	sent  waitline.Sent
 }
 
 // beforeTry starts a try of req that will wait; plain says it raises no fence, so that a grant
-// after its refusal may be taken from the line's notice.
+// after its refusal may be taken from the line's notice. No grant to the holder is taken from a
+// notice while the try is in flight; afterTry or endTry must follow.
 func (l *listener) beforeTry(req core.AcquireRequest, plain bool) try {
-	var sent sentTry
+	var sent waitline.Sent
 	if plain {
-		sent = sentTry{at: time.Now(), req: req}
+		sent = waitline.Sent{At: time.Now(), Req: req}
 	}
+	t := try{key: req.Key, holder: req.Holder, notice: noticeOf(req.Key, req.Holder), sent: sent}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return try{key: req.Key, holder: req.Holder, up: l.up, gen: l.gen, pid: l.pid, started: l.started,
-		notice: noticeOf(req.Key, req.Holder), sent: sent}
+	l.inflight.Begin(t.notice)
+	t.up, t.gen, t.pid, t.started = l.up, l.gen, l.pid, l.started
+	return t
+}
+
+// endTry ends a try, from beforeTry, that got no answer.
+func (l *listener) endTry(t try) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inflight.End(t.notice)
 }
 
 // afterTry records a try's outcome and the fence it reported (a grant's, or on a refusal the
@@ -67,17 +69,12 @@ func (l *listener) beforeTry(req core.AcquireRequest, plain bool) try {
 func (l *listener) afterTry(t try, granted bool, fence uint64) (closed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.inflight.End(t.notice)
 	for _, w := range l.waiters[t.notice] {
-		w.queued = !granted // a grant took the holder out of the line; a refusal that waits keeps its place
 		if granted {
-			w.floor, w.grant = max(w.floor, fence), 0 // any grant heard of up to it is this one, or stale
+			w.Found(fence)
 		} else {
-			// A grant heard of before this refusal (the notice and the reply crossed) is the
-			// holder's only if it came after: above the key's last fence then.
-			w.floor, w.sent = fence, t.sent
-			if w.grant <= fence {
-				w.grant = 0
-			}
+			w.Refused(fence, t.sent)
 		}
 	}
 	if granted {
@@ -118,7 +115,8 @@ func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Wake,
 		return nil, core.ErrClosed
 	}
 	l := s.l
-	w := &waiter{l: l, key: req.Key, holder: req.Holder, notice: noticeOf(req.Key, req.Holder), c: make(chan struct{}, 1), queued: true}
+	w := &waiter{l: l, key: req.Key, holder: req.Holder, notice: noticeOf(req.Key, req.Holder), c: make(chan struct{}, 1)}
+	w.Queued = true
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.waiters[w.notice] = append(l.waiters[w.notice], w)
@@ -127,9 +125,9 @@ func (s *Store) Register(_ context.Context, req core.AcquireRequest) (core.Wake,
 	delete(l.refusals, w.notice)
 	delete(l.pending, w.notice)
 	delete(l.owed, w.notice) // the waiter owes the leave now
-	w.floor, w.sent = r.floor, r.sent
+	w.Floor, w.Sent = r.floor, r.sent
 	if refused && p.fence > r.floor {
-		w.grant = p.fence // heard of before this Register: the waiter takes it
+		w.Grant = p.fence // heard of before this Register: the waiter takes it
 	}
 	if !l.up || !refused || r.gen != l.gen || missed {
 		w.wake()
@@ -143,15 +141,7 @@ type waiter struct {
 	key, holder, notice string
 	c                   chan struct{}
 	closed              bool // guarded by l.mu
-	// queued says the holder may have a place in the line, or a grant from it not taken: its
-	// latest try was refused and waits. A try that was granted took both, so Close sends no
-	// leave, and so did a grant taken from its notice. Guarded by l.mu.
-	queued bool
-	// A grant from the line heard of is the holder's when its fence is above floor, the key's
-	// last fence at the holder's latest refusal; grant is the fence of such a grant not taken
-	// yet, and sent the refused try (see takeGrant). Guarded by l.mu.
-	floor, grant uint64
-	sent         sentTry
+	waitline.Place           // guarded by l.mu
 }
 
 func (w *waiter) wake() {
@@ -164,25 +154,18 @@ func (w *waiter) wake() {
 // granted wakes the waiter for a grant from the line with fence, and keeps it to be taken,
 // unless it is stale: made before the holder's latest refusal. l.mu must be held.
 func (w *waiter) granted(fence uint64) {
-	if fence > w.floor && fence != w.grant {
-		w.grant = max(w.grant, fence)
+	if w.Granted(fence) {
 		w.wake()
 	}
 }
 
-// maxTakeAge is the longest a waiter may have waited for a grant from the line and still take
-// it without a round trip, as a fraction of its TTL: a grant taken so has its TTL less the wait
-// left, and one taken later is renewed by the round trip, for its full TTL.
-const maxTakeAge = 2 // the wait must be under TTL/maxTakeAge
-
 // takeGrant hands req's holder, enrolled alone on the key and waiting, the grant the line made
-// it since its refused try, heard of in its notice, without a round trip: the fence, and how
-// long the lease has left at the least (req.TTL from the refused try's sending, less the time
-// since). It reports false, and changes nothing, when the holder id may be shared (not
-// req.Unshared: another caller's leave of it may have passed the grant on), there is no such
-// grant, the request is not the refused one, or the wait took TTL/maxTakeAge or more. The grant
-// is then taken: closing the waiter sends no leave, which would give it back. The lease stays
-// marked untaken in the database until its first Extend, which nothing but such a leave reads.
+// it since its refused try, heard of in its notice, without a round trip, as
+// waitline.Place.Take decides: the fence, and how long the lease has left at the least. It
+// reports false, and changes nothing, when Take refuses, the Store is closed, the holder has
+// several waiters, or a try of the holder is in flight. The grant is then taken: closing the
+// waiter sends no leave, which would give it back. The lease stays marked untaken in the
+// database until its first Extend, which nothing but such a leave reads.
 func (l *listener) takeGrant(req core.AcquireRequest) (fence uint64, left time.Duration, ok bool) {
 	if !req.Unshared {
 		return 0, 0, false
@@ -192,24 +175,12 @@ func (l *listener) takeGrant(req core.AcquireRequest) (fence uint64, left time.D
 	if len(l.waiters) == 0 {
 		return 0, 0, false // the uncontended path: no waiter, no notice to compute
 	}
-	ws := l.waiters[noticeOf(req.Key, req.Holder)]
-	if len(ws) != 1 || l.s.closed.Load() {
+	notice := noticeOf(req.Key, req.Holder)
+	ws := l.waiters[notice]
+	if len(ws) != 1 || ws[0].closed || l.s.closed.Load() || l.inflight.Busy(notice) {
 		return 0, 0, false
 	}
-	w := ws[0]
-	sent := w.sent.req
-	if w.closed || w.grant <= w.floor || w.sent.at.IsZero() || sent.Key != req.Key || sent.Holder != req.Holder ||
-		sent.Permits != req.Permits || sent.Limit != req.Limit || sent.TTL != req.TTL || sent.Value != req.Value ||
-		sent.LockDelay != req.LockDelay {
-		return 0, 0, false
-	}
-	waited := time.Since(w.sent.at)
-	if waited < 0 || waited >= req.TTL/maxTakeAge {
-		return 0, 0, false
-	}
-	fence = w.grant
-	w.queued, w.floor, w.grant = false, fence, 0
-	return fence, req.TTL - waited, true
+	return ws[0].Take(req, time.Now())
 }
 
 // C implements core.Wake.
@@ -239,7 +210,7 @@ func (w *waiter) Close() {
 	} else {
 		l.waiters[w.notice] = ws
 	}
-	queued := w.queued
+	queued := w.Owes()
 	l.mu.Unlock()
 	if len(ws) == 0 && queued && !l.s.closed.Load() {
 		l.s.leaveLocked(w.key, w.holder, nil)
@@ -256,7 +227,7 @@ func (l *listener) queued() []try {
 		if _, ok := l.owed[notice]; ok {
 			continue
 		}
-		if i := slices.IndexFunc(ws, func(w *waiter) bool { return w.queued }); i >= 0 {
+		if i := slices.IndexFunc(ws, func(w *waiter) bool { return w.Owes() }); i >= 0 {
 			owed = append(owed, try{key: ws[i].key, holder: ws[i].holder})
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 )
 
 // linger is how long a Store stays subscribed to a key's channel after its last waiter on the
@@ -30,7 +32,7 @@ type channel struct {
 	// scans counts the passes that read every floor or every kept grant: what the bookkeeping
 	// costs beyond O(1) a call (its tests check that it stays amortized O(1)).
 	scans    int
-	inflight map[string]int // holder → tries in flight
+	inflight waitline.Tries // by holder
 	linger   *time.Timer    // set while the channel has no waiters
 	lingers  uint64         // lingers started or stopped: an expire of an earlier one does nothing
 	keep     time.Duration  // keepGrants
@@ -58,7 +60,7 @@ func (c *channel) wakeAll() {
 func (s *subscriptions) channelLocked(name, key string) *channel {
 	c := s.channels[name]
 	if c == nil {
-		c = &channel{name: name, key: key, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{}, inflight: map[string]int{},
+		c = &channel{name: name, key: key, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{},
 			keptBy: map[string]int{}, keep: s.timings.keep}
 		s.channels[name] = c
 		s.lingerLocked(c, s.timings.linger)
@@ -134,7 +136,7 @@ func (s *subscriptions) expire(c *channel, n uint64) {
 		s.mu.Unlock()
 		return
 	}
-	if len(c.inflight) > 0 || c.reclaiming() {
+	if c.inflight.Any() || c.reclaiming() {
 		s.lingerLocked(c, s.timings.reclaim)
 		s.mu.Unlock()
 		return

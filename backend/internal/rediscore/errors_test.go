@@ -24,7 +24,7 @@ import (
 // makes the operations that touch it fail with a wrong-type error naming that Redis key, and is
 // left as it was.
 func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
-	testenv.SkipShort(t, "waits for leaves that fail until leaveTimeout (2s)")
+	testenv.SkipShort(t, "waits for leaves the server refuses")
 	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -34,7 +34,7 @@ func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
 			ctx := context.Background()
 			// Each of the key's Redis keys in turn holds someone else's string, among ours: a
 			// lease, a line of waiters. A try that fails is left in the background, and the leave
-			// fails on the foreign key until leaveTimeout (2s); the holder's next calls on the key,
+			// fails on the foreign key (within waitline.LeaveBudget); the holder's next calls on the key,
 			// every Inspect of it and the Store's Close wait for it. So every key is set up and
 			// tried first, and the operations that wait come last, all keys' leaves running
 			// meanwhile.

@@ -228,11 +228,11 @@ func TestCanceledWaitersStrandNothing(t *testing.T) {
 	})
 }
 
-// TestAwaitLeaveEndsWithCtx guards Store.Acquire's wait for a pending leave (leaves.await): a holder's next try waits for its pending
+// TestAwaitLeaveEndsWithCtx guards Store.Acquire's wait for a pending leave (waitline.Leaves.AwaitHolder): a holder's next try waits for its pending
 // leave of the key, but no longer than its ctx, even when the leave hangs (a partition); and
-// Close returns once the hung leave gives up (leaveTimeout), not never.
+// Close returns once the hung leave gives up (waitline.LeaveBudget), not never.
 func TestAwaitLeaveEndsWithCtx(t *testing.T) {
-	testenv.SkipShort(t, "partitions the client from redis-server (a fault proxy) for leaveTimeout")
+	testenv.SkipShort(t, "partitions the client from redis-server (a fault proxy) for waitline.LeaveBudget")
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})

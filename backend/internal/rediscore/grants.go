@@ -104,7 +104,7 @@ func (s *subscriptions) released(key, holder string) {
 	c := s.channels[name]
 	if ws := c.waitersOf(holder); len(ws) > 0 {
 		for _, w := range ws {
-			w.floor, w.grant = math.MaxUint64, 0
+			w.Released()
 		}
 	} else if c != nil {
 		c.setFloor(holder, math.MaxUint64)
@@ -112,16 +112,16 @@ func (s *subscriptions) released(key, holder string) {
 }
 
 // reclaim gives g back to the line if it is still unclaimed and not stale. The leave is
-// started before s.mu is let go: a Close that follows waits for it, and so does the holder's next
-// try (leaves.await), which, the refusal it enrolls on forgotten here, takes no grant without a
-// round trip. A Store closed first owes the grant instead (see close).
+// started before s.mu is let go: a Close that follows waits for it, and so does the holder's
+// next try (waitline.Leaves.AwaitHolder), which, the refusal it enrolls on forgotten here, takes
+// no grant without a round trip. A Store closed first owes the grant instead (see close).
 func (s *subscriptions) reclaim(c *channel, g grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
-	if c.inflight[g.holder] > 0 {
+	if c.inflight.Busy(g.holder) {
 		// A try may be finding the grant right now: look again later.
 		for i := range c.recent {
 			if c.recent[i].grant == g && c.recent[i].reclaim != nil {

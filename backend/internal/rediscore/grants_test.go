@@ -58,7 +58,7 @@ func (nopPubSub) Unsubscribe(context.Context, string) error { return nil }
 
 func newTestChannel() *channel {
 	return &channel{name: "c", key: "k", keep: keepGrants, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{},
-		inflight: map[string]int{}, keptBy: map[string]int{}}
+		keptBy: map[string]int{}}
 }
 
 // TestFloorsCostO1Amortized: a try or a release by a holder not enrolled records its floor. A

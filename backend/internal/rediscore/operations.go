@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -50,7 +51,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		// Nothing is sent, so nothing is left to leave or give back.
 		return core.AcquireResult{}, err
 	}
-	if err := s.leaves.await(ctx, req.Key, req.Holder); err != nil {
+	if err := s.leaves.AwaitHolder(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, err
 	}
 	waits := req.Wait > 0
@@ -76,7 +77,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	var res core.AcquireResult
 	var last uint64
 	if err == nil && call.overtakes != "" {
-		s.leaves.overtook(req.Key, req.Holder, call.overtakes)
+		s.unsure.overtook(req.Key, req.Holder, call.overtakes)
 	}
 	if err == nil {
 		res, last, err = parseAcquire(r, req.Permits, req.Limit)
@@ -91,7 +92,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	}
 	if subs != nil {
 		out := tryOutcome{key: req.Key, holder: req.Holder, granted: res.Granted, waits: waits, fence: last,
-			sent: sentTry{at: sent, req: req}}
+			sent: waitline.Sent{At: sent, Req: req}}
 		if res.Granted {
 			out.fence = res.Fence
 		}
@@ -107,7 +108,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 // acquireCall returns the script call of a try of req with the least fences f, t its try on
 // the Store's subscriptions (zero: none).
 func (s *Store) acquireCall(ctx context.Context, req core.AcquireRequest, f fences, t try) acquireCall {
-	call := acquireCall{req: req, fences: f, overtakes: s.leaves.overtaken(req.Key, req.Holder)}
+	call := acquireCall{req: req, fences: f, overtakes: s.unsure.overtaken(req.Key, req.Holder)}
 	if req.Wait > 0 {
 		call.try = tryID(s.id, s.tries.Add(1))
 		// A place is passed over when a PUBLISH to its Store reaches nobody only once the Store's
@@ -159,10 +160,10 @@ func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 // reply, and those of other processes by a message on the key's channel. It first waits for the
 // leaves of the holder's tries this Store is still sending (see Acquire).
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
-	// A leave of the holder's try still being sent goes first (each is bounded by leaveTimeout):
+	// A leave of the holder's try still being sent goes first (each is bounded by waitline.LeaveBudget):
 	// sent after it, the release frees what the try took should the try arrive before the
 	// leave, and the leave keeps it from taking anything should it arrive after.
-	if err := s.leaves.await(ctx, req.Key, req.Holder); err != nil {
+	if err := s.leaves.AwaitHolder(ctx, req.Key, req.Holder); err != nil {
 		return false, err
 	}
 	r, err := s.run(ctx, releaseScript, req.Key, releaseArgs(req))
@@ -190,9 +191,9 @@ func (s *Store) granted(key string, grants []grant) {
 // Inspect implements core.Store.Inspect: one script call, which writes nothing. It reports the
 // leases with their values and the line's places whose wait has not ended, head first, with
 // their permits and values; it first waits for the leaves of the key's line this Store is still
-// sending (each bounded by leaveTimeout), so that a waiter closed here is not reported.
+// sending (each bounded by waitline.LeaveBudget), so that a waiter closed here is not reported.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
-	if err := s.leaves.awaitKey(ctx, key); err != nil {
+	if err := s.leaves.AwaitKey(ctx, key); err != nil {
 		return core.Snapshot{}, err
 	}
 	r, err := s.run(ctx, inspectScript, key, argList{})

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -42,7 +43,8 @@ type Store struct {
 	diagnosis Diagnosis
 	answered  atomic.Bool // a call has had a reply: the server is Redis (see diagnosed)
 
-	leaves leaves
+	leaves *waitline.Leaves
+	unsure unsureLeaves  // leaves whose sends went unanswered
 	tries  atomic.Uint64 // numbers the named tries (see Acquire), for their ids
 }
 
@@ -94,7 +96,7 @@ func New(name string, userClient any, a Adapter, opts ...Option) (*Store, error)
 	var id [8]byte
 	rand.Read(id[:])
 	s := &Store{name: name, id: hex.EncodeToString(id[:]), wire: wire{a}, layout: l, listens: !o.cluster, diagnosis: o.diagnosis}
-	s.leaves.pending = map[string]*pendingLeave{}
+	s.leaves = waitline.NewLeaves(context.Background())
 	s.names.seed = maphash.MakeSeed()
 	return s, nil
 }
@@ -226,8 +228,8 @@ func (s *Store) subscriptions() *subscriptions {
 func (s *Store) loadSubs() *subscriptions { return s.subsLoaded.Load() }
 
 // Close stops the Store's subscription connection, wakes its waiters (which then fail with
-// core.ErrClosed), and sends the leaves its waiters owe the keys' lines, each bounded by
-// leaveTimeout; later operations return core.ErrClosed. The driver's client is left open. Close
+// core.ErrClosed), and sends the leaves its waiters owe the keys' lines, waiting for them within
+// waitline.CloseWait; later operations return core.ErrClosed. The driver's client is left open. Close
 // is idempotent and returns nil.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
@@ -244,7 +246,9 @@ func (s *Store) Close() error {
 			s.leave(l.key, l.holder, l.floor)
 		}
 	}
-	s.leaves.close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitline.CloseWait)
+	defer cancel()
+	s.leaves.Close(ctx)
 	return nil
 }
 

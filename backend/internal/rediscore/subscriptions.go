@@ -78,7 +78,8 @@ func (s *subscriptions) channel(key string) string { return s.layout.channel(key
 // core.ErrClosed after close, or with the SUBSCRIBE's error.
 func (s *subscriptions) register(ctx context.Context, req core.AcquireRequest) (core.Wake, error) {
 	name := s.channel(req.Key)
-	w := &lineWaiter{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1), queued: req.Wait > 0}
+	w := &lineWaiter{s: s, key: req.Key, holder: req.Holder, c: make(chan struct{}, 1)}
+	w.Queued = req.Wait > 0
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -91,7 +92,7 @@ func (s *subscriptions) register(ctx context.Context, req core.AcquireRequest) (
 	tk := name + "\x00" + req.Holder
 	r, tried := s.tries[tk]
 	delete(s.tries, tk)
-	w.floor, w.sent = r.floor, r.sent
+	w.Floor, w.Sent = r.floor, r.sent
 	if !tried || r.gen == 0 || r.gen != c.gen {
 		w.wake() // a grant may have come before the subscription did
 	}
@@ -213,8 +214,8 @@ func (s *subscriptions) closeLocked() []owedLeave {
 		}
 		for _, ws := range c.waiters {
 			for _, w := range ws {
-				if w.queued || w.grant > w.floor {
-					owed = append(owed, owedLeave{c.key, w.holder, w.floor})
+				if w.Owes() {
+					owed = append(owed, owedLeave{c.key, w.holder, w.Floor})
 					break // the holder's place is one, whoever of its waiters owes it
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
 )
@@ -81,7 +82,7 @@ func takeWithoutRoundTrip(t *testing.T, subs *subscriptions, key, holder string,
 	t.Helper()
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
-	subs.afterTry(ctx, try{}, tryOutcome{key: key, holder: holder, waits: true, fence: floor, sent: sentTry{at: time.Now(), req: req}})
+	subs.afterTry(ctx, try{}, tryOutcome{key: key, holder: holder, waits: true, fence: floor, sent: waitline.Sent{At: time.Now(), Req: req}})
 	w, err := subs.register(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +269,7 @@ func TestWaiterLeavesBeforeItIsGone(t *testing.T) {
 	subs, leaves, _ := newTestSubs(t, timings{linger: time.Hour, reclaim: time.Hour, keep: time.Hour})
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-	subs.afterTry(ctx, try{}, tryOutcome{key: "k", holder: "h", waits: true, fence: 100, sent: sentTry{at: time.Now(), req: req}})
+	subs.afterTry(ctx, try{}, tryOutcome{key: "k", holder: "h", waits: true, fence: 100, sent: waitline.Sent{At: time.Now(), Req: req}})
 	w, err := subs.register(ctx, req)
 	if err != nil {
 		t.Fatal(err)

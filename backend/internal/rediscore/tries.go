@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/internal/waitline"
 	"github.com/leasehold/leasehold/core"
 )
 
@@ -19,15 +20,7 @@ type try struct {
 // sent, 0 if none.
 type refusal struct {
 	gen, floor uint64
-	sent       sentTry
-}
-
-// sentTry is a refused try's request and when it was sent. A grant the line makes the holder
-// after that refusal is made on that request, after it was sent, so it expires no sooner than
-// req.TTL after sent (by the server's clock, which runs at the client's rate within drift).
-type sentTry struct {
-	at  time.Time
-	req core.AcquireRequest
+	sent       waitline.Sent
 }
 
 // beforeTry reports that holder's try on key, which will wait if refused, is about to be sent. A
@@ -40,26 +33,19 @@ func (s *subscriptions) beforeTry(key, holder string) try {
 	if c == nil {
 		return try{}
 	}
-	c.inflight[holder]++
+	c.inflight.Begin(holder)
 	return try{c: c, holder: holder, gen: c.gen}
 }
 
-// maxTakeAge is the longest a waiter may have waited for a grant from the line and still take
-// it without a round trip, as a fraction of its TTL: a grant taken so has its TTL less the wait
-// left, and one taken later is renewed by the round trip, for its full TTL.
-const maxTakeAge = 2 // the wait must be under TTL/maxTakeAge
-
 // takeGrant hands req's holder, enrolled alone on the key and waiting, the grant the line made it
-// since its refused try, without a round trip: the fence, and how long the lease has left at
-// the least (req.TTL from the refused try's sending, less the time since). It reports false, and
-// changes nothing, when the holder id may be shared (not req.Unshared: another caller's leave of
-// it may have passed the grant on), there is no such grant, the request is not the refused one,
-// a try of the holder is in flight, or the wait took TTL/maxTakeAge or more. The grant is then taken:
-// closing the waiter does not give it back. The holder's entry stays marked untaken on the
-// server until its next Extend or Release, which nothing reads as a give-back but this Store's
-// leave, which it no longer sends for it: not when its waiter closes, and not when the line's
-// message about it comes late, after the holder's floor is gone (the take is recorded, see
-// tookLocked).
+// since its refused try, without a round trip, as waitline.Place.Take decides: the fence, and
+// how long the lease has left at the least. It reports false, and changes nothing, when Take
+// refuses, the Store is closed, the holder has several waiters, or a try of the holder is in
+// flight. The grant is then taken: closing the waiter does not give it back. The holder's entry
+// stays marked untaken on the server until its next Extend or Release, which nothing reads as a
+// give-back but this Store's leave, which it no longer sends for it: not when its waiter closes,
+// and not when the line's message about it comes late, after the holder's floor is gone (the
+// take is recorded, see tookLocked).
 func (s *subscriptions) takeGrant(req core.AcquireRequest) (fence uint64, left time.Duration, ok bool) {
 	if !req.Unshared {
 		return 0, 0, false
@@ -67,27 +53,17 @@ func (s *subscriptions) takeGrant(req core.AcquireRequest) (fence uint64, left t
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.channels[s.channel(req.Key)]
-	if c == nil || s.closed || c.inflight[req.Holder] > 0 {
+	if c == nil || s.closed || c.inflight.Busy(req.Holder) {
 		return 0, 0, false
 	}
 	ws := c.waiters[req.Holder]
-	if len(ws) != 1 {
+	if len(ws) != 1 || ws[0].closed {
 		return 0, 0, false
 	}
-	w := ws[0]
-	sent := w.sent.req
-	if w.closed || w.grant <= w.floor || w.sent.at.IsZero() || sent.Permits != req.Permits || sent.Limit != req.Limit ||
-		sent.TTL != req.TTL || sent.Value != req.Value {
-		return 0, 0, false
+	if fence, left, ok = ws[0].Take(req, time.Now()); ok {
+		s.tookLocked(c.name, req.Holder, fence, req.TTL)
 	}
-	waited := time.Since(w.sent.at)
-	if waited < 0 || waited >= req.TTL/maxTakeAge {
-		return 0, 0, false
-	}
-	fence = w.grant
-	w.queued, w.floor, w.grant = false, fence, 0
-	s.tookLocked(c.name, req.Holder, fence, req.TTL)
-	return fence, req.TTL - waited, true
+	return fence, left, ok
 }
 
 // endTry ends a try that got no answer.
@@ -97,9 +73,7 @@ func (s *subscriptions) endTry(t try) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t.c.inflight[t.holder]--; t.c.inflight[t.holder] <= 0 {
-		delete(t.c.inflight, t.holder)
-	}
+	t.c.inflight.End(t.holder)
 }
 
 // tryOutcome is what a try's reply said.
@@ -108,7 +82,7 @@ type tryOutcome struct {
 	granted     bool
 	waits       bool   // the request had a wait: a refusal took a place in the line
 	fence       uint64 // the grant's fence, or on a refusal the key's last fence then
-	sent        sentTry
+	sent        waitline.Sent
 }
 
 // afterTry records the outcome of a try (t from beforeTry, or the zero try when there was none);
@@ -135,12 +109,9 @@ func (s *subscriptions) afterTry(ctx context.Context, t try, out tryOutcome) {
 	if ws := c.waitersOf(out.holder); len(ws) > 0 {
 		for _, w := range ws {
 			if out.granted {
-				w.queued, w.floor = false, max(w.floor, out.fence)
-				if w.grant <= w.floor {
-					w.grant = 0
-				}
+				w.Found(out.fence)
 			} else {
-				w.queued, w.floor, w.sent = true, out.fence, out.sent
+				w.Refused(out.fence, out.sent)
 			}
 		}
 		return

@@ -10,7 +10,7 @@ import (
 // the holder tries again (an unshared holder never does), so a long-lived Store does not keep
 // them; a try names only those within it, and once answered, none.
 func TestUnansweredLeavesAreForgottenAfterTheirHold(t *testing.T) {
-	var ls leaves
+	var ls unsureLeaves
 	ls.unanswered("k1", "gone", "s:1")
 	ls.unsure["k1\x00gone"][0].at = time.Now().Add(-tryHold - time.Second)
 	ls.unanswered("k2", "h", "s:2")

@@ -1,6 +1,9 @@
 package rediscore
 
-import "github.com/leasehold/leasehold/core"
+import (
+	"github.com/leasehold/leasehold/backend/internal/waitline"
+	"github.com/leasehold/leasehold/core"
+)
 
 // lineWaiter is the core.Wake of one Register: a holder waiting in a key's line, woken by the
 // grants to it heard of on its Store's channel or in its Store's replies. Its fields other than
@@ -10,12 +13,7 @@ type lineWaiter struct {
 	ch          *channel
 	key, holder string
 	c           chan struct{}
-	// A grant from the line is the waiter's when its fence is above floor, the key's last fence
-	// at the waiter's latest refusal.
-	floor  uint64
-	grant  uint64  // the fence of a grant not taken yet, if above floor
-	queued bool    // its latest try was refused: it has a place in the line
-	sent   sentTry // the latest refused try, for takeGrant
+	waitline.Place
 	closed bool
 }
 
@@ -24,8 +22,7 @@ var _ core.Wake = (*lineWaiter)(nil)
 // granted records a grant of fence to the waiter and wakes it, unless it is stale (made before
 // the waiter's latest refusal) or already known.
 func (w *lineWaiter) granted(fence uint64) {
-	if fence > w.floor && fence != w.grant {
-		w.grant = max(w.grant, fence)
+	if w.Granted(fence) {
 		w.wake()
 	}
 }
@@ -64,14 +61,14 @@ func (w *lineWaiter) Close() {
 	// The holder's place is shared by its waiters (one WithHolder id): the last one to go, as
 	// decided in the same critical section that removes it, leaves it.
 	last := s.removeLocked(w)
-	if last && (w.queued || w.grant > w.floor) && s.leave != nil && !s.closed {
+	if last && w.Owes() && s.leave != nil && !s.closed {
 		// Started before s.mu is let go: a Close of the Store that follows owes only the
 		// waiters still enrolled, and waits for the leaves started before it.
-		s.leave(w.key, w.holder, w.floor)
+		s.leave(w.key, w.holder, w.Floor)
 	}
 	if last {
 		// The line's message about a grant the waiter took may still come: it is stale.
-		w.ch.setFloor(w.holder, max(w.floor, w.grant))
+		w.ch.setFloor(w.holder, max(w.Floor, w.Grant))
 	}
 	s.mu.Unlock()
 }
