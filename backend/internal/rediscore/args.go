@@ -23,7 +23,7 @@ type acquireCall struct {
 	try any
 	// overtakes names the holder's leaves of the key, sent before this try, whose replies did not
 	// come (space-separated ids; "": none): the try keeps them from doing anything should they
-	// arrive after it (see leaves.overtaken).
+	// arrive after it (see unsureLeaves.overtaken).
 	overtakes string
 }
 
