@@ -36,25 +36,29 @@ type Leaves struct {
 	wg     sync.WaitGroup
 	n      atomic.Int32 // leaves running, for the hot path
 
-	mu      sync.Mutex
-	closed  bool
-	byKey   map[string]*count
-	byPlace map[place]*count
+	mu       sync.Mutex
+	closed   bool
+	byKey    map[string]*count
+	byPlace  map[place]*count
+	awaiting map[place]int // calls in AwaitHolder, by place
 }
 
 type place struct{ key, holder string }
 
 // count is the leaves of one key, or of one place, running: done is closed when the last ends.
+// Once a call waits for it, it is sealed: a leave started later is counted in a new count, so
+// that the wait is not held by the leaves that keep starting after it.
 type count struct {
-	n, awaiting int
-	done        chan struct{}
+	n      int
+	sealed bool
+	done   chan struct{}
 }
 
 // NewLeaves returns the Leaves of a Store whose background work ends with parent: no leave
 // starts after it ends, and those running are cut off.
 func NewLeaves(parent context.Context) *Leaves {
 	ctx, cancel := context.WithCancel(parent)
-	return &Leaves{ctx: ctx, cancel: cancel, byKey: map[string]*count{}, byPlace: map[place]*count{}}
+	return &Leaves{ctx: ctx, cancel: cancel, byKey: map[string]*count{}, byPlace: map[place]*count{}, awaiting: map[place]int{}}
 }
 
 // Start sends l on a goroutine of its own within the budget (see the package doc), and reports
@@ -76,10 +80,10 @@ func (ls *Leaves) Start(l Leave) bool {
 			l.After()
 		}
 		ls.mu.Lock()
-		if byKey.end() {
+		if byKey.end() && ls.byKey[l.Key] == byKey {
 			delete(ls.byKey, l.Key)
 		}
-		if byPlace.end() {
+		if byPlace.end() && ls.byPlace[id] == byPlace {
 			delete(ls.byPlace, id)
 		}
 		ls.n.Add(-1)
@@ -107,7 +111,7 @@ func (ls *Leaves) send(l Leave) {
 }
 
 func (c *count) add() *count {
-	if c == nil {
+	if c == nil || c.sealed {
 		c = &count{done: make(chan struct{})}
 	}
 	c.n++
@@ -129,8 +133,21 @@ func (ls *Leaves) AwaitHolder(ctx context.Context, key, holder string) error {
 	if ls.n.Load() == 0 {
 		return nil
 	}
+	id := place{key, holder}
 	ls.mu.Lock()
-	c := ls.byPlace[place{key, holder}]
+	c := ls.byPlace[id]
+	if c == nil {
+		ls.mu.Unlock()
+		return nil
+	}
+	ls.awaiting[id]++
+	defer func() {
+		ls.mu.Lock()
+		if ls.awaiting[id]--; ls.awaiting[id] == 0 {
+			delete(ls.awaiting, id)
+		}
+		ls.mu.Unlock()
+	}()
 	return ls.await(ctx, c)
 }
 
@@ -149,13 +166,8 @@ func (ls *Leaves) await(ctx context.Context, c *count) error {
 		ls.mu.Unlock()
 		return nil
 	}
-	c.awaiting++
+	c.sealed = true
 	ls.mu.Unlock()
-	defer func() {
-		ls.mu.Lock()
-		c.awaiting--
-		ls.mu.Unlock()
-	}()
 	select {
 	case <-c.done:
 		return nil
@@ -168,10 +180,7 @@ func (ls *Leaves) await(ctx context.Context, c *count) error {
 func (ls *Leaves) Awaiting(key, holder string) int {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if c := ls.byPlace[place{key, holder}]; c != nil {
-		return c.awaiting
-	}
-	return 0
+	return ls.awaiting[place{key, holder}]
 }
 
 // Close stops taking leaves, waits for those started until ctx ends, then cuts off those still
