@@ -99,10 +99,10 @@
 // default), renewed while the Store lives: a waiter whose process dies or stalls leaves every
 // line when the session ends, with any grant the line made it, and the line passes it over. A
 // waiter that gives up leaves its place (a read and a transaction, in the background, tried
-// again within waitline.LeaveBudget while etcd cannot be reached, and once more when the place's
-// Wait ends should that not do; Inspect through the same Store waits for it), and gives back a
-// grant it has not taken; so does a request that failed with a Wait,
-// which may have taken a place. The holder's next Acquire on the key through the same Store
+// again within waitline.LeaveBudget while etcd cannot be reached, then again a second later,
+// and so on while the Store lives: the place would otherwise stay with the session; Inspect
+// through the same Store waits for each such leave), and gives back a grant it has not taken;
+// so does a request that failed with a Wait, which may have taken a place. The holder's next Acquire on the key through the same Store
 // waits for that leave too (bounded by its ctx), so that under a holder id shared by its
 // callers (WithHolder) a late leave takes neither the place that try keeps nor the grant the
 // line makes it. Close revokes the session: every place of the Store goes at once.

@@ -69,11 +69,14 @@ func (s *Store) leave(ctx context.Context, key, holder string) (bool, error) {
 // leaveInBackground leaves holder's place on key in the background, as waitline.Leaves sends it;
 // again after a second when late is set and it found nothing then, for a try whose transaction
 // may still arrive. Once the Store's background work has ended it does nothing. A leave that
-// cannot be sent within its budget leaves the place to the end of its Wait, when the Store
-// leaves again (see leaveWhenWaitEnds), unless the leave was answered first.
+// cannot be sent within its budget is started again leaveRetry later, and so on while the Store
+// lives, unless the holder's Waiter is open then or a later try of it set the end of its own
+// Wait: the place it would leave behind lives on the Store's session, and so would a grant the
+// line made it, holding up the key.
 func (s *Store) leaveInBackground(key, holder string, late bool) {
 	id := refusalID(key, holder)
 	end := s.waitEnds.get(id)
+	answered := false
 	s.leaves.Start(waitline.Leave{Key: key, Holder: holder, Send: func(ctx context.Context) error {
 		found, err := s.leave(ctx, key, holder)
 		if err != nil {
@@ -92,7 +95,16 @@ func (s *Store) leaveInBackground(key, holder string, late bool) {
 				return ctx.Err()
 			}
 		}
+		answered = true
 		s.waitEnds.stopIf(id, end) // answered: the place is left
 		return nil
+	}, After: func() {
+		if !answered {
+			s.waitEnds.setIf(id, end, leaveRetry, s.leaveUnlessWaiting(key, holder))
+		}
 	}})
 }
+
+// leaveRetry is how long after a leave that went unanswered within its budget the Store leaves
+// again.
+const leaveRetry = time.Second

@@ -21,6 +21,20 @@ type waitEnds struct {
 func (we *waitEnds) set(id placeID, d time.Duration, fn func()) {
 	we.mu.Lock()
 	defer we.mu.Unlock()
+	we.setLocked(id, d, fn)
+}
+
+// setIf is set, only while the end set for id is old (nil: none).
+func (we *waitEnds) setIf(id placeID, old *time.Timer, d time.Duration, fn func()) {
+	we.mu.Lock()
+	defer we.mu.Unlock()
+	if we.byPlace[id] == old {
+		we.setLocked(id, d, fn)
+	}
+}
+
+// setLocked is set, we.mu held.
+func (we *waitEnds) setLocked(id placeID, d time.Duration, fn func()) {
 	if we.closed {
 		return
 	}
@@ -77,15 +91,21 @@ func (we *waitEnds) close() {
 // set a new end: a place is held for the Wait, and no longer, even when its caller neither
 // registers nor asks again.
 func (s *Store) leaveWhenWaitEnds(req core.AcquireRequest) {
-	s.waitEnds.set(refusalID(req.Key, req.Holder), req.Wait, func() {
-		if kw := s.watches.get(req.Key); kw != nil {
+	s.waitEnds.set(refusalID(req.Key, req.Holder), req.Wait, s.leaveUnlessWaiting(req.Key, req.Holder))
+}
+
+// leaveUnlessWaiting returns a func that leaves holder's place on key unless a Waiter of the
+// holder on the key is open.
+func (s *Store) leaveUnlessWaiting(key, holder string) func() {
+	return func() {
+		if kw := s.watches.get(key); kw != nil {
 			kw.mu.Lock()
-			open := slices.ContainsFunc(kw.waiters, func(w *waiter) bool { return w.holder == req.Holder })
+			open := slices.ContainsFunc(kw.waiters, func(w *waiter) bool { return w.holder == holder })
 			kw.mu.Unlock()
 			if open {
 				return
 			}
 		}
-		s.leaveInBackground(req.Key, req.Holder, false)
-	})
+		s.leaveInBackground(key, holder, false)
+	}
 }
