@@ -137,12 +137,26 @@ func (s *Store) leaveWith(key, holder string, args argList) {
 		}})
 }
 
-// isReply reports whether err is the server's error reply, as far as the driver's client tells
-// (see FunctionClient.Reply); a client that cannot tell has every error sent again.
+// isReply reports whether err is the server's error reply to a call it ran, or would refuse
+// alike if sent again, as far as the driver's client tells (see FunctionClient.Reply); a client
+// that cannot tell has every error sent again, and so does a reply of a server that ran nothing
+// for now (transientReply).
 func (s *Store) isReply(err error) bool {
 	if c, ok := s.client.(interface{ Reply(error) (string, bool) }); ok {
-		_, reply := c.Reply(err)
-		return reply
+		msg, reply := c.Reply(err)
+		return reply && !transientReply(msg)
+	}
+	return false
+}
+
+// transientReply reports whether msg is an error reply of a server that ran nothing and may run
+// the call sent again: busy with another client's script, loading its data, or a replica, a
+// primary or a cluster in the middle of a failover.
+func transientReply(msg string) bool {
+	code, _, _ := strings.Cut(msg, " ")
+	switch code {
+	case "BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "NOREPLICAS", "MOVED", "ASK":
+		return true
 	}
 	return false
 }
