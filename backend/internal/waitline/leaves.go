@@ -21,8 +21,9 @@ const (
 // Leave is one leave of a holder's place in a key's line.
 type Leave struct {
 	Key, Holder string
-	// Send sends the leave once, within ctx, and returns nil once it is done: the server
-	// answered it, with an error or not. An error means it may not have arrived: it is sent again.
+	// Send sends the leave once, within ctx, and returns nil once it is done: the server ran
+	// it, or refused it with an error it would give again. An error means it may not have
+	// arrived, or was refused for now: it is sent again.
 	Send func(ctx context.Context) error
 	// After, if set, runs once the leave has ended, sent or given up.
 	After func()
