@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,7 +42,7 @@ func (s *Store) leaveUntil(key, holder string, try *int64, until time.Time) {
 	answered := false
 	s.leaves.Start(waitline.Leave{Key: key, Holder: holder, Send: func(ctx context.Context) error {
 		_, err := s.pool.Exec(ctx, s.n.leave, []byte(key), []byte(holder), tryArg)
-		if _, refused := errors.AsType[*pgconn.PgError](err); refused {
+		if pe, refused := errors.AsType[*pgconn.PgError](err); refused && !refusedForNow(pe) {
 			err = nil // sent again, it would be refused alike; a place left behind ends with its wait
 		}
 		answered = err == nil
@@ -51,4 +52,20 @@ func (s *Store) leaveUntil(key, holder string, try *int64, until time.Time) {
 			s.leaveUntil(key, holder, try, until)
 		}
 	}})
+}
+
+// refusedForNow reports whether the database refused a statement, having changed nothing, for a
+// reason that may be gone when it is sent again: a serialization failure or a deadlock (class
+// 40), a lock or statement timeout, a shortage of resources (53), a connection lost or a server
+// shutting down or starting (08, 57P), a standby not taking writes yet.
+func refusedForNow(pe *pgconn.PgError) bool {
+	switch pe.Code {
+	case "55P03", "57014", "25006":
+		return true
+	}
+	switch pe.Code[:min(len(pe.Code), 2)] {
+	case "40", "53", "08":
+		return true
+	}
+	return strings.HasPrefix(pe.Code, "57P")
 }

@@ -137,10 +137,24 @@ func (s *Store) leaveWith(key, holder string, args argList) {
 		}})
 }
 
-// isReply reports whether err is the server's error reply (the adapter's ErrorReply).
+// isReply reports whether err is the server's error reply to a call it ran, or would refuse
+// alike if sent again (the adapter's ErrorReply); a reply of a server that ran nothing for now
+// (transientReply) is not, and is sent again.
 func (s *Store) isReply(err error) bool {
-	_, reply := s.wire.ErrorReply(err)
-	return reply
+	msg, reply := s.wire.ErrorReply(err)
+	return reply && !transientReply(msg)
+}
+
+// transientReply reports whether msg is an error reply of a server that ran nothing and may run
+// the call sent again: busy with another client's script, loading its data, or a replica, a
+// primary or a cluster in the middle of a failover.
+func transientReply(msg string) bool {
+	code, _, _ := strings.Cut(msg, " ")
+	switch code {
+	case "BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "NOREPLICAS", "MOVED", "ASK":
+		return true
+	}
+	return false
 }
 
 // leaveNow sends the leave script once and reports its error. It is not s.run: a closing Store

@@ -56,7 +56,9 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 	}
 	waits := req.Wait > 0
 	subs := s.loadSubs()
-	if waits && subs != nil {
+	if waits && subs != nil && f == (fences{}) {
+		// A grant the line made this waiter is taken without a round trip, unless the call asks
+		// for fences the grant may be below (AcquireAbove, RaiseFence): the script raises it.
 		if fence, left, ok := subs.takeGrant(req); ok {
 			return core.AcquireResult{Granted: true, Fence: fence, TTL: left}, nil
 		}

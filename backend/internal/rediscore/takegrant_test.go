@@ -60,3 +60,38 @@ func TestGrantIsTakenWithoutRoundTripOnlyForTheRefusedRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestRaiseFenceOfAWokenWaiterRaisesTheLinesGrant: a waiter, woken by the line's grant, asks
+// again with RaiseFence above that grant's fence: the grant is not taken from what the Store
+// heard, which would report its fence as it is, but with a round trip, which raises it.
+func TestRaiseFenceOfAWokenWaiterRaisesTheLinesGrant(t *testing.T) {
+	t.Parallel()
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			s := mk(t, srv.Addr)
+			const key = "raise-taken"
+			refused := core.AcquireRequest{Key: key, Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
+			a := mustAcquire(t, s, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}, true)
+			w := enroll(t, s, refused)
+			drain(w)
+			mustRelease(t, s, key, "a", a.Fence) // the reply grants b, and wakes its waiter
+			select {
+			case <-w.C():
+			case <-time.After(5 * time.Second):
+				t.Fatal("b's waiter not woken by the grant")
+			}
+			fr, ok := s.(core.FenceRaiser)
+			if !ok {
+				t.Skip("no FenceRaiser")
+			}
+			raise := a.Fence + 1<<20
+			res, err := fr.RaiseFence(context.Background(), refused, raise)
+			w.Close()
+			if err != nil || !res.Granted || res.Fence < raise {
+				t.Fatalf("RaiseFence(%d) = %+v, %v; want granted at %d or above", raise, res, err, raise)
+			}
+		})
+	}
+}

@@ -56,7 +56,9 @@ func newGate(holdLeaves bool) *gate {
 func gatedStore(t *testing.T, addr string, holdLeaves bool) (*gate, *redis.Client, *goredis.Store) {
 	t.Helper()
 	g := newGate(holdLeaves)
-	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: g.dial})
+	// A held write goes on once the test opens the gate, which may be after a leave's whole
+	// budget: past go-redis's default write timeout (3 s), it would fail instead.
+	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: g.dial, WriteTimeout: time.Minute})
 	t.Cleanup(func() { c.Close() })
 	s, err := goredis.New(c)
 	if err != nil {

@@ -35,7 +35,8 @@
 // other calls sets its own, Leave.Budget); a place it could not take out then lapses with its wait,
 // and a grant with its lease's TTL, as they would have had the process died (etcd, whose places
 // live on the Store's session until it ends, starts such a leave again). A send that the server
-// answered with an error is answered: the driver reports it as done.
+// refused with an error it would give again is answered: the driver reports it as done; one
+// refused for now (a server busy, failing over, a deadlock) is not.
 //
 // What waits for leaves is one rule too: a holder's next Acquire and Release on a key wait for the
 // leaves of that holder on that key (AwaitHolder), so that a late leave never takes the place or

@@ -23,8 +23,9 @@ const (
 // Leave is one leave of a holder's place in a key's line.
 type Leave struct {
 	Key, Holder string
-	// Send sends the leave once, within ctx, and returns nil once it is done: the server
-	// answered it, with an error or not. An error means it may not have arrived: it is sent again.
+	// Send sends the leave once, within ctx, and returns nil once it is done: the server ran
+	// it, or refused it with an error it would give again. An error means it may not have
+	// arrived, or was refused for now: it is sent again.
 	Send func(ctx context.Context) error
 	// After, if set, runs once the leave has ended, sent or given up.
 	After func()
@@ -41,25 +42,29 @@ type Leaves struct {
 	wg     sync.WaitGroup
 	n      atomic.Int32 // leaves running, for the hot path
 
-	mu      sync.Mutex
-	closed  bool
-	byKey   map[string]*count
-	byPlace map[place]*count
+	mu       sync.Mutex
+	closed   bool
+	byKey    map[string]*count
+	byPlace  map[place]*count
+	awaiting map[place]int // calls in AwaitHolder, by place
 }
 
 type place struct{ key, holder string }
 
 // count is the leaves of one key, or of one place, running: done is closed when the last ends.
+// Once a call waits for it, it is sealed: a leave started later is counted in a new count, so
+// that the wait is not held by the leaves that keep starting after it.
 type count struct {
-	n, awaiting int
-	done        chan struct{}
+	n      int
+	sealed bool
+	done   chan struct{}
 }
 
 // NewLeaves returns the Leaves of a Store whose background work ends with parent: no leave
 // starts after it ends, and those running are cut off.
 func NewLeaves(parent context.Context) *Leaves {
 	ctx, cancel := context.WithCancel(parent)
-	return &Leaves{ctx: ctx, cancel: cancel, byKey: map[string]*count{}, byPlace: map[place]*count{}}
+	return &Leaves{ctx: ctx, cancel: cancel, byKey: map[string]*count{}, byPlace: map[place]*count{}, awaiting: map[place]int{}}
 }
 
 // Start sends l on a goroutine of its own within the budget (see the package doc), and reports
@@ -81,10 +86,10 @@ func (ls *Leaves) Start(l Leave) bool {
 			l.After()
 		}
 		ls.mu.Lock()
-		if byKey.end() {
+		if byKey.end() && ls.byKey[l.Key] == byKey {
 			delete(ls.byKey, l.Key)
 		}
-		if byPlace.end() {
+		if byPlace.end() && ls.byPlace[id] == byPlace {
 			delete(ls.byPlace, id)
 		}
 		ls.n.Add(-1)
@@ -112,7 +117,7 @@ func (ls *Leaves) send(l Leave) {
 }
 
 func (c *count) add() *count {
-	if c == nil {
+	if c == nil || c.sealed {
 		c = &count{done: make(chan struct{})}
 	}
 	c.n++
@@ -134,8 +139,21 @@ func (ls *Leaves) AwaitHolder(ctx context.Context, key, holder string) error {
 	if ls.n.Load() == 0 {
 		return nil
 	}
+	id := place{key, holder}
 	ls.mu.Lock()
-	c := ls.byPlace[place{key, holder}]
+	c := ls.byPlace[id]
+	if c == nil {
+		ls.mu.Unlock()
+		return nil
+	}
+	ls.awaiting[id]++
+	defer func() {
+		ls.mu.Lock()
+		if ls.awaiting[id]--; ls.awaiting[id] == 0 {
+			delete(ls.awaiting, id)
+		}
+		ls.mu.Unlock()
+	}()
 	return ls.await(ctx, c)
 }
 
@@ -154,13 +172,8 @@ func (ls *Leaves) await(ctx context.Context, c *count) error {
 		ls.mu.Unlock()
 		return nil
 	}
-	c.awaiting++
+	c.sealed = true
 	ls.mu.Unlock()
-	defer func() {
-		ls.mu.Lock()
-		c.awaiting--
-		ls.mu.Unlock()
-	}()
 	select {
 	case <-c.done:
 		return nil
@@ -173,10 +186,7 @@ func (ls *Leaves) await(ctx context.Context, c *count) error {
 func (ls *Leaves) Awaiting(key, holder string) int {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if c := ls.byPlace[place{key, holder}]; c != nil {
-		return c.awaiting
-	}
-	return 0
+	return ls.awaiting[place{key, holder}]
 }
 
 // Close stops taking leaves, waits for those started until ctx ends, then cuts off those still

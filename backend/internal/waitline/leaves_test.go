@@ -135,3 +135,47 @@ func TestCloseWaitsForStartedLeavesWithinItsCtx(t *testing.T) {
 		}
 	})
 }
+
+// TestAwaitEndsWithTheLeavesStartedBeforeIt: a wait for a key's leaves, or a holder's, ends when
+// the leaves started before it have ended, though others started since are still running: a
+// key whose waiters keep giving up does not hold Inspect, or a shared holder's next call, for
+// as long as they do.
+func TestAwaitEndsWithTheLeavesStartedBeforeIt(t *testing.T) {
+	for name, await := range map[string]func(ls *Leaves) error{
+		"key":    func(ls *Leaves) error { return ls.AwaitKey(context.Background(), "k") },
+		"holder": func(ls *Leaves) error { return ls.AwaitHolder(context.Background(), "k", "h") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ls := NewLeaves(context.Background())
+				first, second := make(chan struct{}), make(chan struct{})
+				blocked := func(c chan struct{}) func(context.Context) error {
+					return func(context.Context) error { <-c; return nil }
+				}
+				ls.Start(Leave{Key: "k", Holder: "h", Send: blocked(first)})
+				returned := make(chan error, 1)
+				go func() { returned <- await(ls) }()
+				synctest.Wait()
+				ls.Start(Leave{Key: "k", Holder: "h", Send: blocked(second)})
+				close(first)
+				synctest.Wait()
+				select {
+				case err := <-returned:
+					if err != nil {
+						t.Fatal(err)
+					}
+				default:
+					t.Fatal("the wait still runs after the leaves started before it ended")
+				}
+				close(second)
+				if err := await(ls); err != nil {
+					t.Fatal(err)
+				}
+				if ls.Pending() {
+					t.Fatal("pending after every leave ended")
+				}
+				ls.Close(context.Background())
+			})
+		})
+	}
+}
