@@ -1,7 +1,6 @@
 package rediscore
 
 import (
-	"context"
 	"slices"
 	"time"
 
@@ -13,8 +12,8 @@ import (
 // SUBSCRIBE, an UNSUBSCRIBE, or a second try to cover the time before the confirmation.
 const linger = 30 * time.Second
 
-// channel is what subscriptions keeps for one key's channel while it is wanted. Its fields are
-// guarded by the subscriptions' mu.
+// channel is what waiters keeps for one key's channel while it is wanted. Its fields are
+// guarded by the connection's mu.
 type channel struct {
 	name, key string
 	waiters   map[string][]*lineWaiter // holder → its waiters (several under one WithHolder id)
@@ -55,9 +54,16 @@ func (c *channel) wakeAll() {
 	}
 }
 
+// confirmed records that c's subscription was confirmed, the gen-th confirmation, and wakes
+// its waiters.
+func (c *channel) confirmed(gen uint64) {
+	c.gen = gen
+	c.wakeAll()
+}
+
 // channelLocked returns the channel name, of key, making it if need be; a new channel lingers
 // until a waiter enrolls. s.mu must be held.
-func (s *subscriptions) channelLocked(name, key string) *channel {
+func (s *waiters) channelLocked(name, key string) *channel {
 	c := s.channels[name]
 	if c == nil {
 		c = &channel{name: name, key: key, waiters: map[string][]*lineWaiter{}, floors: map[string]floorAt{},
@@ -70,7 +76,7 @@ func (s *subscriptions) channelLocked(name, key string) *channel {
 
 // lingerLocked (re)starts c's linger: c's subscription ends after d unless a waiter enrolls
 // first. s.mu must be held.
-func (s *subscriptions) lingerLocked(c *channel, d time.Duration) {
+func (s *waiters) lingerLocked(c *channel, d time.Duration) {
 	if c.linger != nil {
 		c.linger.Stop()
 	}
@@ -94,7 +100,7 @@ func (c *channel) reclaiming() bool {
 }
 
 // subscribed makes sure the channel name (of key) is wanted, and reports whether it already was.
-func (s *subscriptions) subscribed(name, key string) bool {
+func (s *waiters) subscribed(name, key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -109,7 +115,7 @@ func (s *subscriptions) subscribed(name, key string) bool {
 
 // removeLocked drops w and reports whether it was its holder's last waiter on the channel; when
 // it was the channel's last waiter, the subscription lingers. s.mu must be held.
-func (s *subscriptions) removeLocked(w *lineWaiter) (last bool) {
+func (s *waiters) removeLocked(w *lineWaiter) (last bool) {
 	c := w.ch
 	ws := slices.DeleteFunc(c.waiters[w.holder], func(x *lineWaiter) bool { return x == w })
 	if last = len(ws) == 0; last {
@@ -127,7 +133,7 @@ func (s *subscriptions) removeLocked(w *lineWaiter) (last bool) {
 // number). It waits while a try of the key is in flight (its caller may be about to enroll) or
 // a grant heard of on the channel waits for its reclaim: unsubscribed, the Store would forget
 // that grant, and its holder, who gave up, would keep the key taken until its TTL.
-func (s *subscriptions) expire(c *channel, n uint64) {
+func (s *waiters) expire(c *channel, n uint64) {
 	// sendMu first, so that a channel made again meanwhile subscribes after this unsubscribes.
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
@@ -144,34 +150,5 @@ func (s *subscriptions) expire(c *channel, n uint64) {
 	delete(s.channels, c.name)
 	c.linger = nil
 	s.mu.Unlock()
-	// Best effort: a failed UNSUBSCRIBE leaves a subscription whose messages are ignored.
-	if s.sent[c.name] && s.ps.Unsubscribe(context.Background(), c.name) == nil {
-		delete(s.sent, c.name)
-	}
-}
-
-// sync brings name's subscription on ps in line with whether it is wanted.
-func (s *subscriptions) sync(ctx context.Context, name string) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	s.mu.Lock()
-	want := s.channels[name] != nil || s.watches[name] != nil
-	s.mu.Unlock()
-	if want == s.sent[name] {
-		return nil
-	}
-	var err error
-	if want {
-		err = s.ps.Subscribe(ctx, name)
-	} else {
-		err = s.ps.Unsubscribe(ctx, name)
-	}
-	if err == nil {
-		if want {
-			s.sent[name] = true
-		} else {
-			delete(s.sent, name)
-		}
-	}
-	return err
+	s.unsubscribeLocked(c.name)
 }

@@ -2,12 +2,14 @@
 // embedded), the key layout, the choice of the commands that run them (FCALL of a library loaded
 // once per server, or EVALSHA and EVAL; see functions), the decoding of script replies into core
 // results, the Store operations, and the subscription bookkeeping that turns wake messages into
-// wake-ups. The adapters backend/goredis and backend/valkey only move bytes: each implements
-// Adapter (send a command once, load the library on every node, read an error reply, tell a
-// command that never left the client, keep a subscription connection) and embeds the Store made
-// by New over it; a call goes down once, Store → Adapter.Do → the client, and nothing of the
-// adapter calls back into the Store but what its subscription connection hears (Listener). It is
-// internal: its names are the adapters'.
+// wake-ups: the subscriber (the Store's one subscription connection, its Listener) routes what
+// it hears to the waiters in the keys' lines (waiters) or to the key watches (watches). The
+// adapters backend/goredis and backend/valkey only move bytes: each implements Adapter (send a
+// command once, load the library on every node, read an error reply, tell a command that never
+// left the client, keep a subscription connection) and embeds the Store made by New over it; a
+// call goes down once, Store → Adapter.Do → the client, and nothing of the adapter calls back
+// into the Store but what its subscription connection hears (Listener). It is internal: its
+// names are the adapters'.
 //
 // # Key layout
 //

@@ -64,7 +64,7 @@ const (
 // its waiter's next Acquire. A grant reported twice (by a script's reply and by the message) is
 // taken once; a grant for a holder not enrolled is kept for a moment, for a waiter about to
 // register.
-func (s *subscriptions) granted(name string, grants []grant, from grantSource) {
+func (s *waiters) granted(name string, grants []grant, from grantSource) {
 	if len(grants) == 0 {
 		return
 	}
@@ -94,7 +94,7 @@ func (s *subscriptions) granted(name string, grants []grant, from grantSource) {
 // released records that holder released its lease on key through this Store: no grant from the
 // line heard of before the holder's next refusal is its to take, and no lease of it is left
 // marked untaken on the server.
-func (s *subscriptions) released(key, holder string) {
+func (s *waiters) released(key, holder string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	name := s.channel(key)
@@ -115,7 +115,7 @@ func (s *subscriptions) released(key, holder string) {
 // started before s.mu is let go: a Close that follows waits for it, and so does the holder's
 // next try (waitline.Leaves.AwaitHolder), which, the refusal it enrolls on forgotten here, takes
 // no grant without a round trip. A Store closed first owes the grant instead (see close).
-func (s *subscriptions) reclaim(c *channel, g grant) {
+func (s *waiters) reclaim(c *channel, g grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -150,7 +150,7 @@ func (s *subscriptions) reclaim(c *channel, g grant) {
 // before its latest refusal), or a waiter took it, or a later grant, without a round trip (the
 // holder's entry is then marked untaken on the server, and a leave would drop the lease from
 // under it). s.mu must be held.
-func (s *subscriptions) staleLocked(c *channel, holder string, fence uint64) bool {
+func (s *waiters) staleLocked(c *channel, holder string, fence uint64) bool {
 	if f, ok := c.floors[holder]; ok && fence <= f.fence {
 		return true
 	}
@@ -166,7 +166,7 @@ func (s *subscriptions) staleLocked(c *channel, holder string, fence uint64) boo
 // connection, a paused process), and must not have the Store give back a lease its holder
 // holds. Once the records have doubled since they were last swept (64 at least), the lapsed
 // ones are dropped: O(1) amortized a take. s.mu must be held.
-func (s *subscriptions) tookLocked(name, holder string, fence uint64, ttl time.Duration) {
+func (s *waiters) tookLocked(name, holder string, fence uint64, ttl time.Duration) {
 	now := time.Now()
 	if len(s.taken) >= max(s.takenSweepAt, 64) {
 		for k, t := range s.taken {

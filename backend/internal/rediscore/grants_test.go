@@ -18,7 +18,7 @@ import (
 // the key's last fence then) does not wake the holder's waiter; a fresh one does.
 func TestStaleGrantDoesNotWake(t *testing.T) {
 	l, _ := newLayout(defaultPrefix)
-	subs := newSubscriptions(l, "store", nopPubSub{})
+	subs := newSubscriber(l, "store", nopPubSub{}).lines
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 	ch := subs.channel("k")

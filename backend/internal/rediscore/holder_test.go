@@ -17,7 +17,7 @@ import (
 // TestReusedHolderWaitersAllWake: two concurrent Acquire calls under one WithHolder id
 // wait in one Store. Such calls share one lease (WithHolder's doc), so when the holder releases
 // and the line grants the id its lease, both must return promptly, as they do on the memory
-// store. The subscriptions kept one waiter per holder (c.waiters[holder] = w): the second Register
+// store. The Store's waiters kept one per holder (c.waiters[holder] = w): the second Register
 // replaces the first, whose wake never comes, and it sleeps until the store's RetryAfter (the
 // old lease's expiry) or its acquire timeout.
 func TestReusedHolderWaitersAllWake(t *testing.T) {

@@ -55,18 +55,18 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		return core.AcquireResult{}, err
 	}
 	waits := req.Wait > 0
-	subs := s.loadSubs()
-	if waits && subs != nil && f == (fences{}) {
+	lines := s.loadLines()
+	if waits && lines != nil && f == (fences{}) {
 		// A grant the line made this waiter is taken without a round trip, unless the call asks
 		// for fences the grant may be below (AcquireAbove, RaiseFence): the script raises it.
-		if fence, left, ok := subs.takeGrant(req); ok {
+		if fence, left, ok := lines.takeGrant(req); ok {
 			return core.AcquireResult{Granted: true, Fence: fence, TTL: left}, nil
 		}
 	}
 	sent := time.Now()
 	var t try
-	if subs != nil && waits {
-		t = subs.beforeTry(req.Key, req.Holder)
+	if lines != nil && waits {
+		t = lines.beforeTry(req.Key, req.Holder)
 	}
 	call := s.acquireCall(ctx, req, f, t)
 	r, err := s.send(ctx, acquireScript, req.Key, acquireArgs(call, &s.durations))
@@ -86,19 +86,21 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 		err = s.replyError(err)
 	}
 	if err != nil {
-		s.failedTry(subs, t, call, err)
+		s.failedTry(lines, t, call, err)
 		return core.AcquireResult{}, err
 	}
-	if subs == nil && !res.Granted && waits {
-		subs = s.subscriptions() // the caller is about to wait: open them now, to hear of grants
+	if lines == nil && !res.Granted && waits {
+		if sub := s.subscriber(); sub != nil { // the caller is about to wait: open it now, to hear of grants
+			lines = sub.lines
+		}
 	}
-	if subs != nil {
+	if lines != nil {
 		out := tryOutcome{key: req.Key, holder: req.Holder, granted: res.Granted, waits: waits, fence: last,
 			sent: waitline.Sent{At: sent, Req: req}}
 		if res.Granted {
 			out.fence = res.Fence
 		}
-		subs.afterTry(ctx, t, out)
+		lines.afterTry(ctx, t, out)
 	}
 	if !res.Granted && waits && s.closed.Load() {
 		// Closed while the try was out: Close may not have known of this place to give it up.
@@ -108,7 +110,7 @@ func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, f fences) 
 }
 
 // acquireCall returns the script call of a try of req with the least fences f, t its try on
-// the Store's subscriptions (zero: none).
+// the Store's waiters (zero: none).
 func (s *Store) acquireCall(ctx context.Context, req core.AcquireRequest, f fences, t try) acquireCall {
 	call := acquireCall{req: req, fences: f, overtakes: s.unsure.overtaken(req.Key, req.Holder)}
 	if req.Wait > 0 {
@@ -128,10 +130,10 @@ func (s *Store) acquireCall(ctx context.Context, req core.AcquireRequest, f fenc
 	return call
 }
 
-// failedTry ends the try call, t on subs (nil: none), that failed with err.
-func (s *Store) failedTry(subs *subscriptions, t try, call acquireCall, err error) {
-	if subs != nil {
-		subs.endTry(t)
+// failedTry ends the try call, t on lines (nil: none), that failed with err.
+func (s *Store) failedTry(lines *waiters, t try, call acquireCall, err error) {
+	if lines != nil {
+		lines.endTry(t)
 	}
 	if call.try != nil && !errors.Is(err, core.ErrLimitMismatch) && !errors.Is(err, ErrLayoutVersion) {
 		// The try may have reached the server and taken a place that nobody would own (its
@@ -176,8 +178,8 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 	if err != nil {
 		return false, s.replyError(err)
 	}
-	if subs := s.loadSubs(); subs != nil && held {
-		subs.released(req.Key, req.Holder)
+	if lines := s.loadLines(); lines != nil && held {
+		lines.released(req.Key, req.Holder)
 	}
 	s.granted(req.Key, grants)
 	return held, nil
@@ -185,8 +187,8 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 
 // granted hands this Store's waiters among grants (from a script's reply) their leases.
 func (s *Store) granted(key string, grants []grant) {
-	if subs := s.loadSubs(); subs != nil && len(grants) > 0 {
-		subs.granted(subs.channel(key), grants, fromReply)
+	if lines := s.loadLines(); lines != nil && len(grants) > 0 {
+		lines.granted(lines.channel(key), grants, fromReply)
 	}
 }
 
@@ -217,11 +219,11 @@ func (s *Store) Register(ctx context.Context, req core.AcquireRequest) (core.Wak
 		s.leave(req.Key, req.Holder, 0)
 		return nil, err
 	}
-	subs := s.subscriptions()
-	if subs == nil {
+	sub := s.subscriber()
+	if sub == nil {
 		return nil, core.ErrClosed
 	}
-	w, err := subs.register(ctx, req)
+	w, err := sub.lines.register(ctx, req)
 	if err != nil && err != core.ErrClosed {
 		return nil, s.clientError(ctx, time.Time{}, err)
 	}

@@ -31,11 +31,11 @@ type Store struct {
 	durations durations
 	closed    atomic.Bool
 
-	mu         sync.Mutex // guards the lazily opened subscription
-	subs       *subscriptions
-	subsLoaded atomic.Pointer[subscriptions] // subs, once opened, for the hot path
-	cancel     context.CancelFunc
-	wait       func()
+	mu          sync.Mutex // guards the lazily opened subscription
+	sub         *subscriber
+	linesLoaded atomic.Pointer[waiters] // sub's waiters, once opened, for the hot path
+	cancel      context.CancelFunc
+	wait        func()
 	// listens says a PUBLISH on this Store's channel counts it while it listens (not a Cluster):
 	// a release passes over the waiters of a Store that no longer listens.
 	listens bool
@@ -203,29 +203,29 @@ func (s *Store) replyError(err error) error {
 	return err
 }
 
-// subscriptions returns the Store's subscriptions, opening its connection the first time; nil
-// once the Store is closed without having opened them.
-func (s *Store) subscriptions() *subscriptions {
+// subscriber returns the Store's subscriber, opening its connection the first time; nil once
+// the Store is closed without having opened it.
+func (s *Store) subscriber() *subscriber {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.subs == nil && s.closed.Load() {
+	if s.sub == nil && s.closed.Load() {
 		return nil // a closed Store opens no connection: nothing would stop it
 	}
-	if s.subs == nil {
+	if s.sub == nil {
 		var ctx context.Context
 		ctx, s.cancel = context.WithCancel(context.Background())
-		subs := newSubscriptions(s.layout, s.id, nil)
-		subs.leave = s.leave
-		subs.mark = s.mark
-		subs.ps, s.wait = s.wire.Listen(ctx, subs)
-		s.subs = subs
-		s.subsLoaded.Store(subs)
+		sub := newSubscriber(s.layout, s.id, nil)
+		sub.lines.leave = s.leave
+		sub.watches.mark = s.mark
+		sub.ps, s.wait = s.wire.Listen(ctx, sub)
+		s.sub = sub
+		s.linesLoaded.Store(sub.lines)
 	}
-	return s.subs
+	return s.sub
 }
 
-// loadSubs returns the subscriptions if they were opened, without locking.
-func (s *Store) loadSubs() *subscriptions { return s.subsLoaded.Load() }
+// loadLines returns the subscriber's waiters if it was opened, without locking.
+func (s *Store) loadLines() *waiters { return s.linesLoaded.Load() }
 
 // Close stops the Store's subscription connection, wakes its waiters (which then fail with
 // core.ErrClosed), and sends the leaves its waiters owe the keys' lines, waiting for them within
@@ -237,11 +237,11 @@ func (s *Store) Close() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.subs != nil {
-		owed := s.subs.close()
+	if s.sub != nil {
+		owed := s.sub.close()
 		s.cancel()
 		s.wait()
-		s.subs.bg.Wait() // refreshes of watches, which fail at once now
+		s.sub.watches.bg.Wait() // refreshes of watches, which fail at once now
 		for _, l := range owed {
 			s.leave(l.key, l.holder, l.floor)
 		}

@@ -15,10 +15,10 @@ import (
 	"github.com/leasehold/leasehold/internal/poll"
 )
 
-// Tests of subscriptions.go without a server: the grant bookkeeping of one Store (what it gives
-// back to the line, the leaves it starts, and when) and the marks of its watches.
+// Tests of the subscriber without a server: the grant bookkeeping of one Store's waiters (what
+// it gives back to the line, the leaves it starts, and when) and the marks of its watches.
 
-// leaveLog records the leaves a subscriptions starts, and whether s.mu was held then.
+// leaveLog records the leaves a Store's waiters start, and whether their mu was held then.
 type leaveLog struct {
 	mu     sync.Mutex
 	leaves []owedLeave
@@ -43,18 +43,18 @@ func (r *reclaimLog) all() []string {
 	return slices.Clone(r.decisions)
 }
 
-// newTestSubs returns the subscriptions of a Store with tm, whose leaves go to the log returned,
+// newTestSubs returns the subscriber of a Store with tm, whose leaves go to the log returned,
 // and the log of its reclaim timers' decisions.
-func newTestSubs(t *testing.T, tm timings) (*subscriptions, *leaveLog, *reclaimLog) {
+func newTestSubs(t *testing.T, tm timings) (*subscriber, *leaveLog, *reclaimLog) {
 	l, _ := newLayout(defaultPrefix)
 	testTimings.Store(&tm)
-	subs := newSubscriptions(l, "store", nopPubSub{})
+	subs := newSubscriber(l, "store", nopPubSub{})
 	testTimings.Store(nil)
 	ll := &leaveLog{}
-	subs.leave = func(key, holder string, floor uint64) {
-		locked := !subs.mu.TryLock()
+	subs.lines.leave = func(key, holder string, floor uint64) {
+		locked := !subs.lines.mu.TryLock()
 		if !locked {
-			subs.mu.Unlock()
+			subs.lines.mu.Unlock()
 		}
 		ll.mu.Lock()
 		ll.leaves = append(ll.leaves, owedLeave{key, holder, floor})
@@ -78,17 +78,17 @@ func newTestSubs(t *testing.T, tm timings) (*subscriptions, *leaveLog, *reclaimL
 // takeWithoutRoundTrip has holder, refused on key at fence floor, enroll, hears of the line's
 // grant of fence floor+1 from a reply of this Store's (its own Release granted it), take it
 // without a round trip, and close its waiter, as primitives does once it holds the lease.
-func takeWithoutRoundTrip(t *testing.T, subs *subscriptions, key, holder string, floor uint64) core.AcquireRequest {
+func takeWithoutRoundTrip(t *testing.T, subs *subscriber, key, holder string, floor uint64) core.AcquireRequest {
 	t.Helper()
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
-	subs.afterTry(ctx, try{}, tryOutcome{key: key, holder: holder, waits: true, fence: floor, sent: waitline.Sent{At: time.Now(), Req: req}})
-	w, err := subs.register(ctx, req)
+	subs.lines.afterTry(ctx, try{}, tryOutcome{key: key, holder: holder, waits: true, fence: floor, sent: waitline.Sent{At: time.Now(), Req: req}})
+	w, err := subs.lines.register(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	subs.granted(subs.channel(key), []grant{{holder: holder, fence: floor + 1}}, fromReply)
-	fence, _, ok := subs.takeGrant(req)
+	subs.lines.granted(subs.lines.channel(key), []grant{{holder: holder, fence: floor + 1}}, fromReply)
+	fence, _, ok := subs.lines.takeGrant(req)
 	if !ok || fence != floor+1 {
 		t.Fatalf("takeGrant = %d, %v; want the grant of fence %d taken without a round trip", fence, ok, floor+1)
 	}
@@ -110,12 +110,12 @@ func TestLateGrantMessageAfterFloorsSweptGivesNothingBack(t *testing.T) {
 	poll.Until(t, "b's floor older than keepGrants", func() bool { return time.Since(took) > 10*time.Millisecond })
 	// A busy key: 64 more holders' tries and releases record their floors, and sweep b's.
 	for i := range 64 {
-		subs.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: fmt.Sprint("busy-", i), granted: true, fence: uint64(200 + i)})
-		subs.released("k", fmt.Sprint("busy-", i))
+		subs.lines.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: fmt.Sprint("busy-", i), granted: true, fence: uint64(200 + i)})
+		subs.lines.released("k", fmt.Sprint("busy-", i))
 	}
-	subs.mu.Lock()
-	_, kept := subs.channels[subs.channel("k")].floors["b"]
-	subs.mu.Unlock()
+	subs.lines.mu.Lock()
+	_, kept := subs.lines.channels[subs.lines.channel("k")].floors["b"]
+	subs.lines.mu.Unlock()
 	if kept {
 		t.Fatal("b's floor was not swept: the test does not test what it says")
 	}
@@ -128,26 +128,26 @@ func TestLateGrantMessageAfterFloorsSweptGivesNothingBack(t *testing.T) {
 func TestLateGrantMessageAfterChannelExpiredGivesNothingBack(t *testing.T) {
 	subs, leaves, reclaims := newTestSubs(t, timings{linger: time.Millisecond, reclaim: time.Millisecond, keep: time.Hour})
 	takeWithoutRoundTrip(t, subs, "k", "b", 100)
-	name := subs.channel("k")
+	name := subs.lines.channel("k")
 	poll.Until(t, "the channel expired", func() bool {
-		subs.mu.Lock()
-		defer subs.mu.Unlock()
-		return subs.channels[name] == nil
+		subs.lines.mu.Lock()
+		defer subs.lines.mu.Unlock()
+		return subs.lines.channels[name] == nil
 	})
-	subs.mu.Lock()
-	subs.timings.linger = time.Hour // the channel made again stays
-	subs.mu.Unlock()
+	subs.lines.mu.Lock()
+	subs.lines.timings.linger = time.Hour // the channel made again stays
+	subs.lines.mu.Unlock()
 	// Another waiter's refused try subscribes again.
-	subs.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "c", waits: true, fence: 101})
+	subs.lines.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "c", waits: true, fence: 101})
 	lateGrantMessageGivesNothingBack(t, subs, leaves, reclaims)
 }
 
 // lateGrantMessageGivesNothingBack has the line's message about the grant of fence 101 to b at
 // key "k", which b took without a round trip, come late on the key's channel, and fails t unless
 // the Store decides not to give it back and sends no leave.
-func lateGrantMessageGivesNothingBack(t *testing.T, subs *subscriptions, leaves *leaveLog, reclaims *reclaimLog) {
+func lateGrantMessageGivesNothingBack(t *testing.T, subs *subscriber, leaves *leaveLog, reclaims *reclaimLog) {
 	t.Helper()
-	subs.granted(subs.channel("k"), []grant{{holder: "b", fence: 101}}, fromChannel)
+	subs.lines.granted(subs.lines.channel("k"), []grant{{holder: "b", fence: 101}}, fromChannel)
 	poll.Until(t, "the late grant's reclaim decided", func() bool { return len(reclaims.all()) == 1 })
 	if d := reclaims.all()[0]; d != "k b 101 given=false" {
 		t.Fatalf("reclaim decided %q; want the grant b took not given back", d)
@@ -164,18 +164,18 @@ func lateGrantMessageGivesNothingBack(t *testing.T, subs *subscriptions, leaves 
 // grant, and the key would be held by nobody until the grant's TTL.
 func TestLingerEndingBeforeReclaimStillGivesTheGrantBack(t *testing.T) {
 	subs, leaves, reclaims := newTestSubs(t, timings{linger: time.Hour, reclaim: time.Hour, keep: time.Hour})
-	name := subs.channel("k")
-	subs.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "gone", waits: true, fence: 100})
-	subs.granted(name, []grant{{holder: "gone", fence: 101}}, fromChannel)
-	subs.mu.Lock()
-	c := subs.channels[name]
+	name := subs.lines.channel("k")
+	subs.lines.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "gone", waits: true, fence: 100})
+	subs.lines.granted(name, []grant{{holder: "gone", fence: 101}}, fromChannel)
+	subs.lines.mu.Lock()
+	c := subs.lines.channels[name]
 	n := c.lingers
-	subs.mu.Unlock()
-	subs.expire(c, n) // the linger ends, within the grant's reclaimAfter
-	subs.mu.Lock()
-	still := subs.channels[name] == c
+	subs.lines.mu.Unlock()
+	subs.lines.expire(c, n) // the linger ends, within the grant's reclaimAfter
+	subs.lines.mu.Lock()
+	still := subs.lines.channels[name] == c
 	pending := len(c.recent) == 1 && c.recent[0].reclaim != nil && c.recent[0].reclaim.Reset(0) // the reclaim is due now
-	subs.mu.Unlock()
+	subs.lines.mu.Unlock()
 	if !still || !pending {
 		t.Fatalf("after the linger ended: channel kept %v, reclaim pending %v; want both (the grant is not given back yet)", still, pending)
 	}
@@ -187,17 +187,17 @@ func TestLingerEndingBeforeReclaimStillGivesTheGrantBack(t *testing.T) {
 		t.Fatalf("reclaims decided %q", d)
 	}
 	// Then the channel goes, at its next look (timings.reclaim after the postponed linger).
-	subs.mu.Lock()
+	subs.lines.mu.Lock()
 	if c.linger == nil || c.lingers == n {
-		subs.mu.Unlock()
+		subs.lines.mu.Unlock()
 		t.Fatal("the linger was not started again")
 	}
 	n = c.lingers
-	subs.mu.Unlock()
-	subs.expire(c, n)
-	subs.mu.Lock()
-	gone := subs.channels[name] == nil
-	subs.mu.Unlock()
+	subs.lines.mu.Unlock()
+	subs.lines.expire(c, n)
+	subs.lines.mu.Lock()
+	gone := subs.lines.channels[name] == nil
+	subs.lines.mu.Unlock()
 	if !gone {
 		t.Fatal("the channel stayed after its grant was given back")
 	}
@@ -209,17 +209,17 @@ func TestLingerEndingBeforeReclaimStillGivesTheGrantBack(t *testing.T) {
 // count it while its waiter may still come).
 func TestRefusalKeepsALingeringChannel(t *testing.T) {
 	subs, _, _ := newTestSubs(t, timings{linger: time.Hour, reclaim: time.Hour, keep: time.Hour})
-	name := subs.channel("k")
-	subs.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "first", waits: true, fence: 100})
-	subs.mu.Lock()
-	c := subs.channels[name]
+	name := subs.lines.channel("k")
+	subs.lines.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "first", waits: true, fence: 100})
+	subs.lines.mu.Lock()
+	c := subs.lines.channels[name]
 	n := c.lingers
-	subs.mu.Unlock()
-	subs.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "second", waits: true, fence: 100})
-	subs.expire(c, n) // the linger that ran before the second refusal ends
-	subs.mu.Lock()
-	defer subs.mu.Unlock()
-	if subs.channels[name] != c {
+	subs.lines.mu.Unlock()
+	subs.lines.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "second", waits: true, fence: 100})
+	subs.lines.expire(c, n) // the linger that ran before the second refusal ends
+	subs.lines.mu.Lock()
+	defer subs.lines.mu.Unlock()
+	if subs.lines.channels[name] != c {
 		t.Fatal("the channel expired right after a refusal of a caller about to enroll")
 	}
 }
@@ -229,14 +229,14 @@ func TestRefusalKeepsALingeringChannel(t *testing.T) {
 // and sends nothing, so close must owe the leave: the grant is given back, once.
 func TestCloseOwesAGrantWhoseReclaimFired(t *testing.T) {
 	subs, leaves, _ := newTestSubs(t, timings{linger: time.Hour, reclaim: time.Hour, keep: time.Hour})
-	name := subs.channel("k")
-	subs.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "gone", waits: true, fence: 100})
-	subs.granted(name, []grant{{holder: "gone", fence: 101}}, fromChannel)
-	subs.mu.Lock()
+	name := subs.lines.channel("k")
+	subs.lines.afterTry(context.Background(), try{}, tryOutcome{key: "k", holder: "gone", waits: true, fence: 100})
+	subs.lines.granted(name, []grant{{holder: "gone", fence: 101}}, fromChannel)
+	subs.lines.mu.Lock()
 	// The refusal's record, which close would owe a leave for too, is gone: the records of
 	// callers that never enrolled are dropped when 4096 pile up (see afterTry).
-	clear(subs.tries)
-	timer := subs.channels[name].recent[0].reclaim
+	clear(subs.lines.tries)
+	timer := subs.lines.channels[name].recent[0].reclaim
 	// Until the timer has fired (Stop then finds it expired): its reclaim is then running, held
 	// up by s.mu.
 	poll.Until(t, "the reclaim timer to fire", func() bool {
@@ -247,7 +247,7 @@ func TestCloseOwesAGrantWhoseReclaimFired(t *testing.T) {
 		return false
 	})
 	owed := subs.closeLocked()
-	subs.mu.Unlock()
+	subs.lines.mu.Unlock()
 	var gave []owedLeave
 	for _, o := range owed {
 		if o.holder == "gone" && o.floor == 100 {
@@ -269,8 +269,8 @@ func TestWaiterLeavesBeforeItIsGone(t *testing.T) {
 	subs, leaves, _ := newTestSubs(t, timings{linger: time.Hour, reclaim: time.Hour, keep: time.Hour})
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
-	subs.afterTry(ctx, try{}, tryOutcome{key: "k", holder: "h", waits: true, fence: 100, sent: waitline.Sent{At: time.Now(), Req: req}})
-	w, err := subs.register(ctx, req)
+	subs.lines.afterTry(ctx, try{}, tryOutcome{key: "k", holder: "h", waits: true, fence: 100, sent: waitline.Sent{At: time.Now(), Req: req}})
+	w, err := subs.lines.register(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,11 +290,11 @@ func TestTakenGrantRecordGoesWithItsRelease(t *testing.T) {
 	subs, _, _ := newTestSubs(t, timings{linger: time.Hour, reclaim: time.Hour, keep: time.Hour})
 	takeWithoutRoundTrip(t, subs, "k", "b", 100)
 	takeWithoutRoundTrip(t, subs, "k", "c", 200)
-	subs.released("k", "b")
-	subs.mu.Lock()
-	defer subs.mu.Unlock()
-	if _, ok := subs.taken[subs.channel("k")+"\x00"+"c"]; len(subs.taken) != 1 || !ok {
-		t.Fatalf("records of taken grants %v; want c's alone", subs.taken)
+	subs.lines.released("k", "b")
+	subs.lines.mu.Lock()
+	defer subs.lines.mu.Unlock()
+	if _, ok := subs.lines.taken[subs.lines.channel("k")+"\x00"+"c"]; len(subs.lines.taken) != 1 || !ok {
+		t.Fatalf("records of taken grants %v; want c's alone", subs.lines.taken)
 	}
 }
 
@@ -303,10 +303,10 @@ func TestTakenGrantRecordGoesWithItsRelease(t *testing.T) {
 // when its success comes back after the Down; only a watch script sent after it can.
 func TestStaleWatchScriptMarksNothing(t *testing.T) {
 	l, _ := newLayout(defaultPrefix)
-	subs := newSubscriptions(l, "store", nopPubSub{})
+	subs := newSubscriber(l, "store", nopPubSub{})
 	entered, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
-	subs.mark = func(string) error {
+	subs.watches.mark = func(string) error {
 		if calls.Add(1) == 1 {
 			close(entered)
 			<-release // the stale script: sent before the Down, answered after it
@@ -314,7 +314,7 @@ func TestStaleWatchScriptMarksNothing(t *testing.T) {
 		}
 		return errors.New("server still down") // the scripts the Down starts
 	}
-	w, err := subs.watch("k")
+	w, err := subs.watches.watch("k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestStaleWatchScriptMarksNothing(t *testing.T) {
 	}()
 	subs.Confirmed(l.changed("k"))
 	done := make(chan struct{})
-	go func() { subs.refreshWatch(w.k); close(done) }()
+	go func() { subs.watches.refresh(w.k); close(done) }()
 	<-entered
 	subs.Down()
 	poll.Until(t, "Down to start a watch script", func() bool { return calls.Load() >= 2 })

@@ -26,7 +26,7 @@ type refusal struct {
 // beforeTry reports that holder's try on key, which will wait if refused, is about to be sent. A
 // grant to holder is not given back while the try is in flight (the try may be finding it).
 // afterTry or endTry must follow.
-func (s *subscriptions) beforeTry(key, holder string) try {
+func (s *waiters) beforeTry(key, holder string) try {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.channels[s.channel(key)]
@@ -46,7 +46,7 @@ func (s *subscriptions) beforeTry(key, holder string) try {
 // give-back but this Store's leave, which it no longer sends for it: not when its waiter closes,
 // and not when the line's message about it comes late, after the holder's floor is gone (the
 // take is recorded, see tookLocked).
-func (s *subscriptions) takeGrant(req core.AcquireRequest) (fence uint64, left time.Duration, ok bool) {
+func (s *waiters) takeGrant(req core.AcquireRequest) (fence uint64, left time.Duration, ok bool) {
 	if !req.Unshared {
 		return 0, 0, false
 	}
@@ -67,7 +67,7 @@ func (s *subscriptions) takeGrant(req core.AcquireRequest) (fence uint64, left t
 }
 
 // endTry ends a try that got no answer.
-func (s *subscriptions) endTry(t try) {
+func (s *waiters) endTry(t try) {
 	if t.c == nil {
 		return
 	}
@@ -90,7 +90,7 @@ type tryOutcome struct {
 // keeps a place in the line, which the waiter must leave if it gives up; a grant takes it out,
 // and with it any grant from the line up to its fence (the line's message about a lease the try
 // has just found may still be on its way).
-func (s *subscriptions) afterTry(ctx context.Context, t try, out tryOutcome) {
+func (s *waiters) afterTry(ctx context.Context, t try, out tryOutcome) {
 	if t.c != nil {
 		defer s.endTry(t)
 	}
@@ -101,7 +101,7 @@ func (s *subscriptions) afterTry(ctx context.Context, t try, out tryOutcome) {
 	if !out.granted && !s.subscribed(name, out.key) {
 		// Subscribe now, not at Register: a grant to a caller that gives up before enrolling
 		// must reach this Store, to be given back.
-		s.sync(ctx, name)
+		s.syncChannel(ctx, name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

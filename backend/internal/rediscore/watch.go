@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/core"
@@ -20,8 +21,28 @@ const (
 	watchTimeout = 5 * time.Second
 )
 
-// watched is what subscriptions keeps for one key's changed channel while the Store watches the
-// key (and for linger after). Its fields are guarded by the subscriptions' mu.
+// watches are a Store's key watches, over its subscription connection: for each key watched, a
+// subscription to the key's changed channel (see layout.changed), and the watch script run
+// every watchLife/3 so that the scripts publish the key's changes; a message on the channel, or
+// a change of the watches' reliability, wakes the key's watches. Their state is guarded by the
+// connection's mu.
+type watches struct {
+	*conn
+	layout layout
+	// mark, when set, runs the watch script on a key.
+	mark   func(key string) error
+	bg     sync.WaitGroup      // the refreshes of watches running; Add under mu while not closed
+	byName map[string]*watched // changed channel → the key's watches
+	downs  uint64              // Down calls so far: a watch script sent before one marks nothing
+}
+
+// newWatches returns the watches of the Store with layout l, over c.
+func newWatches(c *conn, l layout) *watches {
+	return &watches{conn: c, layout: l, byName: map[string]*watched{}}
+}
+
+// watched is what watches keeps for one key's changed channel while the Store watches the key
+// (and for linger after). Its fields are guarded by the connection's mu.
 type watched struct {
 	name, key string
 	ws        []*keyWatch
@@ -40,9 +61,16 @@ func (k *watched) wakeAll() {
 	}
 }
 
+// confirmed records that k's subscription was confirmed, the gen-th confirmation, and wakes
+// k's watches.
+func (k *watched) confirmed(gen uint64) {
+	k.gen = gen
+	k.wakeAll()
+}
+
 // keyWatch is the core.Wake of one Watch call.
 type keyWatch struct {
-	s      *subscriptions
+	s      *watches
 	k      *watched
 	c      chan struct{}
 	closed bool // guarded by s.mu
@@ -61,21 +89,22 @@ func (s *Store) Watch(ctx context.Context, key string) (core.Wake, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	subs := s.subscriptions()
-	if subs == nil {
+	sub := s.subscriber()
+	if sub == nil {
 		return nil, core.ErrClosed
 	}
-	w, err := subs.watch(key)
+	ws := sub.watches
+	w, err := ws.watch(key)
 	if err != nil {
 		return nil, err
 	}
-	since := subs.downCount()
+	since := ws.downCount()
 	if _, err := s.run(ctx, watchScript, key, watchArgs(watchLife)); err != nil {
 		w.Close()
 		return nil, err
 	}
-	subs.marked(w.k, true, since)
-	if err := subs.sync(ctx, w.k.name); err != nil {
+	ws.marked(w.k, true, since)
+	if err := ws.syncWatch(ctx, w.k); err != nil {
 		w.Close()
 		return nil, s.clientError(ctx, time.Time{}, fmt.Errorf("subscribe %q: %w", w.k.name, err))
 	}
@@ -92,24 +121,24 @@ func (s *Store) mark(key string) error {
 
 // watch adds a watch on key, which starts with a value in C; the first on the key starts its
 // refreshes. It fails with core.ErrClosed after close.
-func (s *subscriptions) watch(key string) (*keyWatch, error) {
+func (s *watches) watch(key string) (*keyWatch, error) {
 	name := s.layout.changed(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, core.ErrClosed
 	}
-	k := s.watches[name]
+	k := s.byName[name]
 	if k == nil {
 		k = &watched{name: name, key: key}
-		s.watches[name] = k
+		s.byName[name] = k
 	}
 	if k.linger != nil {
 		k.linger.Stop()
 		k.linger = nil
 	}
 	if k.refresh == nil {
-		k.refresh = time.AfterFunc(watchLife/3, func() { s.refreshWatch(k) })
+		k.refresh = time.AfterFunc(watchLife/3, func() { s.refresh(k) })
 	}
 	w := &keyWatch{s: s, k: k, c: make(chan struct{}, 1)}
 	w.wake() // the caller reads the key after Watch: a change before that is in what it reads
@@ -118,7 +147,7 @@ func (s *subscriptions) watch(key string) (*keyWatch, error) {
 }
 
 // downCount returns how many times the connection went down so far.
-func (s *subscriptions) downCount() uint64 {
+func (s *watches) downCount() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.downs
@@ -128,7 +157,7 @@ func (s *subscriptions) downCount() uint64 {
 // when that changes their reliability. A success of a script sent before the connection last
 // went down (since, from downCount before sending, is behind) marks nothing: it may have reached
 // a server that has since lost the key's watch entry, and Down has sent another.
-func (s *subscriptions) marked(k *watched, ok bool, since uint64) {
+func (s *watches) marked(k *watched, ok bool, since uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ok && since != s.downs {
@@ -140,10 +169,10 @@ func (s *subscriptions) marked(k *watched, ok bool, since uint64) {
 	}
 }
 
-// refreshWatch runs the watch script on k's key again, while k has watches, and arms the next.
-func (s *subscriptions) refreshWatch(k *watched) {
+// refresh runs the watch script on k's key again, while k has watches, and arms the next.
+func (s *watches) refresh(k *watched) {
 	s.mu.Lock()
-	if s.closed || len(k.ws) == 0 || s.watches[k.name] != k || s.mark == nil {
+	if s.closed || len(k.ws) == 0 || s.byName[k.name] != k || s.mark == nil {
 		s.mu.Unlock()
 		return
 	}
@@ -155,7 +184,7 @@ func (s *subscriptions) refreshWatch(k *watched) {
 	s.marked(k, err == nil, since)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || len(k.ws) == 0 || s.watches[k.name] != k || since != s.downs {
+	if s.closed || len(k.ws) == 0 || s.byName[k.name] != k || since != s.downs {
 		return // (after a Down, the refresh it started arms the next)
 	}
 	next := watchLife / 3
@@ -167,20 +196,52 @@ func (s *subscriptions) refreshWatch(k *watched) {
 	}
 }
 
-// expireWatch unsubscribes from k's channel, which has had no watch for linger.
-func (s *subscriptions) expireWatch(k *watched) {
+// expire unsubscribes from k's channel, which has had no watch for linger.
+func (s *watches) expire(k *watched) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
-	if len(k.ws) > 0 || s.watches[k.name] != k || s.closed {
+	if len(k.ws) > 0 || s.byName[k.name] != k || s.closed {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.watches, k.name)
+	delete(s.byName, k.name)
 	s.mu.Unlock()
-	// Best effort: a failed UNSUBSCRIBE leaves a subscription whose messages are ignored.
-	if s.sent[k.name] && s.ps.Unsubscribe(context.Background(), k.name) == nil {
-		delete(s.sent, k.name)
+	s.unsubscribeLocked(k.name)
+}
+
+// syncWatch brings the subscription to k's channel on the connection in line with whether the
+// key is watched.
+func (s *watches) syncWatch(ctx context.Context, k *watched) error {
+	return s.sync(ctx, k.name, func() bool { return s.byName[k.name] != nil })
+}
+
+// downLocked makes every watch unreliable and wakes it: the connection went down. s.mu must be
+// held.
+func (s *watches) downLocked() {
+	s.downs++
+	for _, k := range s.byName {
+		k.gen = 0
+		// The server may have lost the key's watch entry (a restart, a failover): the watch is
+		// unreliable until a watch script succeeds again, which is run at once (and retried).
+		k.marked = false
+		if k.refresh != nil {
+			k.refresh.Reset(0)
+		}
+		k.wakeAll()
+	}
+}
+
+// closeLocked stops every refresh and linger of the watches, and wakes them. s.mu must be held,
+// and s.closed just set.
+func (s *watches) closeLocked() {
+	for _, k := range s.byName {
+		for _, t := range []*time.Timer{k.refresh, k.linger} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+		k.wakeAll()
 	}
 }
 
@@ -223,7 +284,7 @@ func (w *keyWatch) Close() {
 		k.refresh.Stop()
 		k.refresh = nil
 	}
-	if k.linger == nil && s.watches[k.name] == k {
-		k.linger = time.AfterFunc(linger, func() { s.expireWatch(k) })
+	if k.linger == nil && s.byName[k.name] == k {
+		k.linger = time.AfterFunc(linger, func() { s.expire(k) })
 	}
 }
