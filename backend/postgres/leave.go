@@ -24,35 +24,25 @@ func (s *Store) leave(key, holder string, try *int64) {
 	s.leaveLocked(key, holder, try)
 }
 
-// leaveLocked is leave, for a caller holding s.lmu.
+// leaveLocked is leave, for a caller holding s.lmu. The leave is one waitline.Leave with a budget
+// of leaveFor, so that Inspect and the holder's next call wait for all of it.
 func (s *Store) leaveLocked(key, holder string, try *int64) {
-	s.leaveUntil(key, holder, try, time.Now().Add(leaveFor))
+	var tryArg any
+	if try != nil {
+		tryArg = *try
+	}
+	s.leaves.Start(waitline.Leave{Key: key, Holder: holder, Budget: leaveFor, Send: func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, s.n.leave, []byte(key), []byte(holder), tryArg)
+		if pe, refused := errors.AsType[*pgconn.PgError](err); refused && !refusedForNow(pe) {
+			return nil // sent again, it would be refused alike; a place left behind ends with its wait
+		}
+		return err
+	}})
 }
 
 // leaveFor bounds how long a Store goes on trying to leave: a leave waits for a connection of
 // the pool, which a busy pool may not give it within one waitline.LeaveBudget.
 const leaveFor = 5 * time.Second
-
-// leaveUntil is leaveLocked, started again until the deadline until while unanswered.
-func (s *Store) leaveUntil(key, holder string, try *int64, until time.Time) {
-	var tryArg any
-	if try != nil {
-		tryArg = *try
-	}
-	answered := false
-	s.leaves.Start(waitline.Leave{Key: key, Holder: holder, Send: func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, s.n.leave, []byte(key), []byte(holder), tryArg)
-		if pe, refused := errors.AsType[*pgconn.PgError](err); refused && !refusedForNow(pe) {
-			err = nil // sent again, it would be refused alike; a place left behind ends with its wait
-		}
-		answered = err == nil
-		return err
-	}, After: func() {
-		if !answered && time.Now().Before(until) {
-			s.leaveUntil(key, holder, try, until)
-		}
-	}})
-}
 
 // refusedForNow reports whether the database refused a statement, having changed nothing, for a
 // reason that may be gone when it is sent again: a serialization failure or a deadlock (class
