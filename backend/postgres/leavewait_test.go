@@ -37,13 +37,15 @@ func TestInspectWaitsForALeaveHeldUpPastTheSharedBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM leasehold_keys WHERE kh = sha256($1) FOR UPDATE", []byte(key)); err != nil {
+		tx.Rollback(ctx)
 		t.Fatal(err)
 	}
-	// The row is held past the default budget of 2 s, then freed: the fault's schedule.
-	release := time.AfterFunc(2500*time.Millisecond, func() { tx.Rollback(context.Background()) })
-	defer release.Stop()
+	// The row is held past the default budget of 2 s, then freed: the fault's schedule. The
+	// transaction is the timer's alone from here on.
+	freed := make(chan struct{})
+	time.AfterFunc(2500*time.Millisecond, func() { tx.Rollback(context.Background()); close(freed) })
+	t.Cleanup(func() { <-freed })
 	w.Close()
 	snap, err := s.Inspect(ctx, key)
 	if err != nil {
