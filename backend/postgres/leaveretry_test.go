@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
 )
 
@@ -30,19 +29,7 @@ func TestLeaveRefusedForNowIsSentAgain(t *testing.T) {
 	}))
 	ctx := context.Background()
 	key := uniqueKey(t)
-	hold := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
-	if res, err := s.Acquire(ctx, hold); err != nil || !res.Granted {
-		t.Fatalf("Acquire(h) = %+v, %v", res, err)
-	}
-	wr := hold
-	wr.Holder, wr.Wait = "w", time.Minute
-	if res, err := s.Acquire(ctx, wr); err != nil || res.Granted {
-		t.Fatalf("Acquire(w) = %+v, %v; want refused", res, err)
-	}
-	w, err := s.Register(ctx, wr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := waiterBehindHolder(t, s, key)
 	pool := newPool(t, url)
 	tx, err := pool.Begin(ctx)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
@@ -20,19 +21,7 @@ func TestInspectWaitsForALeaveHeldUpPastTheSharedBudget(t *testing.T) {
 	s := newStore(t, url)
 	ctx := context.Background()
 	key := uniqueKey(t)
-	hold := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
-	if res, err := s.Acquire(ctx, hold); err != nil || !res.Granted {
-		t.Fatalf("Acquire(h) = %+v, %v", res, err)
-	}
-	wr := hold
-	wr.Holder, wr.Wait = "w", time.Minute
-	if res, err := s.Acquire(ctx, wr); err != nil || res.Granted {
-		t.Fatalf("Acquire(w) = %+v, %v; want refused", res, err)
-	}
-	w, err := s.Register(ctx, wr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := waiterBehindHolder(t, s, key)
 	tx, err := newPool(t, url).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -56,4 +45,25 @@ func TestInspectWaitsForALeaveHeldUpPastTheSharedBudget(t *testing.T) {
 			t.Fatalf("Inspect after the waiter gave up lists it: %+v", snap.Waiters)
 		}
 	}
+}
+
+// waiterBehindHolder has holder h take key's one permit and w wait behind it, enrolled: it
+// returns w's wake.
+func waiterBehindHolder(t *testing.T, s *postgres.Store, key string) core.Wake {
+	t.Helper()
+	ctx := context.Background()
+	hold := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
+	if res, err := s.Acquire(ctx, hold); err != nil || !res.Granted {
+		t.Fatalf("Acquire(h) = %+v, %v", res, err)
+	}
+	wr := hold
+	wr.Holder, wr.Wait = "w", time.Minute
+	if res, err := s.Acquire(ctx, wr); err != nil || res.Granted {
+		t.Fatalf("Acquire(w) = %+v, %v; want refused", res, err)
+	}
+	w, err := s.Register(ctx, wr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
