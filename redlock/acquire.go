@@ -12,9 +12,10 @@ import (
 )
 
 // Acquire implements core.Store.Acquire: it grants when QuorumFor(req.Permits, req.Limit) nodes (a
-// majority, for a mutex) grant with validity left, at the highest fence among them. It costs one
-// round trip to every node in parallel, returning at the latency of the quorum-th fastest node
-// (bounded by the node timeout), and a second round when the granting nodes' fences differ.
+// majority, for a mutex) grant with validity left: at the fence a quorum of them holds it at, or
+// else the highest among them. It costs one round trip to every node in parallel, returning at
+// the latency of the quorum-th fastest node (bounded by the node timeout), and a second round
+// when the granting nodes' fences differ.
 //
 // A refusal releases what nodes granted before Acquire returns, keeps no place in any node's line,
 // and says in RetryAfter when, by the refusing nodes, a quorum would have room. Acquire returns the
@@ -33,7 +34,11 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	lease := keyHolder{req.Key, req.Holder}
 	st := s.newSettle(req, timeout)
 	watches, seen := s.waiting(lease)
-	res := s.acquireRound(ctx, req, start, quorum, timeout, st)
+	// Nodes grant max(their last fence + 1, their clock in µs, floor). A floor of the local
+	// clock plus fenceLead makes nodes whose counters are in step (as the last grant's raise left
+	// them) grant one fence, so the raise round is rarely needed.
+	floor := uint64(start.UnixMicro()) + fenceLead
+	res := s.acquireRound(ctx, req, floor, quorum, timeout, st)
 	t, err := tallyAcquire(res)
 	if err != nil {
 		st.decide(0, true) // the holder holds other permits: nothing of this call to undo
@@ -47,7 +52,7 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 		return core.AcquireResult{}, t.mismatch
 	}
 	if len(t.granted) >= quorum && ctx.Err() == nil {
-		fence, ok := s.raise(ctx, raising{req: req, quorum: quorum, timeout: timeout}, res, t.granted)
+		fence, ok := s.raise(ctx, raising{req: req, floor: floor, quorum: quorum, timeout: timeout}, res, t.granted)
 		if ok && time.Since(start) < req.TTL-s.drift(req.TTL) {
 			st.decide(fence, false)
 			return core.AcquireResult{Granted: true, Fence: fence}, nil
@@ -69,14 +74,10 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	return core.AcquireResult{RetryAfter: retryAfter(res, quorum)}, nil
 }
 
-// acquireRound asks every node to grant req, above a floor of the local clock at start, and
+// acquireRound asks every node to grant req, at a fence of at least floor, and
 // returns their answers once a quorum is decided (acquireDecided) or the node timeout ends; st
 // settles the answers that come later.
-func (s *Store) acquireRound(ctx context.Context, req core.AcquireRequest, start time.Time, quorum int, timeout time.Duration, st *settle) []result[core.AcquireResult] {
-	// Nodes grant max(their last fence + 1, their clock in µs, floor). A floor of the local
-	// clock plus fenceLead makes nodes whose counters are in step (as the last grant's raise left
-	// them) grant one fence, so the raise round is rarely needed.
-	floor := uint64(start.UnixMicro()) + fenceLead
+func (s *Store) acquireRound(ctx context.Context, req core.AcquireRequest, floor uint64, quorum int, timeout time.Duration, st *settle) []result[core.AcquireResult] {
 	first := req
 	// No node keeps a place for the caller: each node's line is its own, in its own arrival
 	// order, so nodes would grant the freed permits to different waiters and none reach a
@@ -183,28 +184,38 @@ func acquireDecided(rs []result[core.AcquireResult], quorum int) bool {
 // to be: more than the clocks of this process and the nodes are apart.
 const fenceLead = uint64(time.Second / time.Microsecond)
 
-// raising is the acquire whose fences raise lifts: its request, quorum and node timeout.
+// raising is the acquire whose fences raise lifts: its request, its first round's floor, quorum
+// and node timeout.
 type raising struct {
 	req     core.AcquireRequest
+	floor   uint64
 	quorum  int
 	timeout time.Duration
 }
 
-// raise brings the granting nodes whose fence is below the highest up to it, and reports the
-// fence and whether a quorum now holds the lease at that fence. It records each raised node's
-// answer in res: its new fence, or its error (it may have been raised unseen).
+// raise settles the fence of a quorum's grant and reports it, and whether a quorum now holds
+// the lease at it. When a quorum of the granting nodes held the lease before this acquire, at one
+// fence (below the round's floor: a re-acquire by its holder, which nodes that missed the grant
+// answer afresh, above it), that is the fence, and the nodes that granted above it are given
+// back; otherwise it is the highest granted. Nodes below it are raised to it; raise records each raised node's answer in res: its
+// new fence, or its error (it may have been raised unseen).
 func (s *Store) raise(ctx context.Context, a raising, res []result[core.AcquireResult], granted []int) (uint64, bool) {
 	req, quorum, timeout := a.req, a.quorum, a.timeout
-	var fence uint64
+	fence := leaseFence(res, granted, a.floor, quorum)
+	above := map[int]uint64{}
 	for _, i := range granted {
-		fence = max(fence, res[i].v.Fence)
+		if f := res[i].v.Fence; f > fence {
+			above[i] = f
+		}
 	}
+	s.releaseOn(ctx, keyHolder{req.Key, req.Holder}, above, timeout)
 	var low []int
 	at := 0
 	for _, i := range granted {
-		if res[i].v.Fence == fence {
+		switch f := res[i].v.Fence; {
+		case f == fence:
 			at++
-		} else {
+		case f < fence:
 			low = append(low, i)
 		}
 	}
@@ -224,6 +235,25 @@ func (s *Store) raise(ctx context.Context, a raising, res []result[core.AcquireR
 		}
 	}
 	return fence, at >= quorum
+}
+
+// leaseFence is the fence below floor that a quorum of the granting nodes holds the lease at
+// (a fresh grant is at floor or above), or else the highest granted. Preferring the highest
+// among fresh grants raises the nodes whose counters lag, which keeps them in step.
+func leaseFence(res []result[core.AcquireResult], granted []int, floor uint64, quorum int) uint64 {
+	var highest uint64
+	held := map[uint64]int{}
+	for _, i := range granted {
+		f := res[i].v.Fence
+		highest = max(highest, f)
+		if f >= floor {
+			continue
+		}
+		if held[f]++; held[f] >= quorum {
+			return f
+		}
+	}
+	return highest
 }
 
 // retryAfter is when a quorum of nodes would have room: the quorum-th shortest wait among

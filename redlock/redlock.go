@@ -30,7 +30,9 @@
 // Two majorities share a node, and after a quorum grants, the nodes that granted a lower fence are
 // raised to the highest, so the shared node carries the order to the next grant. The raise is a
 // second round, made only when the fences differ, which is rare: the last raise left the nodes'
-// counters in step.
+// counters in step. A re-acquire by the holder keeps the lease's fence: when a quorum already
+// holds the lease at one fence, the nodes that missed the grant and now grant it afresh, above
+// that fence, are given back instead.
 //
 // Redlock assumes clocks that advance at about the same rate (the drift allowance) and nodes that
 // keep their data; a node that restarts empty weakens the majority until its leases would have
