@@ -197,8 +197,9 @@ type raising struct {
 // the lease at it. When a quorum of the granting nodes held the lease before this acquire, at one
 // fence (below the round's floor: a re-acquire by its holder, which nodes that missed the grant
 // answer afresh, above it), that is the fence, and the nodes that granted above it are given
-// back; otherwise it is the highest granted. Nodes below it are raised to it; raise records each raised node's answer in res: its
-// new fence, or its error (it may have been raised unseen).
+// back; otherwise it is the highest granted, at least the round's floor (see leaseFence). Nodes
+// below it are raised to it; raise records each raised node's answer in res: its new fence, or
+// its error (it may have been raised unseen).
 func (s *Store) raise(ctx context.Context, a raising, res []result[core.AcquireResult], granted []int) (uint64, bool) {
 	req, quorum, timeout := a.req, a.quorum, a.timeout
 	fence := leaseFence(res, granted, a.floor, quorum)
@@ -238,8 +239,12 @@ func (s *Store) raise(ctx context.Context, a raising, res []result[core.AcquireR
 }
 
 // leaseFence is the fence below floor that a quorum of the granting nodes holds the lease at
-// (a fresh grant is at floor or above), or else the highest granted. Preferring the highest
-// among fresh grants raises the nodes whose counters lag, which keeps them in step.
+// (a fresh grant is at floor or above), or else the highest granted, and at least floor.
+// Preferring the highest among fresh grants raises the nodes whose counters lag, which keeps
+// them in step. When no node granted afresh, the nodes hold the holder at fences of earlier
+// acquires, fewer than a quorum at each: one of them may be an overlapping re-acquire's fresh
+// grant, which that acquire gives back at its fence, so the lease moves to floor, which no
+// earlier acquire of this process gave out.
 func leaseFence(res []result[core.AcquireResult], granted []int, floor uint64, quorum int) uint64 {
 	var highest uint64
 	held := map[uint64]int{}
@@ -253,7 +258,7 @@ func leaseFence(res []result[core.AcquireResult], granted []int, floor uint64, q
 			return f
 		}
 	}
-	return highest
+	return max(highest, floor)
 }
 
 // retryAfter is when a quorum of nodes would have room: the quorum-th shortest wait among

@@ -32,7 +32,9 @@
 // second round, made only when the fences differ, which is rare: the last raise left the nodes'
 // counters in step. A re-acquire by the holder keeps the lease's fence: when a quorum already
 // holds the lease at one fence, the nodes that missed the grant and now grant it afresh, above
-// that fence, are given back instead.
+// that fence, are given back instead. When no node grants afresh and no quorum holds one fence
+// (re-acquires of one holder id that overlap, say), the lease moves to the acquire's own floor,
+// above any fence an overlapping acquire may be giving back.
 //
 // Redlock assumes clocks that advance at about the same rate (the drift allowance) and nodes that
 // keep their data; a node that restarts empty weakens the majority until its leases would have
