@@ -147,3 +147,59 @@ func TestReacquireOfASharedKeyKeepsItsFenceBesideLaterHolders(t *testing.T) {
 		}
 	}
 }
+
+// TestReacquireAfterAWipeOrBesideACounterAheadKeepsFencesIncreasing: a holder's lease is on three
+// of five nodes. When one of them restarts empty, the re-acquire finds no quorum at the lease's
+// fence and moves the lease above it; when a node that missed the lease has its counter far
+// ahead, the re-acquire keeps the lease's fence and gives that node's grant back. Either way
+// Extend and Inspect report the fence returned, and the next holder's fence is above it.
+func TestReacquireAfterAWipeOrBesideACounterAheadKeepsFencesIncreasing(t *testing.T) {
+	for _, wipe := range []bool{true, false} {
+		ns, ss := nodes(core.SystemClock{}, 5)
+		s := mustNew(t, ss, redlock.WithNodeTimeout(time.Second))
+		ctx := context.Background()
+		req := core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
+		ns[3].set(true, 0)
+		ns[4].set(true, 0)
+		first, err := s.Acquire(ctx, req)
+		if err != nil || !first.Granted {
+			t.Fatalf("wipe %v: acquire with two nodes down: %+v %v", wipe, first, err)
+		}
+		ns[3].set(false, 0)
+		ns[4].set(false, 0)
+		ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
+		if wipe {
+			ns[2].wipe()
+		} else {
+			bump := core.AcquireRequest{Key: "k", Holder: "bump", Permits: 1, Limit: 1, TTL: time.Minute}
+			if _, err := ns[3].AcquireAbove(ctx, bump, ahead); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ns[3].Release(ctx, core.ReleaseRequest{Key: "k", Holder: "bump"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		again, err := s.Acquire(ctx, req)
+		switch {
+		case err != nil || !again.Granted:
+			t.Fatalf("wipe %v: re-acquire: %+v %v", wipe, again, err)
+		case wipe && again.Fence <= first.Fence:
+			t.Errorf("re-acquire after a wipe left the lease on two nodes: fence %d, want above %d", again.Fence, first.Fence)
+		case !wipe && again.Fence != first.Fence:
+			t.Errorf("re-acquire beside a node ahead: fence %d, want the lease's %d", again.Fence, first.Fence)
+		}
+		if ext, err := s.Extend(ctx, core.ExtendRequest{Key: "k", Holder: "a", TTL: time.Minute}); err != nil || ext.Fence != again.Fence {
+			t.Errorf("wipe %v: Extend %+v %v; want fence %d", wipe, ext, err, again.Fence)
+		}
+		if snap, err := s.Inspect(ctx, "k"); err != nil || len(snap.Leases) != 1 || snap.Leases[0].Fence != again.Fence {
+			t.Errorf("wipe %v: Inspect %+v %v; want a at %d", wipe, snap.Leases, err, again.Fence)
+		}
+		if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a", Fence: again.Fence}); !ok || err != nil {
+			t.Fatalf("wipe %v: release: %v %v", wipe, ok, err)
+		}
+		b, err := s.Acquire(ctx, core.AcquireRequest{Key: "k", Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute})
+		if err != nil || !b.Granted || b.Fence <= again.Fence {
+			t.Errorf("wipe %v: next holder: %+v %v; want granted above %d", wipe, b, err, again.Fence)
+		}
+	}
+}
