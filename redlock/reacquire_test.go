@@ -57,6 +57,7 @@ func TestReacquireKeepsTheFenceOfAQuorum(t *testing.T) {
 // Inspect report the fence Acquire returned, and that a mutex never has two holders told they
 // hold it.
 func TestReacquireAgreesWithExtendAndInspectUnderNodeFailures(t *testing.T) {
+	t.Parallel() // its slow nodes' delays are real time
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.SampledFrom([]int{3, 5}).Draw(rt, "nodes")
 		limit := rapid.SampledFrom([]int{1, 2, core.MaxLimit}).Draw(rt, "limit")
