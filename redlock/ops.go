@@ -132,8 +132,8 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 
 // Inspect implements core.Store.Inspect: a lease is reported when a quorum of nodes hold it at one
 // fence, with that fence and the TTL for which a quorum still holds it. Cost: one round trip to
-// every node in parallel; when a lease's quorum has a hung node, or some nodes hold a lease but not
-// a quorum, Inspect waits for the node timeout (500ms unless WithNodeTimeout: Inspect carries no
+// every node in parallel; when a lease's quorum has a hung node, or some nodes hold a lease (or
+// keep one closed for its lock delay) but not a quorum, Inspect waits for the node timeout (500ms unless WithNodeTimeout: Inspect carries no
 // TTL), and the TTL reported may then be shorter than every node's.
 func (s *Store) Inspect(ctx context.Context, key string) (core.Snapshot, error) {
 	res, c := fanout(ctx, s, round[core.Snapshot]{timeout: s.nodeTimeout(0), decided: s.inspectDecided,
@@ -172,10 +172,25 @@ func onQuorum(ts []time.Duration, quorum int) (time.Duration, bool) {
 // permits needs, each with the time a quorum of them keeps it closed; a delay on fewer nodes
 // closes nothing a quorum would refuse.
 func (s *Store) delayedOnQuorum(res []result[core.Snapshot], limit int) []core.DelayInfo {
-	type delayed struct {
-		info core.DelayInfo
-		left []time.Duration
+	var out []core.DelayInfo
+	for _, e := range tallyDelayed(res) {
+		if left, ok := onQuorum(e.left, s.QuorumFor(e.info.Permits, limit)); ok {
+			e.info.Left = left
+			out = append(out, e.info)
+		}
 	}
+	slices.SortFunc(out, func(a, b core.DelayInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	return out
+}
+
+type delayed struct {
+	info core.DelayInfo
+	left []time.Duration
+}
+
+// tallyDelayed gathers the nodes' delayed leases, each with the time left on each node that
+// reports it.
+func tallyDelayed(res []result[core.Snapshot]) map[leaseID]*delayed {
 	by := map[leaseID]*delayed{}
 	for _, r := range res {
 		if r.err != nil {
@@ -189,15 +204,7 @@ func (s *Store) delayedOnQuorum(res []result[core.Snapshot], limit int) []core.D
 			by[id].left = append(by[id].left, d.Left)
 		}
 	}
-	var out []core.DelayInfo
-	for _, e := range by {
-		if left, ok := onQuorum(e.left, s.QuorumFor(e.info.Permits, limit)); ok {
-			e.info.Left = left
-			out = append(out, e.info)
-		}
-	}
-	slices.SortFunc(out, func(a, b core.DelayInfo) int { return cmp.Compare(a.Fence, b.Fence) })
-	return out
+	return by
 }
 
 type seen struct {
@@ -257,6 +264,11 @@ func (s *Store) inspectDecided(rs []result[core.Snapshot]) bool {
 	}
 	for _, e := range by {
 		if n, q := len(e.ttls), s.QuorumFor(e.info.Permits, limit); n < q && n+open >= q {
+			return false
+		}
+	}
+	for _, e := range tallyDelayed(rs) {
+		if n, q := len(e.left), s.QuorumFor(e.info.Permits, limit); n < q && n+open >= q {
 			return false
 		}
 	}
