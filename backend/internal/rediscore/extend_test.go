@@ -138,6 +138,7 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 // gives up, its leave (awaited by Inspect on b's Store) does not give the lease back: c, next in
 // line, is not granted until the adopter releases.
 func TestAdoptTakesAnUntakenLineGrantAcrossStores(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -219,6 +220,7 @@ func TestAdoptTakesAnUntakenLineGrantAcrossStores(t *testing.T) {
 // other holders and a release; and an extend far past the hash's keep makes the hash outlive
 // the lease, by at most as long again.
 func TestExtendReportsTheLatestLimit(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -272,6 +274,7 @@ func TestExtendReportsTheLatestLimit(t *testing.T) {
 // ' q' mark, so when the original waiter gives up, leave.lua drops the adopted lease and serves
 // the next waiter: the adopter and that waiter are inside at once.
 func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
