@@ -45,7 +45,6 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 			srv := redistest.StartServer(t)
 			sa, sc, sw := mk(t, srv.Addr), otherDriver(name)(t, srv.Addr), mk(t, srv.Addr)
 			const key = "refreshed"
-			w := reliableWatch(t, sw, key)
 			var refreshes atomic.Int64
 			// a's TTL outlasts a loaded machine's stalls between its refreshes (1 s did not, under
 			// -race at load 20), and stays below c's wait (10 s), which sets the key's keep.
@@ -84,7 +83,9 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 				got <- l
 			}()
 			poll.Until(t, "c in line", func() bool { return lineLen(t, srv.Addr, key) == 1 })
-			quiet(w) // the grants of a and b
+			// The watch starts now, not before the grants of a and b: their messages, delivered
+			// late on a loaded machine, would wake it after any draining.
+			w := reliableWatch(t, sw, key)
 			published := publishes(t, srv.Addr)
 			out := func(when string) {
 				t.Helper()
