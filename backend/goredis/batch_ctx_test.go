@@ -17,6 +17,7 @@ import (
 // TestCallWhoseCtxEndsInTheQueueIsNotSent: a caller whose ctx ends while its call waits in the
 // queue gets ctx's error at once, and its call never reaches the server.
 func TestCallWhoseCtxEndsInTheQueueIsNotSent(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	h := &gateHook{gate: make(chan struct{})}
 	s := gatedStore(t, srv, h)
@@ -63,6 +64,7 @@ func TestCallWhoseCtxEndsInTheQueueIsNotSent(t *testing.T) {
 // on the caller's goroutine (bounded by the client's timeouts): the reply says the server
 // released the lease, and Release returns true and no error.
 func TestCallWhoseCtxEndsInAPipelineWaitsForItsReply(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	h := &gateHook{gate: make(chan struct{}), pipes: make(chan struct{})}
 	s, _, cancel, left, done := releaseQueuedBehindTwo(t, srv, h, "piped")
@@ -106,6 +108,7 @@ func (c deadlineCtx) Err() error {
 // sent alone ends at its ctx's deadline; so does one in a pipeline whose reply has not come, with
 // ctx's error.
 func TestPipelinedCallEndsAtItsDeadlineWhenTheClientHonoursCtx(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	h := &gateHook{gate: make(chan struct{}), pipes: make(chan struct{})}
 	s := gatedStoreWith(t, srv, h, redis.Options{ContextTimeoutEnabled: true})
@@ -151,6 +154,7 @@ func TestPipelinedCallEndsAtItsDeadlineWhenTheClientHonoursCtx(t *testing.T) {
 // the queue returns ctx's error (the call was never sent), not an unreadable reply; the lease is
 // still held, and a later Release frees it.
 func TestCallWhoseCtxEndsInTheQueueReturnsCtxError(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	h := &gateHook{gate: make(chan struct{})}
 	s, fence, cancel, left, done := releaseQueuedBehindTwo(t, srv, h, "queued")

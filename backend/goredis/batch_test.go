@@ -121,6 +121,7 @@ func acquireReq(key, holder string) core.AcquireRequest {
 // TestCallsMadeWhileTwoAreOutGoTogether: while two calls are out, the calls of other callers
 // queue, and go as one pipeline when a send ends; each caller gets its own reply.
 func TestCallsMadeWhileTwoAreOutGoTogether(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	h := &gateHook{gate: make(chan struct{})}
 	s := gatedStore(t, srv, h)
@@ -154,6 +155,7 @@ func TestCallsMadeWhileTwoAreOutGoTogether(t *testing.T) {
 // pipeline could wait forever on a server that never answers, holding up the calls behind it: such
 // a client's calls are never queued.
 func TestClientWithoutTimeoutsSendsEveryCallAlone(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: -1, WriteTimeout: -1})
 	defer c.Close()
@@ -294,6 +296,7 @@ func TestQueuedCallsOverAPartitionEndByTheClientsTimeouts(t *testing.T) {
 // exactly the worker's lease at the worker's fence, the fences of each key rise strictly, no two
 // workers are inside one key at once, and nothing is left once all are done.
 func TestBatchedCallsKeepExclusionAndFences(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	h := &gateHook{gate: make(chan struct{})}
 	close(h.gate) // it only records the pipelines
@@ -394,6 +397,7 @@ func acquiresQueuedBehindTwo(t *testing.T, s *goredis.Store, h *gateHook, n int)
 // and pipelines nothing by itself. Should go-redis come to share connections between concurrent
 // callers (automatic pipelining), this fails, and the batcher is to be measured again against it.
 func TestGoRedisGivesEachConcurrentCommandAConnectionOfItsOwn(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, PoolSize: 16})

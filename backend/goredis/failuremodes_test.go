@@ -250,6 +250,7 @@ func runFailureMode(t *testing.T, fm failureMode, key string) staleHolderFigures
 // carries Go's monotonic reading, which its timer, Done and the stop margin run on, and its
 // fence is Redis's TIME in microseconds, the clock its expiry is decided by.
 func TestLeaseIsTimedByTheMonotonicClockAndFencedByRedisTime(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()

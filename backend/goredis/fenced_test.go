@@ -18,6 +18,7 @@ import (
 // TestFencedWritesRefuseAStaleFence: a write with the current fence lands, one with an older
 // fence is refused and changes nothing, and the same fence writes again.
 func TestFencedWritesRefuseAStaleFence(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
@@ -61,6 +62,7 @@ func TestFencedWritesRefuseAStaleFence(t *testing.T) {
 // TestFencedWriteSendsNothingWhenFnFails: fn's error is returned as it is, and neither fn's
 // commands nor the record are written.
 func TestFencedWriteSendsNothingWhenFnFails(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
@@ -92,6 +94,7 @@ func TestFencedWriteSendsNothingWhenFnFails(t *testing.T) {
 // resource: whatever their order, the value left is the highest fence's, and no write landed
 // after a higher one (the log rises).
 func TestConcurrentFencedWritersLeaveTheHighestFencesWrite(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()

@@ -15,7 +15,18 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The parallel tests mostly wait on servers and on leaves' budgets, not the CPU: eight at
+	// once, four under -race, the default two under LEASEHOLD_SOAK=1 (as rediscore's TestMain).
+	if !testenv.Soak() {
+		n := 8
+		if testenv.Race {
+			n = 4
+		}
+		testenv.ParallelWaiters(n)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // The three conformance runs each start a backend of their own, and run beside each other: a
 // cluster takes seconds to form.
@@ -43,6 +54,7 @@ func TestSmokeContext(t *testing.T) {
 // expires; the next grant gets a higher fence) and then back (a lease lasts longer; fences still
 // only go up), on miniredis, whose clock the test sets.
 func TestFaultMiniredisTimeJumps(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(t0)

@@ -48,6 +48,7 @@ func (h *stackHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // timeouts of its own. Otherwise it runs on the caller's goroutine, sparing it the goroutine's
 // cost.
 func TestCallRunsOnTheCallersGoroutineUnlessCtxNeedsAnother(t *testing.T) {
+	t.Parallel()
 	mr := miniredis.RunT(t)
 	cancelable, cancel := context.WithCancel(context.Background())
 	defer cancel()

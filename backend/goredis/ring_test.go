@@ -18,6 +18,7 @@ import (
 // (a Ring subscribes only with a channel named), and the waiter gets the lock once it is
 // released.
 func TestRingWaiterGetsTheLock(t *testing.T) {
+	t.Parallel()
 	a, b := redistest.StartServer(t), redistest.StartServer(t)
 	c := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
 	defer c.Close()

@@ -98,6 +98,7 @@ func TestReleaseCanceledInFlightReportsWhatTheServerDid(t *testing.T) {
 // TestCanceledCallIsNotSent: a call whose ctx (no deadline) ended before it was made fails with
 // ctx's error and changes nothing on the server.
 func TestCanceledCallIsNotSent(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	s := storeVia(t, srv.Addr, vk.ClientOption{})
 	req := core.AcquireRequest{Key: "not-sent", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}

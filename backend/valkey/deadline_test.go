@@ -57,6 +57,7 @@ func (c lateCtx) Deadline() (time.Time, bool) { return c.dl, true }
 // have run; Run must not make it again even while ctx.Err() is still nil. Before the fix the
 // Release ran twice and reported a lease it had just released as not held.
 func TestOwnDeadlineAfterSendIsNotRetried(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := &lostReplyClient{Client: newClient(t, srv.Addr, vk.ClientOption{})}
 	s := storeOver(t, c)
@@ -96,6 +97,7 @@ func (c failingClient) Do(ctx context.Context, cmd vk.Completed) vk.ValkeyResult
 // that the deadline ended it, as with every other cut of its call. Before the fix the Acquire
 // returned the bare dial error (a busy-key handoff test failed on it in CI, one run).
 func TestDialCutByOwnDeadlineReportsTheDeadline(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	real := newClient(t, srv.Addr, vk.ClientOption{})
 	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}

@@ -22,6 +22,7 @@ import (
 // "dial tcp: i/o timeout" or context.DeadlineExceeded, and a Release that failed so left the
 // lock held until its TTL).
 func TestOtherCallersDeadlineDoesNotFailACall(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for round := range 5 {
 		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})

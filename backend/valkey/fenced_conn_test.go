@@ -15,6 +15,7 @@ import (
 // connection back with no WATCH armed: the next transaction on it (valkey-go hands back the
 // connection given back last) is not aborted by a change to the record.
 func TestFencedWriteThatFailsLeavesNoWatchOnItsConnection(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	record := "leasehold:{r}:fence" // the record of resource "r", under the default prefix
 	for _, tc := range []struct {

@@ -19,6 +19,7 @@ import (
 // fence is refused and changes nothing, and the same fence writes again; a go-redis Store's
 // fenced writes share the record, so the drivers fence each other.
 func TestFencedWritesRefuseAStaleFence(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := newClient(t, srv.Addr, vk.ClientOption{})
 	s := storeOver(t, c)
@@ -68,6 +69,7 @@ func TestFencedWritesRefuseAStaleFence(t *testing.T) {
 
 // TestFencedWriteSendsNothingWhenFnFails: fn's error is returned as it is, and nothing is written.
 func TestFencedWriteSendsNothingWhenFnFails(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	s := storeOver(t, newClient(t, srv.Addr, vk.ClientOption{}))
 	ctx := context.Background()
@@ -88,6 +90,7 @@ func TestFencedWriteSendsNothingWhenFnFails(t *testing.T) {
 // TestConcurrentFencedWritersLeaveTheHighestFencesWrite: writers with fences 1..20 racing on
 // one resource leave the highest fence's value, and no write lands after a higher one.
 func TestConcurrentFencedWritersLeaveTheHighestFencesWrite(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := newClient(t, srv.Addr, vk.ClientOption{})
 	s := storeOver(t, c)

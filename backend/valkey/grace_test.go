@@ -223,6 +223,7 @@ func TestGraceCtxEndStopsWatchOfCustomCtx(t *testing.T) {
 // TestCancelableCallStaysSynchronous for the other half). Should valkey-go send such a call
 // synchronously itself, this fails, and graceCtx is to be measured again against it.
 func TestValkeyGoEndsACancelableCallWithoutDeadlineAtItsCancel(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	const writeTimeout = 5 * time.Second

@@ -78,6 +78,7 @@ func (c *releaseCutConn) Read(b []byte) (int, error) {
 // server ran it: a second run would find nothing held and report the lease lost. The Store
 // reports the lost reply as an error, and the key is free.
 func TestReleaseCutAfterItRanIsNotSentAgain(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	r := &releaseCutter{}
 	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, DialCtxFn: r.dial})

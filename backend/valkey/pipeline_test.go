@@ -99,6 +99,7 @@ func TestCanceledCallInBackgroundPipelineWithoutKeepAliveEnds(t *testing.T) {
 // deadline, on a client with no ConnWriteTimeout (negative) and so a connection deadline that is
 // the call's own, works: the far deadline it is sent with is one the conn can take.
 func TestCancelableCallWorksWithoutWriteTimeout(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	s := storeVia(t, srv.Addr, vk.ClientOption{ConnWriteTimeout: -1})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -30,6 +30,7 @@ const ACLRules = "on >secret resetkeys ~leasehold:* resetchannels &leasehold:* -
 // TestDocumentedACLIsEnough: a user with exactly the documented ACL runs contended mutexes and a
 // semaphore on both drivers; a key outside the prefix is refused.
 func TestDocumentedACLIsEnough(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	if reply, err := redistest.Do(srv.Addr, append([]string{"ACL", "SETUSER", "lh"}, strings.Fields(ACLRules)...)...); err != nil || !strings.HasPrefix(reply, "+OK") {
 		t.Fatalf("ACL SETUSER: %q, %v", reply, err)

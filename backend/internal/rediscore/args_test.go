@@ -81,6 +81,7 @@ func (m *monitor) await(t *testing.T, parts ...string) string {
 // decimal, exactly, by both drivers and both ways of running the scripts; a fence that is not
 // the lease's, however large, releases nothing, and the lease's own releases it.
 func TestFencesAboveTwoToTheSixtyThreeAreSentInDecimal(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	for name, s := range pathStores(t, srv.Addr) {
@@ -111,6 +112,7 @@ func TestFencesAboveTwoToTheSixtyThreeAreSentInDecimal(t *testing.T) {
 // to one sent before, some sharing its kept slot, each give the lease their own TTL, by both
 // drivers and both ways of running the scripts.
 func TestEachCallSendsItsOwnTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	ttls := []time.Duration{time.Minute, 2 * time.Minute, time.Minute + 8*time.Millisecond, 10 * time.Minute,
@@ -151,8 +153,9 @@ func TestEachCallSendsItsOwnTTL(t *testing.T) {
 // that lasts long enough) fenced above again: every call succeeds, fences strictly increase, the
 // TTLs are what was asked, and every Redis key left lives on (no expiry computed out of range).
 func TestNumbersAtTheirEdges(t *testing.T) {
+	t.Parallel()
 	const top = 1<<53 - 1<<32
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		ctx := context.Background()
 		a, b := mk(), mk()
 		c := raw(t, addr)

@@ -185,6 +185,7 @@ func (r *recorder) check(s Script, c Call, key, spec string) error {
 // own key's Redis keys and channels, their own TTL, wait and fence; and no slice handed to the
 // driver is changed afterwards.
 func TestConcurrentCallsNameTheirOwnKeys(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{t: t}
 	s, err := New("fake", rec, rec, WithPrefix("p:"))
 	if err != nil {

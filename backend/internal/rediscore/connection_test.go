@@ -90,6 +90,7 @@ func TestFencesIncreaseAcrossRestartWithoutPersistence(t *testing.T) {
 }
 
 func TestCloseLeavesClientOpen(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()

@@ -16,6 +16,7 @@ import (
 )
 
 func TestDriversExcludeEachOther(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	a, b := redisharness.Drivers["goredis"](t, srv.Addr), redisharness.Drivers["valkey"](t, srv.Addr)
 	ma, _ := primitives.NewMutex(a, "shared", primitives.WithRetryInterval(time.Millisecond))
@@ -55,6 +56,7 @@ func TestDriversExcludeEachOther(t *testing.T) {
 }
 
 func TestWakeCrossesDrivers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	a, b := redisharness.Drivers["goredis"](t, srv.Addr), redisharness.Drivers["valkey"](t, srv.Addr)
 	for _, pair := range [][2]redisharness.Store{{a, b}, {b, a}} {
@@ -90,6 +92,7 @@ func TestWakeCrossesDrivers(t *testing.T) {
 // user may not use functions (EVALSHA), each driver either way, share a mutex: each excludes the
 // other, and a release by one hands the lock to the other's waiter.
 func TestFCallAndEvalShaProcessesExcludeAndWakeEachOther(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
 	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)

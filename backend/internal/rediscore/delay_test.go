@@ -39,6 +39,7 @@ func delayedOf(t *testing.T, s core.Store, key string) []core.DelayInfo {
 // the lease's expiry plus its delay: half an hour into the delay the key still holds it, closed
 // to a newcomer, and its PTTL reaches the delay's end.
 func TestLockDelayOutlivesTheLeaseHashsExpiry(t *testing.T) {
+	t.Parallel()
 	const delay = time.Hour
 	req := func(key, holder string, limit int, ttl, wait, lockDelay time.Duration) core.AcquireRequest {
 		return core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: limit, TTL: ttl, Wait: wait, LockDelay: lockDelay}
@@ -174,7 +175,8 @@ func extendFor(t *testing.T, s core.Store, ttl time.Duration) {
 // free, and not to others; the refusals' RetryAfter is when the delay ends, the key keeps the
 // delayed lease's limit, and a lease released before its expiry leaves no delay.
 func TestLeaseInItsLockDelayIsNotHeld(t *testing.T) {
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s, other := mk(), mk()
 		ctx := context.Background()
 		const delay = time.Hour
@@ -300,6 +302,7 @@ func TestLineHeadIsGrantedWhenTheLockDelayEnds(t *testing.T) {
 // lives until it ends; then the next grant is above the floor. The same grant released leaves no
 // delay: the key is free at once, its counters kept until the clock passes the fence.
 func TestLockDelayOnANodeWithARaisedFence(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(now)

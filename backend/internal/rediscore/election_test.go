@@ -25,7 +25,8 @@ import (
 // elections under faults are in electfaults_test.go.
 
 func TestElectionOnRedisOneLeaderAtATime(t *testing.T) {
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		var els []*primitives.Election
 		for range 4 {
 			els = append(els, scenario.MustElection(t, mk(), "lead", primitives.WithRetryInterval(time.Millisecond)))
@@ -35,7 +36,8 @@ func TestElectionOnRedisOneLeaderAtATime(t *testing.T) {
 }
 
 func TestElectionOnRedisResignHandsOverAtOnce(t *testing.T) {
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		a := scenario.MustElection(t, mk(), "lead", primitives.WithTTL(time.Minute))
 		b := scenario.MustElection(t, mk(), "lead", primitives.WithTTL(time.Minute), primitives.WithRetryInterval(time.Hour))
 		scenario.ResignHandsOver(t, a, b, func() bool { return lineLen(t, addr, "lead") == 1 })
@@ -43,7 +45,8 @@ func TestElectionOnRedisResignHandsOverAtOnce(t *testing.T) {
 }
 
 func TestElectionOnRedisObserveSeesEveryChange(t *testing.T) {
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		els := []*primitives.Election{scenario.MustElection(t, mk(), "lead"), scenario.MustElection(t, mk(), "lead")}
 		obs := scenario.MustElection(t, mk(), "lead", primitives.WithRetryInterval(time.Hour))
 		t.Run("resignations", func(t *testing.T) { scenario.ObserveSeesEveryChange(t, els, obs) })
@@ -95,7 +98,8 @@ func TestElectionOnRedisObserveEndsWithCtx(t *testing.T) {
 }
 
 func TestElectionOnRedisLeaderCarriesTheValue(t *testing.T) {
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		scenario.LeaderCarriesTheValue(t, scenario.MustElection(t, mk(), "lead"), scenario.MustElection(t, mk(), "lead"))
 	})
 }

@@ -19,7 +19,8 @@ import (
 // of an unshared holder or a shared one, through the Store or a Mutex, Semaphore, RWMutex,
 // Election or MultiLock, it returns ctx's error and the server holds no key at all afterwards.
 func TestAcquireWithEndedCtxWritesNothing(t *testing.T) {
-	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverAlone(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s := mk()
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -86,6 +87,7 @@ func TestAcquireWithEndedCtxWritesNothing(t *testing.T) {
 // while the Store's first FUNCTION LOAD is on the wire returns ctx's error, on both drivers; the
 // key is not left taken (another holder gets it), and the Store goes on working.
 func TestAcquireCanceledDuringTheLibraryLoadLeavesTheKeyFree(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)

@@ -19,6 +19,7 @@ import (
 // expire between calls) leaves every key of ours with an expiry, and every lease hash with its
 // keep entry (the one that carries the layout's version, and is its expiry).
 func TestEveryKeyTheScriptsWriteExpiresOrIsDeleted(t *testing.T) {
+	t.Parallel()
 	c := raw(t, redistest.StartServer(t).Addr)
 	ctx := context.Background()
 	keys := rediscore.Keys("k")

@@ -336,6 +336,7 @@ func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
 // foreign-looking entries, counters in odd forms, the holder ” (the field ':'), and TTLs from
 // 1 ms to 2^50 ms with keep at their edge.
 func TestExtendFastPathMatchesOnWiderDrawnStates(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 999999000, time.UTC)
 	nowMs := now.UnixMilli()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }

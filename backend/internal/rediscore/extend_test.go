@@ -45,7 +45,6 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 			srv := redistest.StartServer(t)
 			sa, sc, sw := mk(t, srv.Addr), otherDriver(name)(t, srv.Addr), mk(t, srv.Addr)
 			const key = "refreshed"
-			w := reliableWatch(t, sw, key)
 			var refreshes atomic.Int64
 			// a's TTL outlasts a loaded machine's stalls between its refreshes (1 s did not, under
 			// -race at load 20), and stays below c's wait (10 s), which sets the key's keep.
@@ -84,7 +83,9 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 				got <- l
 			}()
 			poll.Until(t, "c in line", func() bool { return lineLen(t, srv.Addr, key) == 1 })
-			quiet(w) // the grants of a and b
+			// The watch starts now, not before the grants of a and b: their messages, delivered
+			// late on a loaded machine, would wake it after any draining.
+			w := reliableWatch(t, sw, key)
 			published := publishes(t, srv.Addr)
 			out := func(when string) {
 				t.Helper()
@@ -138,6 +139,7 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 // gives up, its leave (awaited by Inspect on b's Store) does not give the lease back: c, next in
 // line, is not granted until the adopter releases.
 func TestAdoptTakesAnUntakenLineGrantAcrossStores(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -219,6 +221,7 @@ func TestAdoptTakesAnUntakenLineGrantAcrossStores(t *testing.T) {
 // other holders and a release; and an extend far past the hash's keep makes the hash outlive
 // the lease, by at most as long again.
 func TestExtendReportsTheLatestLimit(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -272,6 +275,7 @@ func TestExtendReportsTheLatestLimit(t *testing.T) {
 // ' q' mark, so when the original waiter gives up, leave.lua drops the adopted lease and serves
 // the next waiter: the adopter and that waiter are inside at once.
 func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)

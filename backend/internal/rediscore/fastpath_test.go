@@ -249,6 +249,7 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 // leaves the hash as it was, as every other call does, even when the holder's own lease in it
 // is there to release.
 func TestReleaseReportsAForeignEntry(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -273,6 +274,7 @@ func TestReleaseReportsAForeignEntry(t *testing.T) {
 // the expired leases it finds (common.lua's header): a semaphore's holder that releases while
 // another's lease has expired leaves the hash with no lease at all.
 func TestReleaseDeletesExpiredLeases(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -296,6 +298,7 @@ func TestReleaseDeletesExpiredLeases(t *testing.T) {
 // the edge of the call's need), leases of the caller and of others expired at, before or after
 // now, untaken or with values, a live line, and acquires, extends and releases of any of those holders.
 func TestFastPathsMatchOnDrawnStates(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 999999000, time.UTC)
 	nowMs := now.UnixMilli()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }

@@ -17,6 +17,7 @@ import (
 // an expiry or counter with a leading zero (a digit longer than the clock), counters of 0, a
 // fence at, a µs below and above the clock in µs, 16-digit counters either side of 2^53.
 func TestFastPathsMatchAtTheEdgesOfTheirTextComparisons(t *testing.T) {
+	t.Parallel()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }
 	nows := []time.Time{
 		time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),       // µs "0"

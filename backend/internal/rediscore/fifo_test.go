@@ -72,6 +72,7 @@ func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
 // TestLapsedPlacesAtTheHeadDoNotBlockTheLine: more lapsed places than a release reads at once
 // (64) stand at the head of the line; a release still grants the live waiter behind them.
 func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -144,6 +145,7 @@ func places(t *testing.T, addr, key string) []string {
 // timeout 10 min) is killed; the holder releases; a live waiter in another process has the
 // lock within 10s (so long only for a loaded machine's stalls), not after the dead waiters' TTLs.
 func TestDeadWaitersArePassedOver(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)

@@ -69,6 +69,7 @@ func do(t *testing.T, addr string, args ...string) {
 // library once and FCALL it, with no EVALSHA; a server that lost the library (FUNCTION FLUSH,
 // as after a restart without persistence) is given it again by the next call.
 func TestScriptsRunAsFunctions(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -96,6 +97,7 @@ func TestScriptsRunAsFunctions(t *testing.T) {
 // LOAD (the ACL documented before functions) runs the scripts by EVALSHA on both drivers, and
 // sends FUNCTION LOAD once only; one allowed FCALL and FUNCTION LOAD too uses functions.
 func TestScriptsFallBackWhereFunctionsAreRefused(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
 	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
@@ -191,6 +193,7 @@ func TestLibraryPreludeStateIsSetByBegin(t *testing.T) {
 // key's change is heard after a call on another key told its own watchers or failed, and an
 // unwatched key's change publishes nothing after a watched key's did.
 func TestFunctionCallsDoNotShareState(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -228,6 +231,7 @@ func TestFunctionCallsDoNotShareState(t *testing.T) {
 
 // TestFirstCallsRaceToLoad: many goroutines make a new Store's first calls at once.
 func TestFirstCallsRaceToLoad(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -293,6 +297,7 @@ func TestStoreWorksWhileTheLibraryIsFlushedRepeatedly(t *testing.T) {
 // TestFunctionsRefusedAfterLoad: a user allowed FUNCTION LOAD but not FCALL, from the start or
 // once the library is loaded (an ACL changed mid-life), still runs its scripts (by EVALSHA).
 func TestFunctionsRefusedAfterLoad(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for name, mk := range userStores(srv.Addr) {
 		t.Run(name, func(t *testing.T) {
@@ -313,6 +318,7 @@ func TestFunctionsRefusedAfterLoad(t *testing.T) {
 
 // TestMiniredisWithoutFunctions: miniredis has no FUNCTION command; both drivers still work.
 func TestMiniredisWithoutFunctions(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -328,6 +334,7 @@ func TestMiniredisWithoutFunctions(t *testing.T) {
 // (and the line's head is granted), a waiter still leaves, and Inspect still reads; a new
 // Acquire is refused with OOM.
 func TestHolderReleasesWhenOutOfMemory(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
@@ -369,6 +376,7 @@ func TestHolderReleasesWhenOutOfMemory(t *testing.T) {
 
 // TestLibraryLoadsOnThisServer: FUNCTION LOAD of Library is accepted as is, with its flags.
 func TestLibraryLoadsOnThisServer(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	reply, err := redistest.Do(srv.Addr, "FUNCTION", "LOAD", rediscore.Library)
 	if err != nil || strings.HasPrefix(reply, "-") {
@@ -403,6 +411,7 @@ func libraries(t *testing.T, addr string) []redis.Library {
 // found" is the script's own error: it is returned after one FCALL, without loading the library
 // again and running the script twice more.
 func TestErrorNamingAKeyLikeAMissingFunction(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {

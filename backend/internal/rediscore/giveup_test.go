@@ -64,6 +64,7 @@ func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
 	rediscore.SetTimings(t, rediscore.Timings{Linger: 30 * time.Second, ReclaimAfter: reclaim, KeepGrants: 2 * time.Second})
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // the parent's timings are both drivers'
 			s := watch(mk(t, redistest.StartServer(t).Addr))
 			m, _ := primitives.NewMutex(s, "kept", primitives.WithTTL(time.Minute), primitives.WithAcquireTimeout(time.Minute))
 			l, err := m.Acquire(context.Background())
@@ -135,6 +136,7 @@ func TestWaiterGivingUpAsItsStoreClosesLeavesTheLine(t *testing.T) {
 // with ErrClosed) takes them out of the line: before Close returns for the places it knows of,
 // and before the waiter's Acquire returns for a try whose refusal comes back after Close.
 func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -169,7 +171,7 @@ func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
 // (held until its TTL, a minute) and no place nobody will leave.
 func TestCanceledWaitersStrandNothing(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		a, b, observer := mk(), mk(), mk()
 		opts := []primitives.Option{primitives.WithTTL(time.Minute)}
 		ma, err := primitives.NewMutex(a, "cancel", opts...)

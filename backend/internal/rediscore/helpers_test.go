@@ -163,8 +163,17 @@ func eachDriverInParallel(t *testing.T, f func(t *testing.T, mk func() redisharn
 	eachDriverWith(t, true, f)
 }
 
-func eachDriverWith(t *testing.T, parallel bool, f func(t *testing.T, mk func() redisharness.Store, addr string)) {
-	for _, name := range []string{"goredis", "valkey", "mixed"} {
+// eachDriverAlone is eachDriverInParallel for a test that makes one Store: the two drivers,
+// without "mixed", whose one Store would be go-redis's again.
+func eachDriverAlone(t *testing.T, f func(t *testing.T, mk func() redisharness.Store, addr string)) {
+	eachDriverWith(t, true, f, "goredis", "valkey")
+}
+
+func eachDriverWith(t *testing.T, parallel bool, f func(t *testing.T, mk func() redisharness.Store, addr string), names ...string) {
+	if len(names) == 0 {
+		names = []string{"goredis", "valkey", "mixed"}
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			if parallel {
 				t.Parallel()

@@ -21,6 +21,7 @@ import (
 // replaces the first, whose wake never comes, and it sleeps until the store's RetryAfter (the
 // old lease's expiry) or its acquire timeout.
 func TestReusedHolderWaitersAllWake(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -74,6 +75,7 @@ func TestReusedHolderWaitersAllWake(t *testing.T) {
 // other and neither leaves. The holder's place stays in the line for its whole wait (here a
 // minute), and when it reaches the head the grant sits untaken until the Store reclaims it.
 func TestConcurrentCloseOfHolderWaitersLeaves(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	s := redisharness.Drivers["goredis"](t, srv.Addr)
 	ctx := context.Background()

@@ -40,6 +40,7 @@ func (memStore) Close() error { return nil }
 // each lock on their own, distinct from every other, on every driver; an empty one, and one past
 // core.MaxKeyLen, are refused.
 func TestHostileKeys(t *testing.T) {
+	t.Parallel()
 	keys := []string{
 		strings.Repeat("k", core.MaxKeyLen),
 		strings.Repeat("k", core.MaxKeyLen-1),
@@ -85,6 +86,7 @@ func TestHostileKeys(t *testing.T) {
 // TestForeignHolderChangesNothing: releasing or extending with another holder's id, or one made
 // up, leaves the real holder's lease as it was.
 func TestForeignHolderChangesNothing(t *testing.T) {
+	t.Parallel()
 	for name, mk := range everyStore(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk()
@@ -114,6 +116,7 @@ func TestForeignHolderChangesNothing(t *testing.T) {
 // TestLimitsDisagree: clients that use different limits on one key are refused while the key is
 // held under another (whichever they ask), and the key's limit is the next one's once it is free.
 func TestLimitsDisagree(t *testing.T) {
+	t.Parallel()
 	for name, mk := range everyStore(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk()

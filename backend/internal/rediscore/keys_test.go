@@ -20,6 +20,7 @@ import (
 )
 
 func TestInspectOfUnusedKeyCreatesNothing(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
@@ -42,6 +43,7 @@ func TestInspectOfUnusedKeyCreatesNothing(t *testing.T) {
 //
 //	LEASEHOLD_FOOTPRINT=1 go test ./backend/internal/rediscore -run TestPerEntityKeysFootprint -v
 func TestPerEntityKeysFootprint(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("LEASEHOLD_FOOTPRINT") == "" {
 		t.Skip("set LEASEHOLD_FOOTPRINT=1 to measure")
 	}
@@ -108,6 +110,7 @@ func footprint(t *testing.T, addr string) (keys, mem int) {
 // place without a value is stored as before values were, and a value follows inline; a watch
 // sets its deadline in the counters.
 func TestStoredFormat(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	s := redisharness.GoRedis(t, srv.Addr)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})

@@ -35,6 +35,7 @@ func refusedAsLayout(t *testing.T, op string, err error, found string) {
 // entry named "keep", beside entries of ours), is refused by every operation with an error naming both versions, and is left as it
 // was, its line's keys not made.
 func TestStoreRefusesAKeyOfAnotherLayoutAndChangesNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()

@@ -22,6 +22,7 @@ import (
 // try from taking a place or a grant, whether or not the line lives, for as long as the leave
 // said; another try of the same holder is served as usual.
 func TestLeaveThatOvertookItsTryKeepsItOut(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	const key = "overtaken"
@@ -220,6 +221,7 @@ func canceled() context.Context {
 // same holder on the same Store that fails (its ctx ended) leaves the line, which passes b's
 // untaken grant on to c. b's waiter must not then take that grant from the message.
 func TestFailedTryOfSameHolderVoidsHeardGrant(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -246,6 +248,7 @@ func TestFailedTryOfSameHolderVoidsHeardGrant(t *testing.T) {
 // of the same holder on the same Store that fails afterwards (its ctx ended, before it was
 // sent) leaves the line, and must not pass b's lease on.
 func TestFailedTryOfSameHolderKeepsTakenGrant(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -271,6 +274,7 @@ func TestFailedTryOfSameHolderKeepsTakenGrant(t *testing.T) {
 // second waiter of the same holder, enrolled after the take (its refused try came before the
 // grant) and closed, leaves the line, and must not pass b's lease on.
 func TestSecondWaiterOfSameHolderKeepsTakenGrant(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -299,6 +303,7 @@ func TestSecondWaiterOfSameHolderKeepsTakenGrant(t *testing.T) {
 // the take: only the take's round trip, which marks the lease taken, keeps its leave (floor 0)
 // from passing the lease on.
 func TestFailedTryInAnotherStoreKeepsTakenGrant(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

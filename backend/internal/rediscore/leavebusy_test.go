@@ -23,7 +23,8 @@ return 1`
 // again until the server runs it, within the leave's budget, and the place goes: it is not
 // listed once the script has ended, and the line serves the next waiter.
 func TestLeaveAnsweredBusyIsSentAgain(t *testing.T) {
-	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverAlone(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		redistest.Do(addr, "CONFIG", "SET", "busy-reply-threshold", "20")
 		s := mk()
 		ctx := context.Background()

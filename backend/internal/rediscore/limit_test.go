@@ -48,7 +48,7 @@ func mismatched(t *testing.T, st core.Store, req core.AcquireRequest, held int) 
 // driver, is refused naming 1, and Inspect reports 1.
 func TestLimitMismatchWithWaitersOnlyInLine(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		a, b := mk(), mk()
 		req := func(holder string, limit int, ttl, wait time.Duration) core.AcquireRequest {
 			return core.AcquireRequest{Key: "line", Holder: holder, Permits: 1, Limit: limit, TTL: ttl, Wait: wait}
@@ -70,6 +70,7 @@ func TestLimitMismatchWithWaitersOnlyInLine(t *testing.T) {
 // TestLimitMismatchAcrossDrivers: a go-redis holder of limit 2 and a valkey-go requester of
 // limit 3 (and the other way round): refused, naming both limits; the same limit is granted.
 func TestLimitMismatchAcrossDrivers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	for _, pair := range [][2]string{{"goredis", "valkey"}, {"valkey", "goredis"}} {
 		t.Run(pair[0]+"/"+pair[1], func(t *testing.T) {
@@ -188,6 +189,7 @@ func writeCommands(t *testing.T, addr string) string {
 // TestSemaphoreNeverOverItsLimitUnderChurn: Stores of both drivers take and give back permits
 // of one semaphore, waiting, trying and expiring, and never hold more than its limit at once.
 func TestSemaphoreNeverOverItsLimitUnderChurn(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	const limit, workers, rounds = 3, 8, 25
 	var held, peak atomic.Int64
@@ -241,6 +243,7 @@ func TestSemaphoreNeverOverItsLimitUnderChurn(t *testing.T) {
 // into a negative expiry that would drop the keys), and a line on a key of limit core.MaxLimit
 // keeps its waiters' requests readable: a release grants the head.
 func TestLongestTTLAndLargestLimitOnRedis(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -288,6 +291,7 @@ func TestLongestTTLAndLargestLimitOnRedis(t *testing.T) {
 // minute gives up after about two retry intervals, having tried the store 3 times, although the
 // waiter's notifications are reliable.
 func TestAttemptsAreSpacedByRetryIntervalOnRedis(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -334,6 +338,7 @@ func (s *tries) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 // refused with core.ErrInvalid and changes nothing, rather than granted below the floor and
 // then granted again at the same fence to another holder.
 func TestFenceFloorBeyondExactRangeOnRedis(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -26,6 +26,7 @@ import (
 // in effect) get the lock in the order they were refused, each handoff costing the release alone:
 // the waiter takes its grant from the message.
 func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -126,6 +127,7 @@ func TestPlaceLapsesWithTheWait(t *testing.T) {
 // nobody behind it, nor a newcomer, takes the permits meanwhile; then the release grants the
 // head and those behind it that fit, in order.
 func TestSemaphoreLineIsStrictlyFIFO(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -245,6 +247,7 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 // the store's own clock then still has left. Closing the waiter afterwards gives nothing back,
 // and the lease's first Extend renews it.
 func TestGrantFromLineIsTakenWithoutARoundTrip(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -311,6 +314,7 @@ func TestGrantFromLineIsTakenWithoutARoundTrip(t *testing.T) {
 // the script read, so on a real server the two keys could expire a millisecond apart, the hash
 // (with the line's place counter) first.
 func TestLineJoinedInTheGrantsMillisecondIsOutlivedByTheHash(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	m.SetTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s, c := redisharness.GoRedis(t, m.Addr()), raw(t, m.Addr())
@@ -328,6 +332,7 @@ func TestLineJoinedInTheGrantsMillisecondIsOutlivedByTheHash(t *testing.T) {
 // without a leave) behind a head that cannot be served is dead: a later try of the same holder
 // takes the last place, behind the waiters who kept theirs, not its old place.
 func TestLapsedPlaceIsNotRevivedBehindABlockedHead(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	acq := func(holder string, wait time.Duration) []any {
@@ -356,6 +361,7 @@ func TestLapsedPlaceIsNotRevivedBehindABlockedHead(t *testing.T) {
 // wait does not shorten the line: once the short wait ends, a newcomer is still refused, and the
 // release grants the long waiter.
 func TestShorterWaitAfterALongerKeepsTheLine(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	const key = "shorter"

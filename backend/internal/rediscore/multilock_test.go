@@ -45,7 +45,7 @@ func multiLockScenarios(t *testing.T, mk func() redisharness.Store, a, b, c stri
 
 func TestMultiLockOnRedis(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		multiLockScenarios(t, mk, "a", "b", "c")
 	})
 }

@@ -44,6 +44,7 @@ func keysMatching(t *testing.T, c *redis.Client, s string) []string {
 // retry meanwhile), which releases: no Redis key of the resource is left, neither at once nor
 // once both Stores are closed (having sent every leave they owed).
 func TestReleasedKeyLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	for _, pair := range [][2]string{{"goredis", "valkey"}, {"valkey", "goredis"}} {
@@ -176,6 +177,7 @@ func TestExpiredLeaseLeavesNothingWithinItsBound(t *testing.T) {
 // or tries again). The line's keys and the lease hash go a few minutes on (twice the minute past
 // the lease, then as long again for the hash), not after the waits.
 func TestDeadWaitersPlacesGoWithTheLine(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(now)
@@ -205,6 +207,7 @@ func TestDeadWaitersPlacesGoWithTheLine(t *testing.T) {
 // when the lease it waits for would expire (extended meanwhile) keeps the line alive past the
 // new expiry: the holder's release an hour and a half on grants it the lease from the line.
 func TestLiveWaiterKeepsItsPlaceBehindALongLease(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(now)
@@ -239,6 +242,7 @@ func TestLiveWaiterKeepsItsPlaceBehindALongLease(t *testing.T) {
 // TestShortGrantDoesNotShortenTheLeaseKeys: a grant with a short TTL beside a lease with a long
 // one leaves the lease hash living as long as the long lease.
 func TestShortGrantDoesNotShortenTheLeaseKeys(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	s, c := redisharness.GoRedis(t, srv.Addr), raw(t, srv.Addr)
 	req := func(holder string, ttl time.Duration) core.AcquireRequest {
@@ -258,7 +262,8 @@ func TestShortGrantDoesNotShortenTheLeaseKeys(t *testing.T) {
 // fence above the last); once the hash is gone, fences still rise (the server clock carries
 // them); a semaphore's grant on a new key records its limit, which the next grant counts.
 func TestNewKeyFastPathKeepsTheHash(t *testing.T) {
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverAlone(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		ctx := context.Background()
 		s := mk()
 		c := raw(t, addr)

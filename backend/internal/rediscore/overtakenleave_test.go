@@ -26,6 +26,7 @@ func overtakingAcquireArgv(holder string, limit int, wait time.Duration, try, ov
 // h's next try was granted and released, would otherwise be granted a lease nobody holds, and the
 // key be held by nobody for its TTL.
 func TestOvertakenLeaveStillKeepsItsTryOut(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	const key = "overtaken-leave"
@@ -54,6 +55,7 @@ func TestOvertakenLeaveStillKeepsItsTryOut(t *testing.T) {
 // answer as the leaves kept out, and its later tries do not name them again. So they must be kept
 // out: one arriving after the holder's next try must not take that try's place.
 func TestLeavesNamedByATryOfAnotherLimitAreKeptOut(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	const key = "overtaken-by-another-limit"
@@ -125,6 +127,7 @@ func TestTryOfALeaveThatNeverArrivedIsKeptOutByTheHoldersNextTry(t *testing.T) {
 // each leave is kept out, and the set that records them, and the lease hash, expire with the
 // hold (as long again for the hash at most), so nothing of them stays.
 func TestManyOvertakenLeavesAreKeptOutAndExpire(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	const key, n = "many-overtaken", 2000

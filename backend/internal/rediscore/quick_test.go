@@ -25,7 +25,8 @@ import (
 // otherwise grant the clock's fence), with or without a wait and a value before it; the next
 // grant, plain, is above it.
 func TestFloorsAreHonouredOnANewKey(t *testing.T) {
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	t.Parallel()
+	eachDriverAlone(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		s := mk()
 		ctx := context.Background()
 		floor := uint64(time.Now().Add(24*time.Hour).UnixMicro()) + 7

@@ -352,7 +352,7 @@ func TestGrantMessageLaterThanItsTakeRecordLeavesTheRefreshedLeaseHeld(t *testin
 func TestWaiterEnrollingAfterItsGrantWasReclaimedIsWoken(t *testing.T) {
 	// The grant is given back a tenth of a second after it is heard, not the default second.
 	rediscore.SetTimings(t, rediscore.Timings{Linger: 30 * time.Second, ReclaimAfter: 100 * time.Millisecond, KeepGrants: 2 * time.Second})
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		ctx := context.Background()
 		s, other := mk(), mk()
 		req := func(holder string, wait time.Duration) core.AcquireRequest {

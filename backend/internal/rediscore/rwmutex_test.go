@@ -16,7 +16,7 @@ import (
 
 func TestRWMutexOnRedisExcludesAndShares(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		var rws []*primitives.RWMutex
 		for range 3 {
 			rws = append(rws, scenario.MustRWMutex(t, mk(), "rw", primitives.WithRetryInterval(time.Millisecond), primitives.WithAcquireTimeout(time.Minute)))
@@ -29,7 +29,7 @@ func TestRWMutexOnRedisExcludesAndShares(t *testing.T) {
 
 func TestRWMutexOnRedisWriterNotStarved(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		rd := scenario.MustRWMutex(t, mk(), "rw")
 		wr := scenario.MustRWMutex(t, mk(), "rw", primitives.WithAcquireTimeout(5*time.Second))
 		scenario.WriterNotStarved(t, rd, wr, scenario.WriterInLine(rd))
@@ -38,7 +38,7 @@ func TestRWMutexOnRedisWriterNotStarved(t *testing.T) {
 
 func TestRWMutexOnRedisWaitingWriterHoldsBackTries(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		scenario.WaitingWriterHoldsBackTries(t, func() *primitives.RWMutex { return scenario.MustRWMutex(t, mk(), "rw") },
 			func(context.Context) bool { return lineLen(t, addr, "rw") == 1 })
 	})
@@ -46,7 +46,7 @@ func TestRWMutexOnRedisWaitingWriterHoldsBackTries(t *testing.T) {
 
 func TestRWMutexOnRedisLineIsFIFO(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		scenario.RWLineIsFIFO(t, func(v string) *primitives.RWMutex {
 			return scenario.MustRWMutex(t, mk(), "rw", primitives.WithValue(v), primitives.WithRetryInterval(time.Hour))
 		})
@@ -55,7 +55,7 @@ func TestRWMutexOnRedisLineIsFIFO(t *testing.T) {
 
 func TestRWMutexOnRedisInspect(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
+	eachDriverInParallel(t, func(t *testing.T, mk func() redisharness.Store, addr string) {
 		scenario.RWInspect(t, func(v string) *primitives.RWMutex {
 			return scenario.MustRWMutex(t, mk(), "rw", primitives.WithValue(v))
 		}, true)

@@ -91,6 +91,7 @@ func trimmedAcquireArgv(full []any) []any {
 // lease hash, which holds the line's place counter and its hint, must live past the line, or a
 // newcomer would find no line once it expired, and take places ahead of the waiters.
 func TestRequeueWithALongerWaitKeepsTheHash(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -120,6 +121,7 @@ func TestRequeueWithALongerWaitKeepsTheHash(t *testing.T) {
 // three weeks. Eight days on, past what its first wait kept the line and the lease hash for,
 // the holder releases: w is granted from the line, and a newcomer is refused.
 func TestNewcomerDoesNotJumpALineThatOutlivedItsFirstWait(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(now)
@@ -177,6 +179,7 @@ func TestInspectDeletesNothing(t *testing.T) {
 // with ':', or not ASCII, with values holding newlines, " q", digits and NULs, exclude each
 // other on a mutex, read back as they were stored, and release only their own lease.
 func TestCounterLikeHoldersAndOddValues(t *testing.T) {
+	t.Parallel()
 	holders := []string{"fence", "keep", "line", "", ":", ":x", "q", "1 2 3", "é\x00\n"}
 	values := []string{" q", "\n", "1 2 3 q\nx", "\x00", "", "q\n q", "fence", "\n\n", "é"}
 	for name, mk := range redisharness.Drivers {
@@ -217,6 +220,7 @@ func TestCounterLikeHoldersAndOddValues(t *testing.T) {
 // listen but the PUBLISH reaches nobody: the grant is undone, every later place of that channel
 // passed over, and the next waiter granted, the only lease; a watcher of the key hears the change.
 func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
@@ -269,6 +273,7 @@ func TestUnheardGrantIsUndoneAndTheNextServed(t *testing.T) {
 // and leave with a try id when maxmemory is full; a new grant is refused with OOM and changes
 // nothing.
 func TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
@@ -313,6 +318,7 @@ func TestScriptsWithoutFlagsReleaseAndLeaveWhenOutOfMemory(t *testing.T) {
 // channel a Watch subscribes to: a plain subscriber of that literal name hears them, and so
 // does the Watch.
 func TestScriptsUseTheLiteralNamesOfAnOddKey(t *testing.T) {
+	t.Parallel()
 	const key = "a{b}%c☃\x00 x"
 	const tag = "app%☃:{a%7Bb%7D%25c☃\x00 x}:"
 	const prefix = "app%☃:"

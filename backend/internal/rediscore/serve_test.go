@@ -118,6 +118,7 @@ func expired(t *testing.T, s core.Store, key, holder string) {
 // the q mark gone, the value the one it now asks with. An Acquire for other permits is refused
 // and changes nothing.
 func TestTakingALineGrantClearsItsMarkAndKeepsItsFence(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -204,6 +205,7 @@ func TestWaiterTakesGrantItsOwnAcquireServes(t *testing.T) {
 // and takes what is left, not a permit more; its grant leaves no line keys, and the lease hash
 // outlives the places it counted.
 func TestNewcomerAfterServeEmptiesTheLine(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -342,6 +344,7 @@ func TestLapsedPlacesLetANewcomerIn(t *testing.T) {
 // and takes the last place; a waiter's retry keeps its place; the line keeps its expiry, and
 // the lease hash outlives it.
 func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -403,14 +406,25 @@ func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 // (an expiry freed the permit), finds no room left, and takes a place: the line lives again, its
 // keys expire with it, and the next release grants the newcomer.
 func TestServeEmptiesTheLineThenTheCallerTakesAPlace(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
-	const key = "emptied"
+	var key string
 	acq := func(holder string, ttl, wait time.Duration) []any {
 		return asArray(srcAcquire, script(t, c, srcAcquire, key, acquireArgv(holder, 1, 1, ttl, wait, false, "", "")...))
 	}
-	acq("a", 30*time.Millisecond, 0)
-	acq("w", time.Minute, time.Minute)
+	// w must find a's lease live and wait: a stall between the two calls longer than a's TTL
+	// (a loaded machine) grants w instead, and the test starts again on a fresh key, a's TTL
+	// doubled.
+	for ttl := 30 * time.Millisecond; ; ttl *= 2 {
+		key = fmt.Sprint("emptied-", ttl.Milliseconds())
+		acq("a", ttl, 0)
+		if r := acq("w", time.Minute, time.Minute); r[0].(int64) == 0 {
+			break
+		} else if ttl > 5*time.Second {
+			t.Fatalf("w = %v after a's grant of TTL %v; want refused, a's lease live", r, ttl)
+		}
+	}
 	poll.Until(t, "a's lease to expire", func() bool { return script(t, c, srcInspect, key).([]any)[1].(int64) == 0 }) // a expired
 	if r := acq("n", time.Minute, time.Minute); r[0].(int64) != 0 {
 		t.Fatalf("n = %v; want refused: its call granted w, who holds the permit", r)

@@ -238,6 +238,7 @@ func TestAbandonedTryIsNotGrantedAfterItsRelease(t *testing.T) {
 // next try (the next attempt of its acquire, a Redlock node's raise), sent once the abandoned one
 // has arrived and been refused, is granted.
 func TestHolderTriesAgainAfterAnAbandonedTry(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	g, _, s := gatedStore(t, srv.Addr, false)
 	ctx := context.Background()

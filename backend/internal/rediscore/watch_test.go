@@ -77,6 +77,7 @@ func publishes(t *testing.T, addr string) int {
 }
 
 func TestWatchCrossesDrivers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	a, b := redisharness.Drivers["goredis"](t, srv.Addr), redisharness.Drivers["valkey"](t, srv.Addr)
 	for _, pair := range [][2]redisharness.Store{{a, b}, {b, a}} {
@@ -128,6 +129,7 @@ func TestWatchReliabilityFollowsTheSubscription(t *testing.T) {
 }
 
 func TestUnwatchedKeysPublishNothing(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -212,6 +214,7 @@ func TestLineGrantCarriesTheValueAcrossStores(t *testing.T) {
 // limit is refused, a line grant taken keeps the watch's deadline, and each grant and release
 // wakes the watch.
 func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
+	t.Parallel()
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -266,6 +269,7 @@ func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
 // releases one, grants the line's head or gives an untaken grant back publishes on the key's
 // changed channel.
 func TestWatchedKeyTellsOfEveryChange(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
