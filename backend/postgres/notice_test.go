@@ -18,6 +18,7 @@ import (
 // a statement: a handoff costs the waiter's Store only its refused try. The lease it takes has
 // its fence, and a TTL counted from the refused try.
 func TestWaiterTakesItsGrantFromTheNotice(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	holder := newStore(t, url)
@@ -57,6 +58,7 @@ func TestWaiterTakesItsGrantFromTheNotice(t *testing.T) {
 // registered (the refused try's reply and the notice crossed) is taken as well, without a
 // statement.
 func TestGrantHeardBeforeRegisterIsTaken(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	s, c := countedStore(t, url)
 	req := core.AcquireRequest{Key: uniqueKey(t), Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute, Unshared: true}
@@ -74,6 +76,7 @@ func TestGrantHeardBeforeRegisterIsTaken(t *testing.T) {
 // waiter's refused try tells of a grant made before it (gone since, or it would not have been
 // refused): the waiter is not woken by it, and its next try asks the database.
 func TestStaleNoticeIsNotTaken(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	holder := newStore(t, url)
