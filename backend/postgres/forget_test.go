@@ -212,8 +212,7 @@ func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
 // the clock passes the fence the row goes, and a grant after that still gets a higher fence.
 func TestRaisedFenceKeepsTheKeyRow(t *testing.T) {
 	testenv.SkipShort(t, "waits 2s for the clock to pass the fence")
-	t.Parallel() // it waits for the clock to pass the fence
-	// It sweeps.
+	t.Parallel() // it waits for the clock to pass the fence; it sweeps in a schema of its own
 	url, key := ownSchema(t), uniqueKey(t)
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
