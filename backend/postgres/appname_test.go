@@ -44,6 +44,7 @@ func waiterIsWokenAndGranted(t *testing.T, s, other *postgres.Store) {
 // the client's address to the listening session's application_name; the line still knows the
 // session for the Store's, and grants its waiters.
 func TestListenerBehindPgBouncerAddingItsHostIsAlive(t *testing.T) {
+	t.Parallel()
 	srv := server(t)
 	bouncer := pgtest.StartPgBouncerMode(t, srv, "session", "application_name_add_host = 1")
 	waiterIsWokenAndGranted(t, newStore(t, srv.URL, postgres.WithListenDSN(bouncer)), newStore(t, srv.URL))
@@ -53,6 +54,7 @@ func TestListenerBehindPgBouncerAddingItsHostIsAlive(t *testing.T) {
 // of its own (options=-c application_name=…) does not rename the listening session, which the
 // line must know for the Store's.
 func TestListenerDSNNamingItselfKeepsTheStoresName(t *testing.T) {
+	t.Parallel()
 	srv := server(t)
 	u, err := url.Parse(srv.URL)
 	if err != nil {

@@ -158,6 +158,7 @@ func (r *releases) Release(ctx context.Context, req core.ReleaseRequest) (bool, 
 // key is free within a few seconds, not held for the lease's minute by a grant its caller was
 // told failed.
 func TestTryArrivingAfterItsGiveBackTakesNothing(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	var lost atomic.Bool // dials fail: the cancel request is lost; the pool's connections are open

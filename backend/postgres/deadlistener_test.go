@@ -20,7 +20,8 @@ import (
 // release passes it over, so the key is not held for a TTL by a grant nobody will take, and the
 // sweep removes it — even once the session serves the next Store's listener.
 func TestDeadWaiterBehindSessionPoolIsPassedOver(t *testing.T) {
-	srv := server(t)
+	t.Parallel()
+	srv, own := server(t), ownSchema(t) // it sweeps
 	bouncer, err := url.Parse(pgtest.StartPgBouncerMode(t, srv, "session"))
 	if err != nil {
 		t.Fatal(err)
@@ -29,9 +30,9 @@ func TestDeadWaiterBehindSessionPoolIsPassedOver(t *testing.T) {
 	listen := *bouncer
 	listen.Host = proxy.Addr
 	ctx := context.Background()
-	live := newStore(t, srv.URL)
-	dying := newStore(t, srv.URL, postgres.WithListenDSN(listen.String()))
-	pool := newPool(t, srv.URL)
+	live := newStore(t, own)
+	dying := newStore(t, own, postgres.WithListenDSN(listen.String()))
+	pool := newPool(t, own)
 
 	key := uniqueKey(t)
 	req := func(holder string) core.AcquireRequest {
@@ -52,7 +53,7 @@ func TestDeadWaiterBehindSessionPoolIsPassedOver(t *testing.T) {
 	})
 	// The next Store to listen through PgBouncer (a rolling deploy's new process) is given the
 	// session the dead one left.
-	newStore(t, srv.URL, postgres.WithListenDSN(bouncer.String()))
+	newStore(t, own, postgres.WithListenDSN(bouncer.String()))
 	var app string
 	if err := pool.QueryRow(ctx, "SELECT application_name FROM pg_stat_activity WHERE pid = $1", placePid).Scan(&app); err != nil || !strings.HasPrefix(app, "leasehold listener ") {
 		t.Logf("the dead Store's session went to no new listener (application_name %q, %v)", app, err)

@@ -19,6 +19,7 @@ import (
 // (within 10s, however loaded the machine), not after the dead waiters' TTLs of 30s: the line
 // finds their Store's listening backend gone.
 func TestDeadWaitersArePassedOver(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	m, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(30*time.Second))

@@ -144,6 +144,7 @@ func TestDelayedPermitsCountOnASemaphore(t *testing.T) {
 // TestReleasedLeaseLeavesNoDelay: a lease released before its expiry leaves the key free at once,
 // whatever its lock delay.
 func TestReleasedLeaseLeavesNoDelay(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
@@ -204,9 +205,9 @@ func TestLeaseKeepsTheDelayOfItsLatestGrant(t *testing.T) {
 
 // TestSweepKeepsDelayedLeases: the sweep leaves a lease in its lock delay, and the key's row, also
 // when it removes a dead place in the key's line, and removes them once the delay has ended.
-// (Not parallel: it sweeps.)
 func TestSweepKeepsDelayedLeases(t *testing.T) {
-	url := serverURL(t)
+	t.Parallel()
+	url := ownSchema(t) // it sweeps
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
 	key := uniqueKey(t)

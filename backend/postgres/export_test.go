@@ -19,11 +19,19 @@ func (s *Store) LeaveTry(key, holder string, try int64) {
 // the background.
 func (s *Store) LeaveTryInBackground(key, holder string, try int64) { s.leave(key, holder, &try) }
 
-// Sweep runs the sweep now, whenever the last one ran, and reports the keys' rows, places and
-// left rows it removed.
-func (s *Store) Sweep(ctx context.Context) (keys, places, tries int, err error) {
-	w, err := s.sweep(ctx, 0)
-	return w.Keys, w.Places, w.Tries, err
+// Sweep runs the sweep now, whenever the last one ran, and reports whether it ran (it does not
+// while another sweep of the Store's tables is under way) and the keys' rows, places and left
+// rows it removed.
+func (s *Store) Sweep(ctx context.Context) (ran bool, keys, places, tries int, err error) {
+	var k, p, tr int32
+	if err := s.queryRow(ctx, s.n.sweep, []any{int64(0), sweepBatch}, &ran, &k, &p, &tr); err != nil || !ran {
+		return false, 0, 0, 0, err
+	}
+	if max(k, p, tr) < sweepBatch {
+		return true, int(k), int(p), int(tr), nil
+	}
+	w, err := s.sweep(ctx, 0) // the rest, as a sweep goes on after a full batch
+	return true, int(k) + w.Keys, int(p) + w.Places, int(tr) + w.Tries, err
 }
 
 // Retryable reports whether setup tries again after err.

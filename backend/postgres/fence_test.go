@@ -37,18 +37,42 @@ func writes(t *testing.T, pool *pgxpool.Pool, resource string) []int64 {
 	return fences
 }
 
+// fencePool returns a Store and a pool on the shared server, whose table fenced_writes it makes
+// when there is none. Tests making it at once take turns on a lock: CREATE TABLE IF NOT EXISTS
+// is not atomic against a concurrent creator.
 func fencePool(t *testing.T) (*postgres.Store, *pgxpool.Pool) {
 	url := serverURL(t)
 	s := newStore(t, url)
 	pool := newPool(t, url)
-	if _, err := pool.Exec(context.Background(),
-		"CREATE TABLE IF NOT EXISTS fenced_writes (id bigserial PRIMARY KEY, resource text NOT NULL, fence bigint NOT NULL)"); err != nil {
+	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(context.Background(), `SELECT pg_advisory_xact_lock(hashtext('fenced_writes'));
+			CREATE TABLE IF NOT EXISTS fenced_writes (id bigserial PRIMARY KEY, resource text NOT NULL, fence bigint NOT NULL)`)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return s, pool
 }
 
+// blockedBy returns how many statements wait for a lock that tx holds.
+func blockedBy(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx) func() int {
+	t.Helper()
+	ctx := context.Background()
+	var pid int32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return func() int {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1::integer = ANY (pg_blocking_pids(pid))", pid).Scan(&n); err != nil {
+			t.Error(err)
+		}
+		return n
+	}
+}
+
 func TestAcceptFenceRefusesStaleWritesWithTheirTransaction(t *testing.T) {
+	t.Parallel()
 	s, pool := fencePool(t)
 	ctx, res := context.Background(), uniqueKey(t)
 	for _, step := range []struct {
@@ -72,6 +96,7 @@ func TestAcceptFenceRefusesStaleWritesWithTheirTransaction(t *testing.T) {
 }
 
 func TestAcceptFenceRolledBackIsNotRecorded(t *testing.T) {
+	t.Parallel()
 	s, pool := fencePool(t)
 	ctx, res := context.Background(), uniqueKey(t)
 	errRollback := errors.New("the guarded write failed")
@@ -92,6 +117,7 @@ func TestAcceptFenceRolledBackIsNotRecorded(t *testing.T) {
 // TestAcceptFenceSerializesWriters: a newer holder's transaction waits on the older one's check;
 // once the older commits a higher fence, the waiting one is refused.
 func TestAcceptFenceSerializesWriters(t *testing.T) {
+	t.Parallel()
 	s, pool := fencePool(t)
 	ctx, res := context.Background(), uniqueKey(t)
 	tx, err := pool.Begin(ctx)
@@ -102,13 +128,10 @@ func TestAcceptFenceSerializesWriters(t *testing.T) {
 	if err := s.AcceptFence(ctx, tx, res, 20); err != nil {
 		t.Fatal(err)
 	}
+	blocked := blockedBy(t, pool, tx)
 	done := make(chan error, 1)
 	go func() { done <- write(ctx, s, pool, res, 19) }()
-	poll.Until(t, "the second writer to wait on the first one's lock", func() bool {
-		var n int
-		pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&n)
-		return n > 0
-	})
+	poll.Until(t, "the second writer to wait on the first one's lock", func() bool { return blocked() > 0 })
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +141,7 @@ func TestAcceptFenceSerializesWriters(t *testing.T) {
 }
 
 func TestAcceptFenceArguments(t *testing.T) {
+	t.Parallel()
 	s, pool := fencePool(t)
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -139,6 +163,7 @@ func TestAcceptFenceArguments(t *testing.T) {
 // seen before; the second waits on the first's uncommitted row. A lower fence is refused once the
 // first commits, an equal one passes, and after the first rolls back the second is accepted.
 func TestAcceptFenceOnANewResourceConcurrently(t *testing.T) {
+	t.Parallel()
 	s, pool := fencePool(t)
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -154,13 +179,10 @@ func TestAcceptFenceOnANewResourceConcurrently(t *testing.T) {
 		if err := s.AcceptFence(ctx, tx, res, c.first); err != nil {
 			t.Fatal(err)
 		}
+		blocked := blockedBy(t, pool, tx)
 		done := make(chan error, 1)
 		go func() { done <- write(ctx, s, pool, res, c.second) }()
-		poll.Until(t, "the second writer to wait on the first one's row", func() bool {
-			var n int
-			pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&n)
-			return n > 0
-		})
+		poll.Until(t, "the second writer to wait on the first one's row", func() bool { return blocked() > 0 })
 		if c.commit {
 			err = tx.Commit(ctx)
 		} else {

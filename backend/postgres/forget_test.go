@@ -22,19 +22,25 @@ import (
 // noRows is keyRows of a key that left nothing behind.
 const noRows = "keys: \nleases: \nwaiters: \nleft: \n"
 
-// sweep runs s's sweep now and fails t on an error.
+// sweep runs a sweep of s now, once no other sweep of its tables is under way (one of its Stores'
+// own, about one a minute), and fails t on an error.
 func sweep(t testing.TB, s *postgres.Store) {
 	t.Helper()
-	if _, _, _, err := s.Sweep(context.Background()); err != nil {
-		t.Fatalf("Sweep: %v", err)
-	}
+	poll.Until(t, "a sweep of the test's own to run", func() bool {
+		ran, _, _, _, err := s.Sweep(context.Background())
+		if err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+		return ran
+	})
 }
 
 // TestReleasedKeyLeavesNothingBehind: once the last holder releases a key that nobody waits for
 // or watches, no row of it is left — after a lone lease, after a handoff through the line, after
 // a waiter gave up, and after a try given up in flight once its minute is over.
 func TestReleasedKeyLeavesNothingBehind(t *testing.T) {
-	url := serverURL(t)
+	t.Parallel()
+	url := ownSchema(t) // it sweeps
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
 	req := func(key, holder string, wait time.Duration) core.AcquireRequest {
@@ -100,9 +106,11 @@ func TestReleasedKeyLeavesNothingBehind(t *testing.T) {
 // that stopped polling, a watch that lapsed — go at the next sweep; a key held, or with a live
 // waiter, keeps its rows.
 func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
-	url := serverURL(t)
+	t.Parallel()
+	url := ownSchema(t) // it makes rows dead by hand and sweeps
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
+	sweep(t, s) // the Stores' own sweeps, a minute apart, now leave the dead rows to the test's
 	// short keys are held by a lease that expires, unreleased, once the waiters below are in
 	// line: by hand, since a short TTL could end before a loaded machine has them there.
 	var shorts []string
@@ -204,8 +212,8 @@ func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
 // the clock passes the fence the row goes, and a grant after that still gets a higher fence.
 func TestRaisedFenceKeepsTheKeyRow(t *testing.T) {
 	testenv.SkipShort(t, "waits 2s for the clock to pass the fence")
-	t.Parallel() // it waits for the clock to pass the fence
-	url, key := serverURL(t), uniqueKey(t)
+	t.Parallel() // it waits for the clock to pass the fence; it sweeps in a schema of its own
+	url, key := ownSchema(t), uniqueKey(t)
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
 	var now int64
@@ -254,7 +262,8 @@ func TestRaisedFenceKeepsTheKeyRow(t *testing.T) {
 // running all along, delete and make the keys' rows again and again; no two holders are ever
 // inside one key at once, no operation fails, and no row is left at the end.
 func TestForgottenKeysKeepExclusion(t *testing.T) {
-	url := serverURL(t)
+	t.Parallel()
+	url := ownSchema(t) // it sweeps all along
 	ctx := context.Background()
 	stores := make([]*postgres.Store, 4)
 	for i := range stores {
@@ -307,7 +316,7 @@ func TestForgottenKeysKeepExclusion(t *testing.T) {
 				return
 			default:
 			}
-			if _, _, _, err := stores[0].Sweep(ctx); err != nil {
+			if _, _, _, _, err := stores[0].Sweep(ctx); err != nil {
 				t.Errorf("Sweep: %v", err)
 				return
 			}

@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -18,12 +20,17 @@ import (
 // then is granted on a row made again, at a fence above the forgotten one, and every other
 // operation finds what it should — at each isolation level a pool may default to.
 func TestKeyRowDeletedUnderWaitingOperationsIsMadeAgain(t *testing.T) {
-	url := serverURL(t)
+	t.Parallel()
+	url := ownSchema(t) // it sweeps
 	pool := newPool(t, url)
 	ctx := context.Background()
+	var id [6]byte
+	rand.Read(id[:])
+	app := "forgetrace-" + hex.EncodeToString(id[:]) // its operations' sessions, whose lock waits it counts
 	for _, iso := range []string{"read committed", "repeatable read", "serializable"} {
 		s := storeOn(t, poolConfig(t, url, func(c *pgxpool.Config) {
 			c.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+			c.ConnConfig.RuntimeParams["application_name"] = app
 		}))
 		for _, by := range []string{"release", "sweep"} {
 			// Another Store's sweep may take the row first: then try again on a new key.
@@ -62,7 +69,7 @@ func TestKeyRowDeletedUnderWaitingOperationsIsMadeAgain(t *testing.T) {
 			}()
 			poll.Until(t, "the operations to wait for the row's lock", func() bool {
 				var n int
-				err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%leasehold_%'").Scan(&n)
+				err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE '%leasehold_%'", app).Scan(&n)
 				return err == nil && n >= 3
 			})
 			if err := tx.Commit(ctx); err != nil {

@@ -17,6 +17,7 @@ import (
 // worker was given, the fences rise strictly from turn to turn, and no two workers are ever
 // inside at once.
 func TestGrantsTakenFromNoticesAreTheDatabasesLeases(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	stores := make([]*postgres.Store, 4)

@@ -26,6 +26,7 @@ import (
 // closed waiter's (of every place of the holder), or a try's whose answer was lost (of that
 // try's place).
 func TestLateLeaveSparesTheHolderNewerPlaceAndGrant(t *testing.T) {
+	t.Parallel()
 	t.Run("closed waiter", func(t *testing.T) {
 		testLateLeave(t, func(s *postgres.Store, req core.AcquireRequest) {
 			enroll(t, s, req).Close()

@@ -22,6 +22,7 @@ import (
 // changes nothing: no table, column, row or function is made, altered or removed. SchemaSQL's
 // output, run over them, fails and changes nothing either.
 func TestStoreRefusesTablesOfAnotherLayoutVersion(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()
 	pool := newPool(t, url)
@@ -98,6 +99,7 @@ func layoutState(t *testing.T, pool *pgxpool.Pool, schema, q string) string {
 // SQL changed under an unchanged version would run on tables and functions of the old SQL:
 // every change of the SQL takes a new LayoutVersion, pinned here with the new SQL's sum.
 func TestLayoutVersionPinsTheSchemaSQL(t *testing.T) {
+	t.Parallel()
 	pinned := map[int]string{
 		1: "d13959d042b7becaa8c20b5792b394202fde0fd402cf20e17077a4318b01c335",
 	}

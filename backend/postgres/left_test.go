@@ -14,6 +14,7 @@ import (
 // holder's next try, with another id, waits as usual; and another holder's try of the same id
 // is not held back.
 func TestTryGivenUpInFlightTakesNoPlace(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	holder := newStore(t, url)
@@ -61,6 +62,7 @@ func TestTryGivenUpInFlightTakesNoPlace(t *testing.T) {
 // the uncontended path (the key's row made and the lease granted in two statements): the late
 // try is refused, takes no lease, and leaves no row behind.
 func TestTryGivenUpInFlightIsRefusedOnAKeyNotInUse(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	s := newStore(t, url)

@@ -50,6 +50,7 @@ func mismatch(t *testing.T, s core.Store, req core.AcquireRequest, held int) {
 // give the key its limit: a request with another one is refused with their limit, and takes no
 // place; Inspect reports the line's limit.
 func TestLimitOfALineWithoutLeases(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
@@ -91,7 +92,8 @@ func TestLimitOfALineWithoutLeases(t *testing.T) {
 // writing a row (none is written again, even with the same values) and without a notification
 // to the key's watchers.
 func TestRefusedLimitMismatchWritesNothing(t *testing.T) {
-	url, key := serverURL(t), uniqueKey(t)
+	t.Parallel()
+	url, key := ownDatabase(t, serverURL(t)), uniqueKey(t) // it hears every change notified on its channel
 	ctx := context.Background()
 	s, pool := newStore(t, url), newPool(t, url)
 	if res, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}); err != nil || !res.Granted {

@@ -17,6 +17,7 @@ import (
 // place changed, not doubled; a holder that holds a lease and asks with other permits is refused
 // with ErrInvalid and keeps its lease and fence.
 func TestPermitsChangeInLine(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, serverURL(t))
 	ctx, key := context.Background(), uniqueKey(t)
 	h := core.AcquireRequest{Key: key, Holder: "h", Permits: 2, Limit: 3, TTL: time.Minute}
@@ -55,6 +56,7 @@ func TestPermitsChangeInLine(t *testing.T) {
 // wait. The permits held at once, counted by the workers, never pass 4 (nor 3 while the key is
 // under limit 3), and every worker that stays is served.
 func TestWeightedLineKeepsExclusion(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	const workers, rounds, limit = 6, 15, 4

@@ -2,9 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	neturl "net/url"
 	"testing"
 	"time"
 
@@ -85,10 +82,12 @@ func TestIdleWaitersSendNothing(t *testing.T) {
 // unreliable, then reliable again once the Store has listened anew, and a release after that
 // still hands the lock over at once (a retry interval of an hour rules out polling).
 func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	admin := newPool(t, url)
-	holder, _ := primitives.NewMutex(newStore(t, url), key, primitives.WithTTL(time.Minute))
+	hs := newStore(t, url)
+	holder, _ := primitives.NewMutex(hs, key, primitives.WithTTL(time.Minute))
 	l, err := holder.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -99,9 +98,16 @@ func TestListenerReconnects(t *testing.T) {
 	if !w.Reliable() {
 		t.Fatal("a waiter of a Store that listens is not reliable")
 	}
+	// The listeners of the test's Stores, named by the Stores' ids (the last 16 characters of
+	// their channels): other tests' listeners are theirs.
+	var listeners []string
+	for _, s := range []*postgres.Store{hs, ws} {
+		listeners = append(listeners, "leasehold listener "+s.Channel()[len(s.Channel())-16:])
+	}
 	var terminated int
-	if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'leasehold listener %'").Scan(&terminated); err != nil || terminated == 0 {
-		t.Fatalf("terminate the listeners: %d, %v", terminated, err)
+	if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = ANY($1)",
+		listeners).Scan(&terminated); err != nil || terminated == 0 {
+		t.Fatalf("terminate the listeners %q: %d, %v", listeners, terminated, err)
 	}
 	poll.Until(t, "the waiter to be told its wakes are unreliable", func() bool { return !w.Reliable() })
 	poll.Until(t, "the Store to listen again", w.Reliable)
@@ -136,6 +142,7 @@ func drain(c <-chan struct{}) {
 // its waiter sends no statement: a handoff costs the waiter two (the refused try and the one
 // that takes the grant).
 func TestGrantedWaiterSendsNoLeave(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	holder := newStore(t, url)
@@ -166,7 +173,7 @@ func TestListenerOnAnotherDatabaseIsNotTrusted(t *testing.T) {
 	testenv.SkipShort(t, "waits out the listener's 3s self-check")
 	t.Parallel() // New waits out the listener's self-check
 	url, key := serverURL(t), uniqueKey(t)
-	s := newStore(t, url, postgres.WithListenDSN(otherDatabase(t, url)))
+	s := newStore(t, url, postgres.WithListenDSN(ownDatabase(t, url)))
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: key, Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
 	w, err := s.Register(ctx, req)
@@ -179,31 +186,12 @@ func TestListenerOnAnotherDatabaseIsNotTrusted(t *testing.T) {
 	}
 }
 
-// otherDatabase makes a database of its own for t on the server at url, dropped when t ends, and
-// returns a URL to it: notifications reach only the sessions of the database they are sent in.
-func otherDatabase(t *testing.T, url string) string {
-	t.Helper()
-	var b [6]byte
-	rand.Read(b[:])
-	name := "other_" + hex.EncodeToString(b[:])
-	admin := newPool(t, url)
-	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
 // TestGrantHeardBeforeRegisterWakes: the line grants a waiter, and its Store hears the grant,
 // after the waiter's refused try returned but before it registers. The waiter starts woken: the
 // grant is not lost. (A watched key changed by a later transaction orders the two: notifications
 // reach the listening connection in commit order, and the Store delivers them in turn.)
 func TestGrantHeardBeforeRegisterWakes(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	s := newStore(t, url)
 	req := core.AcquireRequest{Key: uniqueKey(t), Holder: "w", Permits: 1, Limit: 1, TTL: time.Minute, Wait: time.Minute}
@@ -262,6 +250,7 @@ func registerAfterGrantHeard(t *testing.T, url string, s *postgres.Store, req co
 // sends the time as text) and session time zone, a live waiter is granted on the release, and
 // woken, not passed over (a retry interval of an hour would show it: it would wait a minute).
 func TestLiveWaitersAreNotPassedOver(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()
 	for name, mode := range map[string]pgx.QueryExecMode{"simple": pgx.QueryExecModeSimpleProtocol, "exec": pgx.QueryExecModeExec,

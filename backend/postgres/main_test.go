@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	neturl "net/url"
 	"os"
 	"sync"
 	"testing"
@@ -57,9 +58,13 @@ func poolConfig(t testing.TB, url string, change func(*pgxpool.Config)) *pgxpool
 	return cfg
 }
 
-// storeOn returns a Store over a new pool of cfg; both are closed when t ends.
+// storeOn returns a Store over a new pool of cfg; both are closed when t ends. A configuration
+// whose sessions' search_path is a schema (ownSchema's URLs) makes a Store in that schema.
 func storeOn(t testing.TB, cfg *pgxpool.Config, opts ...postgres.Option) *postgres.Store {
 	t.Helper()
+	if schema := cfg.ConnConfig.RuntimeParams["search_path"]; schema != "" {
+		opts = append([]postgres.Option{postgres.WithSchema(schema)}, opts...)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -79,12 +84,13 @@ func storeOn(t testing.TB, cfg *pgxpool.Config, opts ...postgres.Option) *postgr
 // shared is the server of the package's tests that leave it running; each test uses keys of its
 // own (uniqueKey). The tests that stop or pause a server start servers of their own.
 //
-// A test that waits (a TTL, a timeout, a fault's length) or repeats much runs in parallel
-// (t.Parallel) when it shares nothing but the server with the others. Tests that run serially,
-// before every parallel one starts: those that make rows dead by hand and sweep them (another
-// test's sweep would take them first), end every listening session (TestListenerReconnects),
-// count the server's lock waits, check for leaked goroutines of their own, or bound how late
-// calls return under a fault (faults_test.go).
+// Tests run in parallel (t.Parallel) when they share nothing but the server with the others.
+// Those that sweep by hand or make rows dead by hand keep their tables in a schema of their own
+// (ownSchema): another test's sweep would take their rows first, or theirs another's. Those
+// that count lock waits count their own sessions', those that end listening sessions end their
+// own Stores', and one that hears every change notified has a database of its own
+// (ownDatabase). Tests run serially, before every parallel one starts, only when they check for
+// leaked goroutines of their own or bound how late calls return (faults_test.go).
 var shared struct {
 	once sync.Once
 	srv  *pgtest.Server
@@ -119,6 +125,46 @@ func newPool(t testing.TB, url string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// ownSchema makes a schema of its own for t on the shared server, dropped when t ends, and
+// returns a URL to the server whose sessions' search_path is that schema: Stores made on it by
+// newStore or storeOn (in t, or in a child process given the URL) keep their tables there, and
+// t's statements find them there. Their sweeps and lines are t's alone; their channels are
+// not (see ownDatabase).
+func ownSchema(t *testing.T) string {
+	t.Helper()
+	url := serverURL(t)
+	schema, _ := newSchema(t, newPool(t, url), "own")
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// ownDatabase makes a database of its own for t on the server at url, dropped when t ends, and
+// returns a URL to it. Notifications reach only the sessions of the database they are sent
+// in: the change channel of its Stores is t's alone.
+func ownDatabase(t *testing.T, url string) string {
+	t.Helper()
+	var b [6]byte
+	rand.Read(b[:])
+	name := "own_" + hex.EncodeToString(b[:])
+	admin := newPool(t, url)
+	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
 }
 
 // uniqueKey returns a key for t alone: its name and a random suffix, so that runs of the test

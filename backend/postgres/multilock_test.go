@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/conformance/scenario"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -13,6 +14,7 @@ import (
 // test's own. A MultiLock takes its keys one by one, each as a Mutex, with no new SQL.
 
 func TestMultiLockOnPostgres(t *testing.T) {
+	testenv.SkipShort(t, "seconds of MultiLock scenarios, which send no SQL of their own: the Mutex tests and conformance/scenario's over the memory store cover them")
 	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	a, b, c := key+"a", key+"b", key+"c"

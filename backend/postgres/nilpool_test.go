@@ -12,6 +12,7 @@ import (
 // TestNewWithANilPoolNamesTheDriverAndTheArgument: a nil ctx or pool is core.ErrInvalid, worded as every
 // driver words a nil argument to its constructor, and nothing is dialled.
 func TestNewWithANilPoolNamesTheDriverAndTheArgument(t *testing.T) {
+	t.Parallel()
 	_, err := postgres.New(context.Background(), nil)
 	if want := "postgres: new: invalid argument: pool: must not be nil"; !errors.Is(err, core.ErrInvalid) || err == nil || err.Error() != want {
 		t.Errorf("New(ctx, nil) = %v, want ErrInvalid reading %q", err, want)

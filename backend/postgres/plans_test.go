@@ -22,6 +22,7 @@ import (
 // acquire and release for new holders went from 0.4 ms to 1 ms within 9 000 pairs
 // (BenchmarkStorePairNewHolders on a new database).
 func TestOperationsPlanIndexScansOnly(t *testing.T) {
+	t.Parallel()
 	newStore(t, serverURL(t)) // makes the functions
 	admin := newPool(t, serverURL(t))
 	rows, err := admin.Query(context.Background(), `SELECT proname, coalesce(array_to_string(proconfig, ','), '')
@@ -53,6 +54,7 @@ func TestOperationsPlanIndexScansOnly(t *testing.T) {
 // (pg_stat_user_tables counts no sequential scan of them). A cached plan that scans would read
 // every lease of every key, and every dead row left until autovacuum, on each call.
 func TestOperationsNeverScanWholeTables(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()
 	prefix := fmt.Sprintf("scan%d_", time.Now().UnixNano()%1e9)

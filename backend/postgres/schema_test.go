@@ -22,6 +22,7 @@ import (
 // those codes (TestSetupOptions failed so, 'relation "fresh_schema" already exists', before
 // 42P07 was on the list). Setups now take turns on a lock of their schema and prefix first.
 func TestSetupsStartingTogetherTakeTurns(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()
 	pool := newPool(t, url)
@@ -49,6 +50,7 @@ func TestSetupsStartingTogetherTakeTurns(t *testing.T) {
 // the default one; WithoutSetup refuses tables that are not there, naming SchemaSQL, and takes
 // them once SchemaSQL's output has run; Stores starting together on a new prefix all start.
 func TestSetupOptions(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()
 	pool := newPool(t, url)
@@ -100,6 +102,7 @@ func TestSetupOptions(t *testing.T) {
 // TestSetupRetriesWhenConcurrentDDLCollides: the errors two CREATE TABLE IF NOT EXISTS of one
 // table, racing in two transactions, end with are retried: the other Store made the table.
 func TestSetupRetriesWhenConcurrentDDLCollides(t *testing.T) {
+	t.Parallel()
 	for _, code := range []string{"23505", "42P07", "42710"} {
 		if !postgres.Retryable(&pgconn.PgError{Code: code}) {
 			t.Errorf("setup gives up on SQLSTATE %s, which a Store starting beside another meets", code)
@@ -142,6 +145,7 @@ func TestStoresStartingTogetherOnFreshPrefixes(t *testing.T) {
 // quotes, spaces, a comment's dashes or a line break (all valid in a quoted identifier) makes a
 // working Store, and its DDL runs nothing but the DDL.
 func TestSchemaNamesOfAnyCharacter(t *testing.T) {
+	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()
 	pool := newPool(t, url)

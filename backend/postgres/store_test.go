@@ -46,6 +46,7 @@ func countedStore(t *testing.T, url string) (*postgres.Store, *counter) {
 // TestOneStatementPerOperation: Acquire, Extend, Release and Inspect are one statement each (one
 // round trip, once pgx has prepared it), whether the line is empty or not.
 func TestOneStatementPerOperation(t *testing.T) {
+	t.Parallel()
 	s, c := countedStore(t, serverURL(t))
 	ctx, key := context.Background(), uniqueKey(t)
 	req := core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
@@ -80,6 +81,7 @@ func TestOneStatementPerOperation(t *testing.T) {
 // UTF-8, a key of a megabyte — travel only as bind parameters and come back as they went; keys
 // that differ in one byte are independent.
 func TestHostileInput(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, serverURL(t))
 	ctx := context.Background()
 	odd := []string{
@@ -113,6 +115,7 @@ func TestHostileInput(t *testing.T) {
 }
 
 func TestNewArguments(t *testing.T) {
+	t.Parallel()
 	if _, err := postgres.New(context.Background(), nil); !errors.Is(err, core.ErrInvalid) {
 		t.Errorf("New(nil): %v, want ErrInvalid", err)
 	}
@@ -128,6 +131,7 @@ func TestNewArguments(t *testing.T) {
 // TestCloseEndsEverything: after Close, operations fail with ErrClosed, waiters and watches are
 // woken, their places are gone from the line, and the pool is still open.
 func TestCloseEndsEverything(t *testing.T) {
+	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
 	pool := newPool(t, url)
@@ -192,6 +196,7 @@ func deadListenDSN(t *testing.T) string {
 // the waiter is gone, the next release grants it the lock, and the lock sits untaken for its TTL
 // while a live waiter behind it waits.
 func TestCloseLeavesItsWaitersPlaces(t *testing.T) {
+	t.Parallel()
 	for _, down := range []bool{true, false} {
 		t.Run(map[bool]string{true: "listener down", false: "listener up"}[down], func(t *testing.T) {
 			url, key := serverURL(t), uniqueKey(t)
@@ -291,6 +296,7 @@ func TestCloseLeavesThePlaceOfATryInFlight(t *testing.T) {
 // SQL: nothing overflows a bigint or an integer, RetryAfter and Inspect's TTL come back near 100
 // years, and fences still strictly increase above the highest floor.
 func TestNumbersAtTheirLimits(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, serverURL(t))
 	ctx, key := context.Background(), uniqueKey(t)
 	const top = core.MaxLimit
