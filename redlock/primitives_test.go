@@ -159,6 +159,7 @@ func startRedisHarness(t *testing.T) redisHarness {
 // a decided release on a late node in the background; with the machine loaded by other tests
 // (under -race) a late node still held a released lease and refused the next grant.
 func TestConformanceRedlockRedisServers(t *testing.T) {
+	t.Parallel() // mostly waits on its own servers and real TTLs
 	conformance.Run(t, startRedisHarness(t), conformance.WithoutNotifier(), conformance.WithLateReleases(), sharedFences, conformance.WithSoak(testenv.Soak()))
 }
 

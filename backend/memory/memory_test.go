@@ -33,6 +33,7 @@ func (h *harness) Advance(d time.Duration) bool {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, newHarness(), conformance.WithSoak(testenv.Soak()))
 }
 
@@ -43,5 +44,6 @@ func (h realTime) NewStore(*testing.T) core.Store { return h.store }
 func (realTime) Advance(time.Duration) bool       { return false }
 
 func TestConformanceRealTime(t *testing.T) {
+	t.Parallel() // mostly waits out real TTLs
 	conformance.Run(t, realTime{memory.New()}, conformance.WithSoak(testenv.Soak()))
 }
