@@ -68,9 +68,23 @@ func TestOperationsAtAClosedPortSayItIsUnreachable(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
 	cfg := poolConfig(t, srv.URL, nil)
-	proxy := redistest.StartProxy(t, fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port))
-	s := newStore(t, strings.Replace(srv.URL, fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port), proxy.Addr, 1))
-	proxy.Close()
+	target := fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port)
+	var (
+		s     *postgres.Store
+		proxy *faultproxy.Proxy
+	)
+	for try := 0; s == nil; try++ {
+		proxy = redistest.StartProxy(t, target)
+		st := newStore(t, strings.Replace(srv.URL, target, proxy.Addr, 1))
+		proxy.Close()
+		// Keep the closed port from being bound again by another test's listener (which would
+		// answer, then hang up): a socket bound to it, never listening, refuses every dial.
+		if err := bindOnly(t, proxy.Addr); err == nil {
+			s = st
+		} else if try == 2 {
+			t.Fatalf("the closed port %s was bound again at once, three times: %v", proxy.Addr, err)
+		}
+	}
 	s.Pool().Reset() // the pool's connections go: the next operation dials
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
