@@ -47,14 +47,7 @@ func TestReacquireWhoseGiveBackFailsLeavesStraysNobodyCounts(t *testing.T) {
 	s := mustNew(t, []core.Store{ns[0], ns[1], ns[2], rf[0], rf[1]}, redlock.WithNodeTimeout(time.Second))
 	ctx := context.Background()
 	req := core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
-	ns[3].set(true, 0)
-	ns[4].set(true, 0)
-	first, err := s.Acquire(ctx, req)
-	if err != nil || !first.Granted {
-		t.Fatalf("acquire with two nodes down: %+v %v", first, err)
-	}
-	ns[3].set(false, 0)
-	ns[4].set(false, 0)
+	first := grantWithTwoNodesDown(t, s, ns[3:], req)
 	rf[0].fail.Store(true)
 	rf[1].fail.Store(true)
 	again, err := s.Acquire(ctx, req)
@@ -159,14 +152,7 @@ func TestReacquireAfterAWipeOrBesideACounterAheadKeepsFencesIncreasing(t *testin
 		s := mustNew(t, ss, redlock.WithNodeTimeout(time.Second))
 		ctx := context.Background()
 		req := core.AcquireRequest{Key: "k", Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
-		ns[3].set(true, 0)
-		ns[4].set(true, 0)
-		first, err := s.Acquire(ctx, req)
-		if err != nil || !first.Granted {
-			t.Fatalf("wipe %v: acquire with two nodes down: %+v %v", wipe, first, err)
-		}
-		ns[3].set(false, 0)
-		ns[4].set(false, 0)
+		first := grantWithTwoNodesDown(t, s, ns[3:], req)
 		ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
 		if wipe {
 			ns[2].wipe()

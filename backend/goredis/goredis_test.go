@@ -16,15 +16,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The parallel tests mostly wait on servers and on leaves' budgets, not the CPU: eight at
-	// once, four under -race, the default two under LEASEHOLD_SOAK=1 (as rediscore's TestMain).
-	if !testenv.Soak() {
-		n := 8
-		if testenv.Race {
-			n = 4
-		}
-		testenv.ParallelWaiters(n)
-	}
+	// The parallel tests mostly wait on servers and on leaves' budgets, not the CPU.
+	testenv.ParallelForWaits()
 	goleak.VerifyTestMain(m)
 }
 

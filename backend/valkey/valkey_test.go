@@ -13,16 +13,9 @@ import (
 // valkey-go's cluster client leaves a topology refresh asleep for a few seconds after Close
 // (after a call cut short, the delayed refresh it schedules too); it is the library's, not ours.
 func TestMain(m *testing.M) {
-	// The parallel tests mostly wait on servers, not the CPU: eight at once, four under -race,
-	// the default two under LEASEHOLD_SOAK=1 (as rediscore's TestMain). The tests that set
-	// cancelGrace or check for leaks run alone, before them.
-	if !testenv.Soak() {
-		n := 8
-		if testenv.Race {
-			n = 4
-		}
-		testenv.ParallelWaiters(n)
-	}
+	// The parallel tests mostly wait on servers, not the CPU. The tests that set cancelGrace or
+	// check for leaks run alone, before them.
+	testenv.ParallelForWaits()
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
 		goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*call).DelayDo.func1"))
 }

@@ -47,3 +47,18 @@ func ParallelWaiters(n int) {
 		flag.Set("test.parallel", strconv.Itoa(n))
 	}
 }
+
+// ParallelForWaits sets how many parallel tests a package whose tests mostly wait on servers and
+// timers, not the CPU, runs at once: eight, four under -race (whose slower goroutines stretch the
+// timings the tests bound), and the default under LEASEHOLD_SOAK=1, for a loaded machine's sake.
+// Call it from TestMain, before m.Run.
+func ParallelForWaits() {
+	if Soak() {
+		return
+	}
+	n := 8
+	if Race {
+		n = 4
+	}
+	ParallelWaiters(n)
+}
