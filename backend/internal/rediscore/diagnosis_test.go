@@ -116,7 +116,8 @@ func TestRedisErrorsWithoutAPasswordSayOneIsWanted(t *testing.T) {
 // TestLossToARefusingServerNamesTheRefusal: a lease whose server stops taking connections (its
 // address refuses them) is lost with a cause that names the refused connection, though the
 // refreshes were cut off by their deadline while the client was still dialling: the loss wraps
-// ErrLost, the deadline and the refusal.
+// ErrLost, the deadline and the refusal. On valkey-go, which reports no dials, it names the
+// refusal when a refresh got it back, and may say only the deadline.
 func TestLossToARefusingServerNamesTheRefusal(t *testing.T) {
 	t.Parallel()
 	for name, mk := range redisharness.Drivers {
@@ -139,6 +140,12 @@ func TestLossToARefusingServerNamesTheRefusal(t *testing.T) {
 				t.Fatal("the lease was not lost within 10s of its server's going")
 			}
 			err = l.Err()
+			if name == "valkey" && errors.Is(err, core.ErrLost) && errors.Is(err, context.DeadlineExceeded) {
+				// valkey-go tells the Store nothing of its dials: refreshes it kept waiting on a
+				// reconnection until their ctx ended (on a loaded machine) cannot name the
+				// refusal (docs/redis.md, "Connecting").
+				return
+			}
 			want := "redis " + proxy.Addr + " unreachable: dial tcp " + proxy.Addr + ": connect: connection refused"
 			if !errors.Is(err, core.ErrLost) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), want) {
 				t.Errorf("Err() = %v\nwant ErrLost naming the refusal: %q", err, want)
