@@ -203,9 +203,12 @@ type raising struct {
 func (s *Store) raise(ctx context.Context, a raising, res []result[core.AcquireResult], granted []int) (uint64, bool) {
 	req, quorum, timeout := a.req, a.quorum, a.timeout
 	fence := leaseFence(res, granted, a.floor, quorum)
-	above := map[int]uint64{}
+	var above map[int]uint64 // nil, and nothing sent, in the common case
 	for _, i := range granted {
 		if f := res[i].v.Fence; f > fence {
+			if above == nil {
+				above = map[int]uint64{}
+			}
 			above[i] = f
 		}
 	}
@@ -247,14 +250,19 @@ func (s *Store) raise(ctx context.Context, a raising, res []result[core.AcquireR
 // earlier acquire of this process gave out.
 func leaseFence(res []result[core.AcquireResult], granted []int, floor uint64, quorum int) uint64 {
 	var highest uint64
-	held := map[uint64]int{}
 	for _, i := range granted {
 		f := res[i].v.Fence
 		highest = max(highest, f)
 		if f >= floor {
 			continue
 		}
-		if held[f]++; held[f] >= quorum {
+		at := 0
+		for _, j := range granted {
+			if res[j].v.Fence == f {
+				at++
+			}
+		}
+		if at >= quorum {
 			return f
 		}
 	}
