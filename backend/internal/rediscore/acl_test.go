@@ -24,7 +24,7 @@ import (
 const ACLRules = "on >secret resetkeys ~leasehold:* resetchannels &leasehold:* -@all " +
 	"+hello +auth +ping +client|setname " +
 	"+evalsha +eval +subscribe +unsubscribe " +
-	"+time +type +hget +hset +hgetall +hmget +hdel " +
+	"+time +type +get +psetex +del +pttl +hget +hset +hgetall +hmget +hdel " +
 	"+zadd +zrem +zrange +zremrangebyscore +zscore +pexpire +publish"
 
 // TestDocumentedACLIsEnough: a user with exactly the documented ACL runs contended mutexes and a

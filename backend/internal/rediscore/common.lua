@@ -170,6 +170,9 @@ local function clock_text()
   return clock[1] .. string.sub(us, 1, 3), clock[1] .. us
 end
 
+-- clock_us returns the server's time in µs as text, as int() would write now_us.
+local function clock_us() return clock[1] .. string.sub('00000' .. clock[2], -6) end
+
 -- fields returns the texts of a lease's entry v: permits, fence, expiry ms, ' q' for an untaken
 -- grant from the line, the lock delay in ms ('' when none), the value ('' when none); nil when v
 -- is not a lease's entry.
@@ -283,6 +286,58 @@ end
 -- encode returns the lease hash's entry of lease l.
 local function encode(l)
   return entry(l.nt or int(l.n), l.ft or int(l.fence), int(l.exp), l.q, l.d > 0 and int(l.d) or nil, l.value)
+end
+
+-- A lone lease is the commonest state of a key, one holder of a Mutex's one permit with no lock
+-- delay, nobody in line and nobody watching, stored as the lease key's string, not its hash:
+-- LONE_TAG .. fence .. ' ' .. #holder .. ' ' .. holder .. value, which expires with the lease
+-- (PSETEX: Redis's expiry, by the same clock as TIME, is the lease's). Its limit is 1, its
+-- counters are the fence alone, and it keeps nothing past its expiry or release: its fence was
+-- the clock at the grant (a floor above the clock makes a hash), and its release deletes it only
+-- once the clock has passed the fence (else the hash keeps the fence), so any later grant's
+-- clock is above it. A call that needs more than a lone lease holds (a line, a watch, a lock
+-- delay, another limit, a second holder) turns it into the hash (unlone) first. The lone tiers
+-- (acquire_lone, extend_lone, release_lone) are each one read (GET) and one write; the extend
+-- reads no clock.
+
+-- lone_fields returns a lone lease's fence (text), holder and value, or nil when s is not one of
+-- this layout's.
+local function lone_fields(s)
+  local ft, hl, at = string.match(s, LONE_PATTERN)
+  if not ft then return nil end
+  hl = tonumber(hl)
+  if at + hl - 1 > #s or not plain(ft) then return nil end
+  return ft, string.sub(s, at, at + hl - 1), string.sub(s, at + hl)
+end
+
+-- lone_of returns holder's lone lease's fence (text) and value when s holds it, else nil.
+local function lone_of(s, holder)
+  local ft, h, value = lone_fields(s)
+  if h == holder then return ft, value end
+  return nil
+end
+
+-- unlone returns the lease hash a lone lease s (GET's reply) stands for, as HGETALL would read
+-- it, written in its place when writes_back; a string that is no lone lease of this layout
+-- stops the call, untouched.
+local function unlone(s, writes_back)
+  local ft, holder, value = lone_fields(s)
+  local left = redis.call('PTTL', state)
+  if not ft or left < 0 then
+    local found = string.match(s, '^L@(%d+) ')
+    if found and found ~= LAYOUT_VERSION then other_layout(found) end
+    error({err = 'WRONGTYPE leasehold: ' .. state .. ' holds a string of someone else; it was left untouched'})
+  end
+  tick()
+  local life = kept(left)
+  local all = {':' .. holder, entry('1', ft, int(now_ms + left), false, nil, value), 'fence', ft, 'limit', '1',
+    KEEP_ENTRY, int(now_ms + life)}
+  if writes_back then
+    redis.call('DEL', state)
+    redis.call('HSET', state, unpack(all))
+    redis.call('PEXPIRE', state, life)
+  end
+  return all
 end
 
 -- hset_kept writes, for a fast path, the lease's entry e at me, and the counters fence and limit

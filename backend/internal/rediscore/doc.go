@@ -14,18 +14,23 @@
 // # Key layout
 //
 // A resource key K under prefix P is stored in four Redis keys (their records are the table in
-// Record format). P{K'}:lease is a hash that holds all an operation needs when nobody waits: its
-// leases, each inline with its value, and the key's counters; a call reads it whole with one
-// HGETALL and writes back what it changed with one HSET (and one HDEL). P{K'}:queue, P{K'}:waiting
-// (the line) and P{K'}:left (tries given up before their reply came, and leaves overtaken by a
-// later try of their holder, for a minute) are read only while the lease hash says they live. So
-// an uncontended acquire is TIME, HGETALL and HSET inside its script (and a PEXPIRE on a new key,
-// as every key is again after its last release), a release TIME, HGETALL and HDEL, and an extend
-// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE). Each
-// operation has two tiers: a fast path that takes the common states (a free key, a lease beside
-// live leases, no live line or watch) straight from the HGETALL's reply, before anything else is
-// set up, and the general path, which decodes the state (acquire_fast, extend_fast and
-// release_fast say when the fast path applies; common.lua holds what both share). K' is K with '%', '{' and '}'
+// Record format). P{K'}:lease holds all an operation needs when nobody waits. In the commonest
+// state, a lone lease (one holder of a Mutex's permit, limit 1, no lock delay, nobody in line or
+// watching), it is a string that holds the fence, the holder and the value, and expires with the
+// lease (PSETEX). Otherwise it is a hash of the leases, each inline with its value, and the key's
+// counters; a call reads it whole with one HGETALL and writes back what it changed with one HSET
+// (and one HDEL). A call that needs more than a lone lease holds turns the string into the hash
+// first. P{K'}:queue, P{K'}:waiting (the line) and P{K'}:left (tries given up before their reply
+// came, and leaves overtaken by a later try of their holder, for a minute) are read only while the
+// lease hash says they live. So an uncontended Mutex's acquire is TIME, GET and PSETEX inside its
+// script, its extend GET and PEXPIRE, and its release GET, TIME and DEL; a semaphore's acquire is TIME,
+// HGETALL and HSET (and a PEXPIRE on a new key), a release TIME, HGETALL and HDEL, and an extend
+// TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE). Each operation
+// has up to three tiers: a lone tier on the string (acquire_lone, extend_lone, release_lone), a
+// fast path that takes the common states of the hash (a free key, a lease beside live leases, no
+// live line or watch) straight from the HGETALL's reply, before anything else is set up, and the
+// general path, which decodes the state (each tier says when it applies; common.lua holds what
+// they share). K' is K with '%', '{' and '}'
 // percent-encoded. K' is the hash tag, so the four keys (and the key's channels) land in one
 // Redis Cluster slot and one script can touch them all; the encoding keeps any user key in one
 // slot and distinct from every other. No call sends the channels: the scripts name them after
@@ -33,9 +38,10 @@
 //
 // # Nothing left behind
 //
-// A key nobody holds, waits for or watches leaves no Redis key: the call that leaves it so
-// (the last release, a leave, an expired lease's deletion) deletes its lease hash, with the HDEL
-// of every entry (so that the documented ACL needs no DEL, and only our entries go). The one
+// A key nobody holds, waits for or watches leaves no Redis key: a lone lease's string expires
+// with it or is deleted by its release, and the call that leaves a hash so (the last release, a
+// leave, an expired lease's deletion) deletes it, with the HDEL of every entry (so that only our
+// entries go). The one
 // exception is a lease hash whose fence is at or above the server clock in µs (a Redlock node
 // raises fences to the quorum's): it expires just after the clock passes that fence. Deleting
 // the counters is safe for fences because a new grant's fence is max(last + 1, server µs,
@@ -60,15 +66,21 @@
 // lease and no place, kept for a watch or a left try alone, is kept as long again as they need,
 // not as long as its leases and places had it kept.
 //
-// # Record format (layout version 1)
+// # Record format (layout version 2)
 //
 // Numbers are whole decimals below 2^53 with no leading zero, as strconv and the scripts' int()
 // write them; times are the server's clock (TIME) in ms; a fence is at least the server's clock
 // in µs when granted. P{K'} is the key's tag. "acquire", "extend", … name the scripts (the
 // operation's fast path and general path alike, unless it says "general"); settle is every
-// writing call's end (line.lua). Every script reads the whole lease hash (one HGETALL).
+// writing call's end (line.lua). Every script reads the whole lease key (one GET or HGETALL).
 //
 //	Redis key      type  entry / member   encoding                                   written by              read by
+//	P{K'}:lease    string                 "L@2 <fence> <holder length> <holder>"     acquire (lone: a free   every script; a call
+//	                                      then the value: a lone lease, which        key, one permit of a    that needs the hash
+//	                                      expires with the lease (PSETEX, PEXPIRE)    limit of 1, no lock     turns it into one
+//	                                                                                 delay, the fence the    (unlone)
+//	                                                                                 clock), extend (PEXPIRE);
+//	                                                                                 deleted by release
 //	P{K'}:lease    hash  ':' + holder     "<permits> <fence> <expiry ms>", then      acquire (a grant, and   every script; inspect
 //	                                      " q" for a grant from the line not taken   the line's grants in    reports it
 //	                                      yet, "+<lock delay ms>" when it has one,   release and leave),
@@ -91,7 +103,7 @@
 //	                                      places ('0': empty)                        place), serve           line or not)
 //	                     left             until when left may hold ids               acquire (general:       acquire, leave, settle,
 //	                                                                                 overtakes), leave       release (keep the hash)
-//	                     keep@1           when the hash expires (its PEXPIRE); its   any call whose records  every script (does the
+//	                     keep@2           when the hash expires (its PEXPIRE); its   any call whose records  every script (does the
 //	                                      name carries the layout version            outlive it (keep,       hash last? which
 //	                                                                                 hset_kept), settle      layout?)
 //	P{K'}:queue    zset  holder           place (from seq): the line in arrival      acquire (general),      acquire, release, leave
@@ -106,7 +118,7 @@
 //	                                      that leave does nothing                    (general: overtakes)
 //
 // Every key written gets an expiry or is deleted: the lease hash by keep/hset_kept (PEXPIRE to
-// keep@1) or settle's HDEL of every entry; queue and waiting by the PEXPIRE of the place that
+// keep@2) or settle's HDEL of every entry, the lone lease's string by its PSETEX, PEXPIRE or DEL; queue and waiting by the PEXPIRE of the place that
 // extends line (and Redis deletes them when they empty); left by the PEXPIRE of each hold.
 //
 // Channels (named by the scripts from the lease key, never sent): P{K'}:granted:<store id>
@@ -118,14 +130,15 @@
 //
 // # Layout version
 //
-// The layout above, and the scripts' arguments and replies, are LayoutVersion 1. Every lease
-// hash has its keep entry, whose name carries the version (keep@1), and every call reads the
-// whole hash, so a script knows the version of what it reads at no cost: a hash whose keep entry
-// names another version (keep@2), or a hash of ours whose keep entry has none (keep: a layout
-// from before versions), is refused: the call writes nothing, and its error reply is returned as a
+// The layout above, and the scripts' arguments and replies, are LayoutVersion 2. Every lease
+// hash has its keep entry, whose name carries the version (keep@2), and every lone lease its tag
+// (L@2), and every call reads the whole lease key, so a script knows the version of what it reads
+// at no cost: a hash whose keep entry names another version (keep@1), a lone lease of another
+// tag, or a hash of ours whose keep entry has none (keep: a layout from before versions), is
+// refused: the call writes nothing, and its error reply is returned as a
 // *LayoutError naming both versions (errors.Is ErrLayoutVersion). The Functions library is named
 // LibraryName ("leasehold") whatever its version, and its functions carry the version in their
-// names (leasehold_v1_acquire, …), so a Store never runs another version's code; the one function
+// names (leasehold_v2_acquire, …), so a Store never runs another version's code; the one function
 // every version has, LayoutFunction (leasehold_layout), returns the loaded library's version,
 // which a Store asks once, when its FUNCTION LOAD finds a library loaded: another version's is
 // refused the same way (see Functions). A change to the layout, or to what the scripts take or

@@ -35,3 +35,6 @@ func OnReclaim(t testing.TB, f func(key, holder string, fence uint64, given bool
 
 // KeepField names the lease hash's keep entry, whose name carries the layout version.
 var KeepField = keepEntry
+
+// LoneTag starts a lone lease's string, and carries the layout version.
+var LoneTag = loneTag

@@ -3,6 +3,19 @@
 -- end. A lease in its lock delay is not held: {0}.
 -- Returns {1, permits, fence, limit, value}, or {0} when the holder holds no unexpired lease.
 
+-- extend_lone renews the holder's lone lease (see common.lua): one GET and one PEXPIRE, and no
+-- clock. Nothing held: {0}. A hash goes the other tiers' way.
+local function extend_lone(s, PARAMS)
+  if not s then return {0} end
+  local ft, value = lone_of(s, holder)
+  if not ft then
+    if lone_fields(s) then return {0} end
+    return nil
+  end
+  redis.call('PEXPIRE', state, ttl_ms)
+  return {1, 1, tonumber(ft), 1, value}
+end
+
 -- extend_fast renews the holder's lease when it is there and unexpired, every other lease is
 -- unexpired, and every counter is one of ours (an extend tells no watcher and serves no line, so
 -- a live line or watch changes nothing here): one HSET of the holder's entry (and the keep entry

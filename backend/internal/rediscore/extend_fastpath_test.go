@@ -319,7 +319,7 @@ func TestExtendFastPathMatchesTheGeneralPath(t *testing.T) {
 					continue
 				}
 				for _, cn := range slices.Sorted(maps.Keys(calls)) {
-					got := fast.runState(t, now, "k", states[sn], rediscore.Sources[srcExtend], slices.Clone(calls[cn]))
+					got := fast.runState(t, now, "k", states[sn], hashSource(t, srcExtend), slices.Clone(calls[cn]))
 					want := gen.runState(t, now, "k", states[sn], general, slices.Clone(calls[cn]))
 					if !sameSnapshots(got, want) {
 						t.Errorf("%s on %s: with the fast path\n%.3000s\nwithout\n%.3000s", cn, sn, got, want)
@@ -407,7 +407,7 @@ func TestExtendFastPathMatchesOnWiderDrawnStates(t *testing.T) {
 			st.hash = nil
 		}
 		args := []any{rapid.SampledFrom([]string{"h", "h", "h", "", "o", "fence", "z"}).Draw(rt, "holder"), ttl}
-		got := fast.runState(t, now, "k", st, rediscore.Sources[srcExtend], slices.Clone(args))
+		got := fast.runState(t, now, "k", st, hashSource(t, srcExtend), slices.Clone(args))
 		want := gen.runState(t, now, "k", st, general, slices.Clone(args))
 		if got, want := sameForeign(got, want); !sameSnapshots(got, want) {
 			rt.Fatalf("extend %q on %#v: with the fast path\n%s\nwithout\n%s", args, st.hash, got, want)

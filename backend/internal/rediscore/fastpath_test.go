@@ -222,9 +222,9 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"extend, unknown holder":    {srcExtend, []any{"z", ttl}},
 	}
 	srcs := map[int][2]string{
-		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
-		srcExtend:  {rediscore.Sources[srcExtend], generalSource(t, srcExtend)},
-		srcRelease: {rediscore.Sources[srcRelease], generalSource(t, srcRelease)},
+		srcAcquire: {hashSource(t, srcAcquire), generalSource(t, srcAcquire)},
+		srcExtend:  {hashSource(t, srcExtend), generalSource(t, srcExtend)},
+		srcRelease: {hashSource(t, srcRelease), generalSource(t, srcRelease)},
 	}
 	for server, real := range twinServers() {
 		t.Run(server, func(t *testing.T) {
@@ -256,6 +256,8 @@ func TestReleaseReportsAForeignEntry(t *testing.T) {
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
 			ctx := context.Background()
 			got := mustAcquire(t, s, core.AcquireRequest{Key: "shared", Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}, true)
+			// Another's try, refused, makes the lone lease the lease hash.
+			mustAcquire(t, s, core.AcquireRequest{Key: "shared", Holder: "x", Permits: 1, Limit: 1, TTL: time.Minute}, false)
 			if err := c.HSet(ctx, rediscore.Keys("shared")[0], ":theirs", "not a lease").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -303,9 +305,9 @@ func TestFastPathsMatchOnDrawnStates(t *testing.T) {
 	nowMs := now.UnixMilli()
 	s := func(x int64) string { return strconv.FormatInt(x, 10) }
 	srcs := map[int][2]string{
-		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
-		srcExtend:  {rediscore.Sources[srcExtend], generalSource(t, srcExtend)},
-		srcRelease: {rediscore.Sources[srcRelease], generalSource(t, srcRelease)},
+		srcAcquire: {hashSource(t, srcAcquire), generalSource(t, srcAcquire)},
+		srcExtend:  {hashSource(t, srcExtend), generalSource(t, srcExtend)},
+		srcRelease: {hashSource(t, srcRelease), generalSource(t, srcRelease)},
 	}
 	fast, general := newTwin(t, true), newTwin(t, true)
 	rapid.Check(t, func(rt *rapid.T) {

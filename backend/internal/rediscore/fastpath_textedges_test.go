@@ -25,9 +25,9 @@ func TestFastPathsMatchAtTheEdgesOfTheirTextComparisons(t *testing.T) {
 		time.Date(2026, 3, 1, 12, 0, 0, 9999000, time.UTC), // ms "009"
 	}
 	srcs := map[int][2]string{
-		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
-		srcExtend:  {rediscore.Sources[srcExtend], generalSource(t, srcExtend)},
-		srcRelease: {rediscore.Sources[srcRelease], generalSource(t, srcRelease)},
+		srcAcquire: {hashSource(t, srcAcquire), generalSource(t, srcAcquire)},
+		srcExtend:  {hashSource(t, srcExtend), generalSource(t, srcExtend)},
+		srcRelease: {hashSource(t, srcRelease), generalSource(t, srcRelease)},
 	}
 	fast, general := newTwin(t, true), newTwin(t, true)
 	for _, now := range nows {

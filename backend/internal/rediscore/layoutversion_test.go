@@ -46,7 +46,8 @@ func TestStoreRefusesAKeyOfAnotherLayoutAndChangesNothing(t *testing.T) {
 	for name, mk := range redisharness.Drivers {
 		s := mk(t, srv.Addr)
 		for found, hash := range map[string]map[string]string{
-			"2":    {":h": lease, "fence": fence, "limit": "1", "keep@2": far, "shape": "of version 2"},
+			"1":    {":h": lease, "fence": fence, "limit": "1", "keep@1": far},
+			"3":    {":h": lease, "fence": fence, "limit": "1", "keep@3": far, "shape": "of version 3"},
 			"none": {":h": lease, "fence": fence, "limit": "1", "keep": far},
 		} {
 			t.Run(name+"/"+found, func(t *testing.T) {
@@ -84,6 +85,48 @@ func TestStoreRefusesAKeyOfAnotherLayoutAndChangesNothing(t *testing.T) {
 	}
 }
 
+// TestStoreRefusesALoneLeaseOfAnotherLayoutAndChangesNothing: a lone lease's string written by
+// another layout version (its tag says so) is refused by every operation with an error naming
+// both versions, and is left as it was, its expiry too.
+func TestStoreRefusesALoneLeaseOfAnotherLayoutAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := raw(t, srv.Addr)
+	ctx := context.Background()
+	lone := "L@3 " + strconv.FormatInt(time.Now().UnixMicro()-1000, 10) + " 1 h"
+	for name, mk := range redisharness.Drivers {
+		t.Run(name, func(t *testing.T) {
+			s := mk(t, srv.Addr)
+			key := "lone-layout:" + name
+			ks := rediscore.Keys(key)
+			if err := c.Set(ctx, ks[0], lone, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, holder := range []string{"h", "x"} {
+				_, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: holder, Permits: 1, Limit: 1, TTL: time.Minute})
+				refusedAsLayout(t, "Acquire by "+holder, err, "3")
+			}
+			_, err := s.Extend(ctx, core.ExtendRequest{Key: key, Holder: "h", TTL: time.Minute})
+			refusedAsLayout(t, "Extend", err, "3")
+			_, err = s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "h"})
+			refusedAsLayout(t, "Release", err, "3")
+			_, err = s.Inspect(ctx, key)
+			refusedAsLayout(t, "Inspect", err, "3")
+			_, err = s.Watch(ctx, key)
+			refusedAsLayout(t, "Watch", err, "3")
+			if got, err := c.Get(ctx, ks[0]).Result(); err != nil || got != lone {
+				t.Fatalf("the lease key became %q (%v); want %q untouched", got, err, lone)
+			}
+			if ttl := c.PTTL(ctx, ks[0]).Val(); ttl < 59*time.Minute {
+				t.Fatalf("the lease key's expiry became %v; want the hour it had", ttl)
+			}
+			if n := c.Exists(ctx, ks[1:]...).Val(); n != 0 {
+				t.Fatalf("%d of the line's keys were made", n)
+			}
+		})
+	}
+}
+
 // TestStoreRefusesALibraryOfAnotherLayout: a server whose Functions library is of another layout
 // version refuses a Store's calls with an error naming both versions, and runs none of them; once
 // that library is deleted, the Store loads its own and works.
@@ -93,7 +136,7 @@ func TestStoreRefusesALibraryOfAnotherLayout(t *testing.T) {
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
 	other := "#!lua name=" + rediscore.LibraryName + "\nredis.register_function{function_name = '" + rediscore.LayoutFunction +
-		"', flags = {'no-writes'}, callback = function() return 2 end}\n"
+		"', flags = {'no-writes'}, callback = function() return 3 end}\n"
 	for name, mk := range redisharness.Drivers {
 		t.Run(name, func(t *testing.T) {
 			do(t, srv.Addr, "FUNCTION", "FLUSH")
@@ -103,7 +146,7 @@ func TestStoreRefusesALibraryOfAnotherLayout(t *testing.T) {
 			req := core.AcquireRequest{Key: key, Holder: "h", Permits: 1, Limit: 1, TTL: time.Minute}
 			for range 2 {
 				_, err := s.Acquire(ctx, req)
-				refusedAsLayout(t, "Acquire", err, "2")
+				refusedAsLayout(t, "Acquire", err, "3")
 				if !strings.Contains(err.Error(), "library "+rediscore.LibraryName) {
 					t.Fatalf("Acquire: %q; want it to name the library", err)
 				}

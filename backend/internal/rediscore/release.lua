@@ -4,6 +4,23 @@
 -- are told on their channels; when the line was granted nothing, the permits freed alone (a
 -- number, which costs the server less than an array).
 
+-- release_lone ends the holder's lone lease (see common.lua) at the fence asked for: one GET and,
+-- once the clock has passed the fence, one DEL (the lease's expiry is the key's, so its being
+-- there says it is held). Nothing held: 0. A hash, or a clock not past the fence yet, goes the
+-- other tiers' way (which keep the fence in the hash until the clock passes it).
+local function release_lone(s, PARAMS)
+  if not s then return 0 end
+  local ft = lone_of(s, holder)
+  if not ft then
+    if lone_fields(s) then return 0 end
+    return nil
+  end
+  if fence_asked and fence_asked ~= '0' and fence_asked ~= ft then return 0 end
+  if not later(clock_us(), ft) then return nil end
+  redis.call('DEL', state)
+  return 1
+end
+
 -- release_fast ends the holder's lease when it is there, unexpired and at the fence asked for,
 -- every other lease is unexpired, every counter is one of ours, and none says that the line or a
 -- watch lives: one HDEL of its entry, without decoding the rest of the state. When it was the

@@ -33,7 +33,7 @@ var (
 // scripts' arguments and replies: the lease hash's entry layout, and the version in the names of
 // the library's functions. A change to either that a Store of the version before would misread
 // takes the next version.
-const LayoutVersion = 1
+const LayoutVersion = 2
 
 // common is the Lua every script shares, with LAYOUT_VERSION and KEEP_ENTRY written out (see
 // withLayout: the library keeps no variable for them from one call to the next): the prelude (the
@@ -49,8 +49,13 @@ var keepEntry = "keep@" + strconv.Itoa(LayoutVersion)
 // withLayout returns the Lua src with LAYOUT_VERSION and KEEP_ENTRY written as the layout's
 // version and keepEntry, as string literals.
 func withLayout(src string) string {
-	return strings.NewReplacer("LAYOUT_VERSION", "'"+strconv.Itoa(LayoutVersion)+"'", "KEEP_ENTRY", "'"+keepEntry+"'").Replace(src)
+	v := strconv.Itoa(LayoutVersion)
+	return strings.NewReplacer("LAYOUT_VERSION", "'"+v+"'", "KEEP_ENTRY", "'"+keepEntry+"'",
+		"LONE_TAG", "'"+loneTag+"'", "LONE_PATTERN", "'^L@"+v+" (%d+) (%d+) ()'").Replace(src)
 }
+
+// loneTag starts a lone lease's string (see common.lua): "L@" and the layout version.
+var loneTag = "L@" + strconv.Itoa(LayoutVersion) + " "
 
 // Script names one of the scripts a Client runs: an index into Sources and functionNames.
 type Script int
@@ -78,19 +83,21 @@ type opSource struct {
 	writes bool
 	// fast says the source has a fast path (see common.lua).
 	fast bool
+	// lone says the source has a lone tier, name_lone, run on a lone lease (see common.lua).
+	lone bool
 }
 
 // ops are the operations, indexed by Script.
 var ops = [...]opSource{
-	acquireScript: {"acquire", acquireBody, acquireParams[:], "{}", true, true},
-	extendScript:  {"extend", extendBody, extendParams[:], "{}", true, true},
+	acquireScript: {"acquire", acquireBody, acquireParams[:], "{}", true, true, true},
+	extendScript:  {"extend", extendBody, extendParams[:], "{}", true, true, true},
 	// Ending a lease and leaving the line mostly delete, and must work when the server is out
 	// of memory, as the same commands do in a script (EVALSHA refuses only the commands that
 	// may grow memory).
-	releaseScript: {"release", releaseBody, releaseParams[:], "{'allow-oom'}", true, true},
-	inspectScript: {"inspect", inspectBody, nil, "{'no-writes'}", false, false},
-	leaveScript:   {"leave", leaveBody, leaveParams[:], "{'allow-oom'}", true, false},
-	watchScript:   {"watch", watchBody, watchParams[:], "{}", true, false},
+	releaseScript: {"release", releaseBody, releaseParams[:], "{'allow-oom'}", true, true, true},
+	inspectScript: {"inspect", inspectBody, nil, "{'no-writes'}", false, false, false},
+	leaveScript:   {"leave", leaveBody, leaveParams[:], "{'allow-oom'}", true, false, false},
+	watchScript:   {"watch", watchBody, watchParams[:], "{}", true, false, false},
 }
 
 // source returns the operation's Lua: its source with its parameters named and the layout
@@ -105,11 +112,14 @@ func (op *opSource) source() string {
 
 // run returns the Lua that runs the operation by guarded on keys and args (Lua expressions).
 func (op *opSource) run(keys, args string) string {
-	fast := "nil"
+	fast, lone := "nil", "nil"
 	if op.fast {
 		fast = op.name + "_fast"
 	}
-	return "guarded(" + op.name + ", " + fast + ", " + keys + ", " + args + ", " + strconv.FormatBool(op.writes) + ")"
+	if op.lone {
+		lone = op.name + "_lone"
+	}
+	return "guarded(" + op.name + ", " + fast + ", " + lone + ", " + keys + ", " + args + ", " + strconv.FormatBool(op.writes) + ")"
 }
 
 // Sources are the scripts' full sources, indexed by Script, for EVALSHA (EVAL the first time on

@@ -32,8 +32,8 @@ func TestFastPathsMatchAlongHistories(t *testing.T) {
 	t.Parallel()
 	fast, general := newTwin(t, true), newTwin(t, true)
 	srcs := map[int][2]string{
-		srcAcquire: {rediscore.Sources[srcAcquire], generalSource(t, srcAcquire)},
-		srcRelease: {rediscore.Sources[srcRelease], generalSource(t, srcRelease)},
+		srcAcquire: {hashSource(t, srcAcquire), generalSource(t, srcAcquire)},
+		srcRelease: {hashSource(t, srcRelease), generalSource(t, srcRelease)},
 	}
 	const key = "k"
 	ks := rediscore.Keys(key)

@@ -20,20 +20,40 @@ import (
 // The twin: two servers at one clock, one running a script as it is and the other with its fast
 // path switched off, and the snapshot of a key that the two must agree on.
 
-// generalSource returns Sources[i] with the fast path of acquire, extend or release not tried
-// (see common.lua): the general path is what the call then runs.
+// generalSource returns Sources[i] with the lone tier and the fast path of acquire, extend or
+// release not tried (see common.lua): the general path is what the call then runs.
 func generalSource(t *testing.T, i int) string {
 	t.Helper()
-	fast := map[int]string{srcAcquire: "acquire_fast", srcExtend: "extend_fast", srcRelease: "release_fast"}[i]
+	return withoutTiers(t, i, "nil", "nil")
+}
+
+// hashSource returns Sources[i] with the lone tier of acquire, extend or release not tried: the
+// fast path, then the general path, on a lease hash (a lone lease is made into one first).
+func hashSource(t *testing.T, i int) string {
+	t.Helper()
+	return withoutTiers(t, i, "", "nil")
+}
+
+// withoutTiers returns Sources[i] with its fast path, then its lone tier, passed to guarded as
+// the Lua expressions fast and lone ("": as it is).
+func withoutTiers(t *testing.T, i int, fast, lone string) string {
+	t.Helper()
+	name := map[int]string{srcAcquire: "acquire", srcExtend: "extend", srcRelease: "release"}[i]
 	src := rediscore.Sources[i]
-	if fast == "" {
+	if name == "" {
 		return src
 	}
-	call := ", " + fast + ", eval_keys, eval_args, "
+	call := ", " + name + "_fast, " + name + "_lone, eval_keys, eval_args, "
 	if strings.Count(src, call) != 1 {
-		t.Fatalf("script %d: the fast path %q is not passed to guarded once", i, fast)
+		t.Fatalf("script %d: the tiers of %q are not passed to guarded once", i, name)
 	}
-	return strings.Replace(src, call, ", nil, eval_keys, eval_args, ", 1)
+	if fast == "" {
+		fast = name + "_fast"
+	}
+	if lone == "" {
+		lone = name + "_lone"
+	}
+	return strings.Replace(src, call, ", "+fast+", "+lone+", eval_keys, eval_args, ", 1)
 }
 
 // twin is a server whose clock the test sets (miniredis: m; a real server: its scripts read a
@@ -62,16 +82,53 @@ func newTwin(t *testing.T, real bool) *twin {
 }
 
 // clocked returns src with TIME answering now: a local redis that shadows the server's in the
-// whole script, and passes every other command on; but PEXPIRE sets an expiry an hour longer than
-// asked, so that no key (a lease hash kept a millisecond, for a fence just above now) expires by
-// the server's own clock, which the test does not move, while a test compares twins.
+// whole script, and passes every other command on; but every expiry the script sets is an hour
+// longer than asked, so that no key (a lease hash kept a millisecond, for a fence just above now)
+// expires by the server's own clock, which the test does not move, while a test compares twins.
+// A lone lease's expiry, which is the key's own (PSETEX, PEXPIRE of a string), is kept by the
+// test's clock instead: in the hash fakeExpiries, which GET, PTTL and TYPE read and DEL clears.
 func clocked(src string, now time.Time) string {
-	return fmt.Sprintf("local server = redis\nlocal redis = setmetatable({call = function(cmd, ...)\n"+
-		"  if cmd == 'TIME' then return {'%d', '%d'} end\n"+
-		"  if cmd == 'PEXPIRE' then local k, ms = ...; return server.call(cmd, k, ms + 3600000) end\n"+
-		"  return server.call(cmd, ...)\nend}, {__index = server})\n",
-		now.Unix(), now.Nanosecond()/1000) + src
+	return fmt.Sprintf(`local server = redis
+local now_ms = %d
+local function expired(k)
+  local e = server.call('HGET', '%[2]s', k)
+  if e and tonumber(e) <= now_ms then
+    server.call('DEL', k)
+    server.call('HDEL', '%[2]s', k)
+    return true
+  end
+  return false
+end
+local function run(via, cmd, ...)
+  local k, x, y, ms = ...
+  if cmd == 'TIME' then return {'%[3]d', '%[4]d'} end
+  if cmd == 'PSETEX' then
+    server.call('HSET', '%[2]s', k, now_ms + tonumber(x))
+    return via(cmd, k, tonumber(x) + 3600000, y)
+  end
+  if cmd == 'PEXPIRE' then
+    if server.call('TYPE', k)['ok'] == 'string' then server.call('HSET', '%[2]s', k, now_ms + tonumber(x)) end
+    return via(cmd, k, tonumber(x) + 3600000)
+  end
+  if cmd == 'DEL' then server.call('HDEL', '%[2]s', k) end
+  if (cmd == 'GET' or cmd == 'TYPE' or cmd == 'PTTL') and expired(k) then
+    if cmd == 'GET' then return false end
+    if cmd == 'TYPE' then return {ok = 'none'} end
+    return -2
+  end
+  if cmd == 'PTTL' then
+    local e = server.call('HGET', '%[2]s', k)
+    if e then return tonumber(e) - now_ms end
+  end
+  return via(cmd, ...)
+end
+local redis = setmetatable({call = function(...) return run(server.call, ...) end,
+  pcall = function(...) return run(server.pcall, ...) end}, {__index = server})
+`, now.UnixMilli(), fakeExpiries, now.Unix(), now.Nanosecond()/1000) + src
 }
+
+// fakeExpiries is the hash where clocked keeps the lone leases' expiries by the test's clock.
+const fakeExpiries = "leasehold-test:fake-expiries"
 
 // twinServers are the servers the tables of states run their twins on: redis-server, and under
 // LEASEHOLD_SOAK=1 miniredis too, whose Lua (gopher-lua) is a second reading of the scripts, and
