@@ -20,13 +20,12 @@
 -- lease. Permits an expired lease's lock delay keeps closed count as held until the delay ends;
 -- its holder's own request is refused until then, its retry_after_ms the delay's end.
 
--- acquire_lone grants a key that holds nothing (s: nil) a lone lease (see common.lua), to a try
--- for one permit of a limit of 1, with no lock delay, that overtakes no leave, and whose fence is
--- the clock (no floor above it): TIME and one PSETEX. Any other try, or a key that holds
--- something, goes the other tiers' way.
-local function acquire_lone(s, PARAMS)
-  if s or overtakes or (permits and permits ~= '1') or (limit and limit ~= '1') or
-    (lock_delay and lock_delay ~= '0') then
+-- acquire_lone grants a key that holds nothing a lone lease (see common.lua), to a try for one
+-- permit of a limit of 1, with no lock delay, that overtakes no leave, and whose fence is the
+-- clock (no floor above it): TIME, GET and one PSETEX. Any other try it leaves to the other tiers
+-- without reading the key; a key that holds something, after its GET.
+local function acquire_lone(PARAMS)
+  if overtakes or (permits and permits ~= '1') or (limit and limit ~= '1') or (lock_delay and lock_delay ~= '0') then
     return nil
   end
   local ft = clock_us()
@@ -34,6 +33,7 @@ local function acquire_lone(s, PARAMS)
     tick()
     if tonumber(min_fence) > now_us or tonumber(fence_floor or 0) > now_us then return nil end
   end
+  if lone_read() ~= false then return nil end
   redis.call('PSETEX', state, ttl_ms, LONE_TAG .. ft .. ' ' .. #holder .. ' ' .. holder .. (value or ''))
   return tonumber(ft)
 end

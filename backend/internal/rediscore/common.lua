@@ -65,6 +65,8 @@ local clock, now_ms, now_us
 
 -- read is the lease hash as load read it (HGETALL's reply).
 local read
+-- lone_got is what a lone tier read of the lease key (see lone_read): nil when it read nothing.
+local lone_got
 
 -- leases are the unexpired leases as load found them and the call changed them, by entry (':'
 -- .. holder): {n = permits, fence, exp = expiry ms, q = untaken grant from the line, d = lock
@@ -89,7 +91,7 @@ local function begin(keys)
   KEYS = keys
   state, queue, waiting, left = keys[1], keys[2], keys[3], keys[4]
   clock, now_ms, now_us = redis.call('TIME'), nil, nil
-  leases, delays, used, meta, read = nil, nil, 0, nil, nil
+  leases, delays, used, meta, read, lone_got = nil, nil, 0, nil, nil, nil
   writes, expire, tell = nil, false, false
 end
 
@@ -300,13 +302,27 @@ end
 -- (acquire_lone, extend_lone, release_lone) are each one read (GET) and one write; the extend
 -- reads no clock.
 
--- lone_fields returns a lone lease's fence (text), holder and value, or nil when s is not one of
--- this layout's.
-local function lone_fields(s)
+-- lone_read reads the lease key for a lone tier (GET) and returns what it holds: a string, false
+-- when nothing, nil when anything else (a hash, which the tier leaves to the others); and keeps
+-- it in lone_got for guarded (true: anything else).
+local function lone_read()
+  local s = redis.pcall('GET', state)
+  if type(s) == 'table' then
+    lone_got = true
+    return nil
+  end
+  lone_got = s
+  return s
+end
+
+-- lone_fields returns a lone lease's fence (text), holder and value (unless no_value), or nil
+-- when s is not one of this layout's.
+local function lone_fields(s, no_value)
   local ft, hl, at = string.match(s, LONE_PATTERN)
   if not ft then return nil end
   hl = tonumber(hl)
   if at + hl - 1 > #s or not plain(ft) then return nil end
+  if no_value then return ft, string.sub(s, at, at + hl - 1) end
   return ft, string.sub(s, at, at + hl - 1), string.sub(s, at + hl)
 end
 

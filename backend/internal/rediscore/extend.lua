@@ -5,8 +5,10 @@
 
 -- extend_lone renews the holder's lone lease (see common.lua): one GET and one PEXPIRE, and no
 -- clock. Nothing held: {0}. A hash goes the other tiers' way.
-local function extend_lone(s, PARAMS)
-  if not s then return {0} end
+local function extend_lone(PARAMS)
+  local s = lone_read()
+  if s == false then return {0} end
+  if not s then return nil end
   local ft, value = lone_of(s, holder)
   if not ft then
     if lone_fields(s) then return {0} end

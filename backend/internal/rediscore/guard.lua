@@ -36,9 +36,9 @@ end
 
 -- guarded runs one call of an operation, its lone tier lone, its fast path fast (nil: none) and
 -- its general path main, with keys and args (see call), and turns a wrong-type failure into an
--- error naming the key at fault. The lone tier runs first, on the key read by a GET, when the key
--- holds nothing or a string; the fast path next, on the lease hash read by a HGETALL, when it
--- holds a hash. Both run outside the pcall (a wrong type's error is returned, not raised, by the
+-- error naming the key at fault. The lone tier runs first, and reads the key (GET) only for a call
+-- a lone lease could serve (see lone_read); the fast path next, on the lease hash read by a
+-- HGETALL, unless the lone tier found a string. Both run outside the pcall (a wrong type's error is returned, not raised, by the
 -- reads they run on): a write Redis refuses there (out of memory under EVALSHA, an ACL) fails the
 -- call with Redis's own error, before anything is written. A tier that returns nil wrote nothing,
 -- and the next decides.
@@ -46,14 +46,9 @@ local function guarded(main, fast, lone, keys, args, writes_back)
   begin(keys)
   local all, s
   if lone then
-    s = redis.pcall('GET', state)
-    if type(s) == 'table' then
-      s = nil
-    else
-      local r = lone(s or nil, unpack(args))
-      if r then return r end
-      if not s then all = {} end
-    end
+    local r = lone(unpack(args))
+    if r then return r end
+    if lone_got == false then all = {} elseif lone_got ~= true then s = lone_got end
   end
   if fast and not s then
     all = all or redis.pcall('HGETALL', state)

@@ -72,8 +72,9 @@ const (
 )
 
 // opSource is an operation's Lua: its source (its general path, a function named as the
-// operation, and its fast path, named name_fast, if any), with the names of the script's
-// arguments, in ARGV order (see args.go), written where the source says ", PARAMS".
+// operation, and its fast path, named name_fast, and lone tier, name_lone, if any), with the
+// names of the script's arguments, in ARGV order (see args.go), written where the source says
+// ", PARAMS" (after another parameter) or "(PARAMS)" (alone).
 type opSource struct {
 	name, src string
 	params    []string
@@ -107,7 +108,8 @@ func (op *opSource) source() string {
 	for _, p := range op.params {
 		names.WriteString(", " + p)
 	}
-	return withLayout(strings.ReplaceAll(op.src, ", PARAMS", names.String()))
+	src := strings.ReplaceAll(op.src, ", PARAMS", names.String())
+	return withLayout(strings.ReplaceAll(src, "(PARAMS)", "("+strings.TrimPrefix(names.String(), ", ")+")"))
 }
 
 // run returns the Lua that runs the operation by guarded on keys and args (Lua expressions).
