@@ -20,20 +20,33 @@
 -- lease. Permits an expired lease's lock delay keeps closed count as held until the delay ends;
 -- its holder's own request is refused until then, its retry_after_ms the delay's end.
 
--- acquire_lone grants a key that holds nothing a lone lease (see common.lua), to a try for one
--- permit of a limit of 1, with no lock delay, that overtakes no leave, and whose fence is the
--- clock (no floor above it): TIME, GET and one PSETEX. Any other try it leaves to the other tiers
--- without reading the key; a key that holds something, after its GET.
+-- acquire_lone grants a key that holds nothing, or a lone lease's fence alone (see common.lua), a
+-- lone lease, to a try for one permit of a limit of 1, with no lock delay, that overtakes no
+-- leave, and whose fence (the clock, or a floor or the last fence above it) the clock passes
+-- before the lease ends: TIME, GET and one PSETEX. Any other try it leaves to the other tiers
+-- without reading the key; a key that holds something else, after its GET.
 local function acquire_lone(PARAMS)
   if overtakes or (permits and permits ~= '1') or (limit and limit ~= '1') or (lock_delay and lock_delay ~= '0') then
     return nil
   end
-  local ft = clock_us()
-  if min_fence then
-    tick()
-    if tonumber(min_fence) > now_us or tonumber(fence_floor or 0) > now_us then return nil end
+  local s = lone_read()
+  local last
+  if s then
+    local ft, h = lone_fields(s, true)
+    if h ~= false then return nil end -- held, or not ours: the other tiers decide
+    last = ft
+  elseif s == nil then
+    return nil
   end
-  if lone_read() ~= false then return nil end
+  local ft = clock_us()
+  if min_fence or last then
+    tick()
+    local fence = math.max(now_us, tonumber(min_fence or 0), tonumber(fence_floor or 0), last and tonumber(last) + 1 or 0)
+    if fence > now_us then
+      if to_ms(fence) + LONE_SLACK > now_ms + tonumber(ttl_ms) then return nil end
+      ft = int(fence)
+    end
+  end
   redis.call('PSETEX', state, ttl_ms, LONE_TAG .. ft .. ' ' .. #holder .. ' ' .. holder .. (value or ''))
   return tonumber(ft)
 end

@@ -293,14 +293,15 @@ end
 -- A lone lease is the commonest state of a key, one holder of a Mutex's one permit with no lock
 -- delay, nobody in line and nobody watching, stored as the lease key's string, not its hash:
 -- LONE_TAG .. fence .. ' ' .. #holder .. ' ' .. holder .. value, which expires with the lease
--- (PSETEX: Redis's expiry, by the same clock as TIME, is the lease's). Its limit is 1, its
--- counters are the fence alone, and it keeps nothing past its expiry or release: its fence was
--- the clock at the grant (a floor above the clock makes a hash), and its release deletes it only
--- once the clock has passed the fence (else the hash keeps the fence), so any later grant's
--- clock is above it. A call that needs more than a lone lease holds (a line, a watch, a lock
--- delay, another limit, a second holder) turns it into the hash (unlone) first. The lone tiers
--- (acquire_lone, extend_lone, release_lone) are each one read (GET) and one write; the extend
--- reads no clock.
+-- (PSETEX: Redis's expiry, by the same clock as TIME, is the lease's). Its limit is 1 and its
+-- counters are the fence alone. The fence is the clock at the grant, or a floor or last fence
+-- above it that the clock passes before the lease ends (LONE_SLACK ms before at least; a Redlock
+-- node's floors are a second ahead): so when the key goes, by expiry or a release after the
+-- clock passed the fence, any later grant's clock is above the fence. A release before the clock
+-- passed it leaves the fence alone (LONE_TAG .. fence), until the clock passes it. A
+-- call that needs more than a lone lease holds (a line, a watch, a lock delay, another limit, a
+-- second holder, a fence the lease would outlive) turns it into the hash (unlone) first. The lone
+-- tiers (acquire_lone, extend_lone, release_lone) are each one read (GET) and one write.
 
 -- lone_read reads the lease key for a lone tier (GET) and returns what it holds: a string, false
 -- when nothing, nil when anything else (a hash, which the tier leaves to the others); and keeps
@@ -315,11 +316,15 @@ local function lone_read()
   return s
 end
 
--- lone_fields returns a lone lease's fence (text), holder and value (unless no_value), or nil
--- when s is not one of this layout's.
+-- lone_fields returns a lone lease's fence (text), holder and value (unless no_value); its fence
+-- and false when s holds the fence alone; or nil when s is not one of this layout's.
 local function lone_fields(s, no_value)
   local ft, hl, at = string.match(s, LONE_PATTERN)
-  if not ft then return nil end
+  if not ft then
+    ft = string.match(s, LONE_FENCE_PATTERN)
+    if ft and plain(ft) then return ft, false end
+    return nil
+  end
   hl = tonumber(hl)
   if at + hl - 1 > #s or not plain(ft) then return nil end
   if no_value then return ft, string.sub(s, at, at + hl - 1) end
@@ -345,9 +350,14 @@ local function unlone(s, writes_back)
     error({err = 'WRONGTYPE leasehold: ' .. state .. ' holds a string of someone else; it was left untouched'})
   end
   tick()
-  local life = kept(left)
-  local all = {':' .. holder, entry('1', ft, int(now_ms + left), false, nil, value), 'fence', ft, 'limit', '1',
-    KEEP_ENTRY, int(now_ms + life)}
+  local life, all = kept(left), nil
+  if holder == false then
+    life = left -- the fence alone, kept until the clock passes it
+    all = {'fence', ft, KEEP_ENTRY, int(now_ms + life)}
+  else
+    all = {':' .. holder, entry('1', ft, int(now_ms + left), false, nil, value), 'fence', ft, 'limit', '1',
+      KEEP_ENTRY, int(now_ms + life)}
+  end
   if writes_back then
     redis.call('DEL', state)
     redis.call('HSET', state, unpack(all))

@@ -17,7 +17,8 @@
 // Record format). P{K'}:lease holds all an operation needs when nobody waits. In the commonest
 // state, a lone lease (one holder of a Mutex's permit, limit 1, no lock delay, nobody in line or
 // watching), it is a string that holds the fence, the holder and the value, and expires with the
-// lease (PSETEX). Otherwise it is a hash of the leases, each inline with its value, and the key's
+// lease (PSETEX); released before the clock passed its fence (a Redlock node's, a second ahead),
+// it holds the fence alone until the clock does. Otherwise it is a hash of the leases, each inline with its value, and the key's
 // counters; a call reads it whole with one HGETALL and writes back what it changed with one HSET
 // (and one HDEL). A call that needs more than a lone lease holds turns the string into the hash
 // first. P{K'}:queue, P{K'}:waiting (the line) and P{K'}:left (tries given up before their reply
@@ -77,10 +78,14 @@
 //	Redis key      type  entry / member   encoding                                   written by              read by
 //	P{K'}:lease    string                 "L@2 <fence> <holder length> <holder>"     acquire (lone: a free   every script; a call
 //	                                      then the value: a lone lease, which        key, one permit of a    that needs the hash
-//	                                      expires with the lease (PSETEX, PEXPIRE)    limit of 1, no lock     turns it into one
-//	                                                                                 delay, the fence the    (unlone)
-//	                                                                                 clock), extend (PEXPIRE);
+//	                                      expires with the lease (PSETEX, PEXPIRE);  limit of 1, no lock     turns it into one
+//	                                      the clock passes the fence 2 ms before     delay, a fence the      (unlone)
+//	                                      the lease ends at least                    clock passes in time),
+//	                                                                                 extend (PEXPIRE);
 //	                                                                                 deleted by release
+//	                                      "L@2 <fence>": the fence alone, left by    release (a fence at or  acquire (the next
+//	                                      a release before the clock passed it,      above the clock: a      fence is above it)
+//	                                      until it does                              Redlock node's)
 //	P{K'}:lease    hash  ':' + holder     "<permits> <fence> <expiry ms>", then      acquire (a grant, and   every script; inspect
 //	                                      " q" for a grant from the line not taken   the line's grants in    reports it
 //	                                      yet, "+<lock delay ms>" when it has one,   release and leave),

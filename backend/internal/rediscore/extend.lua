@@ -3,16 +3,22 @@
 -- end. A lease in its lock delay is not held: {0}.
 -- Returns {1, permits, fence, limit, value}, or {0} when the holder holds no unexpired lease.
 
--- extend_lone renews the holder's lone lease (see common.lua): one GET and one PEXPIRE, and no
--- clock. Nothing held: {0}. A hash goes the other tiers' way.
+-- extend_lone renews the holder's lone lease (see common.lua): GET, PTTL and one PEXPIRE. The
+-- clock passes the fence LONE_SLACK ms before the key's expiry at least (see acquire_lone), so a
+-- later expiry keeps that true; an earlier one reads the clock (TIME) to check it. Nothing held:
+-- {0}. A hash, or a new expiry before the clock passes the fence, goes the other tiers' way.
 local function extend_lone(PARAMS)
   local s = lone_read()
   if s == false then return {0} end
   if not s then return nil end
-  local ft, value = lone_of(s, holder)
-  if not ft then
-    if lone_fields(s) then return {0} end
+  local ft, h, value = lone_fields(s)
+  if h ~= holder then
+    if ft then return {0} end
     return nil
+  end
+  if tonumber(ttl_ms) < redis.call('PTTL', state) and not later(clock_us(), ft) then
+    tick()
+    if to_ms(tonumber(ft)) + LONE_SLACK > now_ms + tonumber(ttl_ms) then return nil end
   end
   redis.call('PEXPIRE', state, ttl_ms)
   return {1, 1, tonumber(ft), 1, value}

@@ -4,25 +4,25 @@
 -- are told on their channels; when the line was granted nothing, the permits freed alone (a
 -- number, which costs the server less than an array).
 
--- release_lone ends the holder's lone lease (see common.lua) at the fence asked for: TIME, GET
--- and, once the clock has passed the fence, one DEL (the lease's expiry is the key's, so its
--- being there says it is held). Nothing held: 0. A fence asked for at or above the clock (no lone
--- lease's: a Redlock node's) it leaves to the other tiers without reading the key; a hash, or a
--- lone lease's fence the clock has not passed yet, after its GET (the hash keeps the fence until
--- the clock passes it).
+-- release_lone ends the holder's lone lease (see common.lua) at the fence asked for: TIME, GET and
+-- a DEL, or, while the fence is at or above the clock (a Redlock node's), a PSETEX of the fence
+-- alone until the clock passes it (the lease's expiry is the key's, so its being there says it
+-- is held). Nothing held: 0. A hash goes the other tiers' way, after the GET.
 local function release_lone(PARAMS)
-  local us, any = clock_us(), not fence_asked or fence_asked == '0'
-  if not (any or later(us, fence_asked)) then return nil end
   local s = lone_read()
   if s == false then return 0 end
   if not s then return nil end
   local ft, h = lone_fields(s, true)
-  if h ~= holder or not (any or fence_asked == ft) then
+  if h ~= holder or (fence_asked and fence_asked ~= '0' and fence_asked ~= ft) then
     if ft then return 0 end
     return nil
   end
-  if any and not later(us, ft) then return nil end
-  redis.call('DEL', state)
+  if later(clock_us(), ft) then
+    redis.call('DEL', state)
+  else
+    tick()
+    redis.call('PSETEX', state, to_ms(tonumber(ft)) - now_ms + 1, LONE_TAG .. ft)
+  end
   return 1
 end
 

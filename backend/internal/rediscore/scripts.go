@@ -51,7 +51,7 @@ var keepEntry = "keep@" + strconv.Itoa(LayoutVersion)
 func withLayout(src string) string {
 	v := strconv.Itoa(LayoutVersion)
 	return strings.NewReplacer("LAYOUT_VERSION", "'"+v+"'", "KEEP_ENTRY", "'"+keepEntry+"'",
-		"LONE_TAG", "'"+loneTag+"'", "LONE_PATTERN", "'^L@"+v+" (%d+) (%d+) ()'").Replace(src)
+		"LONE_TAG", "'"+loneTag+"'", "LONE_PATTERN", "'^L@"+v+" (%d+) (%d+) ()'", "LONE_FENCE_PATTERN", "'^L@"+v+" (%d+)$'", "LONE_SLACK", "2").Replace(src)
 }
 
 // loneTag starts a lone lease's string (see common.lua): "L@" and the layout version.
