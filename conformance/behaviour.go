@@ -255,7 +255,25 @@ func (s *suite) testCanceledContextChangesNothing(t *testing.T) {
 	if _, err := st.Inspect(ctx, key); !errors.Is(err, context.Canceled) {
 		t.Errorf("Inspect with a canceled ctx: err = %v, want one wrapping context.Canceled", err)
 	}
-	m := holders(inspect(t, st, key))
+	// Tries that would wait, refused or granted, send nothing either: no place, no lease, and
+	// no leave in the background (Inspect waits for a Store's leaves started before it).
+	free := newKey(t)
+	for _, req := range []core.AcquireRequest{
+		{Key: key, Holder: "w", Permits: 2, Limit: 2, TTL: time.Minute, Wait: time.Minute},
+		{Key: free, Holder: "w", Permits: 1, Limit: 2, TTL: time.Minute, Wait: time.Minute},
+	} {
+		if _, err := st.Acquire(ctx, req); !errors.Is(err, context.Canceled) {
+			t.Errorf("Acquire that would wait, with a canceled ctx: err = %v, want one wrapping context.Canceled", err)
+		}
+	}
+	if snap := inspect(t, st, free); len(snap.Leases)+len(snap.Waiters)+len(snap.Delayed) != 0 {
+		t.Errorf("after a canceled try on a free key: %+v, want nothing held or waiting", snap)
+	}
+	snap := inspect(t, st, key)
+	if len(snap.Waiters) != 0 {
+		t.Errorf("after a canceled try that would wait: waiters %+v, want none", snap.Waiters)
+	}
+	m := holders(snap)
 	if _, ok := m["a"]; !ok || len(m) != 1 || m["a"].TTL > time.Minute {
 		t.Errorf("after canceled calls: leases %+v, want a's alone, unextended", m)
 	}
