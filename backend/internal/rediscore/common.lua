@@ -349,6 +349,10 @@ local function unlone(s, writes_back)
     if found and found ~= LAYOUT_VERSION then other_layout(found) end
     error({err = 'WRONGTYPE leasehold: ' .. state .. ' holds a string of someone else; it was left untouched'})
   end
+  -- PTTL counts from the clock as the server read it for PTTL, which may be later than the call's
+  -- TIME (a server stalled meanwhile): the call reads the clock again, so that the lease ends in
+  -- the hash no earlier than its key's expiry time.
+  clock, now_ms, now_us = redis.call('TIME'), nil, nil
   tick()
   local life, all = kept(left), nil
   if holder == false then

@@ -1,0 +1,64 @@
+package rediscore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/internal/rediscore"
+	"github.com/leasehold/leasehold/backend/redistest"
+	"github.com/leasehold/leasehold/core"
+)
+
+// TestLoneLeaseReleasesAndInspectsWhenOutOfMemory: with maxmemory full (noeviction), by FCALL
+// and by EVALSHA (a user without functions), through both drivers: a lone lease is inspected,
+// a second holder's TryAcquire is refused (by FCALL with OOM, leaving the string as it was; by
+// EVALSHA as when memory is free), the lease is kept, and the holder's Release deletes the key.
+func TestLoneLeaseReleasesAndInspectsWhenOutOfMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
+	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
+	c := raw(t, srv.Addr)
+	ctx := context.Background()
+	for name, mk := range userStores(srv.Addr) {
+		for _, user := range []string{"old", "new"} {
+			t.Run(name+"/"+user, func(t *testing.T) {
+				do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "0")
+				s := mk(t, user)
+				key := "leasehold:oomlone:" + name + ":" + user
+				k := rediscore.Keys(key)[0]
+				res := mustAcquire(t, s, core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}, true)
+				was := c.Get(ctx, k).Val()
+				do(t, srv.Addr, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+				do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "1")
+				t.Cleanup(func() { redistest.Do(srv.Addr, "CONFIG", "SET", "maxmemory", "0") })
+				if snap, err := s.Inspect(ctx, key); err != nil || len(snap.Leases) != 1 || snap.Leases[0].Fence != res.Fence {
+					t.Fatalf("Inspect when out of memory: %+v, %v", snap, err)
+				}
+				r, err := s.Acquire(ctx, core.AcquireRequest{Key: key, Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute})
+				switch {
+				case user == "new" && (err == nil || !strings.Contains(err.Error(), "OOM")):
+					t.Fatalf("a second holder's try by FCALL when out of memory: %+v, %v; want OOM", r, err)
+				case user == "new" && c.Get(ctx, k).Val() != was:
+					t.Fatalf("the lone lease %q became %q", was, c.Get(ctx, k).Val())
+				case user == "old" && (err != nil || r.Granted):
+					// EVALSHA lets a script that has written (unlone's DEL) write on: the lease is
+					// turned into the hash, and the try refused.
+					t.Fatalf("a second holder's try by EVALSHA when out of memory: %+v, %v; want a refusal", r, err)
+				}
+				if snap, err := s.Inspect(ctx, key); err != nil || len(snap.Leases) != 1 || snap.Leases[0].Holder != "a" || snap.Leases[0].Fence != res.Fence {
+					t.Fatalf("Inspect after the try: %+v, %v; want a's lease as it was", snap, err)
+				}
+				if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a", Fence: res.Fence}); !ok || err != nil {
+					t.Fatalf("Release when out of memory: %v, %v", ok, err)
+				}
+				if n := c.Exists(ctx, rediscore.Keys(key)...).Val(); n != 0 {
+					t.Fatalf("%d of the key's Redis keys left after the release", n)
+				}
+				do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "0")
+			})
+		}
+	}
+}
