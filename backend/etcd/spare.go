@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/core"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,10 +40,10 @@ type sparePool struct {
 }
 
 // recycle keeps leases no record is on for the Store's next grants of the same TTL, and revokes
-// (in the background) those it has no room for. A grant on a spare renews it first — a
-// keep-alive, not a write through etcd's consensus as a new lease and its revocation are — so
-// an uncontended pair costs two consensus writes, as etcd's own Mutex does. A spare nobody takes
-// ends at its TTL by itself; Close revokes those left.
+// (in the background) those it has no room for. A grant on a spare renews it first — a message
+// each way on the Store's renewal stream (renewer), not a write through etcd's consensus as a new
+// lease and its revocation are — so an uncontended pair costs two consensus writes, as etcd's own
+// Mutex does. A spare nobody takes ends at its TTL by itself; Close revokes those left.
 func (s *Store) recycle(sp ...spare) {
 	sess := s.sess.current()
 	revoke := s.spares.put(sess, sp)
@@ -101,10 +102,12 @@ func (s *Store) lease(ctx context.Context, secs int64) (clientv3.LeaseID, error)
 			}
 			return g.ID, nil
 		}
-		if r, err := s.c.KeepAliveOnce(ctx, id); err == nil && r.TTL >= secs {
+		if ttl, err := s.renew(ctx, id); err == nil && ttl >= secs {
 			return id, nil
 		} else if ctx.Err() != nil {
 			return 0, ctx.Err()
+		} else if errors.Is(err, core.ErrClosed) {
+			return 0, err
 		}
 	}
 }

@@ -1,0 +1,187 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/leasehold/leasehold/core"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// renewer renews the Store's etcd leases (a spare taken for a grant, a grant's at Extend) over
+// one LeaseKeepAlive stream the Store keeps open: a renewal is one message each way on it, where
+// clientv3's KeepAliveOnce opens and ends a stream per renewal, which costs the client and etcd
+// more than the renewal itself. etcd answers a stream's renewals one by one, in order.
+type renewer struct {
+	mu     sync.Mutex
+	closed bool
+	cur    *renewStream
+}
+
+// renewStream is one LeaseKeepAlive stream and the renewals sent on it, unanswered, in order.
+type renewStream struct {
+	ready  chan struct{} // closed once open, or failed to open (err)
+	stream etcdserverpb.Lease_LeaseKeepAliveClient
+	err    error
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	queue []renewal
+	ended error // why the stream ended; nil while it runs
+}
+
+// renewal is a renewal of lease id sent on a stream, answered on ch (buffered: a caller that
+// stopped waiting is not waited for).
+type renewal struct {
+	id clientv3.LeaseID
+	ch chan renewed
+}
+
+type renewed struct {
+	ttl int64
+	err error
+}
+
+// renew renews etcd lease id and returns the whole seconds it has left, or an error wrapping
+// rpctypes.ErrLeaseNotFound when etcd no longer has it. A stream that ends before it answers
+// (one opened before etcd restarted, say) is replaced and the renewal sent once more on the new
+// one (renewing twice does no harm), while ctx lasts.
+func (s *Store) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+	for try := 0; ; try++ {
+		rs, err := s.renewals.stream(s)
+		if err != nil {
+			return 0, err
+		}
+		ttl, ended, err := rs.renew(ctx, id)
+		if !ended || try == 1 || ctx.Err() != nil || s.ctx.Err() != nil {
+			return ttl, err
+		}
+		s.renewals.drop(rs)
+	}
+}
+
+// stream returns the Store's renewal stream, opening one (in the background, on the Store's
+// context) when it has none: core.ErrClosed once the Store is closed.
+func (r *renewer) stream(s *Store) (*renewStream, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, core.ErrClosed
+	}
+	if r.cur != nil {
+		return r.cur, nil
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	rs := &renewStream{ready: make(chan struct{}), cancel: cancel}
+	r.cur = rs
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		defer cancel()
+		rs.stream, rs.err = etcdserverpb.NewLeaseClient(s.c.ActiveConnection()).LeaseKeepAlive(ctx, grpc.WaitForReady(true))
+		if rs.err != nil {
+			rs.err = fmt.Errorf("open a lease renewal stream: %w", rpctypes.Error(rs.err))
+			close(rs.ready)
+			r.drop(rs)
+			return
+		}
+		close(rs.ready)
+		rs.receive()
+		r.drop(rs)
+	}()
+	return rs, nil
+}
+
+// current returns the open (or opening) stream, nil when none.
+func (r *renewer) current() *renewStream {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+// drop forgets rs, ended, so that the next renewal opens another stream.
+func (r *renewer) drop(rs *renewStream) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == rs {
+		r.cur = nil
+	}
+}
+
+// close ends the current stream, and refuses streams from now on.
+func (r *renewer) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	if r.cur != nil {
+		r.cur.cancel()
+		r.cur = nil
+	}
+}
+
+// renew sends a renewal of id on rs and waits for its answer, or for ctx. ended reports that rs
+// ended (or never opened) before it answered.
+func (rs *renewStream) renew(ctx context.Context, id clientv3.LeaseID) (ttl int64, ended bool, err error) {
+	select {
+	case <-rs.ready:
+	case <-ctx.Done():
+		return 0, false, ctx.Err()
+	}
+	if rs.err != nil {
+		return 0, true, rs.err
+	}
+	ch := make(chan renewed, 1)
+	rs.mu.Lock()
+	if rs.ended != nil {
+		rs.mu.Unlock()
+		return 0, true, rs.ended
+	}
+	rs.queue = append(rs.queue, renewal{id, ch})
+	// A failed Send leaves the renewal queued: the stream's Recv then fails, and says why.
+	_ = rs.stream.Send(&etcdserverpb.LeaseKeepAliveRequest{ID: int64(id)})
+	rs.mu.Unlock()
+	select {
+	case a := <-ch:
+		if a.err != nil && !errors.Is(a.err, rpctypes.ErrLeaseNotFound) {
+			return 0, true, a.err
+		}
+		return a.ttl, false, a.err
+	case <-ctx.Done():
+		return 0, false, ctx.Err()
+	}
+}
+
+// receive answers the stream's renewals in order until it ends, then fails those left.
+func (rs *renewStream) receive() {
+	for {
+		resp, err := rs.stream.Recv()
+		rs.mu.Lock()
+		if err == nil && (len(rs.queue) == 0 || rs.queue[0].id != clientv3.LeaseID(resp.ID)) {
+			err = fmt.Errorf("etcd answered a renewal of lease %x out of turn", resp.ID)
+		}
+		if err != nil {
+			rs.ended = fmt.Errorf("lease renewal stream: %w", rpctypes.Error(err))
+			q := rs.queue
+			rs.queue = nil
+			rs.mu.Unlock()
+			rs.cancel()
+			for _, w := range q {
+				w.ch <- renewed{err: rs.ended}
+			}
+			return
+		}
+		w := rs.queue[0]
+		rs.queue = rs.queue[1:]
+		rs.mu.Unlock()
+		if resp.TTL <= 0 {
+			w.ch <- renewed{err: rpctypes.ErrLeaseNotFound}
+		} else {
+			w.ch <- renewed{ttl: resp.TTL}
+		}
+	}
+}
