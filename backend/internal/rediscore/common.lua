@@ -356,7 +356,10 @@ local function unlone(s, writes_back)
   tick()
   local life, all = kept(left), nil
   if holder == false then
-    life = left -- the fence alone, kept until the clock passes it
+    -- The fence alone, kept until the clock passes it (as its release kept it), a ms at least:
+    -- in the key's last ms, which Redis keeps it through, PTTL says 0, which would delete the
+    -- hash at once, fence and all, with the clock maybe still below the fence.
+    life = math.max(left, to_ms(tonumber(ft)) - now_ms + 1, 1)
     all = {'fence', ft, KEEP_ENTRY, int(now_ms + life)}
   else
     all = {':' .. holder, entry('1', ft, int(now_ms + left), false, nil, value), 'fence', ft, 'limit', '1',

@@ -62,3 +62,42 @@ func TestLoneLeaseReleasesAndInspectsWhenOutOfMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestLoneLeaseWithAFenceAboveTheClockReleasesWhenOutOfMemory: with maxmemory full (noeviction),
+// by FCALL and by EVALSHA, through both drivers, the release of a Redlock node's lone lease (its
+// fence a second ahead of the clock) goes through, as the lease hash's does: the key keeps the
+// fence alone, and the next grant, once memory is free, is above it.
+func TestLoneLeaseWithAFenceAboveTheClockReleasesWhenOutOfMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
+	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
+	c := raw(t, srv.Addr)
+	ctx := context.Background()
+	do(t, srv.Addr, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	for name, mk := range userStores(srv.Addr) {
+		for _, user := range []string{"old", "new"} {
+			t.Run(name+"/"+user, func(t *testing.T) {
+				do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "0")
+				s := mk(t, user).(core.FenceRaiser)
+				key := "leasehold:oomfloor:" + name + ":" + user
+				k := rediscore.Keys(key)[0]
+				req := core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 1, TTL: time.Minute}
+				res, err := s.AcquireAbove(ctx, req, uint64(time.Now().Add(time.Second).UnixMicro()))
+				if err != nil || !res.Granted || c.Type(ctx, k).Val() != "string" {
+					t.Fatalf("AcquireAbove a second ahead: %+v, %v (the key a %s); want a lone lease", res, err, c.Type(ctx, k).Val())
+				}
+				do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "1")
+				t.Cleanup(func() { redistest.Do(srv.Addr, "CONFIG", "SET", "maxmemory", "0") })
+				if ok, err := s.(core.Store).Release(ctx, core.ReleaseRequest{Key: key, Holder: "a", Fence: res.Fence}); !ok || err != nil {
+					t.Fatalf("Release when out of memory: %v, %v", ok, err)
+				}
+				do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "0")
+				r, err := s.(core.Store).Acquire(ctx, core.AcquireRequest{Key: key, Holder: "b", Permits: 1, Limit: 1, TTL: time.Minute})
+				if err != nil || !r.Granted || r.Fence <= res.Fence {
+					t.Fatalf("the next grant: %+v, %v; want a fence above %d", r, err, res.Fence)
+				}
+			})
+		}
+	}
+}

@@ -22,7 +22,12 @@ import (
 // call the replies, and what Inspect reports of the two keys, are the same. The histories mix
 // calls a lone lease serves (one permit of a limit of 1, no lock delay) with calls it cannot
 // (waits, lock delays, fence floors above the clock, a semaphore's limit, leaves, watches), so
-// that lone leases are made, renewed, ended, let expire and turned into hashes.
+// that lone leases are made, renewed, ended, let expire and turned into hashes. Floors include a
+// Redlock node's (a second ahead) and the highest a lone lease of the TTL takes (the clock passes
+// it LONE_SLACK ms before the lease ends) and a µs above, so that fences alone are left by
+// releases and taken by grants; and the clock steps back now and then, by µs or ms, never to a
+// fence it has passed (the premise of the key's fences: see common.lua) nor before an expiry it
+// has passed (a key that expired is gone in Redis, an expired entry in the hash is not).
 func TestLoneTiersDoWhatTheGeneralPathsDo(t *testing.T) {
 	t.Parallel()
 	c := raw(t, redistest.StartServer(t).Addr)
@@ -35,7 +40,12 @@ func TestLoneTiersDoWhatTheGeneralPathsDo(t *testing.T) {
 		}
 		now := time.Now()
 		fences := map[string]int64{}
-		for i := range rapid.IntRange(1, 10).Draw(rt, "calls") {
+		// high is the latest the clock has been; passed, the least it may step back to: above
+		// every fence granted below high, at or after every expiry set at or before high.
+		high, passed := now, now
+		var granted []int64  // µs
+		var expiries []int64 // ms
+		for i := range rapid.IntRange(1, 12).Draw(rt, "calls") {
 			src, args := drawLoneCall(rt, now, fences)
 			run := func(keys []string, code string) string {
 				r, err := c.Eval(ctx, clocked(code, now), keys, args...).Result()
@@ -56,6 +66,10 @@ func TestLoneTiersDoWhatTheGeneralPathsDo(t *testing.T) {
 				var f int64 // a granted fence: a later floor may be just above it
 				fmt.Sscan(got, &f)
 				fences[args[0].(string)] = f
+				granted = append(granted, f)
+			}
+			if src == srcAcquire || src == srcExtend {
+				expiries = append(expiries, now.UnixMilli()+args[1].(int64))
 			}
 			ins := func(keys []string) string {
 				r, err := c.Eval(ctx, clocked(rediscore.Sources[srcInspect], now), keys).Result()
@@ -70,9 +84,28 @@ func TestLoneTiersDoWhatTheGeneralPathsDo(t *testing.T) {
 			if got, want := ins(lone), ins(gen); got != want {
 				rt.Fatalf("after call %d (script %d %v): Inspect of the lone key %s, of the general one %s", i, src, args, got, want)
 			}
-			// The server's clock moves on between two calls, if only by a µs: a lone lease's
-			// release deletes its fence, which the next grant's clock reading is above.
-			now = now.Add(rapid.SampledFrom([]time.Duration{time.Microsecond, time.Millisecond, 3 * time.Millisecond, 70 * time.Second}).Draw(rt, "later"))
+			// The server's clock moves on between two calls, if only by a µs (a lone lease's
+			// release deletes its fence, which the next grant's clock reading is above), or
+			// steps back, but not past what it passed.
+			step := rapid.SampledFrom([]time.Duration{time.Microsecond, time.Millisecond, 3 * time.Millisecond, time.Second,
+				70 * time.Second, -time.Microsecond, -time.Millisecond, -3 * time.Millisecond}).Draw(rt, "later")
+			now = now.Add(step)
+			if now.After(high) {
+				high = now
+			}
+			for _, f := range granted {
+				if f < high.UnixMicro() && time.UnixMicro(f+1).After(passed) {
+					passed = time.UnixMicro(f + 1)
+				}
+			}
+			for _, e := range expiries {
+				if e <= high.UnixMilli() && time.UnixMilli(e).After(passed) {
+					passed = time.UnixMilli(e)
+				}
+			}
+			if now.Before(passed) {
+				now = passed
+			}
 		}
 	})
 }
@@ -81,17 +114,23 @@ func TestLoneTiersDoWhatTheGeneralPathsDo(t *testing.T) {
 // (or, now and then, 2) among holders a and b: its script and ARGV.
 func drawLoneCall(rt *rapid.T, now time.Time, fences map[string]int64) (int, []any) {
 	holder := rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "holder")
-	ttl := rapid.SampledFrom([]int64{2, 60000}).Draw(rt, "ttl")
+	ttl := rapid.SampledFrom([]int64{1, 2, 1002, 60000}).Draw(rt, "ttl")
 	switch rapid.IntRange(0, 9).Draw(rt, "call") {
 	case 0, 1, 2, 3:
 		floor := int64(0)
-		switch rapid.IntRange(0, 3).Draw(rt, "floor") {
+		switch rapid.IntRange(0, 6).Draw(rt, "floor") {
 		case 1:
 			floor = now.UnixMicro() - 5000 // below the clock
 		case 2:
 			floor = now.UnixMicro() + 3000 // above it
 		case 3:
 			floor = fences[holder] + 1
+		case 4:
+			floor = now.UnixMicro() + 1000000 // a Redlock node's, a second ahead
+		case 5, 6:
+			// The highest floor a lone lease of ttl takes (the clock passes it two ms before
+			// the lease ends), and a µs above it, which a lone lease cannot take.
+			floor = (now.UnixMilli()+ttl-2)*1000 + 999 + int64(rapid.IntRange(0, 1).Draw(rt, "above"))
 		}
 		limit := rapid.SampledFrom([]int{1, 1, 1, 2}).Draw(rt, "limit")
 		full := []any{holder, ttl, rapid.SampledFrom([]int64{0, 0, 60000}).Draw(rt, "wait"),

@@ -109,3 +109,55 @@ func expiryOf(t *testing.T, c *redis.Client, k, holder string) int64 {
 	}
 	return exp
 }
+
+// TestFenceAloneTurnedIntoTheHashInItsLastMsKeepsItsFence: a watch, or a leave, in the last ms of
+// a fence alone (released before the clock passed it; Redis keeps a key through the ms of its
+// expiry, and PTTL says 0 then), with the clock still below the fence, turns it into the hash:
+// the hash keeps the fence until the clock passes it, so a grant in that ms is above it. The
+// test plays the clock: TIME answers 200 µs below the fence, in its ms, and PTTL of a string 0.
+func TestFenceAloneTurnedIntoTheHashInItsLastMsKeepsItsFence(t *testing.T) {
+	t.Parallel()
+	c := raw(t, redistest.StartServer(t).Addr)
+	ctx := context.Background()
+	ms := time.Now().Truncate(time.Millisecond)
+	now, fence := ms.Add(300*time.Microsecond), ms.Add(500*time.Microsecond).UnixMicro()
+	for name, call := range map[string]struct {
+		src  int
+		args []any
+	}{
+		"watch":          {srcWatch, []any{30000}},
+		"leave":          {srcLeave, []any{"w", 0}},
+		"leave of a try": {srcLeave, []any{"w", 0, "s:1", 60000}},
+	} {
+		key := "lastms:" + name
+		ks := rediscore.Keys(key)
+		if err := c.Set(ctx, ks[0], rediscore.LoneTag+strconv.FormatInt(fence, 10), time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Eval(ctx, lastMsClock(rediscore.Sources[call.src], now), ks, call.args...).Result(); err != nil && err != redis.Nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r, err := c.Eval(ctx, lastMsClock(rediscore.Sources[srcAcquire], now.Add(time.Microsecond)), ks, "a", 60000).Result()
+		if f, ok := r.(int64); err != nil || !ok || f <= fence {
+			t.Errorf("a grant after the %s, in the fence's ms: %v, %v; want a fence above %d", name, r, err, fence)
+		}
+	}
+}
+
+// lastMsClock returns src with TIME answering now, and PTTL of a string 0: the key's last ms. An
+// expiry the script sets in the future is an hour longer than asked (as in clocked: the server's
+// own clock, which the test does not play, must not expire it meanwhile); one of 0 ms or less
+// deletes the key, as Redis does.
+func lastMsClock(src string, now time.Time) string {
+	return fmt.Sprintf(`local server = redis
+local function run(via, cmd, ...)
+  local k, x = ...
+  if cmd == 'TIME' then return {'%d', '%d'} end
+  if cmd == 'PTTL' and server.call('TYPE', k)['ok'] == 'string' then return 0 end
+  if cmd == 'PEXPIRE' and tonumber(x) > 0 then return via(cmd, k, tonumber(x) + 3600000) end
+  return via(cmd, ...)
+end
+local redis = setmetatable({call = function(...) return run(server.call, ...) end,
+  pcall = function(...) return run(server.pcall, ...) end}, {__index = server})
+`, now.Unix(), now.Nanosecond()/1000) + src
+}

@@ -5,7 +5,7 @@
 -- number, which costs the server less than an array).
 
 -- release_lone ends the holder's lone lease (see common.lua) at the fence asked for: TIME, GET and
--- a DEL, or, while the fence is at or above the clock (a Redlock node's), a PSETEX of the fence
+-- a DEL, and, while the fence is at or above the clock (a Redlock node's), a PSETEX of the fence
 -- alone until the clock passes it (the lease's expiry is the key's, so its being there says it
 -- is held). Nothing held: 0. A hash goes the other tiers' way, after the GET.
 local function release_lone(PARAMS)
@@ -20,7 +20,10 @@ local function release_lone(PARAMS)
   if later(clock_us(), ft) then
     redis.call('DEL', state)
   else
+    -- DEL first: out of memory, EVALSHA refuses PSETEX as a script's first write (but not after
+    -- one), as the lease hash's release writes its keep entry after its HDEL.
     tick()
+    redis.call('DEL', state)
     redis.call('PSETEX', state, to_ms(tonumber(ft)) - now_ms + 1, LONE_TAG .. ft)
   end
   return 1
