@@ -132,6 +132,64 @@ type acquireTry struct {
 	unsure, held bool
 	granting     bool             // the last decision wrote the caller's grant on mine
 	sess         clientv3.LeaseID // the session lease the caller's place went on; 0 before
+	// confirm waits for the renewal of the spare mine.own is, sent beside the transaction that
+	// uses it (leasesSoon); nil when there is none to wait for.
+	confirm func(context.Context) error
+}
+
+// leasesSoon asks for the grant's etcd leases as grantLeases does; without a lock delay, a
+// spare's renewal is only sent, to travel beside the transaction that uses it, and confirmed
+// waits for it.
+func (t *acquireTry) leasesSoon(ctx context.Context) error {
+	if t.req.LockDelay > 0 {
+		var err error
+		t.mine, err = t.s.grantLeases(ctx, t.req.TTL, t.req.LockDelay)
+		return err
+	}
+	secs := seconds(t.req.TTL)
+	id, confirm, err := t.s.leaseSoon(ctx, secs)
+	if err != nil {
+		return err
+	}
+	t.mine, t.confirm = leases{own: id, ownSecs: secs}, confirm
+	return nil
+}
+
+// failed notes what a transaction that would grant on mine and failed with err leaves of mine:
+// nothing when etcd had ended a lease of it (a spare taken with its renewal still on its way);
+// a grant of unknown outcome when err says nothing of it.
+func (t *acquireTry) failed(err error) {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.mine = leases{} // one ended; the other, if any, ends at its TTL
+		return
+	}
+	t.unsure = outcomeUnknown(err)
+}
+
+// confirmed waits for the renewal leasesSoon sent, once the transaction that used mine is
+// answered; granted reports whether it wrote the caller's grant on mine. A renewal that failed
+// makes mine no spare: etcd had ended it (and any record on it), or may end it before its TTL.
+// Only a grant it carries fails then: with an error wrapping rpctypes.ErrLeaseNotFound in the
+// first case (Acquire tries once more), and as a grant of unknown outcome in the second.
+func (t *acquireTry) confirmed(ctx context.Context, granted bool) error {
+	confirm := t.confirm
+	if confirm == nil {
+		return nil
+	}
+	t.confirm = nil
+	err := confirm(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case !granted || errors.Is(err, rpctypes.ErrLeaseNotFound):
+		t.mine = leases{} // ends at its TTL, if it has not
+	default:
+		t.unsure = true
+	}
+	if !granted {
+		return nil
+	}
+	return err
 }
 
 func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
@@ -173,14 +231,17 @@ func (t *acquireTry) takeSeen(ctx context.Context) (res core.AcquireResult, done
 	if !ok || !waitline.Same(g.rec.request(req), t.r.request(req)) {
 		return core.AcquireResult{}, false, nil
 	}
-	if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+	if err = t.leasesSoon(ctx); err != nil {
 		return core.AcquireResult{}, true, err
 	}
 	lk := t.k.of(kindLease, req.Holder)
 	resp, err := t.s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", g.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(g.lease))).
 		Then(grantOps(t.k, req.Holder, t.r, g.fence, t.mine)...).Commit()
 	if err != nil {
-		t.unsure = outcomeUnknown(err)
+		t.failed(err)
+		return core.AcquireResult{}, true, err
+	}
+	if err := t.confirmed(ctx, resp.Succeeded); err != nil {
 		return core.AcquireResult{}, true, err
 	}
 	if !resp.Succeeded {
@@ -207,7 +268,7 @@ func (t *acquireTry) start(ctx context.Context) (st *state, res core.AcquireResu
 		return st, core.AcquireResult{}, false, nil
 	}
 	if t.mine.own == 0 {
-		if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+		if err = t.leasesSoon(ctx); err != nil {
 			return nil, core.AcquireResult{}, true, err
 		}
 	}
@@ -215,7 +276,10 @@ func (t *acquireTry) start(ctx context.Context) (st *state, res core.AcquireResu
 		Then(grantOps(t.k, req.Holder, t.r, 0, t.mine)...).
 		Else(clientv3.OpGet(t.k.base, clientv3.WithPrefix())).Commit()
 	if err != nil {
-		t.unsure = outcomeUnknown(err)
+		t.failed(err)
+		return nil, core.AcquireResult{}, true, err
+	}
+	if err := t.confirmed(ctx, resp.Succeeded); err != nil {
 		return nil, core.AcquireResult{}, true, err
 	}
 	if resp.Succeeded {

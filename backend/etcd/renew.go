@@ -135,16 +135,31 @@ func (rs *renewStream) renew(ctx context.Context, id clientv3.LeaseID) (ttl int6
 	if rs.err != nil {
 		return 0, true, rs.err
 	}
+	ch, err := rs.send(id)
+	if err != nil {
+		return 0, true, err
+	}
+	return wait(ctx, ch)
+}
+
+// send sends a renewal of id on rs, open, and returns where its answer comes; an error when rs
+// has ended.
+func (rs *renewStream) send(id clientv3.LeaseID) (chan renewed, error) {
 	ch := make(chan renewed, 1)
 	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	if rs.ended != nil {
-		rs.mu.Unlock()
-		return 0, true, rs.ended
+		return nil, rs.ended
 	}
 	rs.queue = append(rs.queue, renewal{id, ch})
 	// A failed Send leaves the renewal queued: the stream's Recv then fails, and says why.
 	_ = rs.stream.Send(&etcdserverpb.LeaseKeepAliveRequest{ID: int64(id)})
-	rs.mu.Unlock()
+	return ch, nil
+}
+
+// wait waits for the answer to a renewal sent, or for ctx. ended reports that its stream ended
+// before it answered.
+func wait(ctx context.Context, ch chan renewed) (ttl int64, ended bool, err error) {
 	select {
 	case a := <-ch:
 		if a.err != nil && !errors.Is(a.err, rpctypes.ErrLeaseNotFound) {
@@ -153,6 +168,38 @@ func (rs *renewStream) renew(ctx context.Context, id clientv3.LeaseID) (ttl int6
 		return a.ttl, false, a.err
 	case <-ctx.Done():
 		return 0, false, ctx.Err()
+	}
+}
+
+// renewSoon sends a renewal of id now, when the Store's stream is open, and returns a function
+// that waits for it to be answered and returns renew's answer (sending it once more on another
+// stream when this one ended first): so the renewal travels beside the caller's next request. With
+// no stream open yet it returns a function that renews then.
+func (s *Store) renewSoon(id clientv3.LeaseID) func(ctx context.Context) (int64, error) {
+	later := func(ctx context.Context) (int64, error) { return s.renew(ctx, id) }
+	rs, err := s.renewals.stream(s)
+	if err != nil {
+		return later
+	}
+	select {
+	case <-rs.ready:
+	default:
+		return later
+	}
+	if rs.err != nil {
+		return later
+	}
+	ch, err := rs.send(id)
+	if err != nil {
+		return later
+	}
+	return func(ctx context.Context) (int64, error) {
+		ttl, ended, err := wait(ctx, ch)
+		if ended && ctx.Err() == nil && s.ctx.Err() == nil {
+			s.renewals.drop(rs)
+			return s.renew(ctx, id)
+		}
+		return ttl, err
 	}
 }
 

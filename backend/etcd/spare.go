@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -110,6 +111,30 @@ func (s *Store) lease(ctx context.Context, secs int64) (clientv3.LeaseID, error)
 			return 0, err
 		}
 	}
+}
+
+// leaseSoon is lease for a caller with a request to send on the lease right away: a spare's
+// renewal is sent, not waited for, and confirm waits for it (nil when there is nothing to
+// wait for: a new lease). confirm returns an error wrapping rpctypes.ErrLeaseNotFound when
+// the spare had ended (its records with it), and another error when etcd did not say that it
+// renewed the spare for secs: the lease may then end before secs, whatever was put on it.
+func (s *Store) leaseSoon(ctx context.Context, secs int64) (id clientv3.LeaseID, confirm func(context.Context) error, err error) {
+	id, ok := s.spares.take(secs)
+	if !ok {
+		g, err := s.c.Grant(ctx, secs)
+		if err != nil {
+			return 0, nil, err
+		}
+		return g.ID, nil, nil
+	}
+	renewed := s.renewSoon(id)
+	return id, func(ctx context.Context) error {
+		ttl, err := renewed(ctx)
+		if err == nil && ttl < secs {
+			err = fmt.Errorf("etcd renewed lease %x for %ds, not %ds", id, ttl, secs)
+		}
+		return err
+	}, nil
 }
 
 // close marks the pool closed (a lease recycled after is revoked) and returns the spares it
