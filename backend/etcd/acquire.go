@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/backend/internal/waitline"
@@ -61,6 +62,11 @@ func grantOps(k keys, holder string, r rec, fence int64, l leases) []clientv3.Op
 		ops = append(ops, clientv3.OpDelete(k.of(kindDelay, holder)))
 	}
 	return append(ops, clientv3.OpDelete(k.of(kindPlace, holder)))
+}
+
+// puts returns the puts of ops: on a key with no records, its deletes would find nothing.
+func puts(ops []clientv3.Op) []clientv3.Op {
+	return slices.DeleteFunc(ops, func(op clientv3.Op) bool { return !op.IsPut() })
 }
 
 // serveHeads adds to p the grants of the line's heads, from the head on while each one's
@@ -273,7 +279,7 @@ func (t *acquireTry) start(ctx context.Context) (st *state, res core.AcquireResu
 		}
 	}
 	resp, err := t.s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(t.k.base).WithPrefix(), "=", 0)).
-		Then(grantOps(t.k, req.Holder, t.r, 0, t.mine)...).
+		Then(puts(grantOps(t.k, req.Holder, t.r, 0, t.mine))...).
 		Else(clientv3.OpGet(t.k.base, clientv3.WithPrefix())).Commit()
 	if err != nil {
 		t.failed(err)
