@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/backend/etcd/internal/etcdtest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
@@ -17,7 +18,8 @@ import (
 // renewals queued on it. Each test pauses a server of its own, and none is parallel (as in
 // faults_test.go): they bound how late calls return.
 
-// pausedRenewals returns a Store on a server of its own, and the server.
+// pausedRenewals returns a Store on a server of its own, and the server. Its renewals queue on
+// its stream however long etcd leaves those before them unanswered.
 func pausedRenewals(t *testing.T) (*Store, *etcdtest.Server) {
 	t.Helper()
 	srv := etcdtest.Start(t)
@@ -25,6 +27,7 @@ func pausedRenewals(t *testing.T) (*Store, *etcdtest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.renewals.lag = time.Hour // renewals queue behind those etcd has not answered
 	t.Cleanup(func() { s.Close() })
 	return s, srv
 }
@@ -133,6 +136,7 @@ func TestCloseEndsARenewalStreamEtcdDoesNotAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.renewals.lag = time.Hour // the second renewal queues behind the first
 	id := grantLease(t, c, 30)
 	if _, err := s.renew(t.Context(), id); err != nil {
 		t.Fatal(err)
@@ -176,4 +180,43 @@ func TestCloseEndsARenewalStreamEtcdDoesNotAnswer(t *testing.T) {
 type renewable struct {
 	id   clientv3.LeaseID
 	secs int64
+}
+
+// stuckStream is a LeaseKeepAlive stream etcd no longer answers on (holding a renewal, say, of
+// a lease past its TTL until it revokes it): what is sent on it waits, until its ctx ends.
+type stuckStream struct {
+	etcdserverpb.Lease_LeaseKeepAliveClient
+	ctx context.Context
+}
+
+func (s stuckStream) Send(*etcdserverpb.LeaseKeepAliveRequest) error { return nil }
+
+func (s stuckStream) Recv() (*etcdserverpb.LeaseKeepAliveResponse, error) {
+	<-s.ctx.Done()
+	return nil, s.ctx.Err()
+}
+
+// TestRenewalsDoNotQueueBehindOneEtcdHolds: while etcd holds the stream's oldest renewal
+// unanswered (longer than renewLag), a renewal is sent on a stream of its own and answered
+// there with its lease's TTL, in time, rather than queued behind it.
+func TestRenewalsDoNotQueueBehindOneEtcdHolds(t *testing.T) {
+	t.Parallel()
+	s, c := renewTestStore(t)
+	id := grantLease(t, c, 30)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	held := &renewStream{ready: make(chan struct{}), stream: stuckStream{ctx: ctx}, cancel: cancel}
+	close(held.ready)
+	held.queue = []renewal{{id: id, at: time.Now().Add(-time.Second), ch: make(chan renewed, 1)}}
+	s.renewals.mu.Lock()
+	s.renewals.cur = held
+	s.renewals.mu.Unlock()
+	rctx, rcancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer rcancel()
+	if ttl, err := s.renew(rctx, id); err != nil || ttl != 30 {
+		t.Fatalf("renew with the stream's oldest renewal held for a second = %d, %v; want 30", ttl, err)
+	}
+	if n := held.queued(); n != 1 {
+		t.Errorf("%d renewals queued on the held stream; want only the one held", n)
+	}
 }
