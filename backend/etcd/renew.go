@@ -1,10 +1,12 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/leasehold/leasehold/core"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -18,6 +20,8 @@ import (
 // clientv3's KeepAliveOnce opens and ends a stream per renewal, which costs the client and etcd
 // more than the renewal itself. etcd answers a stream's renewals one by one, in order.
 type renewer struct {
+	lag time.Duration // renewLag when 0 (a test's own otherwise)
+
 	mu     sync.Mutex
 	closed bool
 	cur    *renewStream
@@ -35,12 +39,21 @@ type renewStream struct {
 	ended error // why the stream ended; nil while it runs
 }
 
-// renewal is a renewal of lease id sent on a stream, answered on ch (buffered: a caller that
-// stopped waiting is not waited for).
+// renewal is a renewal of lease id sent on a stream at at, answered on ch (buffered: a caller
+// that stopped waiting is not waited for).
 type renewal struct {
 	id clientv3.LeaseID
+	at time.Time
 	ch chan renewed
 }
+
+// renewLag is how long etcd may leave the stream's oldest renewal unanswered before the next
+// renewals go alone (KeepAliveOnce, a stream each) rather than queue behind it. etcd answers a
+// stream's renewals one at a time and may hold one for long: a renewal of a lease past its TTL
+// waits until etcd has revoked it (its lessor looks every 500 ms), a renewal when the leader's
+// ticks lag (a busy machine) waits for a linearizable read, one of a lease it has not applied
+// yet waits for the applied index (up to a second); every renewal behind it waits as long.
+const renewLag = 100 * time.Millisecond
 
 type renewed struct {
 	ttl int64
@@ -57,12 +70,41 @@ func (s *Store) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
+		if rs.lagging(cmp.Or(s.renewals.lag, renewLag)) {
+			return s.renewAlone(ctx, id)
+		}
 		ttl, ended, err := rs.renew(ctx, id)
 		if !ended || try == 1 || ctx.Err() != nil || s.ctx.Err() != nil {
 			return ttl, err
 		}
 		s.renewals.drop(rs)
 	}
+}
+
+// renewAlone renews lease id on a stream of its own (KeepAliveOnce), which ends with the Store's
+// background work (Close, or the client's Close) as the Store's stream does.
+func (s *Store) renewAlone(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	r, err := s.c.KeepAliveOnce(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return r.TTL, nil
+}
+
+// lagging reports whether the oldest renewal sent on rs has waited for its answer longer than
+// lag.
+func (rs *renewStream) lagging(lag time.Duration) bool {
+	select {
+	case <-rs.ready:
+	default:
+		return false
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return len(rs.queue) > 0 && time.Since(rs.queue[0].at) > lag
 }
 
 // stream returns the Store's renewal stream, opening one (in the background, on the Store's
@@ -151,7 +193,7 @@ func (rs *renewStream) send(id clientv3.LeaseID) (chan renewed, error) {
 	if rs.ended != nil {
 		return nil, rs.ended
 	}
-	rs.queue = append(rs.queue, renewal{id, ch})
+	rs.queue = append(rs.queue, renewal{id, time.Now(), ch})
 	// A failed Send leaves the renewal queued: the stream's Recv then fails, and says why.
 	_ = rs.stream.Send(&etcdserverpb.LeaseKeepAliveRequest{ID: int64(id)})
 	return ch, nil
