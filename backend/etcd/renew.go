@@ -213,10 +213,11 @@ func wait(ctx context.Context, ch chan renewed) (ttl int64, ended bool, err erro
 	}
 }
 
-// renewSoon sends a renewal of id now, when the Store's stream is open, and returns a function
-// that waits for it to be answered and returns renew's answer (sending it once more on another
-// stream when this one ended first): so the renewal travels beside the caller's next request. With
-// no stream open yet it returns a function that renews then.
+// renewSoon sends a renewal of id now, when the Store's stream is open and answering, and returns
+// a function that waits for it to be answered and returns renew's answer (sending it once more on
+// another stream when this one ended first): so the renewal travels beside the caller's next
+// request. With no stream open yet, or one lagging (see renewLag), it returns a function that
+// renews then, as renew does.
 func (s *Store) renewSoon(id clientv3.LeaseID) func(ctx context.Context) (int64, error) {
 	later := func(ctx context.Context) (int64, error) { return s.renew(ctx, id) }
 	rs, err := s.renewals.stream(s)
@@ -228,7 +229,7 @@ func (s *Store) renewSoon(id clientv3.LeaseID) func(ctx context.Context) (int64,
 	default:
 		return later
 	}
-	if rs.err != nil {
+	if rs.err != nil || rs.lagging(cmp.Or(s.renewals.lag, renewLag)) {
 		return later
 	}
 	ch, err := rs.send(id)
