@@ -2,7 +2,6 @@ package rediscore_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,8 +93,7 @@ func TestWakeCrossesDrivers(t *testing.T) {
 func TestFCallAndEvalShaProcessesExcludeAndWakeEachOther(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
-	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
+	aclUsers(t, srv.Addr)
 	stores := userStores(srv.Addr)
 	for _, pair := range [][2]string{{"goredis", "valkey"}, {"valkey", "goredis"}, {"goredis", "goredis"}, {"valkey", "valkey"}} {
 		t.Run(pair[0]+"-fcall/"+pair[1]+"-evalsha", func(t *testing.T) {

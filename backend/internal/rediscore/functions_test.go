@@ -99,8 +99,7 @@ func TestScriptsRunAsFunctions(t *testing.T) {
 func TestScriptsFallBackWhereFunctionsAreRefused(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
-	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
+	aclUsers(t, srv.Addr)
 	stores := userStores(srv.Addr)
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {
@@ -126,6 +125,15 @@ func TestScriptsFallBackWhereFunctionsAreRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// aclUsers adds to the server at addr the users "old", with exactly the documented ACL (no
+// functions: the scripts go by EVALSHA), and "new", with FCALL and FUNCTION LOAD besides; both
+// with the password userStores uses.
+func aclUsers(t *testing.T, addr string) {
+	t.Helper()
+	do(t, addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
+	do(t, addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
 }
 
 // userStores makes Stores of each driver that log in as a given user (password "secret").

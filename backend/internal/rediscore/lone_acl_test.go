@@ -2,7 +2,6 @@ package rediscore_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +17,7 @@ import (
 func TestLoneLeaseTiersAndConversionsRunUnderTheDocumentedACL(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
-	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
+	aclUsers(t, srv.Addr)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
 	for name, mk := range userStores(srv.Addr) {

@@ -18,8 +18,7 @@ import (
 func TestLoneLeaseReleasesAndInspectsWhenOutOfMemory(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
-	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
+	aclUsers(t, srv.Addr)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
 	for name, mk := range userStores(srv.Addr) {
@@ -70,8 +69,7 @@ func TestLoneLeaseReleasesAndInspectsWhenOutOfMemory(t *testing.T) {
 func TestLoneLeaseWithAFenceAboveTheClockReleasesWhenOutOfMemory(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	do(t, srv.Addr, append([]string{"ACL", "SETUSER", "old"}, strings.Fields(ACLRules)...)...)
-	do(t, srv.Addr, append(append([]string{"ACL", "SETUSER", "new"}, strings.Fields(ACLRules)...), "+fcall", "+function|load")...)
+	aclUsers(t, srv.Addr)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
 	do(t, srv.Addr, "CONFIG", "SET", "maxmemory-policy", "noeviction")
