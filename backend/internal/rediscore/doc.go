@@ -24,7 +24,8 @@
 // first. P{K'}:queue, P{K'}:waiting (the line) and P{K'}:left (tries given up before their reply
 // came, and leaves overtaken by a later try of their holder, for a minute) are read only while the
 // lease hash says they live. So an uncontended Mutex's acquire is TIME, GET and PSETEX inside its
-// script, its extend GET and PEXPIRE, and its release GET, TIME and DEL; a semaphore's acquire is TIME,
+// script, its extend TIME, GET, PTTL and PEXPIRE, and its release TIME, GET and DEL (a Redlock
+// node's, whose fence is above the clock, PSETEX of the fence alone after the DEL); a semaphore's acquire is TIME,
 // HGETALL and HSET (and a PEXPIRE on a new key), a release TIME, HGETALL and HDEL, and an extend
 // TIME, HGETALL and HSET (and, about once per TTL, the hash's keep and a PEXPIRE). Each operation
 // has up to three tiers: a lone tier on the string (acquire_lone, extend_lone, release_lone), a
