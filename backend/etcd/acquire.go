@@ -102,12 +102,13 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	if err := s.leaves.AwaitHolder(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
 	}
-	res, err := s.acquire(ctx, req)
+	res, err := s.acquire(ctx, req, false)
 	if errors.Is(err, errSessionLost) || errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The place went to a session lease etcd had ended before the Store noticed, or the
-		// grant's own etcd lease ended before its transaction (a stall longer than the TTL):
-		// once more, on a new session and new leases.
-		res, err = s.acquire(ctx, req)
+		// grant's own etcd lease ended before its transaction (a stall longer than the TTL, or
+		// a spare etcd had ended, its renewal sent beside the transaction): once more, on a new
+		// session and new leases, each spare renewed before it is used.
+		res, err = s.acquire(ctx, req, true)
 	}
 	if err != nil {
 		if req.Wait > 0 && !errors.Is(err, core.ErrLimitMismatch) && !errors.Is(err, core.ErrInvalid) {
@@ -141,13 +142,16 @@ type acquireTry struct {
 	// confirm waits for the renewal of the spare mine.own is, sent beside the transaction that
 	// uses it (leasesSoon); nil when there is none to wait for.
 	confirm func(context.Context) error
+	// renewFirst has leasesSoon renew a spare before its transaction, passing over those etcd
+	// has ended (a try again after one was).
+	renewFirst bool
 }
 
-// leasesSoon asks for the grant's etcd leases as grantLeases does; without a lock delay, a
-// spare's renewal is only sent, to travel beside the transaction that uses it, and confirmed
-// waits for it.
+// leasesSoon asks for the grant's etcd leases as grantLeases does; without a lock delay (and
+// unless renewFirst), a spare's renewal is only sent, to travel beside the transaction that uses
+// it, and confirmed waits for it.
 func (t *acquireTry) leasesSoon(ctx context.Context) error {
-	if t.req.LockDelay > 0 {
+	if t.req.LockDelay > 0 || t.renewFirst {
 		var err error
 		t.mine, err = t.s.grantLeases(ctx, t.req.TTL, t.req.LockDelay)
 		return err
@@ -198,8 +202,10 @@ func (t *acquireTry) confirmed(ctx context.Context, granted bool) error {
 	return err
 }
 
-func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
-	t := &acquireTry{s: s, req: req, k: s.keys(req.Key),
+// acquire is one try of Acquire; renewFirst has a spare renewed before the transaction that
+// grants on it rather than beside it.
+func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, renewFirst bool) (core.AcquireResult, error) {
+	t := &acquireTry{s: s, req: req, k: s.keys(req.Key), renewFirst: renewFirst,
 		r: rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}}
 	defer t.settle()
 	if res, done, err := t.takeSeen(ctx); done {
