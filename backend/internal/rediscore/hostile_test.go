@@ -153,7 +153,7 @@ func TestLimitsDisagree(t *testing.T) {
 func TestThousandsOfWaiters(t *testing.T) {
 	testenv.SkipShort(t, "thousands of waiters")
 	t.Parallel()
-	waiters := testenv.Pick(2000, 10000)
+	waiters := testenv.Pick(2000, 5000)
 	for name, mk := range everyStore(t) {
 		if name == "valkey" {
 			continue // the same scripts as goredis; one Redis driver is enough for the time it takes

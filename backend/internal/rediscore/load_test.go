@@ -19,7 +19,7 @@ import (
 // loadDuration is how long each load test runs: 3 s, or 30 s under LEASEHOLD_SOAK=1. The
 // tests measure memory at a third of the run and at its end, so they run one at a time (no
 // t.Parallel: another test's goroutines and heap would count).
-func loadDuration() time.Duration { return testenv.Pick(3*time.Second, 30*time.Second) }
+func loadDuration() time.Duration { return testenv.Pick(3*time.Second, 10*time.Second) }
 
 // load runs 200 mutex holders over 10 keys, each holder with a Store of its own on client,
 // checks the history (exclusion and fences; the history is too long for the linearizability

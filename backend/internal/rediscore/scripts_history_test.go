@@ -41,7 +41,7 @@ func TestFastPathsMatchAlongHistories(t *testing.T) {
 	ctx := context.Background()
 	// Each history draws uniformly from a seed of its own, so that rare interleavings come up
 	// too; a failure names the seed, which replays the history as base.
-	histories := testenv.Pick(30, 300)
+	histories := testenv.Pick(30, 150)
 	base := rand.Uint64()
 	t.Logf("%d histories from seed %d on", histories, base)
 	for h := range uint64(histories) {
