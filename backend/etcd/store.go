@@ -39,7 +39,6 @@ type Store struct {
 	locks     keyLocks
 	lifeCache lifeCache
 	spares    sparePool
-	renewals  renewer
 	bg        background
 
 	loops sync.WaitGroup     // the session's renewal and the key watches
@@ -110,7 +109,6 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.waitEnds.close()
-	s.renewals.close()
 	for _, kw := range s.watches.close() {
 		kw.shut()
 	}
