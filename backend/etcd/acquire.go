@@ -187,7 +187,10 @@ func (t *acquireTry) takeSeen(ctx context.Context) (res core.AcquireResult, done
 		return core.AcquireResult{}, false, nil
 	}
 	t.used = true
-	t.s.revoke(g.delayLease) // g.lease is the waiter's session
+	t.s.revoke(g.delayLease)
+	if g.sole {
+		t.s.recycle(spare{g.lease, g.life}) // the grant's own etcd lease, no record on it now
+	}
 	return core.AcquireResult{Granted: true, Fence: uint64(g.fence)}, true, nil
 }
 
@@ -292,10 +295,12 @@ func (t *acquireTry) plan(ctx context.Context, st *state) (*plan, error) {
 				return nil, err
 			}
 		}
-		if pl, ok := st.place(req.Holder); !ok || pl.lease != t.sess || pl.rec != t.r {
+		r := t.r
+		r.life = seconds(t.s.sessionTTL) // a grant the line makes it ends within its session's TTL
+		if pl, ok := st.place(req.Holder); !ok || pl.lease != t.sess || pl.rec != r {
 			// A place already as asked is not written again: the write would only fail the
 			// others' transactions and wake the Store's waiters for nothing.
-			p.ops = append(p.ops, clientv3.OpPut(t.k.of(kindPlace, req.Holder), t.r.encode(), clientv3.WithLease(t.sess)))
+			p.ops = append(p.ops, clientv3.OpPut(t.k.of(kindPlace, req.Holder), r.encode(), clientv3.WithLease(t.sess)))
 		}
 	}
 	return p, nil

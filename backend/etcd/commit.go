@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/leasehold/leasehold/core"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -33,8 +32,16 @@ func unchanged(k keys, st *state) clientv3.Cmp {
 // transaction that holds only if the key's records are as decided on, and decides again on the
 // state a failed transaction returns, until one commits or nothing needs writing. It returns the
 // plan, the transaction's response (nil when nothing was written) and the state decided on.
+//
+// The grants of the line a decision makes (plan.heads) go on one etcd lease that nobody renews,
+// asked for once a decision makes one, of the TTL of the sessions the heads' places are on (the
+// shortest): a grant its waiter never takes ends by itself within its waiter's session TTL, as
+// a place does when its waiter dies, whether the waiter died, gave up, or its leave cannot get
+// through, and the line moves on. Its waiter takes it onto etcd leases of its own TTL, and its
+// lock delay begins then.
 func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*state) (*plan, error)) (*plan, *clientv3.TxnResponse, *state, error) {
-	gone := 0 // tries that met a head's ended session
+	g := grantLease{s: s}
+	defer g.settle()
 	for {
 		p, err := decide(st)
 		if st.seen && (err != nil || len(p.ops) == 0 && len(p.heads) == 0) {
@@ -57,13 +64,16 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 		if len(p.ops) == 0 && len(p.heads) == 0 {
 			return p, nil, st, nil // nothing to write: a refusal without a wait, a release of nothing
 		}
-		// Each head's grant is on the session lease its place is on (the compare on the place
-		// holds it there): a waiter that dies before taking it takes it along. Its lock delay
-		// begins when it is taken.
-		for i, h := range p.heads {
-			g := h.rec
-			g.untaken, g.idx = true, uint8(i)
-			p.ops = append(p.ops, grantOps(k, h.holder, g, 0, leases{own: h.lease})...)
+		if len(p.heads) > 0 {
+			id, err := g.get(ctx, headsLife(p.heads, seconds(s.sessionTTL)))
+			if err != nil {
+				return nil, nil, st, err
+			}
+			for i, h := range p.heads {
+				r := h.rec
+				r.untaken, r.idx, r.life = true, uint8(i), g.secs
+				p.ops = append(p.ops, grantOps(k, h.holder, r, 0, leases{own: id})...)
+			}
 		}
 		ops := p.ops
 		if p.place {
@@ -73,28 +83,20 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 			ops = append(ops[:len(ops):len(ops)], clientv3.OpGet(k.base, clientv3.WithPrefix()))
 		}
 		resp, err := s.c.Txn(ctx).If(p.cmps...).Then(ops...).Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
-		if err != nil && len(p.heads) > 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) && gone < 20 {
-			// A head's session ended and etcd is about to delete its place (it revokes ended
-			// leases twice a second): read again shortly, and serve the line without it.
-			gone++
-			select {
-			case <-time.After(50 * time.Millisecond):
-			case <-ctx.Done():
-				return nil, nil, st, ctx.Err()
-			}
-			r, err := s.c.Get(ctx, k.base, clientv3.WithPrefix())
-			if err != nil {
-				return nil, nil, st, err
-			}
-			if st, err = k.readState(r.Header.Revision, r.Kvs); err != nil {
-				return nil, nil, nil, err
-			}
+		if err != nil && len(p.heads) > 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) && !g.renewed {
+			// The grants' etcd lease may have ended (a stall of its TTL since it was asked
+			// for): once more on a new one. etcd refused the transaction whole.
+			g.lost()
 			continue
 		}
 		if err != nil {
+			if len(p.heads) > 0 && outcomeUnknown(err) {
+				g.used = true // the grants may be on it
+			}
 			return nil, nil, st, &txnError{err}
 		}
 		if resp.Succeeded {
+			g.used = len(p.heads) > 0
 			return p, resp, st, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -103,6 +105,57 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 		if st, err = k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs); err != nil {
 			return nil, nil, nil, err
 		}
+	}
+}
+
+// grantLease is the etcd lease one commit puts the grants of the line on, asked for once needed.
+type grantLease struct {
+	s       *Store
+	secs    int64
+	id      clientv3.LeaseID
+	used    bool // the grants are on it, or may be: it is never a spare then
+	renewed bool // a lease was lost and asked for again
+}
+
+// get returns a lease of secs seconds, asking for it on first use and when secs changed.
+func (g *grantLease) get(ctx context.Context, secs int64) (clientv3.LeaseID, error) {
+	if g.id != 0 && g.secs != secs {
+		g.s.recycle(spare{g.id, g.secs})
+		g.id = 0
+	}
+	if g.id == 0 {
+		id, err := g.s.lease(ctx, secs)
+		if err != nil {
+			return 0, err
+		}
+		g.id, g.secs = id, secs
+	}
+	return g.id, nil
+}
+
+// headsLife is the whole seconds of the shortest session the heads' places are on (as their
+// records say; def for a record that does not).
+func headsLife(heads []entry, def int64) int64 {
+	secs := int64(0)
+	for _, h := range heads {
+		l := h.life
+		if l <= 0 {
+			l = def
+		}
+		if secs == 0 || l < secs {
+			secs = l
+		}
+	}
+	return secs
+}
+
+// lost forgets a lease etcd refused as not found.
+func (g *grantLease) lost() { g.id, g.renewed = 0, true }
+
+// settle keeps an unused lease as a spare.
+func (g *grantLease) settle() {
+	if g.id != 0 && !g.used {
+		g.s.recycle(spare{g.id, g.secs})
 	}
 }
 

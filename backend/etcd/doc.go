@@ -67,7 +67,8 @@
 //     parallel, and not again while etcd's earlier answer lasts).
 //   - Release with nobody waiting: one transaction. With a line, that transaction fails and
 //     returns the key's records; a second one releases and grants every head that then fits
-//     (up to 32), each on its waiter's session lease, each with a fence of its own.
+//     (up to 32), each with a fence of its own, on an etcd lease the release asks for (a spare,
+//     renewed, or a new one).
 //   - The woken waiter takes its grant with an etcd lease and one transaction.
 //   - Extend with the same TTL (a refresh): a read and a renewal of the etcd leases (two round
 //     trips, neither a consensus write); with another TTL, an etcd lease and one transaction
@@ -80,10 +81,13 @@
 //
 // A refused request with a Wait writes its place, which lasts for its Wait; the places' create
 // revisions are the line's order. While anyone waits no newcomer is granted; a release, and a
-// waiter leaving, grant every head whose permits are free, in order, as leases marked untaken on
-// the session lease of each head's place. A grant is untaken until its waiter takes it onto etcd
-// leases of its own TTL (its lock delay starts then); a waiter that dies first takes its grant
-// along when its session ends.
+// waiter leaving, grant every head whose permits are free, in order, as leases marked untaken,
+// on one etcd lease that nobody renews, of the TTL of the heads' sessions (the shortest of them).
+// A grant is untaken until its waiter takes it onto etcd leases of its own TTL (its lock delay
+// starts then), and the taker keeps the grants' etcd lease as a spare once no grant is on it. A
+// grant nobody takes ends by itself within its waiter's session TTL, whether the waiter died,
+// gave up, or its leave could not get through (a Store busy on the key, etcd out of reach), and
+// the line moves on.
 //
 // Each Store keeps one etcd watch per key it has waiters or watches on, starting from the
 // revision its refused try read (so nothing between the refusal and Register is missed), and a
@@ -97,7 +101,7 @@
 //
 // A Store's places are on one etcd lease of its own, its session (WithSessionTTL, 10 s by
 // default), renewed while the Store lives: a waiter whose process dies or stalls leaves every
-// line when the session ends, with any grant the line made it, and the line passes it over. A
+// line when the session ends, and any grant the line made it ends within that TTL too. A
 // waiter that gives up leaves its place (a read and a transaction, in the background, tried
 // again while etcd cannot be reached, a waitline.LeaveBudget at a time, for up to two minutes,
 // until the client's Close; Inspect through the same Store waits for it), and gives back a

@@ -200,8 +200,8 @@ func TestReleaseComparesTheLargestIndex(t *testing.T) {
 	c := etcdClient(t)
 	ctx := t.Context()
 	record := func(idx byte) string {
-		b := []byte{idx, 1, 0}
-		for _, v := range []uint64{1, 2, uint64(time.Minute / time.Millisecond), 0, 0} {
+		b := []byte{idx, 2, 0} // the index, the format's version, no flags
+		for _, v := range []uint64{1, 2, uint64(time.Minute / time.Millisecond), 0, 0, 0} {
 			b = binary.AppendUvarint(b, v)
 		}
 		return string(b)

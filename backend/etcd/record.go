@@ -18,9 +18,11 @@ import (
 // The records of one key live under its base, prefix + escape(key) + "/":
 //
 //	l/<holder>  a lease: held while its etcd lease lives (the grant's, TTL rounded up to whole
-//	            seconds), or, granted by the line and not yet taken, while its waiter's session does
-//	            (the grant is on the session lease its place was on, so that it goes with a dead
-//	            waiter; it gets etcd leases, and a lock delay, of its own when taken)
+//	            seconds), or, granted by the line and not yet taken, while the etcd lease of its
+//	            grant lives: one nobody renews, of the TTL of the session its waiter's place was on
+//	            (the shortest of them, shared by the grants of one transaction), so that a grant
+//	            nobody takes (its waiter dead, gone, or its leave not getting through) ends by
+//	            itself; it gets etcd leases, and a lock delay, of its own when taken
 //	d/<holder>  a lease's lock delay: on an etcd lease of TTL + delay, renewed with the lease, so
 //	            that it outlives an unreleased lease by the delay
 //	w/<holder>  a place in the line, on its waiter's session; the line's order is the records'
@@ -67,6 +69,7 @@ type rec struct {
 	ttl, delay     time.Duration
 	untaken        bool  // a lease the line granted, not yet taken by its holder
 	fence          int64 // a delay record's lease's fence, or its index (below 1<<fenceShift)
+	life           int64 // an untaken grant's: the whole seconds of the etcd lease it is on; a place's: its session's
 	value          string
 }
 
@@ -86,13 +89,14 @@ const fenceShift = 8
 // maxGrants bounds the grants of one transaction (etcd takes at most 128 operations in one).
 const maxGrants = 32
 
-const recVersion = 1
+const recVersion = 2
 
 // encode writes r as: the index byte (first, so that a transaction can compare it: a value
 // starting with byte i is at least "i" and below "i+1"), a version byte, a flags byte, uvarints
-// permits, limit, TTL and delay in milliseconds and fence, then the value's bytes as they are.
+// permits, limit, TTL and delay in milliseconds, fence and life, then the value's bytes as they
+// are.
 func (r rec) encode() string {
-	b := make([]byte, 0, 3+5*binary.MaxVarintLen64+len(r.value))
+	b := make([]byte, 0, 3+6*binary.MaxVarintLen64+len(r.value))
 	flags := byte(0)
 	if r.untaken {
 		flags |= 1
@@ -103,6 +107,7 @@ func (r rec) encode() string {
 	b = binary.AppendUvarint(b, uint64(r.ttl/time.Millisecond))
 	b = binary.AppendUvarint(b, uint64(r.delay/time.Millisecond))
 	b = binary.AppendUvarint(b, uint64(r.fence))
+	b = binary.AppendUvarint(b, uint64(r.life))
 	return string(append(b, r.value...))
 }
 
@@ -114,7 +119,7 @@ func decodeRec(b []byte) (rec, error) {
 	}
 	r := rec{idx: b[0], untaken: b[2]&1 != 0}
 	b = b[3:]
-	var v [5]uint64
+	var v [6]uint64
 	for i := range v {
 		x, n := binary.Uvarint(b)
 		if n <= 0 {
@@ -124,7 +129,7 @@ func decodeRec(b []byte) (rec, error) {
 	}
 	r.permits, r.limit = int(v[0]), int(v[1])
 	r.ttl, r.delay = time.Duration(v[2])*time.Millisecond, time.Duration(v[3])*time.Millisecond
-	r.fence = int64(v[4])
+	r.fence, r.life = int64(v[4]), int64(v[5])
 	r.value = string(b)
 	return r, nil
 }
@@ -306,17 +311,45 @@ func (st *state) next() (string, bool) {
 }
 
 // leasesOf returns the etcd leases of holder's lease and delay records that are the grant's own,
-// to recycle once the records are gone or moved: not the waiter's session an untaken grant of the
-// line is on, which the waiter's Store renews and revokes.
+// to recycle once the records are gone or moved. An untaken grant's etcd lease is recycled only
+// when no other record of the key is on it (the grants of one transaction share it).
 func (st *state) leasesOf(holder string) []spare {
 	var ids []spare
-	if e, ok := st.leases[holder]; ok && !e.untaken {
-		ids = append(ids, spare{e.lease, seconds(e.ttl)})
+	if e, ok := st.leases[holder]; ok && (!e.untaken || st.soleOn(e.lease, holder)) {
+		secs := seconds(e.ttl)
+		if e.untaken {
+			secs = e.life
+		}
+		ids = append(ids, spare{e.lease, secs})
 	}
 	if d, ok := st.delays[holder]; ok {
 		ids = append(ids, spare{d.lease, seconds(d.ttl + d.delay)})
 	}
 	return ids
+}
+
+// soleOn reports whether holder's lease record is the only record of the key on the etcd lease
+// id, and id is an untaken grant's of known life.
+func (st *state) soleOn(id clientv3.LeaseID, holder string) bool {
+	if e := st.leases[holder]; e.life <= 0 {
+		return false
+	}
+	for h, e := range st.leases {
+		if h != holder && e.lease == id {
+			return false
+		}
+	}
+	for _, e := range st.delays {
+		if e.lease == id {
+			return false
+		}
+	}
+	for _, e := range st.line {
+		if e.lease == id {
+			return false
+		}
+	}
+	return true
 }
 
 func (st *state) place(holder string) (entry, bool) {

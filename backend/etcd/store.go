@@ -63,7 +63,8 @@ func WithPrefix(prefix string) Option {
 
 // WithSessionTTL sets the TTL of the etcd lease the Store's places in lines are on (default 10s,
 // at least the 1s etcd allows): a waiter whose process dies or stalls leaves every line within
-// it, and an untaken grant the line made it is passed on. The Store renews it while it lives,
+// it, and a grant the line made it that it does not take ends within it too, even while the
+// Store lives. The Store renews it while it lives,
 // every third of it.
 func WithSessionTTL(d time.Duration) Option {
 	return func(s *Store) { s.sessionTTL = d }

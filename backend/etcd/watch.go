@@ -260,6 +260,8 @@ type seenGrant struct {
 	create            int64
 	fence             int64
 	lease, delayLease clientv3.LeaseID
+	sole              bool  // no other record of the key is on lease
+	life              int64 // lease's whole seconds
 }
 
 // untaken returns the grant of the line to holder on key that the Store's watch saw, if it saw
@@ -275,7 +277,7 @@ func (s *Store) untaken(key, holder string) (seenGrant, bool) {
 	if !ok || !e.untaken {
 		return seenGrant{}, false
 	}
-	g := seenGrant{rec: e.rec, create: e.create, fence: e.leaseFence(), lease: e.lease}
+	g := seenGrant{rec: e.rec, create: e.create, fence: e.leaseFence(), lease: e.lease, sole: kw.st.soleOn(e.lease, holder), life: e.life}
 	if d, ok := kw.st.delays[holder]; ok {
 		g.delayLease = d.lease
 	}
