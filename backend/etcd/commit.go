@@ -40,7 +40,11 @@ func unchanged(k keys, st *state) clientv3.Cmp {
 // through, and the line moves on. Its waiter takes it onto etcd leases of its own TTL, and its
 // lock delay begins then.
 func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*state) (*plan, error)) (*plan, *clientv3.TxnResponse, *state, error) {
-	g := grantLease{s: s}
+	return s.commitOn(ctx, k, st, &grantLease{s: s}, decide)
+}
+
+// commitOn is commit, the grants of the line going on g, which it settles.
+func (s *Store) commitOn(ctx context.Context, k keys, st *state, g *grantLease, decide func(*state) (*plan, error)) (*plan, *clientv3.TxnResponse, *state, error) {
 	defer g.settle()
 	for {
 		p, err := decide(st)
@@ -105,57 +109,6 @@ func (s *Store) commit(ctx context.Context, k keys, st *state, decide func(*stat
 		if st, err = k.readState(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs); err != nil {
 			return nil, nil, nil, err
 		}
-	}
-}
-
-// grantLease is the etcd lease one commit puts the grants of the line on, asked for once needed.
-type grantLease struct {
-	s       *Store
-	secs    int64
-	id      clientv3.LeaseID
-	used    bool // the grants are on it, or may be: it is never a spare then
-	renewed bool // a lease was lost and asked for again
-}
-
-// get returns a lease of secs seconds, asking for it on first use and when secs changed.
-func (g *grantLease) get(ctx context.Context, secs int64) (clientv3.LeaseID, error) {
-	if g.id != 0 && g.secs != secs {
-		g.s.recycle(spare{g.id, g.secs})
-		g.id = 0
-	}
-	if g.id == 0 {
-		id, err := g.s.lease(ctx, secs)
-		if err != nil {
-			return 0, err
-		}
-		g.id, g.secs = id, secs
-	}
-	return g.id, nil
-}
-
-// headsLife is the whole seconds of the shortest session the heads' places are on (as their
-// records say; def for a record that does not).
-func headsLife(heads []entry, def int64) int64 {
-	secs := int64(0)
-	for _, h := range heads {
-		l := h.life
-		if l <= 0 {
-			l = def
-		}
-		if secs == 0 || l < secs {
-			secs = l
-		}
-	}
-	return secs
-}
-
-// lost forgets a lease etcd refused as not found.
-func (g *grantLease) lost() { g.id, g.renewed = 0, true }
-
-// settle keeps an unused lease as a spare.
-func (g *grantLease) settle() {
-	if g.id != 0 && !g.used {
-		g.s.recycle(spare{g.id, g.secs})
 	}
 }
 

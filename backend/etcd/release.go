@@ -9,8 +9,9 @@ import (
 )
 
 // Release implements core.Store. With nobody in the key's line it is one transaction; with a
-// line, a read, an etcd lease for the head's grant and a transaction that also grants it. The
-// etcd leases of the released grant are revoked in the background.
+// line, a read, an etcd lease for the heads' grants (asked for in parallel with the read when
+// the key's last release through the Store met a line) and a transaction that also grants them.
+// The etcd leases of the released grant are kept as spares, or revoked in the background.
 func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, error) {
 	if err := s.begin(ctx); err != nil {
 		return false, err
@@ -28,6 +29,8 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 			own = append(own, clientv3.Compare(clientv3.Value(lk), "<", string([]byte{idx + 1})))
 		}
 	}
+	g := s.prefetch(ctx, req.Key)
+	defer g.settle()
 	resp, err := s.c.Txn(ctx).If(append(own, clientv3.Compare(clientv3.Version(k.base+string(kindPlace)+"/").WithPrefix(), "=", 0))...).
 		Then(clientv3.OpDelete(lk, clientv3.WithPrevKV()), clientv3.OpDelete(dk, clientv3.WithPrevKV())).
 		Else(clientv3.OpGet(k.base, clientv3.WithPrefix())).Commit()
@@ -35,6 +38,7 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 		return false, s.fail(ctx, "release", err)
 	}
 	if resp.Succeeded {
+		s.lines.note(req.Key, false)
 		s.recycle(deletedLeases(resp.Responses[0].GetResponseDeleteRange().PrevKvs, false)...)
 		s.recycle(deletedLeases(resp.Responses[1].GetResponseDeleteRange().PrevKvs, true)...)
 		return true, nil
@@ -43,12 +47,13 @@ func (s *Store) Release(ctx context.Context, req core.ReleaseRequest) (bool, err
 	if err != nil {
 		return false, s.fail(ctx, "release", err)
 	}
+	s.lines.note(req.Key, len(st.line) > 0)
 	unlock, err := s.locks.lock(ctx, req.Key)
 	if err != nil {
 		return false, s.fail(ctx, "release", err)
 	}
 	defer unlock()
-	p, _, _, err := s.commit(ctx, k, st, func(st *state) (*plan, error) {
+	p, _, _, err := s.commitOn(ctx, k, st, g, func(st *state) (*plan, error) {
 		return decideRelease(k, st, req), nil
 	})
 	if err != nil {

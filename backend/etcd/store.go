@@ -20,7 +20,7 @@ import (
 // Its state is kept by concern, each part with a lock of its own that no other lock is taken
 // under: the session lease (session.go), the key watches (watch.go), the refusals kept for
 // Register and the ends of their Waits (refusal.go, waitend.go), the leaves owed (leave.go), the
-// per-key turns (keylock.go), the spare etcd leases (spare.go), what etcd said of leases
+// per-key turns (keylock.go), the spare etcd leases (spare.go), the keys whose releases met a line (grantlease.go), what etcd said of leases
 // (leaselife.go) and the background work (background.go). Each part that can be added to after
 // Close has a closed mark of its own, set by Close under its lock.
 type Store struct {
@@ -39,6 +39,7 @@ type Store struct {
 	locks     keyLocks
 	lifeCache lifeCache
 	spares    sparePool
+	lines     lineHints
 	bg        background
 
 	loops sync.WaitGroup     // the session's renewal and the key watches
