@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/backend/internal/waitline"
@@ -63,6 +64,11 @@ func grantOps(k keys, holder string, r rec, fence int64, l leases) []clientv3.Op
 	return append(ops, clientv3.OpDelete(k.of(kindPlace, holder)))
 }
 
+// puts returns the puts of ops: on a key with no records, its deletes would find nothing.
+func puts(ops []clientv3.Op) []clientv3.Op {
+	return slices.DeleteFunc(ops, func(op clientv3.Op) bool { return !op.IsPut() })
+}
+
 // serveHeads adds to p the grants of the line's heads, from the head on while each one's
 // permits fit once the writes of p are done (used is the permits held then), at most maxGrants,
 // passing over except's place.
@@ -96,12 +102,13 @@ func (s *Store) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 	if err := s.leaves.AwaitHolder(ctx, req.Key, req.Holder); err != nil {
 		return core.AcquireResult{}, s.fail(ctx, "acquire", err)
 	}
-	res, err := s.acquire(ctx, req)
+	res, err := s.acquire(ctx, req, false)
 	if errors.Is(err, errSessionLost) || errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The place went to a session lease etcd had ended before the Store noticed, or the
-		// grant's own etcd lease ended before its transaction (a stall longer than the TTL):
-		// once more, on a new session and new leases.
-		res, err = s.acquire(ctx, req)
+		// grant's own etcd lease ended before its transaction (a stall longer than the TTL, or
+		// a spare etcd had ended, its renewal sent beside the transaction): once more, on a new
+		// session and new leases, each spare renewed before it is used.
+		res, err = s.acquire(ctx, req, true)
 	}
 	if err != nil {
 		if req.Wait > 0 && !errors.Is(err, core.ErrLimitMismatch) && !errors.Is(err, core.ErrInvalid) {
@@ -132,10 +139,73 @@ type acquireTry struct {
 	unsure, held bool
 	granting     bool             // the last decision wrote the caller's grant on mine
 	sess         clientv3.LeaseID // the session lease the caller's place went on; 0 before
+	// confirm waits for the renewal of the spare mine.own is, sent beside the transaction that
+	// uses it (leasesSoon); nil when there is none to wait for.
+	confirm func(context.Context) error
+	// renewFirst has leasesSoon renew a spare before its transaction, passing over those etcd
+	// has ended (a try again after one was).
+	renewFirst bool
 }
 
-func (s *Store) acquire(ctx context.Context, req core.AcquireRequest) (core.AcquireResult, error) {
-	t := &acquireTry{s: s, req: req, k: s.keys(req.Key),
+// leasesSoon asks for the grant's etcd leases as grantLeases does; without a lock delay (and
+// unless renewFirst), a spare's renewal is only sent, to travel beside the transaction that uses
+// it, and confirmed waits for it.
+func (t *acquireTry) leasesSoon(ctx context.Context) error {
+	if t.req.LockDelay > 0 || t.renewFirst {
+		var err error
+		t.mine, err = t.s.grantLeases(ctx, t.req.TTL, t.req.LockDelay)
+		return err
+	}
+	secs := seconds(t.req.TTL)
+	id, confirm, err := t.s.leaseSoon(ctx, secs)
+	if err != nil {
+		return err
+	}
+	t.mine, t.confirm = leases{own: id, ownSecs: secs}, confirm
+	return nil
+}
+
+// failed notes what a transaction that would grant on mine and failed with err leaves of mine:
+// nothing when etcd had ended a lease of it (a spare taken with its renewal still on its way);
+// a grant of unknown outcome when err says nothing of it.
+func (t *acquireTry) failed(err error) {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.mine = leases{} // one ended; the other, if any, ends at its TTL
+		return
+	}
+	t.unsure = outcomeUnknown(err)
+}
+
+// confirmed waits for the renewal leasesSoon sent, once the transaction that used mine is
+// answered; granted reports whether it wrote the caller's grant on mine. A renewal that failed
+// makes mine no spare: etcd had ended it (and any record on it), or may end it before its TTL.
+// Only a grant it carries fails then: with an error wrapping rpctypes.ErrLeaseNotFound in the
+// first case (Acquire tries once more), and as a grant of unknown outcome in the second.
+func (t *acquireTry) confirmed(ctx context.Context, granted bool) error {
+	confirm := t.confirm
+	if confirm == nil {
+		return nil
+	}
+	t.confirm = nil
+	err := confirm(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case !granted || errors.Is(err, rpctypes.ErrLeaseNotFound):
+		t.mine = leases{} // ends at its TTL, if it has not
+	default:
+		t.unsure = true
+	}
+	if !granted {
+		return nil
+	}
+	return err
+}
+
+// acquire is one try of Acquire; renewFirst has a spare renewed before the transaction that
+// grants on it rather than beside it.
+func (s *Store) acquire(ctx context.Context, req core.AcquireRequest, renewFirst bool) (core.AcquireResult, error) {
+	t := &acquireTry{s: s, req: req, k: s.keys(req.Key), renewFirst: renewFirst,
 		r: rec{permits: req.Permits, limit: req.Limit, ttl: req.TTL, delay: req.LockDelay, value: req.Value}}
 	defer t.settle()
 	if res, done, err := t.takeSeen(ctx); done {
@@ -173,14 +243,17 @@ func (t *acquireTry) takeSeen(ctx context.Context) (res core.AcquireResult, done
 	if !ok || !waitline.Same(g.rec.request(req), t.r.request(req)) {
 		return core.AcquireResult{}, false, nil
 	}
-	if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+	if err = t.leasesSoon(ctx); err != nil {
 		return core.AcquireResult{}, true, err
 	}
 	lk := t.k.of(kindLease, req.Holder)
 	resp, err := t.s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", g.create), clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(g.lease))).
 		Then(grantOps(t.k, req.Holder, t.r, g.fence, t.mine)...).Commit()
 	if err != nil {
-		t.unsure = outcomeUnknown(err)
+		t.failed(err)
+		return core.AcquireResult{}, true, err
+	}
+	if err := t.confirmed(ctx, resp.Succeeded); err != nil {
 		return core.AcquireResult{}, true, err
 	}
 	if !resp.Succeeded {
@@ -210,15 +283,18 @@ func (t *acquireTry) start(ctx context.Context) (st *state, res core.AcquireResu
 		return st, core.AcquireResult{}, false, nil
 	}
 	if t.mine.own == 0 {
-		if t.mine, err = t.s.grantLeases(ctx, req.TTL, req.LockDelay); err != nil {
+		if err = t.leasesSoon(ctx); err != nil {
 			return nil, core.AcquireResult{}, true, err
 		}
 	}
 	resp, err := t.s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(t.k.base).WithPrefix(), "=", 0)).
-		Then(grantOps(t.k, req.Holder, t.r, 0, t.mine)...).
+		Then(puts(grantOps(t.k, req.Holder, t.r, 0, t.mine))...).
 		Else(clientv3.OpGet(t.k.base, clientv3.WithPrefix())).Commit()
 	if err != nil {
-		t.unsure = outcomeUnknown(err)
+		t.failed(err)
+		return nil, core.AcquireResult{}, true, err
+	}
+	if err := t.confirmed(ctx, resp.Succeeded); err != nil {
 		return nil, core.AcquireResult{}, true, err
 	}
 	if resp.Succeeded {

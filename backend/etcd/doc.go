@@ -49,10 +49,12 @@
 // not be: it only makes the decision more cautious, and the waiters' watches see it. The
 // operations of one Store on one key take turns, so they do not fail against each other.
 //
-//   - Acquire on a key with nothing on it: an etcd lease, then one transaction that writes the
-//     lease if the key's range is still empty (two round trips). The etcd lease is a spare of the
-//     Store's when it has one of the same TTL — the lease of a grant it released, renewed with a
-//     keep-alive, which is not a write through etcd's consensus — or a new one. So an
+//   - Acquire on a key with nothing on it: an etcd lease, and one transaction that writes the
+//     lease if the key's range is still empty. The etcd lease is a spare of the Store's when it
+//     has one of the same TTL — the lease of a grant it released, renewed with a keep-alive,
+//     which is not a write through etcd's consensus, sent on the LeaseKeepAlive stream the Store
+//     keeps for its renewals beside the transaction (one round trip; the grant counts only once
+//     etcd says the spare lives its TTL again) — or a new one (two round trips). So an
 //     uncontended pair is two consensus writes, the acquire's and the release's transactions, as
 //     etcd's own Mutex's is. Close revokes the spares; one nobody takes ends at its TTL. The
 //     etcd lease of a transaction whose outcome is unknown (its ctx ended, or its connection

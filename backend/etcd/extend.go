@@ -92,7 +92,7 @@ func (s *Store) keepAlive(ctx context.Context, ids []clientv3.LeaseID) error {
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() {
-			_, errs[i] = s.c.KeepAliveOnce(ctx, id)
+			_, errs[i] = s.renew(ctx, id)
 		})
 	}
 	wg.Wait()

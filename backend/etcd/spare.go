@@ -3,9 +3,11 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/core"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,10 +41,10 @@ type sparePool struct {
 }
 
 // recycle keeps leases no record is on for the Store's next grants of the same TTL, and revokes
-// (in the background) those it has no room for. A grant on a spare renews it first — a
-// keep-alive, not a write through etcd's consensus as a new lease and its revocation are — so
-// an uncontended pair costs two consensus writes, as etcd's own Mutex does. A spare nobody takes
-// ends at its TTL by itself; Close revokes those left.
+// (in the background) those it has no room for. A grant on a spare renews it first — a message
+// each way on the Store's renewal stream (renewer), not a write through etcd's consensus as a new
+// lease and its revocation are — so an uncontended pair costs two consensus writes, as etcd's own
+// Mutex does. A spare nobody takes ends at its TTL by itself; Close revokes those left.
 func (s *Store) recycle(sp ...spare) {
 	sess := s.sess.current()
 	revoke := s.spares.put(sess, sp)
@@ -101,12 +103,38 @@ func (s *Store) lease(ctx context.Context, secs int64) (clientv3.LeaseID, error)
 			}
 			return g.ID, nil
 		}
-		if r, err := s.c.KeepAliveOnce(ctx, id); err == nil && r.TTL >= secs {
+		if ttl, err := s.renew(ctx, id); err == nil && ttl >= secs {
 			return id, nil
 		} else if ctx.Err() != nil {
 			return 0, ctx.Err()
+		} else if errors.Is(err, core.ErrClosed) {
+			return 0, err
 		}
 	}
+}
+
+// leaseSoon is lease for a caller with a request to send on the lease right away: a spare's
+// renewal is sent, not waited for, and confirm waits for it (nil when there is nothing to
+// wait for: a new lease). confirm returns an error wrapping rpctypes.ErrLeaseNotFound when
+// the spare had ended (its records with it), and another error when etcd did not say that it
+// renewed the spare for secs: the lease may then end before secs, whatever was put on it.
+func (s *Store) leaseSoon(ctx context.Context, secs int64) (id clientv3.LeaseID, confirm func(context.Context) error, err error) {
+	id, ok := s.spares.take(secs)
+	if !ok {
+		g, err := s.c.Grant(ctx, secs)
+		if err != nil {
+			return 0, nil, err
+		}
+		return g.ID, nil, nil
+	}
+	renewed := s.renewSoon(id)
+	return id, func(ctx context.Context) error {
+		ttl, err := renewed(ctx)
+		if err == nil && ttl < secs {
+			err = fmt.Errorf("etcd renewed lease %x for %ds, not %ds", id, ttl, secs)
+		}
+		return err
+	}, nil
 }
 
 // close marks the pool closed (a lease recycled after is revoked) and returns the spares it

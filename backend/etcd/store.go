@@ -40,6 +40,7 @@ type Store struct {
 	lifeCache lifeCache
 	spares    sparePool
 	lines     lineHints
+	renewals  renewer
 	bg        background
 
 	loops sync.WaitGroup     // the session's renewal and the key watches
@@ -111,6 +112,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.waitEnds.close()
+	s.renewals.close()
 	for _, kw := range s.watches.close() {
 		kw.shut()
 	}
