@@ -147,8 +147,8 @@ local function idle()
 end
 
 -- settle ends a call that writes. A key that is idle leaves nothing behind: its lease hash is
--- deleted, unless its fence is at or above the clock (raised there by a floor), and then it
--- expires once the clock passes the fence. A key with no lease, no lock delay and no live line,
+-- deleted, unless its fence is at or above the clock (raised there by a floor), and then the
+-- fence stays alone, as a lone lease's does, until the clock passes it. A key with no lease, no lock delay and no live line,
 -- kept only for a left try or a watch, is kept as long again as they need (see kept), and no
 -- longer than the leases and places it recorded before had it kept. Otherwise it writes what the
 -- call changed (flush). (A lease's grant and extends keep the hash until its delay would end.)
@@ -183,11 +183,12 @@ local function settle()
       writes, expire = nil, false
       return
     end
-    local until_ms = to_ms(meta.fence) + 1
-    if meta.keep ~= until_ms then
-      setm('keep', until_ms)
-      expire = true
-    end
+    -- The fence is at or above the clock: it stays alone, as the lone lease's string (see
+    -- common.lua), until the clock passes it. load stopped a hash with an entry not ours.
+    redis.call('DEL', state)
+    redis.call('PSETEX', state, to_ms(meta.fence) - now_ms + 1, LONE_TAG .. int(meta.fence))
+    writes, expire = nil, false
+    return
   end
   flush()
 end

@@ -69,3 +69,48 @@ func TestRedlockOverLoneLeasesGivesFencesThatOnlyGrow(t *testing.T) {
 		poll.Until(t, "the node to leave nothing", func() bool { return len(c.Keys(ctx, "*").Val()) == 0 })
 	}
 }
+
+// TestNodeReleaseOfAHashLeavesTheFenceAloneAsAString: a Redlock node's lease held in the hash (a
+// limit of 2 takes it there) released while its fence, a floor a second ahead, is above the
+// clock, leaves the fence alone as the lone string, not the hash: so the key's next Mutex pair
+// takes the lone tiers again (a hash kept until the clock passed the fence kept every pair of a
+// busy key on the general paths), at a fence above the one released.
+func TestNodeReleaseOfAHashLeavesTheFenceAloneAsAString(t *testing.T) {
+	t.Parallel()
+	for _, drv := range []string{"goredis", "valkey"} {
+		t.Run(drv, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			node := redisharness.Drivers[drv](t, srv.Addr).(core.FenceRaiser)
+			c, ctx := raw(t, srv.Addr), context.Background()
+			const key = "node"
+			state := rediscore.Keys(key)[0]
+			floor := uint64(time.Now().Add(time.Second).UnixMicro())
+			req := core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute}
+			r, err := node.AcquireAbove(ctx, req, floor)
+			if err != nil || !r.Granted || r.Fence < floor {
+				t.Fatalf("AcquireAbove(limit 2): %+v, %v; want a grant at %d or above", r, err, floor)
+			}
+			if typ := c.Type(ctx, state).Val(); typ != "hash" {
+				t.Fatalf("a lease of limit 2 is a %s; want the hash", typ)
+			}
+			if ok, err := node.(core.Store).Release(ctx, core.ReleaseRequest{Key: key, Holder: "a", Fence: r.Fence}); err != nil || !ok {
+				t.Fatalf("Release: %v, %v", ok, err)
+			}
+			if typ := c.Type(ctx, state).Val(); typ != "string" {
+				t.Fatalf("after the release, above the clock, the key is a %s; want the fence alone, a string", typ)
+			}
+			if pttl := c.PTTL(ctx, state).Val(); pttl <= 0 || pttl > 2*time.Second {
+				t.Errorf("the fence alone lasts %v; want until the clock passes it, a second or so", pttl)
+			}
+			req.Holder, req.Limit = "b", 1
+			next, err := node.AcquireAbove(ctx, req, uint64(time.Now().UnixMicro()))
+			if err != nil || !next.Granted || next.Fence <= r.Fence {
+				t.Fatalf("the next grant: %+v, %v; want one above %d", next, err, r.Fence)
+			}
+			if typ := c.Type(ctx, state).Val(); typ != "string" {
+				t.Errorf("the next Mutex grant is a %s; want a lone lease", typ)
+			}
+		})
+	}
+}

@@ -145,7 +145,7 @@ func TestFenceAloneTurnedIntoTheHashInItsLastMsKeepsItsFence(t *testing.T) {
 }
 
 // lastMsClock returns src with TIME answering now, and PTTL of a string 0: the key's last ms. An
-// expiry the script sets in the future is an hour longer than asked (as in clocked: the server's
+// expiry the script sets in the future (PEXPIRE, PSETEX) is an hour longer than asked (as in clocked: the server's
 // own clock, which the test does not play, must not expire it meanwhile); one of 0 ms or less
 // deletes the key, as Redis does.
 func lastMsClock(src string, now time.Time) string {
@@ -155,6 +155,7 @@ local function run(via, cmd, ...)
   if cmd == 'TIME' then return {'%d', '%d'} end
   if cmd == 'PTTL' and server.call('TYPE', k)['ok'] == 'string' then return 0 end
   if cmd == 'PEXPIRE' and tonumber(x) > 0 then return via(cmd, k, tonumber(x) + 3600000) end
+  if cmd == 'PSETEX' and tonumber(x) > 0 then return via(cmd, k, tonumber(x) + 3600000, select(3, ...)) end
   return via(cmd, ...)
 end
 local redis = setmetatable({call = function(...) return run(server.call, ...) end,

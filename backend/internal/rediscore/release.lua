@@ -33,10 +33,10 @@ end
 -- every other lease is unexpired, every counter is one of ours, and none says that the line or a
 -- watch lives: one HDEL of its entry, without decoding the rest of the state. When it was the
 -- last lease the key is left idle, and settle's work is done here: the hash is deleted (an HDEL of
--- every entry, not DEL, which an ACL that lets Leasehold's commands through need not allow), or,
--- under a fence at or above the clock (a Redlock node's), kept with its counters until the clock
--- passes the fence. (The last lease with a left try alive, whose hash settle keeps as long again
--- as the try needs, goes the general way.) It compares numbers as texts (see later).
+-- every entry), or, under a fence at or above the clock (a Redlock node's), replaced by the fence
+-- alone, the lone lease's string (see common.lua), until the clock passes the fence. (The last
+-- lease with a left try alive, whose hash settle keeps as long again as the try needs, goes the
+-- general way.) It compares numbers as texts (see later).
 local function release_fast(all, PARAMS)
   local me = ':' .. holder
   local ms, us = clock_text()
@@ -70,14 +70,12 @@ local function release_fast(all, PARAMS)
   if not alone then
     redis.call('HDEL', state, me)
   elseif fence and not later(us, fence) then
-    -- The fence is at or above the clock: the hash keeps its counters until the clock passes it.
+    -- The fence is at or above the clock (a Redlock node's): it stays, alone, as a lone lease's
+    -- does (release_lone), until the clock passes it, so that the key's next pairs take the
+    -- lone tiers again. DEL first (see release_lone).
     tick()
-    local until_ms = to_ms(tonumber(fence)) + 1
-    redis.call('HDEL', state, me)
-    if tonumber(keep) ~= until_ms then
-      redis.call('HSET', state, KEEP_ENTRY, int(until_ms))
-      redis.call('PEXPIRE', state, until_ms - now_ms)
-    end
+    redis.call('DEL', state)
+    redis.call('PSETEX', state, to_ms(tonumber(fence)) - now_ms + 1, LONE_TAG .. fence)
   elseif limit and #all == 8 then
     redis.call('HDEL', state, me, 'fence', 'limit', KEEP_ENTRY)
   else
