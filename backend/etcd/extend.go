@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/leasehold/leasehold/core"
@@ -81,7 +82,14 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 			s.recycle(mine.spares()...)
 			continue // changed since the read: look again
 		}
-		s.recycle(st.leasesOf(req.Holder)...)
+		drop := st.leasesOf(req.Holder)
+		if e.untaken {
+			// st has the holder's records alone: whether another grant of the line is on the
+			// etcd lease its grant was on (the grants of one transaction share it), it cannot
+			// tell. That lease is no spare then, and ends at its TTL (nobody renews it).
+			drop = slices.DeleteFunc(drop, func(x spare) bool { return x.id == e.lease })
+		}
+		s.recycle(drop...)
 		return res, nil
 	}
 }
