@@ -13,7 +13,9 @@ import (
 
 // Extend implements core.Store. With the lease's TTL unchanged it is a read and a renewal of its
 // etcd leases (two round trips); with another TTL, or for a grant of the line not yet taken, new
-// etcd leases and one transaction that moves the records onto them (three).
+// etcd leases and one transaction that moves the records onto them (three). A grant of the line
+// moved so leaves the etcd lease it was on to its TTL: the read has the holder's records alone,
+// so it cannot tell whether the other grants of its transaction are still on it.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
 	if err := s.begin(ctx); err != nil {
 		return core.ExtendResult{}, err
