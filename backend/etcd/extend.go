@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/leasehold/leasehold/core"
@@ -12,7 +13,9 @@ import (
 
 // Extend implements core.Store. With the lease's TTL unchanged it is a read and a renewal of its
 // etcd leases (two round trips); with another TTL, or for a grant of the line not yet taken, new
-// etcd leases and one transaction that moves the records onto them (three).
+// etcd leases and one transaction that moves the records onto them (three). A grant of the line
+// moved so leaves the etcd lease it was on to its TTL: the read has the holder's records alone,
+// so it cannot tell whether the other grants of its transaction are still on it.
 func (s *Store) Extend(ctx context.Context, req core.ExtendRequest) (core.ExtendResult, error) {
 	if err := s.begin(ctx); err != nil {
 		return core.ExtendResult{}, err
@@ -81,7 +84,14 @@ func (s *Store) extend(ctx context.Context, req core.ExtendRequest) (core.Extend
 			s.recycle(mine.spares()...)
 			continue // changed since the read: look again
 		}
-		s.recycle(st.leasesOf(req.Holder)...)
+		drop := st.leasesOf(req.Holder)
+		if e.untaken {
+			// st has the holder's records alone: whether another grant of the line is on the
+			// etcd lease its grant was on (the grants of one transaction share it), it cannot
+			// tell. That lease is no spare then, and ends at its TTL (nobody renews it).
+			drop = slices.DeleteFunc(drop, func(x spare) bool { return x.id == e.lease })
+		}
+		s.recycle(drop...)
 		return res, nil
 	}
 }

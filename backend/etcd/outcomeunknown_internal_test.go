@@ -404,3 +404,162 @@ func TestCloseWhileARevokeOfUnknownOutcomeHangs(t *testing.T) {
 		t.Errorf("Acquire after Close: %v; want ErrClosed", err)
 	}
 }
+
+// spareKept reports whether s keeps the etcd lease id as a spare.
+func spareKept(s *Store, id clientv3.LeaseID) bool {
+	s.spares.mu.Lock()
+	defer s.spares.mu.Unlock()
+	return s.spares.in[id]
+}
+
+// lineGrantCutShort sets up key k held by a (on s, limit 2, both permits) with the heads h1 and
+// h2 waiting through o, and releases a through s with the reply of the transaction that grants
+// the heads lost. It returns the etcd lease their grants are on.
+func lineGrantCutShort(t *testing.T, s, o *Store, l *lossy, raw *clientv3.Client) clientv3.LeaseID {
+	t.Helper()
+	ctx := context.Background()
+	a := granted(t, s, core.AcquireRequest{Key: "k", Holder: "a", Permits: 2, Limit: 2, TTL: time.Minute})
+	for _, h := range []string{"h1", "h2"} {
+		r := core.AcquireRequest{Key: "k", Holder: h, Permits: 1, Limit: 2, TTL: time.Minute, Wait: time.Minute}
+		if res, err := o.Acquire(ctx, r); err != nil || res.Granted {
+			t.Fatalf("Acquire(%s) = %+v, %v; want a refusal", h, res, err)
+		}
+	}
+	l.lose.Store(1)
+	if ok, err := s.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a", Fence: a.Fence}); err == nil {
+		t.Fatalf("Release(a) whose reply was lost = %v, nil; want an error", ok)
+	}
+	if l.lose.Load() != 0 {
+		t.Fatal("Release(a) committed no grant to lose the reply of")
+	}
+	g := leaseOf(t, s, raw, "k", "h1")
+	if g == 0 || leaseOf(t, s, raw, "k", "h2") != g {
+		t.Fatalf("after the release: h1's grant on %x, h2's on %x; want both on one etcd lease", g, leaseOf(t, s, raw, "k", "h2"))
+	}
+	return g
+}
+
+// TestReleaseCutInFlightKeepsTheGrantLeaseOutOfTheSpares: a release that grants the line's heads
+// with its reply lost did put their grants on the etcd lease it asked for: that lease is no spare
+// of the releasing Store's, and its next grant of that TTL goes on another.
+func TestReleaseCutInFlightKeepsTheGrantLeaseOutOfTheSpares(t *testing.T) {
+	t.Parallel()
+	s, l, raw := lossyStore(t)
+	o, err := New(etcdtest.Shared(t).Client(t), WithPrefix(s.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	g := lineGrantCutShort(t, s, o, l, raw)
+	if spareKept(s, g) {
+		t.Errorf("the etcd lease %x the heads' grants are on is a spare of the releasing Store's", g)
+	}
+	granted(t, s, grantOf("other", "x", time.Duration(seconds(s.sessionTTL))*time.Second, false))
+	if lx := leaseOf(t, s, raw, "other", "x"); lx == g {
+		t.Errorf("x's grant is on etcd lease %x, which the heads' grants are on", lx)
+	}
+}
+
+// TestLeaveCutInFlightKeepsTheGrantLeaseOutOfTheSpares: a waiter gives back the grant the line
+// made it with the reply of that leave, which grants the next head, lost: neither the etcd lease
+// the next head's grant is on nor the one the given-back grant shares with it is a spare of the
+// leaving Store's.
+func TestLeaveCutInFlightKeepsTheGrantLeaseOutOfTheSpares(t *testing.T) {
+	t.Parallel()
+	s, l, raw := lossyStore(t)
+	o, err := New(etcdtest.Shared(t).Client(t), WithPrefix(s.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ctx := context.Background()
+	h := granted(t, o, grantOf("k", "h", time.Minute, false))
+	for _, w := range []struct {
+		s      *Store
+		holder string
+	}{{s, "w"}, {o, "y"}} {
+		r := grantOf("k", w.holder, time.Minute, false)
+		r.Wait = time.Minute
+		if res, err := w.s.Acquire(ctx, r); err != nil || res.Granted {
+			t.Fatalf("Acquire(%s) = %+v, %v; want a refusal", w.holder, res, err)
+		}
+	}
+	if ok, err := o.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "h", Fence: h.Fence}); err != nil || !ok {
+		t.Fatalf("Release(h) = %v, %v", ok, err)
+	}
+	gw := leaseOf(t, s, raw, "k", "w")
+	if gw == 0 {
+		t.Fatal("the release did not grant w")
+	}
+	l.lose.Store(1)
+	s.leaveInBackground("k", "w", false)
+	poll.Within(t, 10*time.Second, "w's grant given back to y", func() (clientv3.LeaseID, bool) {
+		gy := leaseOf(t, s, raw, "k", "y")
+		return gy, gy != 0 && leaseOf(t, s, raw, "k", "w") == 0
+	})
+	poll.Within(t, 15*time.Second, "w's leave done", func() (bool, bool) { return true, !s.leaves.Pending() })
+	if l.lose.Load() != 0 {
+		t.Fatal("the leave committed nothing to lose the reply of")
+	}
+	gy := leaseOf(t, s, raw, "k", "y")
+	if spareKept(s, gy) {
+		t.Errorf("the etcd lease %x y's grant is on is a spare of the leaving Store's", gy)
+	}
+	granted(t, s, grantOf("other", "x", time.Duration(seconds(s.sessionTTL))*time.Second, false))
+	if lx := leaseOf(t, s, raw, "other", "x"); lx == gy {
+		t.Errorf("x's grant is on etcd lease %x, which y's grant is on", lx)
+	}
+}
+
+// TestTakeCutInFlightKeepsTheGrantLeaseOutOfTheSpares: a waiter takes the grant the line made it
+// with the reply lost: the etcd lease the grant was on, which another head's grant of the same
+// release is still on, is no spare of the taker's Store.
+func TestTakeCutInFlightKeepsTheGrantLeaseOutOfTheSpares(t *testing.T) {
+	t.Parallel()
+	s, l, raw := lossyStore(t)
+	o, err := New(etcdtest.Shared(t).Client(t), WithPrefix(s.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ctx := context.Background()
+	a := granted(t, o, core.AcquireRequest{Key: "k", Holder: "a", Permits: 2, Limit: 2, TTL: time.Minute})
+	var wake core.Wake
+	for _, w := range []struct {
+		s      *Store
+		holder string
+	}{{s, "h1"}, {o, "h2"}} {
+		r := core.AcquireRequest{Key: "k", Holder: w.holder, Permits: 1, Limit: 2, TTL: time.Minute, Wait: time.Minute}
+		if res, err := w.s.Acquire(ctx, r); err != nil || res.Granted {
+			t.Fatalf("Acquire(%s) = %+v, %v; want a refusal", w.holder, res, err)
+		}
+		if w.s == s {
+			if wake, err = s.Register(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(wake.Close)
+		}
+	}
+	if ok, err := o.Release(ctx, core.ReleaseRequest{Key: "k", Holder: "a", Fence: a.Fence}); err != nil || !ok {
+		t.Fatalf("Release(a) = %v, %v", ok, err)
+	}
+	g := leaseOf(t, s, raw, "k", "h1")
+	poll.Within(t, 10*time.Second, "s's watch seeing h1's grant", func() (bool, bool) {
+		_, ok := s.untaken("k", "h1")
+		return ok, ok
+	})
+	l.lose.Store(1)
+	r := core.AcquireRequest{Key: "k", Holder: "h1", Permits: 1, Limit: 2, TTL: time.Minute, Wait: time.Minute}
+	if res, err := s.Acquire(ctx, r); err == nil {
+		t.Fatalf("Acquire(h1) whose reply was lost = %+v, nil; want an error", res)
+	}
+	if l.lose.Load() != 0 {
+		t.Fatal("Acquire(h1) committed no take to lose the reply of")
+	}
+	if spareKept(s, g) {
+		t.Errorf("the etcd lease %x h2's grant is on is a spare of the taker's Store", g)
+	}
+	if got := leaseOf(t, s, raw, "k", "h2"); got != g {
+		t.Errorf("h2's grant on %x; want it still on %x", got, g)
+	}
+}
