@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/leasehold/leasehold/backend/etcd/internal/etcdtest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/poll"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A grant lease settled twice (commitOn settles it, and so does the Release that asked for it
@@ -63,4 +66,41 @@ func TestLeaseAskedAheadForNothingIsASpare(t *testing.T) {
 	if _, ok := s.spares.take(seconds(ttl)); !ok {
 		t.Error("the lease asked for ahead is not a spare")
 	}
+}
+
+// A spare is dated from the last time etcd granted or renewed it, not from its return: one whose
+// last renewal leaves it less than its margin is let go, not taken for a grant (a renewal of a
+// lease etcd has ended holds up the Store's renewal stream); and a lease the Store never granted
+// nor renewed (another Store's) is revoked, not kept, for its age is unknown.
+func TestSpareIsDatedFromItsLastRenewal(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Shared(t).Client(t)
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	lease := func() clientv3.LeaseID {
+		g, err := c.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Revoke(context.Background(), g.ID) })
+		return g.ID
+	}
+	fresh, old, foreign := lease(), lease(), lease()
+	s.spares.lived(fresh, time.Now().Add(-50*time.Second), 60)       // 10 s left
+	s.spares.lived(old, time.Now().Add(-59800*time.Millisecond), 60) // 200 ms left
+	s.recycle(spare{fresh, 60}, spare{old, 60}, spare{foreign, 60})
+	if id, ok := s.spares.take(60); !ok || id != fresh {
+		t.Fatalf("take(60) = %x, %v; want the spare renewed 50 s ago, %x", id, ok, fresh)
+	}
+	if id, ok := s.spares.take(60); ok {
+		t.Fatalf("take(60) = %x; want none: the other spare ends within its margin, the third is not the Store's", id)
+	}
+	poll.Within(t, 5*time.Second, "the lease of unknown age revoked", func() (int64, bool) {
+		r, err := c.TimeToLive(ctx, foreign)
+		return r.TTL, err == nil && r.TTL == -1
+	})
 }

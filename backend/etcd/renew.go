@@ -65,6 +65,16 @@ type renewed struct {
 // (one opened before etcd restarted, say) is replaced and the renewal sent once more on the new
 // one (renewing twice does no harm), while ctx lasts.
 func (s *Store) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+	sent := time.Now()
+	ttl, err := s.renewOnStream(ctx, id)
+	if err == nil {
+		s.spares.lived(id, sent, ttl)
+	}
+	return ttl, err
+}
+
+// renewOnStream is renew, without noting how long the lease lives.
+func (s *Store) renewOnStream(ctx context.Context, id clientv3.LeaseID) (int64, error) {
 	for try := 0; ; try++ {
 		rs, err := s.renewals.stream(s)
 		if err != nil {
@@ -232,6 +242,7 @@ func (s *Store) renewSoon(id clientv3.LeaseID) func(ctx context.Context) (int64,
 	if rs.err != nil || rs.lagging(cmp.Or(s.renewals.lag, renewLag)) {
 		return later
 	}
+	sent := time.Now()
 	ch, err := rs.send(id)
 	if err != nil {
 		return later
@@ -241,6 +252,9 @@ func (s *Store) renewSoon(id clientv3.LeaseID) func(ctx context.Context) (int64,
 		if ended && ctx.Err() == nil && s.ctx.Err() == nil {
 			s.renewals.drop(rs)
 			return s.renew(ctx, id)
+		}
+		if err == nil {
+			s.spares.lived(id, sent, ttl)
 		}
 		return ttl, err
 	}

@@ -23,14 +23,16 @@ type spare struct {
 // maxSpares bounds the etcd leases a Store keeps for its next grants.
 const maxSpares = 64
 
-// pooled is a spare kept for a next grant of the same TTL, since when.
+// pooled is a spare kept for a next grant of the same TTL, and the time etcd keeps it until at
+// least (see sparePool.lives).
 type pooled struct {
-	id clientv3.LeaseID
-	at time.Time
+	id    clientv3.LeaseID
+	until time.Time
 }
 
-// sparePool is the etcd leases a Store keeps for its next grants, by their whole seconds, and
-// the leases being revoked (discard), which are never spares.
+// sparePool is the etcd leases a Store keeps for its next grants, by their whole seconds, the
+// leases being revoked (discard), which are never spares, and how long the leases the Store
+// granted or renewed live at least.
 type sparePool struct {
 	mu     sync.Mutex
 	closed bool
@@ -38,6 +40,44 @@ type sparePool struct {
 	in     map[clientv3.LeaseID]bool
 	doomed map[clientv3.LeaseID]bool
 	n      int
+	// lives is, for each etcd lease the Store granted or renewed, the time etcd keeps it until
+	// at least: the request's sending plus the TTL etcd answered. A lease the Store knows no
+	// such time of (another Store's: a grant of the line's, an adopted holder's) is never a
+	// spare but revoked: its age is unknown, and a spare that etcd has ended holds up the
+	// renewals behind it on the Store's stream until etcd's lessor revokes it.
+	lives map[clientv3.LeaseID]time.Time
+	notes int
+}
+
+// lived notes that etcd granted or renewed lease id for ttl seconds in answer to a request sent
+// at sent.
+func (p *sparePool) lived(id clientv3.LeaseID, sent time.Time, ttl int64) {
+	if ttl <= 0 {
+		return
+	}
+	until := sent.Add(time.Duration(ttl) * time.Second)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lives == nil {
+		p.lives = map[clientv3.LeaseID]time.Time{}
+	}
+	if until.After(p.lives[id]) {
+		p.lives[id] = until
+	}
+	if p.notes++; p.notes%1024 == 0 {
+		now := time.Now()
+		for id, t := range p.lives {
+			if t.Before(now) {
+				delete(p.lives, id)
+			}
+		}
+	}
+}
+
+// spareMargin is how long a spare must still live, at least, to be taken: long enough for its
+// renewal to reach etcd first. A quarter of its TTL, between 250 ms and a second.
+func spareMargin(secs int64) time.Duration {
+	return min(max(time.Duration(secs)*time.Second/4, 250*time.Millisecond), time.Second)
 }
 
 // recycle keeps leases no record is on for the Store's next grants of the same TTL, and revokes
@@ -51,22 +91,25 @@ func (s *Store) recycle(sp ...spare) {
 	s.revoke(revoke...)
 }
 
-// put keeps sp, but for the session lease sess and leases kept or doomed already, and returns
-// those it has no room for: all of them once closed.
+// put keeps sp, but for the session lease sess, leases kept or doomed already and leases that end
+// within their margin (left to their TTL), and returns those it has no room for, or whose life
+// it does not know, to revoke: all of them once closed.
 func (p *sparePool) put(sess clientv3.LeaseID, sp []spare) []clientv3.LeaseID {
 	var revoke []clientv3.LeaseID
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, x := range sp {
+		until, known := p.lives[x.id]
 		switch {
 		case x.id == 0 || x.id == sess || p.in[x.id] || p.doomed[x.id]:
-		case p.closed || p.n >= maxSpares:
+		case p.closed || p.n >= maxSpares || !known:
 			revoke = append(revoke, x.id)
+		case time.Until(until) < spareMargin(x.secs):
 		default:
 			if p.bySecs == nil {
 				p.bySecs, p.in = map[int64][]pooled{}, map[clientv3.LeaseID]bool{}
 			}
-			p.bySecs[x.secs] = append(p.bySecs[x.secs], pooled{x.id, time.Now()})
+			p.bySecs[x.secs] = append(p.bySecs[x.secs], pooled{x.id, until})
 			p.in[x.id] = true
 			p.n++
 		}
@@ -74,8 +117,8 @@ func (p *sparePool) put(sess clientv3.LeaseID, sp []spare) []clientv3.LeaseID {
 	return revoke
 }
 
-// take returns a spare of secs seconds kept long enough ago that it still lives for a renewal to
-// reach it (one near its end may be gone first: it is let go), and whether there was one.
+// take returns a spare of secs seconds that still lives long enough for a renewal to reach it
+// (one within its margin of its end may be gone first: it is let go), and whether there was one.
 func (p *sparePool) take(secs int64) (clientv3.LeaseID, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -85,7 +128,7 @@ func (p *sparePool) take(secs int64) (clientv3.LeaseID, bool) {
 		p.bySecs[secs] = q[:len(q)-1]
 		delete(p.in, x.id)
 		p.n--
-		if time.Since(x.at) < time.Duration(secs)*time.Second-250*time.Millisecond {
+		if time.Until(x.until) >= spareMargin(secs) {
 			return x.id, true
 		}
 	}
@@ -97,11 +140,7 @@ func (s *Store) lease(ctx context.Context, secs int64) (clientv3.LeaseID, error)
 	for {
 		id, ok := s.spares.take(secs)
 		if !ok {
-			g, err := s.c.Grant(ctx, secs)
-			if err != nil {
-				return 0, err
-			}
-			return g.ID, nil
+			return s.grant(ctx, secs)
 		}
 		if ttl, err := s.renew(ctx, id); err == nil && ttl >= secs {
 			return id, nil
@@ -121,11 +160,8 @@ func (s *Store) lease(ctx context.Context, secs int64) (clientv3.LeaseID, error)
 func (s *Store) leaseSoon(ctx context.Context, secs int64) (id clientv3.LeaseID, confirm func(context.Context) error, err error) {
 	id, ok := s.spares.take(secs)
 	if !ok {
-		g, err := s.c.Grant(ctx, secs)
-		if err != nil {
-			return 0, nil, err
-		}
-		return g.ID, nil, nil
+		id, err := s.grant(ctx, secs)
+		return id, nil, err
 	}
 	renewed := s.renewSoon(id)
 	return id, func(ctx context.Context) error {
@@ -135,6 +171,17 @@ func (s *Store) leaseSoon(ctx context.Context, secs int64) (id clientv3.LeaseID,
 		}
 		return err
 	}, nil
+}
+
+// grant asks etcd for a new lease of secs seconds, and notes how long it lives at least.
+func (s *Store) grant(ctx context.Context, secs int64) (clientv3.LeaseID, error) {
+	sent := time.Now()
+	g, err := s.c.Grant(ctx, secs)
+	if err != nil {
+		return 0, err
+	}
+	s.spares.lived(g.ID, sent, g.TTL)
+	return g.ID, nil
 }
 
 // close marks the pool closed (a lease recycled after is revoked) and returns the spares it
