@@ -31,6 +31,7 @@ func TestOnCluster(t *testing.T) {
 	t.Run("BracesInKeys", func(t *testing.T) { bracesInKeysOnCluster(t, addrs) })
 	t.Run("ClusterAndRingExcludeOnManyKeys", func(t *testing.T) { clusterAndRingExcludeOnManyKeys(t, addrs) })
 	t.Run("MultiLock", func(t *testing.T) { multiLockOnCluster(t, addrs) })
+	t.Run("NodeFenceAlone", func(t *testing.T) { nodeFenceAloneOnCluster(t, addrs) })
 	t.Run("ReloadsWhereALibraryIsMissing", func(t *testing.T) { clusterReloadsWhereALibraryIsMissing(t, addrs) }) // last: it deletes the library
 }
 
@@ -173,5 +174,35 @@ func clusterReloadsWhereALibraryIsMissing(t *testing.T, addrs []string) {
 				}
 			}
 		})
+	}
+}
+
+// nodeFenceAloneOnCluster: on a Cluster, through both drivers, a Redlock node's release of its
+// last lease in the lease hash (a limit of 2), its fence a second above the clock, leaves the
+// fence alone as the string on keys of every master, and the next grant is above it.
+func nodeFenceAloneOnCluster(t *testing.T, addrs []string) {
+	ctx := context.Background()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { c.Close() })
+	for _, name := range []string{"goredis", "valkey"} {
+		s := redisharness.Drivers[name](t, addrs...)
+		for i := range 8 {
+			key := fmt.Sprintf("nodefence:%s:%d", name, i)
+			req := core.AcquireRequest{Key: key, Holder: "a", Permits: 1, Limit: 2, TTL: time.Minute}
+			r, err := s.(core.FenceRaiser).AcquireAbove(ctx, req, uint64(time.Now().Add(time.Second).UnixMicro()))
+			if err != nil || !r.Granted {
+				t.Fatalf("%s: AcquireAbove: %+v, %v", key, r, err)
+			}
+			if ok, err := s.Release(ctx, core.ReleaseRequest{Key: key, Holder: "a", Fence: r.Fence}); !ok || err != nil {
+				t.Fatalf("%s: Release: %v, %v", key, ok, err)
+			}
+			if got, want := c.Get(ctx, rediscore.Keys(key)[0]).Val(), rediscore.LoneTag+fmt.Sprint(r.Fence); got != want {
+				t.Fatalf("%s: after the release the key holds %q; want the fence alone, %q", key, got, want)
+			}
+			req.Holder, req.Limit = "b", 1
+			if next, err := s.Acquire(ctx, req); err != nil || !next.Granted || next.Fence <= r.Fence {
+				t.Fatalf("%s: the next grant: %+v, %v; want one above %d", key, next, err, r.Fence)
+			}
+		}
 	}
 }

@@ -16,8 +16,9 @@
 -- a new grant's fence is max(last + 1, now_us, floors): with the hash gone, last is 0, and the
 -- clock, in µs, is above every fence granted before as long as the last fence was below now_us
 -- when the hash went. So a hash whose fence is at or above now_us (raised by a floor: a Redlock
--- node's) is not deleted but expires just after the clock passes the fence (this leans on the
--- server clock not going back past the last fence).
+-- node's) is replaced by the fence alone, a lone lease's string (see the lone lease), which
+-- expires just after the clock passes the fence (this leans on the server clock not going back
+-- past the last fence).
 --   queue and waiting expire together (the counter line) a minute past the last lease's expiry
 -- at the latest try, or twice that, never past twice the longest wait: every live waiter tries
 -- again when the leases in its way expire (or at its retry interval), which renews them, so the

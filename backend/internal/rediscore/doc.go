@@ -84,9 +84,10 @@
 //	                                      the lease ends at least                    clock passes in time),
 //	                                                                                 extend (PEXPIRE);
 //	                                                                                 deleted by release
-//	                                      "L@2 <fence>": the fence alone, left by    release (a fence at or  acquire (the next
-//	                                      a release before the clock passed it,      above the clock: a      fence is above it)
-//	                                      until it does                              Redlock node's)
+//	                                      "L@2 <fence>": the fence alone, left by    release, settle (a key  acquire (the next
+//	                                      a release before the clock passed it,      left idle, the fence    fence is above it)
+//	                                      until it does                              at or above the clock:
+//	                                                                                 a Redlock node's)
 //	P{K'}:lease    hash  ':' + holder     "<permits> <fence> <expiry ms>", then      acquire (a grant, and   every script; inspect
 //	                                      " q" for a grant from the line not taken   the line's grants in    reports it
 //	                                      yet, "+<lock delay ms>" when it has one,   release and leave),

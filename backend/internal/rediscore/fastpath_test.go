@@ -81,8 +81,9 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"lone, entry fence 2^53":  lone(":h", lease(1, 1<<53, live, ""), map[string]string{"fence": "9007199254740992"}),
 		"lone, entry fence 0":     lone(":h", lease(1, 0, live, ""), nil),
 		"lone, entry not ours":    lone(":h", "garbage", nil),
-		// As a release under a fence above the clock leaves a Redlock node's hash, and a grant
-		// then adds its lease after the counters.
+		// As a hash kept for a watch or a left try that lapsed leaves the counters (a release
+		// under a fence above the clock leaves the fence alone, a string, now), and a grant then
+		// adds its lease after them.
 		"counters kept":                       {hash: map[string]string{"fence": "7", "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField}},
 		"counters kept, fence above now":      {hash: map[string]string{"fence": s(nowUs + 5000), "limit": "1", rediscore.KeepField: s(nowMs + 6)}, order: []string{"fence", "limit", rediscore.KeepField}},
 		"counters kept, fence far above now":  {hash: map[string]string{"fence": s(nowUs + 2e9), "limit": "1", rediscore.KeepField: s(nowMs + 2e6 + 1)}, order: []string{"fence", "limit", rediscore.KeepField}},
@@ -94,6 +95,7 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 		"counters kept, fence 07":             {hash: map[string]string{"fence": "07", "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField}},
 		"lone last, fence above now":          {hash: map[string]string{":h": lease(1, nowUs+5000, live, ""), "fence": s(nowUs + 5000), "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
 		"lone last, fence above, kept to it":  {hash: map[string]string{":h": lease(1, nowUs+5000, live, ""), "fence": s(nowUs + 5000), "limit": "1", rediscore.KeepField: s(nowMs + 6)}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
+		"lone last, fence above its own":      {hash: map[string]string{":h": lease(1, nowUs+5000, live, ""), "fence": s(nowUs + 6000), "limit": "2", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
 		"lone last, fence below now":          {hash: map[string]string{":h": lease(1, 7, live, ""), "fence": "7", "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
 		"lone last, expired, fence above now": {hash: map[string]string{":h": lease(1, nowUs+5000, dead, ""), "fence": s(nowUs + 5000), "limit": "1", rediscore.KeepField: far}, order: []string{"fence", "limit", rediscore.KeepField, ":h"}},
 		"lone, counters not in order":         {hash: map[string]string{":h": lease(1, 7, live, ""), "fence": "7", "limit": "1", rediscore.KeepField: far}, order: []string{":h", "fence", rediscore.KeepField, "limit"}},

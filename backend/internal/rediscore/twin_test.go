@@ -177,6 +177,7 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 		t.Fatal(err)
 	}
 	hashes, zsets := make([]*redis.MapStringStringCmd, len(keys)), make([]*redis.ZSliceCmd, len(keys))
+	strs, fakes := make([]*redis.StringCmd, len(keys)), make([]*redis.StringCmd, len(keys))
 	if _, err := tw.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			switch types[i].Val() {
@@ -184,6 +185,11 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 				hashes[i] = p.HGetAll(ctx, k)
 			case "zset":
 				zsets[i] = p.ZRangeWithScores(ctx, k, 0, -1)
+			case "string":
+				// A lone lease, or the fence alone: its text, and its expiry by the test's
+				// clock, which clocked keeps (the server's PTTL, an hour longer, is compared
+				// only within seconds: a fence alone lives a few ms).
+				strs[i], fakes[i] = p.Get(ctx, k), p.HGet(ctx, fakeExpiries, k)
 			}
 		}
 		p.Publish(ctx, "sentinel", "end")
@@ -206,6 +212,11 @@ func (tw *twin) snapshot(t *testing.T, key string, reply string) string {
 		case zsets[i] != nil:
 			for _, z := range zsets[i].Val() {
 				fmt.Fprintf(&b, "  %q %v\n", z.Member, z.Score)
+			}
+		case strs[i] != nil:
+			fmt.Fprintf(&b, "  %q\n", strs[i].Val())
+			if e := fakes[i].Val(); e != "" {
+				fmt.Fprintf(&b, "  expires at %s ms by the test's clock\n", e)
 			}
 		}
 	}
