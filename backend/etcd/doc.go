@@ -86,10 +86,11 @@
 // waiter leaving, grant every head whose permits are free, in order, as leases marked untaken,
 // on one etcd lease that nobody renews, of the TTL of the heads' sessions (the shortest of them).
 // A grant is untaken until its waiter takes it onto etcd leases of its own TTL (its lock delay
-// starts then), and the taker keeps the grants' etcd lease as a spare once no grant is on it. A
-// grant nobody takes ends by itself within its waiter's session TTL, whether the waiter died,
-// gave up, or its leave could not get through (a Store busy on the key, etcd out of reach), and
-// the line moves on.
+// starts then); once no grant is on the grants' etcd lease, the taker keeps it as a spare if its
+// own Store asked for it, and revokes it otherwise (its age is unknown there). A grant nobody
+// takes ends by itself within its waiter's session TTL, whether the waiter died, gave up, or its
+// leave could not get through (a Store busy on the key, etcd out of reach), and the line moves
+// on.
 //
 // Each Store keeps one etcd watch per key it has waiters or watches on, starting from the
 // revision its refused try read (so nothing between the refusal and Register is missed), and a
