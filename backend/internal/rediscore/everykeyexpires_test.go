@@ -65,7 +65,7 @@ func TestEveryKeyTheScriptsWriteExpiresOrIsDeleted(t *testing.T) {
 					src, args = srcLeave, []any{holder, 0, rapid.SampledFrom([]string{"", "s:1"}).Draw(rt, "left try"), int64(60000)}
 				}
 			}
-			if err := c.Eval(ctx, clocked(rediscore.Sources[src], now), keys, args...).Err(); err != nil && err != redis.Nil {
+			if err := evalAt(ctx, c, now, rediscore.Sources[src], keys, args...).Err(); err != nil && err != redis.Nil {
 				rt.Fatalf("call %d, script %d %v: %v", i, src, args, err)
 			}
 			for j, k := range keys {

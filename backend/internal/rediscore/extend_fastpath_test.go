@@ -63,7 +63,7 @@ func (tw *twin) runState(t *testing.T, now time.Time, key string, st keyState, s
 	if tw.m != nil {
 		tw.m.SetTime(now)
 	} else {
-		src = clocked(src, now)
+		src = clocked(src)
 	}
 	ks := rediscore.Keys(key)
 	p := tw.c.TxPipeline()
@@ -86,10 +86,19 @@ func (tw *twin) runState(t *testing.T, now time.Time, key string, st keyState, s
 	if st.setup != nil {
 		st.setup(ctx, p, ks)
 	}
+	if tw.m == nil {
+		setClock(ctx, p, now)
+	}
 	if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
 		t.Fatal(err)
 	}
-	r, err := tw.c.Eval(ctx, src, ks, args...).Result()
+	var r any
+	var err error
+	if tw.m == nil {
+		r, err = evalCached(ctx, tw.c, src, ks, args, nil).Result()
+	} else {
+		r, err = tw.c.Eval(ctx, src, ks, args...).Result()
+	}
 	return tw.snapshot(t, key, fmt.Sprintf("%#v / %v", r, err))
 }
 

@@ -48,7 +48,7 @@ func TestLoneTiersDoWhatTheGeneralPathsDo(t *testing.T) {
 		for i := range rapid.IntRange(1, 12).Draw(rt, "calls") {
 			src, args := drawLoneCall(rt, now, fences)
 			run := func(keys []string, code string) string {
-				r, err := c.Eval(ctx, clocked(code, now), keys, args...).Result()
+				r, err := evalAt(ctx, c, now, code, keys, args...).Result()
 				if err == redis.Nil {
 					err = nil
 				}
@@ -72,7 +72,7 @@ func TestLoneTiersDoWhatTheGeneralPathsDo(t *testing.T) {
 				expiries = append(expiries, now.UnixMilli()+args[1].(int64))
 			}
 			ins := func(keys []string) string {
-				r, err := c.Eval(ctx, clocked(rediscore.Sources[srcInspect], now), keys).Result()
+				r, err := evalAt(ctx, c, now, rediscore.Sources[srcInspect], keys).Result()
 				if out, ok := r.([]any); ok && len(out) == 3 {
 					// Nothing held, delayed or waiting: the limit is a counter left from leases
 					// gone, which the general path keeps with the hash and a lone lease with

@@ -116,7 +116,7 @@ func TestFastPathsMatchAlongHistories(t *testing.T) {
 				if p, ok := srcs[src]; ok {
 					code = p[j]
 				}
-				r, err := tw.c.Eval(ctx, clocked(code, now), keys, args...).Result()
+				r, err := evalAt(ctx, tw.c, now, code, keys, args...).Result()
 				replies[j] = r
 				snaps[j] = tw.snapshot(t, key, fmt.Sprintf("%v / %v", r, err))
 			}

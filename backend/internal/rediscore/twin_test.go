@@ -2,10 +2,13 @@ package rediscore_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,15 +84,21 @@ func newTwin(t *testing.T, real bool) *twin {
 	return tw
 }
 
-// clocked returns src with TIME answering now: a local redis that shadows the server's in the
-// whole script, and passes every other command on; but every expiry the script sets is an hour
-// longer than asked, so that no key (a lease hash kept a millisecond, for a fence just above now)
-// expires by the server's own clock, which the test does not move, while a test compares twins.
-// A lone lease's expiry, which is the key's own (PSETEX, PEXPIRE of a string), is kept by the
-// test's clock instead: in the hash fakeExpiries, which GET, PTTL and TYPE read and DEL clears.
-func clocked(src string, now time.Time) string {
+// clocked returns src with TIME answering the test's clock, which evalAt (or a pipeline that
+// ends with setClock) sets in the key clockKey just before the call: a local redis that shadows
+// the server's in the whole script, and passes every other command on; but every expiry the
+// script sets is an hour longer than asked, so that no key (a lease hash kept a millisecond, for
+// a fence just above now) expires by the server's own clock, which the test does not move, while
+// a test compares twins. A lone lease's expiry, which is the key's own (PSETEX, PEXPIRE of a
+// string), is kept by the test's clock instead: in the hash fakeExpiries, which GET, PTTL and
+// TYPE read and DEL clears. The clock is read from a key, not written into the text, so that the
+// text of a script is the same at every call: the server compiles it once, where a text per
+// call had it compile (and keep) a script of some 50 kB at every step of a history.
+func clocked(src string) string {
 	return fmt.Sprintf(`local server = redis
-local now_ms = %d
+local clock_ms, clock_s, clock_us = string.match(server.call('GET', '%[1]s') or '', '^(%%d+) (%%d+) (%%d+)$')
+if not clock_ms then return server.error_reply('the test set no clock in %[1]s') end
+local now_ms = tonumber(clock_ms)
 local function expired(k)
   local e = server.call('HGET', '%[2]s', k)
   if e and tonumber(e) <= now_ms then
@@ -101,7 +110,7 @@ local function expired(k)
 end
 local function run(via, cmd, ...)
   local k, x, y, ms = ...
-  if cmd == 'TIME' then return {'%[3]d', '%[4]d'} end
+  if cmd == 'TIME' then return {clock_s, clock_us} end
   if cmd == 'PSETEX' then
     server.call('HSET', '%[2]s', k, now_ms + tonumber(x))
     return via(cmd, k, tonumber(x) + 3600000, y)
@@ -124,7 +133,52 @@ local function run(via, cmd, ...)
 end
 local redis = setmetatable({call = function(...) return run(server.call, ...) end,
   pcall = function(...) return run(server.pcall, ...) end}, {__index = server})
-`, now.UnixMilli(), fakeExpiries, now.Unix(), now.Nanosecond()/1000) + src
+`, clockKey, fakeExpiries) + src
+}
+
+// clockKey is the key where setClock keeps the test's clock for clocked scripts: "<ms> <s> <µs>".
+const clockKey = "leasehold-test:clock"
+
+// setClock queues, on p, the setting of the clock clocked scripts read to now.
+func setClock(ctx context.Context, p redis.Pipeliner, now time.Time) {
+	p.Set(ctx, clockKey, fmt.Sprintf("%d %d %d", now.UnixMilli(), now.Unix(), now.Nanosecond()/1000), 0)
+}
+
+// evalAt runs src, clocked, at now: the clock's setting and the call go in one round trip.
+func evalAt(ctx context.Context, c *redis.Client, now time.Time, src string, keys []string, args ...any) *redis.Cmd {
+	return evalCached(ctx, c, clocked(src), keys, args, func(p redis.Pipeliner) { setClock(ctx, p, now) })
+}
+
+// scriptSHAs caches the SHA1 digests of the scripts evalCached runs, by text.
+var scriptSHAs sync.Map
+
+// evalCached runs src with keys and args, after what before queues (if not nil) in the same
+// round trip, by its digest (EVALSHA), loading it once where the server does not have it yet:
+// the text of a script with the whole library is some 50 kB, which EVAL would send, and the
+// server hash, at every call.
+func evalCached(ctx context.Context, c *redis.Client, src string, keys []string, args []any, before func(redis.Pipeliner)) *redis.Cmd {
+	sha, ok := scriptSHAs.Load(src)
+	if !ok {
+		sum := sha1.Sum([]byte(src))
+		sha, _ = scriptSHAs.LoadOrStore(src, hex.EncodeToString(sum[:]))
+	}
+	var cmd *redis.Cmd
+	for range 2 {
+		c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if before != nil {
+				before(p)
+			}
+			cmd = p.EvalSha(ctx, sha.(string), keys, args...)
+			return nil
+		})
+		if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			break
+		}
+		if err := c.ScriptLoad(ctx, src).Err(); err != nil {
+			return cmd
+		}
+	}
+	return cmd
 }
 
 // fakeExpiries is the hash where clocked keeps the lone leases' expiries by the test's clock.
