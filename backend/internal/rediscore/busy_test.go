@@ -106,7 +106,7 @@ func TestBusyKeyHandoffs(t *testing.T) {
 func TestGiveUpOnABusyStoreIsGivenBack(t *testing.T) {
 	testenv.SkipShort(t, "hundreds of calls to make the Store busy, then a give-back delay")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

@@ -110,7 +110,7 @@ func clusterAndRingExcludeOnManyKeys(t *testing.T, addrs []string) {
 		return s
 	}
 	makers := map[string]func(t *testing.T) redisharness.Store{"ring": ring}
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		makers["cluster/"+name] = func(t *testing.T) redisharness.Store { return mk(t, addrs...) }
 	}
 	for name, mk := range makers {
@@ -152,7 +152,7 @@ func clusterAndRingExcludeOnManyKeys(t *testing.T, addrs []string) {
 // clusterReloadsWhereALibraryIsMissing: on a Cluster, FUNCTION DELETE on one primary, then
 // calls on keys of every slot: each works (the first that finds it missing loads it again).
 func clusterReloadsWhereALibraryIsMissing(t *testing.T, addrs []string) {
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk(t, addrs...)
 			for i := range 30 {

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/goredis"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -21,7 +20,7 @@ import (
 func TestSubscriptionSurvivesReconnect(t *testing.T) {
 	testenv.SkipShort(t, "kills the server's pub/sub connections")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -61,7 +60,7 @@ func TestSubscriptionSurvivesReconnect(t *testing.T) {
 func TestFencesIncreaseAcrossRestartWithoutPersistence(t *testing.T) {
 	testenv.SkipShort(t, "kills and restarts redis-server")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

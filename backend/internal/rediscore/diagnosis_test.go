@@ -16,7 +16,6 @@ import (
 
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/internal/faultproxy"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
@@ -87,7 +86,7 @@ func TestGoRedisErrorsSayWhatIsAtTheAddress(t *testing.T) {
 // or the protocol error Redis gives a long command from a connection that has not authenticated.
 func TestRedisErrorsWithoutAPasswordSayOneIsWanted(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -120,7 +119,7 @@ func TestRedisErrorsWithoutAPasswordSayOneIsWanted(t *testing.T) {
 // refusal when a refresh got it back, and may say only the deadline.
 func TestLossToARefusingServerNamesTheRefusal(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

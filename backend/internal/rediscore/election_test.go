@@ -241,7 +241,7 @@ func TestElectionOnRedisUnderFaults(t *testing.T) {
 	testenv.SkipShort(t, "pauses redis-server and partitions a client from it")
 	const ttl = 300 * time.Millisecond
 	noLeaks(t) // after all the scenarios, which run two at once
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name+"/paused", func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

@@ -88,7 +88,7 @@ func TestAcquireWithEndedCtxWritesNothing(t *testing.T) {
 // key is not left taken (another holder gets it), and the Store goes on working.
 func TestAcquireCanceledDuringTheLibraryLoadLeavesTheKeyFree(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			proxy := redistest.StartProxy(t, srv.Addr)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/leasehold/leasehold/backend/goredis"
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/backend/valkey"
 	"github.com/leasehold/leasehold/core"
@@ -26,7 +25,7 @@ import (
 func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
 	testenv.SkipShort(t, "waits for leaves the server refuses")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -109,7 +108,7 @@ func TestForeignDataIsReportedAndLeftAlone(t *testing.T) {
 func TestServerDownIsReportedWithinDeadline(t *testing.T) {
 	testenv.SkipShort(t, "stops redis-server")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -162,7 +161,7 @@ func TestNilClient(t *testing.T) {
 // as numbers they would make a fence of NaN, granted as -2^63 and written into their hash.
 func TestForeignCounterValuesAreReported(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

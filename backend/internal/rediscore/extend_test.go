@@ -40,7 +40,7 @@ func otherDriver(name string) redisharness.Driver {
 // releases, c is granted and the watch hears it.
 func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			sa, sc, sw := mk(t, srv.Addr), otherDriver(name)(t, srv.Addr), mk(t, srv.Addr)
@@ -140,7 +140,7 @@ func TestRefreshedLeaseKeepsTheLineOutAndTellsNoWatch(t *testing.T) {
 // line, is not granted until the adopter releases.
 func TestAdoptTakesAnUntakenLineGrantAcrossStores(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			sb, s2 := mk(t, srv.Addr), otherDriver(name)(t, srv.Addr)
@@ -222,7 +222,7 @@ func TestAdoptTakesAnUntakenLineGrantAcrossStores(t *testing.T) {
 // the lease, by at most as long again.
 func TestExtendReportsTheLatestLimit(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s, other := mk(t, srv.Addr), otherDriver(name)(t, srv.Addr)
@@ -276,7 +276,7 @@ func TestExtendReportsTheLatestLimit(t *testing.T) {
 // the next waiter: the adopter and that waiter are inside at once.
 func TestAdoptedGrantIsNotTakenBack(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			ctx := context.Background()

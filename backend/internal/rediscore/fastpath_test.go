@@ -12,7 +12,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -252,7 +251,7 @@ func TestFastPathsDoWhatTheGeneralPathsDo(t *testing.T) {
 // is there to release.
 func TestReleaseReportsAForeignEntry(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
@@ -279,7 +278,7 @@ func TestReleaseReportsAForeignEntry(t *testing.T) {
 // another's lease has expired leaves the hash with no lease at all.
 func TestReleaseDeletesExpiredLeases(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)

@@ -49,7 +49,7 @@ func (c *storeCount) wait(t *testing.T) {
 func TestFaultServerKilledAndRestartedEmpty(t *testing.T) {
 	testenv.SkipShort(t, "kills and restarts redis-server")
 	noLeaks(t) // after both drivers' scenarios, which run at once
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -86,7 +86,7 @@ func parallelUnlessRace(t *testing.T) {
 func TestFaultServerPausedPastTTL(t *testing.T) {
 	testenv.SkipShort(t, "pauses redis-server")
 	noLeaks(t) // after both drivers' scenarios
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			parallelUnlessRace(t)
 			srv := redistest.StartServer(t)
@@ -115,7 +115,7 @@ func TestFaultServerPausedPastTTL(t *testing.T) {
 // no write was accepted out of fence order.
 func TestFaultHolderStallsPastTTL(t *testing.T) {
 	noLeaks(t) // after both drivers' scenarios, which run at once
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -214,7 +214,7 @@ func fencedLog(t *testing.T, addr string, s redisharness.Store, resource string)
 func TestFaultNetwork(t *testing.T) {
 	testenv.SkipShort(t, "partitions the clients from redis-server")
 	noLeaks(t) // after both drivers' scenarios
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			parallelUnlessRace(t)
 			srv := redistest.StartServer(t)
@@ -263,7 +263,7 @@ func TestFaultNetwork(t *testing.T) {
 func TestFaultRepliesLost(t *testing.T) {
 	testenv.SkipShort(t, "loses replies for seconds")
 	noLeaks(t) // after both drivers' scenarios
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			parallelUnlessRace(t)
 			srv := redistest.StartServer(t)

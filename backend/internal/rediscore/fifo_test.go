@@ -28,7 +28,7 @@ import (
 func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
 	testenv.SkipShort(t, "slows the link to redis-server to 300 ms (a fault proxy)")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -73,7 +73,7 @@ func TestCanceledTryLeavesNoOrphanPlace(t *testing.T) {
 // (64) stand at the head of the line; a release still grants the live waiter behind them.
 func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)
@@ -109,7 +109,7 @@ func TestLapsedPlacesAtTheHeadDoNotBlockTheLine(t *testing.T) {
 // newcomer who finds them free first.
 func TestNewcomerDoesNotPassTheLine(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -146,7 +146,7 @@ func places(t *testing.T, addr, key string) []string {
 // lock within 10s (so long only for a loaded machine's stalls), not after the dead waiters' TTLs.
 func TestDeadWaitersArePassedOver(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			const key = "dead"

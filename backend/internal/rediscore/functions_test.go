@@ -71,7 +71,7 @@ func do(t *testing.T, addr string, args ...string) {
 func TestScriptsRunAsFunctions(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			do(t, srv.Addr, "FUNCTION", "FLUSH")
 			do(t, srv.Addr, "CONFIG", "RESETSTAT")
@@ -203,7 +203,7 @@ func TestLibraryPreludeStateIsSetByBegin(t *testing.T) {
 func TestFunctionCallsDoNotShareState(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			s := mk(t, srv.Addr)
@@ -241,7 +241,7 @@ func TestFunctionCallsDoNotShareState(t *testing.T) {
 func TestFirstCallsRaceToLoad(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			do(t, srv.Addr, "FUNCTION", "FLUSH")
 			s := mk(t, srv.Addr)
@@ -259,7 +259,7 @@ func TestFirstCallsRaceToLoad(t *testing.T) {
 func TestStoreWorksWhileTheLibraryIsFlushedRepeatedly(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk(t, srv.Addr)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -328,7 +328,7 @@ func TestFunctionsRefusedAfterLoad(t *testing.T) {
 func TestMiniredisWithoutFunctions(t *testing.T) {
 	t.Parallel()
 	m := miniredis.RunT(t)
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk(t, m.Addr())
 			for i := range 3 {
@@ -344,7 +344,7 @@ func TestMiniredisWithoutFunctions(t *testing.T) {
 func TestHolderReleasesWhenOutOfMemory(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			do(t, srv.Addr, "CONFIG", "SET", "maxmemory", "0")
@@ -422,7 +422,7 @@ func libraries(t *testing.T, addr string) []redis.Library {
 func TestErrorNamingAKeyLikeAMissingFunction(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk(t, srv.Addr)
 			pairOn(t, s, "warm:"+name)

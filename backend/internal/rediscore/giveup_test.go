@@ -24,7 +24,7 @@ import (
 // next in line gets it, within a couple of seconds rather than the lease's TTL.
 func TestGrantToCallerGoneBeforeEnrollingIsGivenBack(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -62,7 +62,7 @@ func TestHandoffInOneStoreKeepsTheLease(t *testing.T) {
 	// past it in a fraction of a second.
 	const reclaim = 50 * time.Millisecond
 	rediscore.SetTimings(t, rediscore.Timings{Linger: 30 * time.Second, ReclaimAfter: reclaim, KeepGrants: 2 * time.Second})
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel() // the parent's timings are both drivers'
 			s := watch(mk(t, redistest.StartServer(t).Addr))
@@ -106,7 +106,7 @@ func heldLock(t *testing.T, a, b redisharness.Store, key string) (ma, mb *primit
 // the lock to a caller that is gone.
 func TestWaiterGivingUpAsItsStoreClosesLeavesTheLine(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -137,7 +137,7 @@ func TestWaiterGivingUpAsItsStoreClosesLeavesTheLine(t *testing.T) {
 // and before the waiter's Acquire returns for a try whose refusal comes back after Close.
 func TestClosingStoreGivesUpItsWaitersPlaces(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			b := mk(t, srv.Addr)

@@ -2,6 +2,8 @@ package rediscore_test
 
 import (
 	"context"
+	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,6 +153,25 @@ func (w *watchedWaiter) Reliable() bool {
 	return r
 }
 
+// drivers returns the drivers a test runs on, by name: both, or under -short one of them (the
+// inner loop: `go test ./...` runs both), the same one for a test at every run and each for half
+// the tests. What a driver does differently is tested in its own package (backend/goredis,
+// backend/valkey) on every run.
+func drivers(t *testing.T) map[string]redisharness.Driver {
+	if !testing.Short() {
+		return redisharness.Drivers
+	}
+	name := shortDriver(t)
+	return map[string]redisharness.Driver{name: redisharness.Drivers[name]}
+}
+
+// shortDriver is the driver a test runs on under -short: picked by a hash of its name.
+func shortDriver(t *testing.T) string {
+	h := fnv.New32a()
+	h.Write([]byte(t.Name()))
+	return []string{"goredis", "valkey"}[h.Sum32()%2]
+}
+
 // eachDriver runs f for each driver on a fresh redis-server (at addr), and for a mix of both ("mixed":
 // the Stores alternate between the drivers).
 func eachDriver(t *testing.T, f func(t *testing.T, mk func() redisharness.Store, addr string)) {
@@ -172,6 +193,15 @@ func eachDriverAlone(t *testing.T, f func(t *testing.T, mk func() redisharness.S
 func eachDriverWith(t *testing.T, parallel bool, f func(t *testing.T, mk func() redisharness.Store, addr string), names ...string) {
 	if len(names) == 0 {
 		names = []string{"goredis", "valkey", "mixed"}
+	}
+	if testing.Short() {
+		// One run: the mix, whose Stores alternate between the drivers, or, for a test of one
+		// Store, the driver drivers(t) picks.
+		if slices.Contains(names, "mixed") {
+			names = []string{"mixed"}
+		} else {
+			names = []string{shortDriver(t)}
+		}
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 // old lease's expiry) or its acquire timeout.
 func TestReusedHolderWaitersAllWake(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			ctx := context.Background()

@@ -24,7 +24,7 @@ func everyStore(t *testing.T) map[string]func() redisharness.Store {
 	srv := redistest.StartServer(t)
 	mem := memory.New()
 	out := map[string]func() redisharness.Store{"memory": func() redisharness.Store { return memStore{mem} }}
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		out[name] = func() redisharness.Store { return mk(t, srv.Addr) }
 	}
 	return out

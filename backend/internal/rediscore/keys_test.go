@@ -21,7 +21,7 @@ import (
 
 func TestInspectOfUnusedKeyCreatesNothing(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s := mk(t, srv.Addr)

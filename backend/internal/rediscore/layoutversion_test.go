@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -43,7 +42,7 @@ func TestStoreRefusesAKeyOfAnotherLayoutAndChangesNothing(t *testing.T) {
 	far := strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10)
 	fence := strconv.FormatInt(now.UnixMicro()-1000, 10)
 	lease := "1 " + fence + " " + far
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		s := mk(t, srv.Addr)
 		for found, hash := range map[string]map[string]string{
 			"1":    {":h": lease, "fence": fence, "limit": "1", "keep@1": far},
@@ -94,7 +93,7 @@ func TestStoreRefusesALoneLeaseOfAnotherLayoutAndChangesNothing(t *testing.T) {
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
 	lone := "L@3 " + strconv.FormatInt(time.Now().UnixMicro()-1000, 10) + " 1 h"
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk(t, srv.Addr)
 			key := "lone-layout:" + name
@@ -137,7 +136,7 @@ func TestStoreRefusesALibraryOfAnotherLayout(t *testing.T) {
 	ctx := context.Background()
 	other := "#!lua name=" + rediscore.LibraryName + "\nredis.register_function{function_name = '" + rediscore.LayoutFunction +
 		"', flags = {'no-writes'}, callback = function() return 3 end}\n"
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			do(t, srv.Addr, "FUNCTION", "FLUSH")
 			do(t, srv.Addr, "FUNCTION", "LOAD", other)

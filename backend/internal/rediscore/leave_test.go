@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -133,7 +132,7 @@ func TestLeftTryOutlivesItsKeyGoingIdle(t *testing.T) {
 func TestLeftTryKeepsAReleasedKeyOnlyAsLongAsItNeeds(t *testing.T) {
 	testenv.SkipShort(t, "waits for the hash to expire by the server clock")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -222,7 +221,7 @@ func canceled() context.Context {
 // untaken grant on to c. b's waiter must not then take that grant from the message.
 func TestFailedTryOfSameHolderVoidsHeardGrant(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -249,7 +248,7 @@ func TestFailedTryOfSameHolderVoidsHeardGrant(t *testing.T) {
 // sent) leaves the line, and must not pass b's lease on.
 func TestFailedTryOfSameHolderKeepsTakenGrant(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -275,7 +274,7 @@ func TestFailedTryOfSameHolderKeepsTakenGrant(t *testing.T) {
 // grant) and closed, leaves the line, and must not pass b's lease on.
 func TestSecondWaiterOfSameHolderKeepsTakenGrant(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -304,7 +303,7 @@ func TestSecondWaiterOfSameHolderKeepsTakenGrant(t *testing.T) {
 // from passing the lease on.
 func TestFailedTryInAnotherStoreKeepsTakenGrant(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

@@ -94,7 +94,7 @@ func TestLimitMismatchAcrossDrivers(t *testing.T) {
 // a leave follow them.
 func TestRefusedMismatchWritesNothing(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -244,7 +244,7 @@ func TestSemaphoreNeverOverItsLimitUnderChurn(t *testing.T) {
 // keeps its waiters' requests readable: a release grants the head.
 func TestLongestTTLAndLargestLimitOnRedis(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -292,7 +292,7 @@ func TestLongestTTLAndLargestLimitOnRedis(t *testing.T) {
 // waiter's notifications are reliable.
 func TestAttemptsAreSpacedByRetryIntervalOnRedis(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -339,7 +339,7 @@ func (s *tries) Acquire(ctx context.Context, req core.AcquireRequest) (core.Acqu
 // then granted again at the same fence to another holder.
 func TestFenceFloorBeyondExactRangeOnRedis(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

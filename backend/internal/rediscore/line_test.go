@@ -27,7 +27,7 @@ import (
 // the waiter takes its grant from the message.
 func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -92,7 +92,7 @@ func TestLineServesWaitersInOrderAcrossProcesses(t *testing.T) {
 // is not granted the lease; the next one is.
 func TestPlaceLapsesWithTheWait(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -128,7 +128,7 @@ func TestPlaceLapsesWithTheWait(t *testing.T) {
 // head and those behind it that fit, in order.
 func TestSemaphoreLineIsStrictlyFIFO(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -183,7 +183,7 @@ func TestSemaphoreLineIsStrictlyFIFO(t *testing.T) {
 func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 	testenv.SkipShort(t, "waits for half a 2 s TTL")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -248,7 +248,7 @@ func TestGrantFromLineIsTakenForItsFullTTL(t *testing.T) {
 // and the lease's first Extend renews it.
 func TestGrantFromLineIsTakenWithoutARoundTrip(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

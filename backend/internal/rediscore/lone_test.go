@@ -11,7 +11,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 )
@@ -158,7 +157,7 @@ func drawLoneCall(rt *rapid.T, now time.Time, fences map[string]int64) (int, []a
 // holder's try, refused, turns it into the lease hash, which the release then deletes.
 func TestLoneLeaseIsOneStringThatExpiresWithIt(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s, c := mk(t, srv.Addr), raw(t, srv.Addr)
@@ -207,7 +206,7 @@ func TestLoneLeaseOfSomeoneElsesStringIsRefused(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk(t, srv.Addr)
 			key := "theirs:" + name

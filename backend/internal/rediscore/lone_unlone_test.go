@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 )
@@ -24,7 +23,7 @@ func TestLoneLeaseTurnedIntoTheHashEndsNoEarlierThanItsKey(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := raw(t, srv.Addr)
 	ctx := context.Background()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			s := mk(t, srv.Addr)
 			for i := range 20 {

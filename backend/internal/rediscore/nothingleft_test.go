@@ -105,7 +105,7 @@ func TestReleasedKeyLeavesNothingBehind(t *testing.T) {
 func TestRaisedFenceKeepsTheHashUntilTheClockPassesIt(t *testing.T) {
 	testenv.SkipShort(t, "waits 1.5 s for the server clock")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -145,7 +145,7 @@ func TestRaisedFenceKeepsTheHashUntilTheClockPassesIt(t *testing.T) {
 func TestExpiredLeaseLeavesNothingWithinItsBound(t *testing.T) {
 	testenv.SkipShort(t, "waits for keys to expire by the server clock")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

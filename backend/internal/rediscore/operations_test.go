@@ -22,7 +22,7 @@ import (
 
 func TestOneRoundTripPerOperation(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -77,7 +77,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 func TestWaiterIsSilentBetweenNotifications(t *testing.T) {
 	testenv.SkipShort(t, "watches a waiter for a second")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

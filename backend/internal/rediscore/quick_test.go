@@ -56,7 +56,7 @@ func TestFloorsAreHonouredOnANewKey(t *testing.T) {
 // release there fails with WRONGTYPE and leaves it as it was, as the general path does.
 func TestQuickReleaseReportsForeignCounters(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t).Addr

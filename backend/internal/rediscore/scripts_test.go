@@ -92,7 +92,7 @@ func trimmedAcquireArgv(full []any) []any {
 // newcomer would find no line once it expired, and take places ahead of the waiters.
 func TestRequeueWithALongerWaitKeepsTheHash(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -151,7 +151,7 @@ func TestNewcomerDoesNotJumpALineThatOutlivedItsFirstWait(t *testing.T) {
 // leaves an expired one's entry where it was: it is the next writing call that deletes it.
 func TestInspectDeletesNothing(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -182,7 +182,7 @@ func TestCounterLikeHoldersAndOddValues(t *testing.T) {
 	t.Parallel()
 	holders := []string{"fence", "keep", "line", "", ":", ":x", "q", "1 2 3", "é\x00\n"}
 	values := []string{" q", "\n", "1 2 3 q\nx", "\x00", "", "q\n q", "fence", "\n\n", "é"}
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
@@ -119,7 +118,7 @@ func expired(t *testing.T, s core.Store, key, holder string) {
 // and changes nothing.
 func TestTakingALineGrantClearsItsMarkAndKeepsItsFence(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -170,7 +169,7 @@ func TestTakingALineGrantClearsItsMarkAndKeepsItsFence(t *testing.T) {
 // gone.
 func TestWaiterTakesGrantItsOwnAcquireServes(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -206,7 +205,7 @@ func TestWaiterTakesGrantItsOwnAcquireServes(t *testing.T) {
 // outlives the places it counted.
 func TestNewcomerAfterServeEmptiesTheLine(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -285,7 +284,7 @@ func TestNewcomerAfterServeEmptiesTheLine(t *testing.T) {
 // before the last try, the set-up starts over on a fresh key with twice the TTL.
 func TestLapsedPlacesLetANewcomerIn(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -345,7 +344,7 @@ func TestLapsedPlacesLetANewcomerIn(t *testing.T) {
 // the lease hash outlives it.
 func TestHeadThatServeCannotGrantKeepsTheLine(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/internal/rediscore"
-	"github.com/leasehold/leasehold/backend/internal/redisharness"
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/core"
 )
@@ -24,7 +23,7 @@ func TestGrantIsTakenWithoutRoundTripOnlyForTheRefusedRequest(t *testing.T) {
 		"lockdelay": func(r *core.AcquireRequest) { r.LockDelay = time.Second },
 		"ttl":       func(r *core.AcquireRequest) { r.TTL = 2 * time.Minute },
 	}
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -66,7 +65,7 @@ func TestGrantIsTakenWithoutRoundTripOnlyForTheRefusedRequest(t *testing.T) {
 // heard, which would report its fence as it is, but with a round trip, which raises it.
 func TestRaiseFenceOfAWokenWaiterRaisesTheLinesGrant(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)

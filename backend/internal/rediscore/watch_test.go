@@ -101,7 +101,7 @@ func TestWatchCrossesDrivers(t *testing.T) {
 func TestWatchReliabilityFollowsTheSubscription(t *testing.T) {
 	testenv.SkipShort(t, "cuts a real server's connections")
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -130,7 +130,7 @@ func TestWatchReliabilityFollowsTheSubscription(t *testing.T) {
 
 func TestUnwatchedKeysPublishNothing(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -167,7 +167,7 @@ func TestUnwatchedKeysPublishNothing(t *testing.T) {
 
 func TestLineGrantCarriesTheValueAcrossStores(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -215,7 +215,7 @@ func TestLineGrantCarriesTheValueAcrossStores(t *testing.T) {
 // wakes the watch.
 func TestWatchEntryIsNoLeaseForTheTrimmedAcquire(t *testing.T) {
 	t.Parallel()
-	for name, mk := range redisharness.Drivers {
+	for name, mk := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -321,7 +321,7 @@ func TestWatchedKeyTellsOfEveryChange(t *testing.T) {
 func TestWatchAfterServerRestart(t *testing.T) {
 	testenv.SkipShort(t, "restarts a real server")
 	t.Parallel()
-	for name, driver := range redisharness.Drivers {
+	for name, driver := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
@@ -352,7 +352,7 @@ func TestWatchAfterServerRestart(t *testing.T) {
 func TestObserveAfterServerRestart(t *testing.T) {
 	testenv.SkipShort(t, "restarts a real server")
 	t.Parallel()
-	for name, driver := range redisharness.Drivers {
+	for name, driver := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
