@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // waiterIsWokenAndGranted enrolls a waiter of s behind a lease of other's, releases that lease,
@@ -44,6 +45,7 @@ func waiterIsWokenAndGranted(t *testing.T, s, other *postgres.Store) {
 // the client's address to the listening session's application_name; the line still knows the
 // session for the Store's, and grants its waiters.
 func TestListenerBehindPgBouncerAddingItsHostIsAlive(t *testing.T) {
+	testenv.SkipShort(t, "starts PgBouncer")
 	t.Parallel()
 	srv := server(t)
 	bouncer := pgtest.StartPgBouncerMode(t, srv, "session", "application_name_add_host = 1")

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestDeadWaiterBehindSessionPoolIsPassedOver: a Store whose listening connection goes through
@@ -20,6 +21,7 @@ import (
 // release passes it over, so the key is not held for a TTL by a grant nobody will take, and the
 // sweep removes it — even once the session serves the next Store's listener.
 func TestDeadWaiterBehindSessionPoolIsPassedOver(t *testing.T) {
+	testenv.SkipShort(t, "starts PgBouncer")
 	t.Parallel()
 	srv, own := server(t), ownSchema(t) // it sweeps
 	bouncer, err := url.Parse(pgtest.StartPgBouncerMode(t, srv, "session"))

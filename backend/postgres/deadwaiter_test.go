@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -19,6 +20,7 @@ import (
 // (within 10s, however loaded the machine), not after the dead waiters' TTLs of 30s: the line
 // finds their Store's listening backend gone.
 func TestDeadWaitersArePassedOver(t *testing.T) {
+	testenv.SkipShort(t, "starts and kills a process of waiters")
 	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()

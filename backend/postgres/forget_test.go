@@ -262,6 +262,7 @@ func TestRaisedFenceKeepsTheKeyRow(t *testing.T) {
 // running all along, delete and make the keys' rows again and again; no two holders are ever
 // inside one key at once, no operation fails, and no row is left at the end.
 func TestForgottenKeysKeepExclusion(t *testing.T) {
+	testenv.SkipShort(t, "four Stores race sweeps for seconds")
 	t.Parallel()
 	url := ownSchema(t) // it sweeps all along
 	ctx := context.Background()

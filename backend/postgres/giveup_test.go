@@ -58,6 +58,7 @@ func TestTryCanceledInFlightLeavesNoPlace(t *testing.T) {
 // stayed each have the lock in turn, none stranded behind a place or a grant left by those that
 // left.
 func TestWaitersGivingUpPassTheLockOn(t *testing.T) {
+	testenv.SkipShort(t, "ten Stores wait out their acquire timeouts")
 	t.Parallel() // it waits out the acquire timeouts
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()

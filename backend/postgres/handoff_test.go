@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/conformance"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/primitives"
 )
 
@@ -17,6 +18,7 @@ import (
 // worker was given, the fences rise strictly from turn to turn, and no two workers are ever
 // inside at once.
 func TestGrantsTakenFromNoticesAreTheDatabasesLeases(t *testing.T) {
+	testenv.SkipShort(t, "eight workers on four Stores take turns")
 	t.Parallel()
 	url, key := serverURL(t), uniqueKey(t)
 	ctx := context.Background()
