@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/postgres/pgtest"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // pgShared is the package's PostgreSQL server: its tests use keys and roles of their own on it.
@@ -69,6 +70,7 @@ func TestPostgresUnreachableIsOneLine(t *testing.T) {
 // TestPostgresRunInspectAndElect: run holds a lease on PostgreSQL while its command runs, with its
 // default value; inspect shows it and the waiting line; elect -observe sees a leader's value.
 func TestPostgresRunInspectAndElect(t *testing.T) {
+	testenv.SkipShort(t, "starts PostgreSQL")
 	t.Parallel()
 	url, deploy, job := pgServer(t).URL, unique("deploy"), unique("job")
 	var out syncBuffer

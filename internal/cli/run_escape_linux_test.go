@@ -132,7 +132,11 @@ func TestRunNestedRunLeftBehindDiesBeforeRelease(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
-	for i := range 5 {
+	rounds := 5 // each a chance for the inner run to outlive the outer one
+	if testing.Short() {
+		rounds = 2
+	}
+	for i := range rounds {
 		pidFile := filepath.Join(t.TempDir(), "pid")
 		script := os.Args[0] + " run -redis " + url + " -key inner" + strconv.Itoa(i) + " -- sh -c 'echo $$ > " + pidFile + "; exec sleep 300' & " +
 			"while ! test -s " + pidFile + "; do sleep 0.01; done; exit 0"
@@ -244,8 +248,13 @@ func TestRunSignalAroundTheGrant(t *testing.T) {
 	srv := redistest.StartServer(t)
 	url := "redis://" + srv.Addr
 	dir := t.TempDir()
-	// Forty moments across the startup under LEASEHOLD_SOAK=1, every fourth of them otherwise.
-	for i := 0; i < 40; i += testenv.Pick(4, 1) {
+	// Forty moments across the startup under LEASEHOLD_SOAK=1, every fourth of them otherwise,
+	// every eighth under -short.
+	step := testenv.Pick(4, 1)
+	if testing.Short() && !testenv.Soak() {
+		step = 8
+	}
+	for i := 0; i < 40; i += step {
 		started := filepath.Join(dir, "started"+strconv.Itoa(i))
 		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 		cmd := cli(ctx, "run", "-redis", url, "-key", "race", "-ttl", "3s", "--", "sh", "-c", "echo $$ > "+started+"; exec sleep 300")

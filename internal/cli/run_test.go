@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/redistest"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // storeFlag returns the flag that names the store at url: -postgres for a postgres:// URL, else
@@ -42,15 +43,21 @@ func TestRunNeverOverlapsOnOneKey(t *testing.T) {
 		runNeverOverlaps(t, "redis://"+redistest.StartServer(t).Addr, "e2e")
 	})
 	t.Run("postgres", func(t *testing.T) {
+		testenv.SkipShort(t, "starts PostgreSQL")
 		t.Parallel()
 		runNeverOverlaps(t, pgServer(t).URL, unique("e2e"))
 	})
 }
 
-// runNeverOverlaps runs two processes, each running leasehold run four times on key of the store
-// at url with a command that logs its start and end, and checks that no two runs overlap.
+// runNeverOverlaps runs two processes, each running leasehold run four times (twice under
+// -short) on key of the store at url with a command that logs its start and end, and checks that
+// no two runs overlap.
 func runNeverOverlaps(t *testing.T, url, key string) {
-	runsNeverOverlap(t, storeFlag(url), 4, []string{"-key", key}, []string{"-key", key})
+	rounds := 4
+	if testing.Short() {
+		rounds = 2
+	}
+	runsNeverOverlap(t, storeFlag(url), rounds, []string{"-key", key}, []string{"-key", key})
 }
 
 // runsNeverOverlap runs a process for each of keyArgs, each running leasehold run rounds times
