@@ -16,6 +16,7 @@ import (
 
 func TestServerKeepsCommittedDataAcrossKill(t *testing.T) {
 	testenv.SkipShort(t, "kills and restarts a server")
+	t.Parallel() // a server of its own
 	s := pgtest.StartServer(t)
 	ctx := context.Background()
 	pool := s.Pool(t)
@@ -36,6 +37,7 @@ func TestServerKeepsCommittedDataAcrossKill(t *testing.T) {
 
 func TestServerPauses(t *testing.T) {
 	testenv.SkipShort(t, "pauses a server")
+	t.Parallel() // a server of its own
 	s := pgtest.StartServer(t)
 	pool := s.Pool(t)
 	ctx := context.Background()
@@ -55,6 +57,7 @@ func TestServerPauses(t *testing.T) {
 }
 
 func TestCloseStopsAndRemoves(t *testing.T) {
+	t.Parallel() // a server of its own
 	s, err := pgtest.Launch()
 	if err != nil {
 		if os.Getenv("CI") != "true" {

@@ -9,6 +9,7 @@ import (
 // exits, while the other one answers there: start reports the port taken, so that Launch tries
 // another, rather than hand a test someone else's server.
 func TestServerWhosePortIsTakenIsNotReady(t *testing.T) {
+	t.Parallel() // a server of its own
 	first := StartServer(t)
 	second := StartServer(t)
 	second.Kill(t)
