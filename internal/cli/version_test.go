@@ -74,8 +74,8 @@ func TestVersionCommand(t *testing.T) {
 }
 
 // TestVersionFromACheckout builds leasehold from a git checkout of this module's files, clean
-// and then with a change not committed, and checks that `leasehold version` names the commit,
-// "(devel)" and, the second time only, "dirty".
+// and then (with LEASEHOLD_SOAK=1) with a change not committed, and checks that `leasehold
+// version` names the commit, "(devel)" and, the second time only, "dirty".
 func TestVersionFromACheckout(t *testing.T) {
 	testenv.SkipShort(t, "builds the command twice")
 	t.Parallel()
@@ -149,6 +149,11 @@ func TestVersionFromACheckout(t *testing.T) {
 		}
 	}
 	check(version(), "commit "+head+", committed ")
+	if !testenv.Soak() {
+		// A build is some 3 s of CPU: what a dirty build's settings print is TestVersionLine's
+		// "dirty checkout"; the toolchain's stamping of one is checked with LEASEHOLD_SOAK=1.
+		return
+	}
 	if err := os.WriteFile(filepath.Join(src, "README.md"), []byte("changed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
