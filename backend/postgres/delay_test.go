@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/core"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // The lock delay's tests expire leases by hand (a second ago, by the database's clock), and end
@@ -206,6 +207,7 @@ func TestLeaseKeepsTheDelayOfItsLatestGrant(t *testing.T) {
 // TestSweepKeepsDelayedLeases: the sweep leaves a lease in its lock delay, and the key's row, also
 // when it removes a dead place in the key's line, and removes them once the delay has ended.
 func TestSweepKeepsDelayedLeases(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	t.Parallel()
 	url := ownSchema(t) // it sweeps
 	ctx := context.Background()

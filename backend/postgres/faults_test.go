@@ -133,6 +133,7 @@ func TestFaultNetwork(t *testing.T) {
 // after its TTL finds the lock taken by another, with a higher fence; its write, fenced with
 // AcceptFence in its own transaction, is refused and rolled back with the write itself.
 func TestFaultHolderStallsPastTTL(t *testing.T) {
+	testenv.SkipShort(t, "stalls a holder past its TTL")
 	url, key := serverURL(t), uniqueKey(t) // the shared server's goroutine is not this test's
 	noLeaks(t)
 	s, pool := fencePool(t)

@@ -39,6 +39,7 @@ func sweep(t testing.TB, s *postgres.Store) {
 // or watches, no row of it is left — after a lone lease, after a handoff through the line, after
 // a waiter gave up, and after a try given up in flight once its minute is over.
 func TestReleasedKeyLeavesNothingBehind(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	t.Parallel()
 	url := ownSchema(t) // it sweeps
 	ctx := context.Background()
@@ -106,6 +107,7 @@ func TestReleasedKeyLeavesNothingBehind(t *testing.T) {
 // that stopped polling, a watch that lapsed — go at the next sweep; a key held, or with a live
 // waiter, keeps its rows.
 func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	t.Parallel()
 	url := ownSchema(t) // it makes rows dead by hand and sweeps
 	ctx := context.Background()
@@ -211,6 +213,7 @@ func TestSweepRemovesWhatNobodyWillUse(t *testing.T) {
 // Redlock node's) keeps its row after its release, so the next grant's fence is above it; once
 // the clock passes the fence the row goes, and a grant after that still gets a higher fence.
 func TestRaisedFenceKeepsTheKeyRow(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	testenv.SkipShort(t, "waits 2s for the clock to pass the fence")
 	t.Parallel() // it waits for the clock to pass the fence; it sweeps in a schema of its own
 	url, key := ownSchema(t), uniqueKey(t)

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestKeyRowDeletedUnderWaitingOperationsIsMadeAgain: a release or a sweep that deletes a key's
@@ -20,6 +21,7 @@ import (
 // then is granted on a row made again, at a fence above the forgotten one, and every other
 // operation finds what it should — at each isolation level a pool may default to.
 func TestKeyRowDeletedUnderWaitingOperationsIsMadeAgain(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	t.Parallel()
 	url := ownSchema(t) // it sweeps
 	pool := newPool(t, url)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // keyRows returns every row of key in the default tables, each with the transaction that wrote
@@ -92,6 +93,7 @@ func TestLimitOfALineWithoutLeases(t *testing.T) {
 // writing a row (none is written again, even with the same values) and without a notification
 // to the key's watchers.
 func TestRefusedLimitMismatchWritesNothing(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	t.Parallel()
 	url, key := ownDatabase(t, serverURL(t)), uniqueKey(t) // it hears every change notified on its channel
 	ctx := context.Background()

@@ -51,6 +51,7 @@ func TestSetupsStartingTogetherTakeTurns(t *testing.T) {
 // the default one; WithoutSetup refuses tables that are not there, naming SchemaSQL, and takes
 // them once SchemaSQL's output has run; Stores starting together on a new prefix all start.
 func TestSetupOptions(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()
@@ -146,6 +147,7 @@ func TestStoresStartingTogetherOnFreshPrefixes(t *testing.T) {
 // quotes, spaces, a comment's dashes or a line break (all valid in a quoted identifier) makes a
 // working Store, and its DDL runs nothing but the DDL.
 func TestSchemaNamesOfAnyCharacter(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	t.Parallel()
 	url := serverURL(t)
 	ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/core"
 	"github.com/leasehold/leasehold/internal/poll"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestLineGrantsNoPlaceTheLimitRuleCountsDead: a place taken while its Store could not listen,
@@ -15,6 +16,7 @@ import (
 // nothing live holds the key, is not granted beside a lease the line gives that place under
 // the old limit.
 func TestLineGrantsNoPlaceTheLimitRuleCountsDead(t *testing.T) {
+	testenv.SkipShort(t, "makes tables in a schema, prefix or database of its own")
 	t.Parallel()
 	url := ownSchema(t) // it makes a place dead by hand, which a sweep would take
 	ctx := context.Background()
