@@ -44,6 +44,7 @@ func (h realTime) NewStore(*testing.T) core.Store { return h.store }
 func (realTime) Advance(time.Duration) bool       { return false }
 
 func TestConformanceRealTime(t *testing.T) {
+	testenv.SkipShort(t, "waits out real TTLs for seconds: TestConformance runs the suite on the manual clock")
 	t.Parallel() // mostly waits out real TTLs
 	conformance.Run(t, realTime{memory.New()}, conformance.WithSoak(testenv.Soak()))
 }
