@@ -175,7 +175,7 @@ func TestNodeFenceAloneGivesEveryLaterGrantAFenceAbove(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	c, ctx := raw(t, srv.Addr), context.Background()
-	for drv, mk := range redisharness.Drivers {
+	for drv, mk := range drivers(t) {
 		node := mk(t, srv.Addr)
 		raiser := node.(core.FenceRaiser)
 		req := func(key string) core.AcquireRequest {
