@@ -1,11 +1,12 @@
 // Package testenv holds the switches Leasehold's tests read from their environment.
 //
 // `go test ./...` runs every test at a length that keeps the whole suite within three minutes
-// on a 2-core machine; `go test -short ./...`, the inner loop, within 45 s: it skips the tests
-// that start, stop, pause or kill real servers, and thins what runs on the shared ones (a Redis
-// test on one driver, PostgreSQL's conformance suite and the tests on its shared tables, fewer
-// rounds of the CLI's process races). LEASEHOLD_SOAK=1 runs the soak and differential tests
-// (load, long random histories) at their full length too; CI sets it.
+// on a 2-core machine; `go test -short ./...`, the inner loop, is meant to take 45 s (it takes
+// about a minute still): it skips the tests that start, stop, pause or kill real servers, and
+// thins what runs on the shared ones (a Redis test on one driver, PostgreSQL's conformance suite
+// and the tests on its shared tables, fewer rounds of the CLI's process races). LEASEHOLD_SOAK=1
+// runs the soak and differential tests (load, long random histories) at their full length too;
+// CI sets it.
 package testenv
 
 import (
